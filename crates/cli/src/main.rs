@@ -1,0 +1,114 @@
+//! `tandem`: replicated block storage in user space.
+
+mod size;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tandem_daemon::{ExportConfig, ListenAddr, ServeConfig};
+
+#[derive(Parser)]
+#[command(name = "tandem", version, about = "Replicated block storage in user space, served over NBD")]
+struct Cli {
+    /// Log filter (tracing env-filter syntax); RUST_LOG overrides it.
+    #[arg(long, global = true, default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Export local files or block devices over NBD (one node, no replication).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Exports as [NAME=]PATH. NAME defaults to the file name without extension; the first
+    /// export is also the default export (the empty name).
+    #[arg(required = true, value_name = "EXPORT")]
+    exports: Vec<String>,
+    /// Size of files that do not exist yet (created sparse), e.g. 1G, 512M. An existing file
+    /// must already have this size.
+    #[arg(long, value_parser = size::parse)]
+    size: Option<u64>,
+    /// Refuse writes, trims and zeroing with EPERM.
+    #[arg(long)]
+    read_only: bool,
+    /// Open backing stores with O_DIRECT (bypass the page cache).
+    #[arg(long)]
+    direct: bool,
+    /// Listen on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    socket: Vec<PathBuf>,
+    /// Listen on this TCP address. Default 127.0.0.1:10809 when no --socket or --listen is given.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Vec<SocketAddr>,
+    /// Minimum block size advertised to clients and enforced on requests.
+    #[arg(long, default_value_t = 512)]
+    block_size: u32,
+    /// Description shown to clients (nbdinfo).
+    #[arg(long, default_value = "")]
+    description: String,
+    /// Threads for blocking disk operations (fdatasync, O_DIRECT I/O).
+    #[arg(long, default_value_t = 4)]
+    disk_threads: usize,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+    let result = match cli.command {
+        Cmd::Serve(args) => serve(args),
+    };
+    if let Err(e) = result {
+        eprintln!("tandem: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    if args.disk_threads == 0 {
+        bail!("--disk-threads must be at least 1");
+    }
+    let mut exports = Vec::new();
+    for spec in &args.exports {
+        let (name, path) = match spec.split_once('=') {
+            Some((name, path)) => (name.to_string(), PathBuf::from(path)),
+            None => {
+                let path = PathBuf::from(spec);
+                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                (name, path)
+            }
+        };
+        if name.is_empty() || name.len() > 4096 || name.contains('\0') {
+            bail!("export {spec:?}: the name must be 1 to 4096 bytes without NUL");
+        }
+        exports.push(ExportConfig {
+            name,
+            path,
+            description: args.description.clone(),
+            size: args.size,
+            read_only: args.read_only,
+            direct: args.direct,
+            min_block: args.block_size,
+        });
+    }
+    let mut listen: Vec<ListenAddr> = args.listen.iter().map(|a| ListenAddr::Tcp(*a)).collect();
+    listen.extend(args.socket.iter().cloned().map(ListenAddr::Unix));
+    if listen.is_empty() {
+        listen.push(ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 10809))));
+    }
+    tandem_daemon::serve::run(ServeConfig { exports, listen, disk_threads: args.disk_threads })
+}

@@ -1,0 +1,161 @@
+//! One client connection: its socket, its buffers and where it is in the protocol.
+
+use crate::listener::Stream;
+use std::io::{self, Read, Write};
+use std::time::Instant;
+use tandem_frontend::nbd::{Handshake, RequestDecoder};
+
+/// Requests one connection may have in flight before we stop reading from it.
+pub const MAX_IN_FLIGHT: u32 = 512;
+/// Reply bytes queued for one connection before we stop reading from it.
+pub const MAX_QUEUED_OUT: usize = 16 << 20;
+const INITIAL_IN: usize = 256 << 10;
+
+pub enum Phase {
+    Handshake(Handshake),
+    Transmission { volume: usize, decoder: RequestDecoder, structured: bool },
+}
+
+pub struct Conn {
+    pub stream: Stream,
+    /// "peer-address#id", used in every log line about this client.
+    pub name: String,
+    pub phase: Phase,
+    pub inbuf: Vec<u8>,
+    pub in_start: usize,
+    pub in_end: usize,
+    /// Bytes the decoder needs before it can make progress.
+    pub need: usize,
+    pub out: Vec<u8>,
+    out_pos: usize,
+    pub in_flight: u32,
+    /// No more requests will be taken (EOF, DISC, protocol error, shutdown).
+    pub read_closed: bool,
+    /// The socket failed: nothing more can be sent; the connection goes once idle.
+    pub dead: bool,
+    /// Edge-triggered readiness: the socket may hold unread bytes.
+    pub readable: bool,
+    pub write_interest: bool,
+    pub deregistered: bool,
+    pub handshake_deadline: Option<Instant>,
+    /// Queued on the reactor's list of connections with replies to send.
+    pub dirty: bool,
+}
+
+pub enum ReadOutcome {
+    Data,
+    WouldBlock,
+    Eof,
+    Error(io::Error),
+}
+
+impl Conn {
+    pub fn new(stream: Stream, name: String, deadline: Instant) -> Conn {
+        let mut out = Vec::with_capacity(64 << 10);
+        Handshake::greeting(&mut out);
+        Conn {
+            stream,
+            name,
+            phase: Phase::Handshake(Handshake::new()),
+            inbuf: vec![0; INITIAL_IN],
+            in_start: 0,
+            in_end: 0,
+            need: 0,
+            out,
+            out_pos: 0,
+            in_flight: 0,
+            read_closed: false,
+            dead: false,
+            readable: true,
+            write_interest: false,
+            deregistered: false,
+            handshake_deadline: Some(deadline),
+            dirty: true,
+        }
+    }
+
+    /// Unprocessed input.
+    pub fn input(&self) -> &[u8] {
+        &self.inbuf[self.in_start..self.in_end]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.in_start += n;
+        debug_assert!(self.in_start <= self.in_end);
+        if self.in_start == self.in_end {
+            self.in_start = 0;
+            self.in_end = 0;
+        }
+    }
+
+    /// Whether to read more from the socket now.
+    pub fn wants_input(&self) -> bool {
+        !self.read_closed
+            && !self.dead
+            && self.readable
+            && self.in_flight < MAX_IN_FLIGHT
+            && self.out.len() - self.out_pos < MAX_QUEUED_OUT
+    }
+
+    /// Reads once from the socket into the input buffer, making room as needed.
+    pub fn read_some(&mut self) -> ReadOutcome {
+        let want = self.need.max(1);
+        if self.inbuf.len() - self.in_start < want {
+            // A large write: grow so the whole request fits (the decoder caps `need`).
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+            self.inbuf.resize(want.next_power_of_two(), 0);
+        } else if self.in_end == self.inbuf.len() || self.inbuf.len() - self.in_end < 4096 {
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+        }
+        match self.stream.read(&mut self.inbuf[self.in_end..]) {
+            Ok(0) => ReadOutcome::Eof,
+            Ok(n) => {
+                self.in_end += n;
+                ReadOutcome::Data
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ReadOutcome::WouldBlock,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => ReadOutcome::Data,
+            Err(e) => ReadOutcome::Error(e),
+        }
+    }
+
+    /// Shrinks an input buffer that grew for one large write, once it is empty again.
+    pub fn maybe_shrink(&mut self) {
+        if self.in_end == 0 && self.inbuf.len() > 4 * INITIAL_IN {
+            self.inbuf = vec![0; INITIAL_IN];
+        }
+    }
+
+    pub fn out_pending(&self) -> bool {
+        self.out_pos < self.out.len()
+    }
+
+    /// Writes queued replies until done or the socket is full. Returns false on a socket
+    /// error (the connection is then dead).
+    pub fn flush_out(&mut self) -> io::Result<()> {
+        while self.out_pos < self.out.len() {
+            match self.stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        if self.out.capacity() > MAX_QUEUED_OUT {
+            self.out.shrink_to(64 << 10);
+        }
+        Ok(())
+    }
+
+    /// Whether everything is done and the connection can be dropped.
+    pub fn finished(&self) -> bool {
+        self.in_flight == 0 && (self.dead || (self.read_closed && !self.out_pending()))
+    }
+}

@@ -1,0 +1,15 @@
+//! The daemon: everything in tandem that touches a socket, a file, a thread or a clock.
+//!
+//! One event loop ([`reactor`]) owns the listeners, the client connections and the volumes'
+//! engines, so a request travels from socket to page cache and back without a lock or a
+//! thread hop. Only operations that block for long (fdatasync, O_DIRECT, large zeroing) go
+//! to the [`worker`] pool and come back through a waker.
+
+mod bufpool;
+mod conn;
+mod listener;
+mod reactor;
+pub mod serve;
+mod worker;
+
+pub use serve::{ExportConfig, ListenAddr, ServeConfig};

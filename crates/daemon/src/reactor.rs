@@ -1,0 +1,604 @@
+//! The event loop: accepts clients, runs their handshakes, turns requests into engine
+//! submissions, executes the engine's disk actions and writes replies.
+
+use crate::bufpool::{BufPool, DataBuf};
+use crate::conn::{Conn, Phase, ReadOutcome};
+use crate::listener::Listener;
+use crate::worker::{self, Done, Job, Workers};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem_engine::{Action, DiskKind, DiskOp, DiskToken, Io, IoError, ReqId, Volume};
+use tandem_frontend::nbd::{reply, Command, Decoded, Errno, ExportInfo, HandshakeStep, Request, RequestDecoder, TransmissionParams};
+use tandem_storage::Backing;
+use tracing::{debug, error, info, warn};
+
+const WAKER: Token = Token(usize::MAX - 1);
+const SIGNAL: Token = Token(usize::MAX - 2);
+const LISTENER_BASE: usize = 1 << 40;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// A served volume: the engine deciding what happens and the store it happens on.
+pub struct VolumeCtx {
+    pub export: ExportInfo,
+    pub backing: Arc<Backing>,
+    pub engine: Volume,
+    /// Buffered stores serve reads and writes inline on the event loop: the page cache
+    /// answers in microseconds and a thread hop would cost more than the I/O.
+    pub inline_rw: bool,
+}
+
+/// An in-flight request.
+struct Slot {
+    conn: usize,
+    cookie: u64,
+    structured: bool,
+    read: Option<(u64, u32)>,
+    /// Owned payload (writes that leave the event loop) or read data.
+    data: Option<DataBuf>,
+}
+
+/// Everything but the connections, so request handling can borrow a connection's input
+/// while it works on the rest.
+struct Core {
+    volumes: Vec<VolumeCtx>,
+    exports: Vec<ExportInfo>,
+    slots: Slab<Slot>,
+    pool: BufPool,
+    workers: Workers,
+    actions: Vec<Action>,
+    completions: Vec<(ReqId, Result<(), IoError>)>,
+}
+
+pub struct Reactor {
+    poll: Poll,
+    listeners: Vec<Listener>,
+    conns: Slab<Conn>,
+    core: Core,
+    signal_rx: mio::net::UnixStream,
+    next_conn_id: u64,
+    dirty: Vec<usize>,
+    shutting_down: Option<Instant>,
+}
+
+impl Reactor {
+    pub fn new(volumes: Vec<VolumeCtx>, mut listeners: Vec<Listener>, workers: usize) -> io::Result<Reactor> {
+        let poll = Poll::new()?;
+        for (i, l) in listeners.iter_mut().enumerate() {
+            poll.registry().register(l.source(), Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (signal_rx, signal_tx) = std::os::unix::net::UnixStream::pair()?;
+        signal_rx.set_nonblocking(true)?;
+        let mut signal_rx = mio::net::UnixStream::from_std(signal_rx);
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            let tx = signal_tx.try_clone()?;
+            signal_hook::low_level::pipe::register(sig, tx)?;
+        }
+        poll.registry().register(&mut signal_rx, SIGNAL, Interest::READABLE)?;
+        let exports = volumes.iter().map(|v| v.export.clone()).collect();
+        Ok(Reactor {
+            poll,
+            listeners,
+            conns: Slab::new(),
+            core: Core {
+                volumes,
+                exports,
+                slots: Slab::with_capacity(1024),
+                pool: BufPool::default(),
+                workers: Workers::start(workers, waker),
+                actions: Vec::with_capacity(64),
+                completions: Vec::with_capacity(64),
+            },
+            signal_rx,
+            next_conn_id: 0,
+            dirty: Vec::new(),
+            shutting_down: None,
+        })
+    }
+
+    /// Serves until SIGTERM/SIGINT, then drains and flushes.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        let mut active: Vec<usize> = Vec::new();
+        loop {
+            let timeout = self.next_timeout();
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            active.clear();
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => self.worker_completions(),
+                    SIGNAL => self.begin_shutdown(),
+                    Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    Token(k) => {
+                        if let Some(c) = self.conns.get_mut(k) {
+                            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                                c.readable = true;
+                            }
+                            if ev.is_writable() {
+                                self.mark_dirty(k);
+                            }
+                            active.push(k);
+                        }
+                    }
+                }
+            }
+            for &k in &active {
+                self.service(k);
+            }
+            self.deliver_completions();
+            self.flush_dirty();
+            self.expire_handshakes();
+            if self.shutting_down.is_some() && self.drained() {
+                return self.final_flush();
+            }
+        }
+    }
+
+    fn next_timeout(&self) -> Option<Duration> {
+        let mut t = self.conns.iter().filter_map(|(_, c)| c.handshake_deadline).min();
+        if let Some(start) = self.shutting_down {
+            t = Some(t.map_or(start + SHUTDOWN_GRACE, |d| d.min(start + SHUTDOWN_GRACE)));
+        }
+        t.map(|d| d.saturating_duration_since(Instant::now()) + Duration::from_millis(1))
+    }
+
+    fn accept(&mut self, i: usize) {
+        loop {
+            let (mut stream, peer) = match self.listeners[i].accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // EMFILE and friends: log and keep serving the clients we have.
+                    warn!(listener = %self.listeners[i].describe(), "accept failed: {e}");
+                    return;
+                }
+            };
+            self.next_conn_id += 1;
+            let name = format!("{peer}#{}", self.next_conn_id);
+            let entry = self.conns.vacant_entry();
+            let k = entry.key();
+            if let Err(e) = self.poll.registry().register(stream.source(), Token(k), Interest::READABLE | Interest::WRITABLE) {
+                warn!(client = %name, "cannot register connection: {e}");
+                continue;
+            }
+            debug!(client = %name, "connected");
+            let mut conn = Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT);
+            conn.write_interest = true;
+            entry.insert(conn);
+            self.dirty.push(k);
+            self.service(k);
+        }
+    }
+
+    fn mark_dirty(&mut self, k: usize) {
+        if let Some(c) = self.conns.get_mut(k) {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(k);
+            }
+        }
+    }
+
+    /// Reads and processes input until the socket is drained or the connection must wait.
+    fn service(&mut self, k: usize) {
+        loop {
+            self.process_input(k);
+            let Some(c) = self.conns.get_mut(k) else { return };
+            if !c.wants_input() {
+                break;
+            }
+            match c.read_some() {
+                ReadOutcome::Data => {}
+                ReadOutcome::WouldBlock => {
+                    c.readable = false;
+                    break;
+                }
+                ReadOutcome::Eof => {
+                    if c.in_flight > 0 || !c.input().is_empty() {
+                        debug!(client = %c.name, "client closed its side with requests pending");
+                    } else {
+                        debug!(client = %c.name, "disconnected");
+                    }
+                    c.read_closed = true;
+                    break;
+                }
+                ReadOutcome::Error(e) => {
+                    info!(client = %c.name, "connection failed: {e}");
+                    c.dead = true;
+                    break;
+                }
+            }
+        }
+        if let Some(c) = self.conns.get_mut(k) {
+            c.maybe_shrink();
+        }
+        self.mark_dirty(k);
+    }
+
+    fn process_input(&mut self, k: usize) {
+        let shutting_down = self.shutting_down.is_some();
+        let Some(c) = self.conns.get_mut(k) else { return };
+        if c.dead {
+            return;
+        }
+        if let Phase::Handshake(h) = &mut c.phase {
+            let input = &c.inbuf[c.in_start..c.in_end];
+            let (n, step) = h.feed(input, &self.core.exports, shutting_down, &mut c.out);
+            for r in h.take_refusals() {
+                info!(client = %c.name, "{r}");
+            }
+            c.consume(n);
+            match step {
+                HandshakeStep::NeedMore => return,
+                HandshakeStep::Close(reason) => {
+                    match reason {
+                        tandem_frontend::nbd::CloseReason::Aborted => debug!(client = %c.name, "client aborted the handshake"),
+                        reason => warn!(client = %c.name, "handshake refused: {reason}"),
+                    }
+                    c.read_closed = true;
+                    return;
+                }
+                HandshakeStep::Done(neg) => {
+                    let export = &self.core.exports[neg.export];
+                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, "transmission phase");
+                    let params = TransmissionParams {
+                        size: export.size,
+                        read_only: export.read_only,
+                        block: export.block,
+                        structured_replies: neg.structured_replies,
+                    };
+                    c.phase = Phase::Transmission {
+                        volume: neg.export,
+                        decoder: RequestDecoder::new(params),
+                        structured: neg.structured_replies,
+                    };
+                    c.handshake_deadline = None;
+                }
+            }
+        }
+        self.process_requests(k, shutting_down);
+    }
+
+    fn process_requests(&mut self, k: usize, shutting_down: bool) {
+        let Reactor { conns, core, .. } = self;
+        let Some(c) = conns.get_mut(k) else { return };
+        let Phase::Transmission { volume, decoder, structured } = &mut c.phase else { return };
+        let (volume, structured) = (*volume, *structured);
+        while !c.read_closed && c.in_flight < crate::conn::MAX_IN_FLIGHT {
+            let (n, decoded) = decoder.decode(&c.inbuf[c.in_start..c.in_end]);
+            match decoded {
+                Decoded::NeedMore { need } => {
+                    c.need = need;
+                    advance(&mut c.in_start, &mut c.in_end, n);
+                    if shutting_down {
+                        c.read_closed = true;
+                    }
+                    return;
+                }
+                Decoded::Fatal(e) => {
+                    warn!(client = %c.name, "protocol error, closing: {e}");
+                    c.read_closed = true;
+                }
+                Decoded::Rejected(r) => {
+                    warn!(client = %c.name, cookie = r.cookie, command = r.command, offset = r.offset, len = r.len, errno = ?r.errno, "request refused: {}", r.reason);
+                    reply::error(&mut c.out, structured, r.cookie, r.errno, r.reason);
+                }
+                Decoded::Request(req, _) if req.command == Command::Disconnect => {
+                    debug!(client = %c.name, "client sent NBD_CMD_DISC");
+                    c.read_closed = true;
+                }
+                Decoded::Request(req, _) if shutting_down => {
+                    reply::error(&mut c.out, structured, req.cookie, Errno::Shutdown, "server is shutting down");
+                }
+                Decoded::Request(req, payload) => {
+                    c.in_flight += 1;
+                    core.submit(k, volume, structured, req, payload);
+                }
+            }
+            advance(&mut c.in_start, &mut c.in_end, n);
+        }
+    }
+
+    fn worker_completions(&mut self) {
+        while let Ok(done) = self.core.workers.done.try_recv() {
+            self.core.worker_done(done);
+        }
+    }
+
+    /// Turns completed requests into replies on their connections.
+    fn deliver_completions(&mut self) {
+        let mut resume = Vec::new();
+        for (req, result) in self.core.completions.drain(..) {
+            let slot = self.core.slots.remove(req.0 as usize);
+            let c = self.conns.get_mut(slot.conn).expect("a connection with requests in flight was dropped");
+            c.in_flight -= 1;
+            if c.readable && !c.read_closed {
+                resume.push(slot.conn);
+            }
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(slot.conn);
+            }
+            match result {
+                Ok(()) => match (slot.read, slot.data) {
+                    (Some((offset, len)), Some(data)) => {
+                        if slot.structured {
+                            reply::read_data_chunk(&mut c.out, slot.cookie, offset, len);
+                        } else {
+                            reply::simple(&mut c.out, slot.cookie, 0);
+                        }
+                        c.out.extend_from_slice(&data);
+                        self.core.pool.put(data);
+                    }
+                    (_, data) => {
+                        reply::simple(&mut c.out, slot.cookie, 0);
+                        if let Some(d) = data {
+                            self.core.pool.put(d);
+                        }
+                    }
+                },
+                Err(e) => {
+                    let (errno, msg) = describe(e);
+                    warn!(client = %c.name, cookie = slot.cookie, errno = ?errno, "request failed: {msg}");
+                    reply::error(&mut c.out, slot.structured, slot.cookie, errno, &msg);
+                    if let Some(d) = slot.data {
+                        self.core.pool.put(d);
+                    }
+                }
+            }
+        }
+        resume.sort_unstable();
+        resume.dedup();
+        for k in resume {
+            self.service(k);
+        }
+        if !self.core.completions.is_empty() {
+            self.deliver_completions();
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        let dirty = std::mem::take(&mut self.dirty);
+        for &k in &dirty {
+            let Some(c) = self.conns.get_mut(k) else { continue };
+            c.dirty = false;
+            if !c.dead && c.out_pending() {
+                if let Err(e) = c.flush_out() {
+                    info!(client = %c.name, "connection failed while replying: {e}");
+                    c.dead = true;
+                }
+            }
+            if c.finished() {
+                let mut c = self.conns.remove(k);
+                if !c.deregistered {
+                    let _ = self.poll.registry().deregister(c.stream.source());
+                }
+                c.stream.shutdown();
+                debug!(client = %c.name, "closed");
+                continue;
+            }
+            if c.dead && !c.deregistered {
+                // Keep the slot until its requests complete, but stop hearing from it.
+                let _ = self.poll.registry().deregister(c.stream.source());
+                c.deregistered = true;
+            }
+        }
+        self.dirty = dirty;
+        self.dirty.clear();
+    }
+
+    fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.handshake_deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k)
+            .collect();
+        for k in expired {
+            let c = &mut self.conns[k];
+            warn!(client = %c.name, "handshake not finished within {HANDSHAKE_TIMEOUT:?}, closing");
+            c.handshake_deadline = None;
+            c.dead = true;
+            self.mark_dirty(k);
+        }
+        if !self.dirty.is_empty() {
+            self.flush_dirty();
+        }
+        if let Some(start) = self.shutting_down {
+            if start.elapsed() > SHUTDOWN_GRACE {
+                for (k, c) in self.conns.iter_mut() {
+                    if !c.dead {
+                        warn!(client = %c.name, "still busy {SHUTDOWN_GRACE:?} after shutdown began, closing");
+                        c.dead = true;
+                        self.dirty.push(k);
+                    }
+                }
+                self.flush_dirty();
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        let mut buf = [0u8; 64];
+        while matches!(io::Read::read(&mut self.signal_rx, &mut buf), Ok(n) if n > 0) {}
+        if self.shutting_down.is_some() {
+            return;
+        }
+        info!("shutting down: no new clients, finishing requests in flight");
+        self.shutting_down = Some(Instant::now());
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(l.source());
+        }
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            let c = &mut self.conns[k];
+            if matches!(c.phase, Phase::Handshake(_)) {
+                c.read_closed = true;
+                self.mark_dirty(k);
+            } else {
+                // Answer what is already buffered with ESHUTDOWN, then stop reading.
+                self.service(k);
+                if let Some(c) = self.conns.get_mut(k) {
+                    c.read_closed = true;
+                }
+                self.mark_dirty(k);
+            }
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.conns.is_empty() && self.core.slots.is_empty()
+    }
+
+    fn final_flush(self) -> io::Result<()> {
+        for v in &self.core.volumes {
+            if !v.export.read_only {
+                v.backing.sync_data().map_err(|e| {
+                    error!(export = %v.export.name, "final flush failed: {e}");
+                    e
+                })?;
+            }
+        }
+        info!("all requests finished and flushed; exiting");
+        Ok(())
+    }
+}
+
+impl Core {
+    fn submit(&mut self, conn: usize, volume: usize, structured: bool, req: Request, payload: &[u8]) {
+        let (io, read) = match req.command {
+            Command::Read => (Io::Read { offset: req.offset, len: req.len }, Some((req.offset, req.len))),
+            Command::Write { fua } => (Io::Write { offset: req.offset, len: req.len, fua }, None),
+            Command::Trim { fua } => (Io::Trim { offset: req.offset, len: req.len, fua }, None),
+            Command::WriteZeroes { fua, no_hole, fast } => {
+                (Io::Zero { offset: req.offset, len: req.len, fua, may_punch: !no_hole, fast }, None)
+            }
+            Command::Flush => (Io::Flush, None),
+            Command::Cache => (Io::Cache { offset: req.offset, len: req.len }, None),
+            Command::Disconnect => unreachable!("handled by the connection"),
+        };
+        let id = self.slots.insert(Slot { conn, cookie: req.cookie, structured, read, data: None });
+        if matches!(io, Io::Write { .. }) && !self.volumes[volume].inline_rw {
+            let mut buf = self.pool.get(payload.len());
+            buf.copy_from_slice(payload);
+            self.slots[id].data = Some(buf);
+        }
+        debug_assert!(self.actions.is_empty());
+        self.volumes[volume].engine.submit(ReqId(id as u64), io, &mut self.actions);
+        self.run_actions(volume, Some((id, payload)));
+    }
+
+    fn worker_done(&mut self, done: Done) {
+        if let (DiskToken::Req(req), Some(buf)) = (done.op.token, done.buf) {
+            match done.op.kind {
+                DiskKind::Read { .. } => self.slots[req.0 as usize].data = Some(buf),
+                _ => self.pool.put(buf),
+            }
+        }
+        debug_assert!(self.actions.is_empty());
+        self.volumes[done.volume].engine.disk_done(done.op, done.result, &mut self.actions);
+        self.run_actions(done.volume, None);
+    }
+
+    /// Executes the engine's actions, feeding inline completions straight back.
+    fn run_actions(&mut self, volume: usize, current: Option<(usize, &[u8])>) {
+        let mut i = 0;
+        while i < self.actions.len() {
+            let action = self.actions[i];
+            i += 1;
+            match action {
+                Action::Complete { req, result } => self.completions.push((req, result)),
+                Action::Disk(op) => {
+                    if let Some(result) = self.try_inline(volume, op, current) {
+                        self.volumes[volume].engine.disk_done(op, result, &mut self.actions);
+                    } else {
+                        self.to_worker(volume, op);
+                    }
+                }
+            }
+        }
+        self.actions.clear();
+    }
+
+    /// Runs a cheap disk operation on the event loop; `None` means it must go to a worker.
+    fn try_inline(&mut self, volume: usize, op: DiskOp, current: Option<(usize, &[u8])>) -> Option<Result<(), IoError>> {
+        let v = &self.volumes[volume];
+        if !v.inline_rw {
+            return None;
+        }
+        let DiskToken::Req(req) = op.token else { return None };
+        let id = req.0 as usize;
+        match op.kind {
+            DiskKind::Read { len, .. } => {
+                let mut buf = self.pool.get(len as usize);
+                let r = worker::execute(&v.backing, op.kind, Some(&mut buf));
+                self.slots[id].data = Some(buf);
+                Some(r)
+            }
+            DiskKind::Write { .. } => {
+                let payload: &[u8] = match (current, &self.slots[id].data) {
+                    (Some((cur, p)), _) if cur == id => p,
+                    (_, Some(owned)) => owned,
+                    _ => unreachable!("a write's payload is neither at hand nor owned"),
+                };
+                // execute() wants a mutable buffer for reads only; writes go straight through.
+                Some(v.backing.write_at(payload, offset_of(op.kind)).map_err(|e| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO))))
+            }
+            _ => None,
+        }
+    }
+
+    fn to_worker(&mut self, volume: usize, op: DiskOp) {
+        let buf = match (op.token, op.kind) {
+            (DiskToken::Req(req), DiskKind::Read { len, .. }) => {
+                let _ = req;
+                Some(self.pool.get(len as usize))
+            }
+            (DiskToken::Req(req), DiskKind::Write { .. }) => {
+                Some(self.slots[req.0 as usize].data.take().expect("an asynchronous write owns its payload"))
+            }
+            _ => None,
+        };
+        let backing = Arc::clone(&self.volumes[volume].backing);
+        self.workers.submit(Job { volume, backing, op, buf });
+    }
+}
+
+/// Marks `n` input bytes consumed (field-wise, so a connection's decoder can stay borrowed).
+fn advance(start: &mut usize, end: &mut usize, n: usize) {
+    *start += n;
+    debug_assert!(*start <= *end);
+    if *start == *end {
+        *start = 0;
+        *end = 0;
+    }
+}
+
+fn offset_of(kind: DiskKind) -> u64 {
+    match kind {
+        DiskKind::Read { offset, .. }
+        | DiskKind::Write { offset, .. }
+        | DiskKind::Trim { offset, .. }
+        | DiskKind::Zero { offset, .. }
+        | DiskKind::Cache { offset, .. } => offset,
+        DiskKind::Flush => 0,
+    }
+}
+
+fn describe(e: IoError) -> (Errno, String) {
+    match e {
+        IoError::Os(code) => (Errno::from_os(code), format!("I/O error: {}", io::Error::from_raw_os_error(code))),
+        IoError::NotFast => (Errno::NotSup, "zeroing this range would not be fast".into()),
+        IoError::NoData => (Errno::Io, "the volume's disk has failed; no I/O is served".into()),
+        IoError::ReadOnly => (Errno::Perm, "the volume is read-only".into()),
+    }
+}

@@ -1,0 +1,80 @@
+//! Threads for disk operations that would stall the event loop: fdatasync, O_DIRECT reads
+//! and writes, and zeroing or trimming of large ranges.
+
+use crate::bufpool::DataBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use tandem_engine::{DiskKind, DiskOp, IoError};
+use tandem_storage::{Backing, ZeroError};
+
+pub struct Job {
+    pub volume: usize,
+    pub backing: Arc<Backing>,
+    pub op: DiskOp,
+    /// Payload for writes, destination for reads.
+    pub buf: Option<DataBuf>,
+}
+
+pub struct Done {
+    pub volume: usize,
+    pub op: DiskOp,
+    pub result: Result<(), IoError>,
+    pub buf: Option<DataBuf>,
+}
+
+pub struct Workers {
+    jobs: Sender<Job>,
+    pub done: Receiver<Done>,
+}
+
+impl Workers {
+    pub fn start(threads: usize, waker: Arc<mio::Waker>) -> Workers {
+        let (job_tx, job_rx) = channel::<Job>();
+        let (done_tx, done_rx) = channel::<Done>();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        for i in 0..threads {
+            let job_rx = Arc::clone(&job_rx);
+            let done_tx = done_tx.clone();
+            let waker = Arc::clone(&waker);
+            std::thread::Builder::new()
+                .name(format!("tandem-disk-{i}"))
+                .spawn(move || loop {
+                    let job = match job_rx.lock().expect("worker queue poisoned").recv() {
+                        Ok(job) => job,
+                        Err(_) => return, // the reactor is gone
+                    };
+                    let mut buf = job.buf;
+                    let result = execute(&job.backing, job.op.kind, buf.as_deref_mut());
+                    if done_tx.send(Done { volume: job.volume, op: job.op, result, buf }).is_err() {
+                        return;
+                    }
+                    let _ = waker.wake();
+                })
+                .expect("spawning a disk worker thread");
+        }
+        Workers { jobs: job_tx, done: done_rx }
+    }
+
+    pub fn submit(&self, job: Job) {
+        self.jobs.send(job).unwrap_or_else(|_| panic!("all disk workers exited"));
+    }
+}
+
+/// Runs one disk operation. Used by the workers and, for operations cheap enough to run
+/// inline, by the event loop itself.
+pub fn execute(backing: &Backing, kind: DiskKind, buf: Option<&mut [u8]>) -> Result<(), IoError> {
+    let os = |e: std::io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
+    match kind {
+        DiskKind::Read { offset, .. } => backing.read_at(buf.expect("read without a buffer"), offset).map_err(os),
+        DiskKind::Write { offset, .. } => backing.write_at(buf.expect("write without a payload"), offset).map_err(os),
+        DiskKind::Trim { offset, len } => backing.trim(offset, u64::from(len)).map_err(os),
+        DiskKind::Zero { offset, len, may_punch, fast } => {
+            backing.write_zeroes(offset, u64::from(len), may_punch, fast).map_err(|e| match e {
+                ZeroError::NotFast => IoError::NotFast,
+                ZeroError::Io(e) => os(e),
+            })
+        }
+        DiskKind::Cache { offset, len } => backing.cache(offset, u64::from(len)).map_err(os),
+        DiskKind::Flush => backing.sync_data().map_err(os),
+    }
+}

@@ -1,0 +1,13 @@
+//! The engine: what happens to an application's I/O between the frontend and the disks.
+//!
+//! It is sans-IO. Drivers (the daemon, the simulator) feed it events — a new request, a disk
+//! completion — and execute the [`Action`]s it returns. It never sees a byte of data, a
+//! socket or a file: payloads stay with the driver, named by the request they belong to.
+
+mod flush;
+mod io;
+mod volume;
+
+pub use flush::FlushBatcher;
+pub use io::{Action, DiskKind, DiskOp, DiskToken, Io, IoError, ReqId};
+pub use volume::{DiskState, Volume};

@@ -1,0 +1,356 @@
+//! Fixed-newstyle option haggling, from the server's greeting to the transmission phase.
+//!
+//! [`Handshake`] is a pure state machine: the driver hands it whatever bytes arrived and gets
+//! back how many it consumed, the bytes to send, and whether to go on, enter transmission or
+//! hang up. It never blocks and never allocates per byte.
+
+use super::export::ExportInfo;
+use super::wire::*;
+
+/// Options larger than this are not buffered: the client is hung up on (the spec allows a
+/// hard disconnect against what amounts to a denial of service).
+pub const MAX_OPTION_LEN: u32 = 64 * 1024;
+/// A client that keeps haggling past this many options is hung up on.
+pub const MAX_OPTIONS: u32 = 1024;
+
+/// The outcome of the handshake for a client that reached the transmission phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Index into the export table passed to [`Handshake::feed`].
+    pub export: usize,
+    pub structured_replies: bool,
+    pub transmission_flags: u16,
+}
+
+/// Why the server hangs up during the handshake. Each is logged with the client's address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CloseReason {
+    #[error("client sent unknown client flags {0:#x}")]
+    BadClientFlags(u32),
+    #[error("client did not negotiate fixed newstyle")]
+    NotFixedNewstyle,
+    #[error("bad option magic {0:#018x}")]
+    BadOptionMagic(u64),
+    #[error("option {option} with {len} bytes of data exceeds the {MAX_OPTION_LEN}-byte limit")]
+    OptionTooLong { option: u32, len: u32 },
+    #[error("more than {MAX_OPTIONS} options")]
+    TooManyOptions,
+    #[error("client aborted the negotiation")]
+    Aborted,
+    #[error("NBD_OPT_EXPORT_NAME for unknown export {0:?}")]
+    UnknownExport(String),
+    #[error("NBD_OPT_EXPORT_NAME refused: {0}")]
+    ExportNameRefused(&'static str),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandshakeStep {
+    /// Everything complete was consumed; wait for more bytes.
+    NeedMore,
+    /// Negotiation finished; any bytes after the consumed ones belong to the transmission phase.
+    Done(Negotiated),
+    /// Hang up after sending what is in the output buffer.
+    Close(CloseReason),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    ClientFlags,
+    Options,
+    Finished,
+}
+
+/// Server side of one connection's handshake.
+#[derive(Debug)]
+pub struct Handshake {
+    state: State,
+    no_zeroes: bool,
+    structured: bool,
+    options: u32,
+    refusals: Vec<String>,
+}
+
+impl Default for Handshake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Handshake {
+    pub fn new() -> Handshake {
+        Handshake { state: State::ClientFlags, no_zeroes: false, structured: false, options: 0, refusals: Vec::new() }
+    }
+
+    /// The server's opening bytes.
+    pub fn greeting(out: &mut Vec<u8>) {
+        out.extend_from_slice(&NBDMAGIC.to_be_bytes());
+        out.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        out.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    }
+
+    /// Refused options since the last call, for the log (the client got an error reply).
+    pub fn take_refusals(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.refusals)
+    }
+
+    /// Consumes as many complete messages from `input` as there are. `exports[0]` is the
+    /// default export (the empty name). `shutting_down` makes every option but ABORT fail
+    /// with `NBD_REP_ERR_SHUTDOWN`.
+    pub fn feed(
+        &mut self,
+        input: &[u8],
+        exports: &[ExportInfo],
+        shutting_down: bool,
+        out: &mut Vec<u8>,
+    ) -> (usize, HandshakeStep) {
+        let mut consumed = 0;
+        loop {
+            let rest = &input[consumed..];
+            match self.state {
+                State::Finished => return (consumed, HandshakeStep::NeedMore),
+                State::ClientFlags => {
+                    let Some(flags) = rest.get(..4) else { return (consumed, HandshakeStep::NeedMore) };
+                    consumed += 4;
+                    let flags = u32::from_be_bytes(flags.try_into().unwrap());
+                    if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+                        return self.close(consumed, CloseReason::BadClientFlags(flags));
+                    }
+                    if flags & FLAG_C_FIXED_NEWSTYLE == 0 {
+                        // Plain newstyle clients only know EXPORT_NAME and cannot parse option
+                        // replies; we only speak fixed newstyle.
+                        return self.close(consumed, CloseReason::NotFixedNewstyle);
+                    }
+                    self.no_zeroes = flags & FLAG_C_NO_ZEROES != 0;
+                    self.state = State::Options;
+                }
+                State::Options => {
+                    let Some(hdr) = rest.get(..16) else { return (consumed, HandshakeStep::NeedMore) };
+                    let magic = u64::from_be_bytes(hdr[0..8].try_into().unwrap());
+                    let option = u32::from_be_bytes(hdr[8..12].try_into().unwrap());
+                    let len = u32::from_be_bytes(hdr[12..16].try_into().unwrap());
+                    if magic != IHAVEOPT {
+                        return self.close(consumed + 16, CloseReason::BadOptionMagic(magic));
+                    }
+                    if len > MAX_OPTION_LEN {
+                        return self.close(consumed + 16, CloseReason::OptionTooLong { option, len });
+                    }
+                    let total = 16 + len as usize;
+                    let Some(msg) = rest.get(..total) else { return (consumed, HandshakeStep::NeedMore) };
+                    consumed += total;
+                    self.options += 1;
+                    if self.options > MAX_OPTIONS {
+                        return self.close(consumed, CloseReason::TooManyOptions);
+                    }
+                    if let Some(step) = self.option(option, &msg[16..], exports, shutting_down, out) {
+                        return (consumed, step);
+                    }
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, consumed: usize, reason: CloseReason) -> (usize, HandshakeStep) {
+        self.state = State::Finished;
+        (consumed, HandshakeStep::Close(reason))
+    }
+
+    /// Handles one option; `Some` ends the handshake.
+    fn option(
+        &mut self,
+        option: u32,
+        data: &[u8],
+        exports: &[ExportInfo],
+        shutting_down: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<HandshakeStep> {
+        if shutting_down && option != OPT_ABORT {
+            if option == OPT_EXPORT_NAME {
+                self.state = State::Finished;
+                return Some(HandshakeStep::Close(CloseReason::ExportNameRefused("server is shutting down")));
+            }
+            self.error(out, option, REP_ERR_SHUTDOWN, "server is shutting down");
+            return None;
+        }
+        match option {
+            OPT_EXPORT_NAME => {
+                let name = match std::str::from_utf8(data) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.state = State::Finished;
+                        return Some(HandshakeStep::Close(CloseReason::ExportNameRefused("export name is not UTF-8")));
+                    }
+                };
+                self.state = State::Finished;
+                let Some(index) = find_export(exports, name) else {
+                    return Some(HandshakeStep::Close(CloseReason::UnknownExport(name.to_string())));
+                };
+                let export = &exports[index];
+                let flags = export.transmission_flags(self.structured);
+                out.extend_from_slice(&export.size.to_be_bytes());
+                out.extend_from_slice(&flags.to_be_bytes());
+                if !self.no_zeroes {
+                    out.extend_from_slice(&[0u8; 124]);
+                }
+                Some(HandshakeStep::Done(Negotiated { export: index, structured_replies: self.structured, transmission_flags: flags }))
+            }
+            OPT_ABORT => {
+                reply(out, option, REP_ACK, &[]);
+                self.state = State::Finished;
+                Some(HandshakeStep::Close(CloseReason::Aborted))
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    self.error(out, option, REP_ERR_INVALID, "NBD_OPT_LIST carries no data");
+                    return None;
+                }
+                for e in exports.iter().filter(|e| !e.name.is_empty()) {
+                    let mut payload = Vec::with_capacity(4 + e.name.len() + e.description.len());
+                    payload.extend_from_slice(&(e.name.len() as u32).to_be_bytes());
+                    payload.extend_from_slice(e.name.as_bytes());
+                    payload.extend_from_slice(e.description.as_bytes());
+                    reply(out, option, REP_SERVER, &payload);
+                }
+                reply(out, option, REP_ACK, &[]);
+                None
+            }
+            OPT_STARTTLS => {
+                self.error(out, option, REP_ERR_POLICY, "TLS is not configured on this server");
+                None
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    self.error(out, option, REP_ERR_INVALID, "NBD_OPT_STRUCTURED_REPLY carries no data");
+                } else if self.structured {
+                    self.error(out, option, REP_ERR_INVALID, "structured replies already negotiated");
+                } else {
+                    self.structured = true;
+                    reply(out, option, REP_ACK, &[]);
+                }
+                None
+            }
+            OPT_INFO | OPT_GO => self.info_or_go(option, data, exports, out),
+            _ => {
+                self.error(out, option, REP_ERR_UNSUP, "option not supported");
+                None
+            }
+        }
+    }
+
+    fn info_or_go(&mut self, option: u32, data: &[u8], exports: &[ExportInfo], out: &mut Vec<u8>) -> Option<HandshakeStep> {
+        let Some(parsed) = parse_info_request(data) else {
+            self.error(out, option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/NBD_OPT_GO request");
+            return None;
+        };
+        let (name, requests) = parsed;
+        let Some(index) = find_export(exports, name) else {
+            self.error(out, option, REP_ERR_UNKNOWN, &format!("export {name:?} not found"));
+            return None;
+        };
+        let export = &exports[index];
+        let flags = export.transmission_flags(self.structured);
+        let mut info = Vec::with_capacity(16);
+        info.extend_from_slice(&INFO_EXPORT.to_be_bytes());
+        info.extend_from_slice(&export.size.to_be_bytes());
+        info.extend_from_slice(&flags.to_be_bytes());
+        reply(out, option, REP_INFO, &info);
+        let wants = |item: u16| requests.chunks_exact(2).any(|c| u16::from_be_bytes([c[0], c[1]]) == item);
+        if wants(INFO_NAME) {
+            info.clear();
+            info.extend_from_slice(&INFO_NAME.to_be_bytes());
+            info.extend_from_slice(export.name.as_bytes());
+            reply(out, option, REP_INFO, &info);
+        }
+        if wants(INFO_DESCRIPTION) && !export.description.is_empty() {
+            info.clear();
+            info.extend_from_slice(&INFO_DESCRIPTION.to_be_bytes());
+            info.extend_from_slice(export.description.as_bytes());
+            reply(out, option, REP_INFO, &info);
+        }
+        // Sent whether asked or not (the spec allows it): clients that honour it avoid
+        // misaligned requests, the others get EINVAL for them.
+        info.clear();
+        info.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        info.extend_from_slice(&export.block.minimum.to_be_bytes());
+        info.extend_from_slice(&export.block.preferred.to_be_bytes());
+        info.extend_from_slice(&export.block.maximum.to_be_bytes());
+        reply(out, option, REP_INFO, &info);
+        reply(out, option, REP_ACK, &[]);
+        if option == OPT_GO {
+            self.state = State::Finished;
+            return Some(HandshakeStep::Done(Negotiated {
+                export: index,
+                structured_replies: self.structured,
+                transmission_flags: flags,
+            }));
+        }
+        None
+    }
+
+    fn error(&mut self, out: &mut Vec<u8>, option: u32, kind: u32, message: &str) {
+        self.refusals.push(format!("option {} refused ({}): {message}", option_name(option), rep_name(kind)));
+        reply(out, option, kind, message.as_bytes());
+    }
+}
+
+/// `u32 name length, name, u16 count, count × u16`; `None` if the lengths disagree or the
+/// name is not a valid string.
+fn parse_info_request(data: &[u8]) -> Option<(&str, &[u8])> {
+    let name_len = u32::from_be_bytes(data.get(..4)?.try_into().ok()?) as usize;
+    if name_len > MAX_STRING {
+        return None;
+    }
+    let name = data.get(4..4 + name_len)?;
+    let count_at = 4 + name_len;
+    let count = u16::from_be_bytes(data.get(count_at..count_at + 2)?.try_into().ok()?) as usize;
+    let requests = data.get(count_at + 2..)?;
+    if requests.len() != count * 2 {
+        return None;
+    }
+    let name = std::str::from_utf8(name).ok()?;
+    if name.contains('\0') {
+        return None;
+    }
+    Some((name, requests))
+}
+
+fn find_export(exports: &[ExportInfo], name: &str) -> Option<usize> {
+    if name.is_empty() {
+        return if exports.is_empty() { None } else { Some(0) };
+    }
+    exports.iter().position(|e| e.name == name)
+}
+
+fn reply(out: &mut Vec<u8>, option: u32, kind: u32, payload: &[u8]) {
+    out.extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&option.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+fn option_name(option: u32) -> String {
+    match option {
+        OPT_EXPORT_NAME => "EXPORT_NAME".into(),
+        OPT_ABORT => "ABORT".into(),
+        OPT_LIST => "LIST".into(),
+        OPT_STARTTLS => "STARTTLS".into(),
+        OPT_INFO => "INFO".into(),
+        OPT_GO => "GO".into(),
+        OPT_STRUCTURED_REPLY => "STRUCTURED_REPLY".into(),
+        9 => "LIST_META_CONTEXT".into(),
+        10 => "SET_META_CONTEXT".into(),
+        11 => "EXTENDED_HEADERS".into(),
+        n => format!("#{n}"),
+    }
+}
+
+fn rep_name(kind: u32) -> &'static str {
+    match kind {
+        REP_ERR_UNSUP => "ERR_UNSUP",
+        REP_ERR_POLICY => "ERR_POLICY",
+        REP_ERR_INVALID => "ERR_INVALID",
+        REP_ERR_UNKNOWN => "ERR_UNKNOWN",
+        REP_ERR_SHUTDOWN => "ERR_SHUTDOWN",
+        _ => "ERR",
+    }
+}
