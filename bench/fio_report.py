@@ -12,23 +12,32 @@ report RECORDS_TSV [--base SERVER]
     Markdown tables for all runs listed in RECORDS_TSV. Each line of that file
     is tab-separated:
 
-        job  server  fio_rc  fio_json_path  cpu_ticks  window_s  clk_tck
+        job  server  fio_rc  fio_json_path  samples_path  t_end  runtime  clk_tck
 
-    cpu_ticks is the server's utime+stime (clock ticks, all threads) consumed
-    during a measurement window of window_s seconds that lies inside fio's
-    measured (post-ramp) period. Server CPU per I/O is then
-    (cpu_ticks / clk_tck) / (window_s * IOPS), i.e. CPU seconds divided by the
-    number of I/Os completed in the same window. A cpu_ticks of "-" means the
-    sample is missing (e.g. the server died).
+    samples_path is the output of `sample` for that run ("-" if none), t_end
+    the epoch time fio exited and runtime fio's measured seconds. fio's
+    measured period ends just before it exits, so the server CPU used over
+    [t_end - runtime + MARGIN, t_end - MARGIN] (interpolated between samples)
+    is divided by IOPS x window length: server CPU per completed I/O. Ramp
+    time and fio's (load-dependent) start-up are excluded.
 
     The ratio table compares --base (default: first server seen) against every
-    other server.
+    other server. fio_rc 98 = server died during the job, 99 = skipped.
+
+sample PID OUT [--interval S]
+    Append "epoch_seconds server_ticks host_busy_ticks" to OUT every S
+    seconds until SIGTERM. server_ticks is utime+stime (+cutime+cstime) of
+    PID and its live descendants; /proc/PID/stat covers all threads.
+    host_busy_ticks is the machine's non-idle CPU time from /proc/stat.
 """
 
 import argparse
 import json
 import math
+import os
+import signal
 import sys
+import time
 
 
 def load_fio_json(path):
@@ -150,6 +159,33 @@ def cmd_summary(args):
     return 0
 
 
+MARGIN = 0.25  # seconds trimmed from each end of fio's measured period
+
+
+def load_samples(path):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            v = line.split()
+            if len(v) == 3:
+                out.append((float(v[0]), int(v[1]), int(v[2])))
+    return out
+
+
+def interp(samples, t, idx):
+    """Linear interpolation of column idx at time t; None if t is outside
+    the sampled range."""
+    if not samples or t < samples[0][0] or t > samples[-1][0]:
+        return None
+    for a, b in zip(samples, samples[1:]):
+        if a[0] <= t <= b[0]:
+            if b[0] == a[0]:
+                return float(a[idx])
+            f = (t - a[0]) / (b[0] - a[0])
+            return a[idx] + f * (b[idx] - a[idx])
+    return float(samples[-1][idx])
+
+
 def read_records(path):
     recs = []
     with open(path, encoding="utf-8") as f:
@@ -157,10 +193,11 @@ def read_records(path):
             line = line.rstrip("\n")
             if not line or line.startswith("#"):
                 continue
-            job, server, rc, jpath, ticks, window, clk = line.split("\t")
+            job, server, rc, jpath, spath, t_end, runtime, clk = \
+                line.split("\t")
             r = {"job": job, "server": server, "rc": int(rc), "m": None,
                  "cpu_us_per_io": math.nan, "cpu_pct": math.nan,
-                 "note": ""}
+                 "host_pct": math.nan, "note": ""}
             if r["rc"] == 0:
                 try:
                     r["m"] = metrics(load_fio_json(jpath))
@@ -168,18 +205,31 @@ def read_records(path):
                         r["note"] = f"fio error {r['m']['error']}"
                 except (OSError, ValueError) as e:
                     r["note"] = f"unparsable fio output ({e})"
+            elif r["rc"] == 98:
+                r["note"] = "server died during this job"
+            elif r["rc"] == 99:
+                r["note"] = "skipped, server died earlier"
             else:
                 r["note"] = f"fio exit {r['rc']}"
-            if r["m"] and ticks not in ("-", "") and window not in ("-", ""):
-                cpu_s = int(ticks) / float(clk)
-                w = float(window)
-                ios = r["m"]["iops"] * w
-                if w > 0:
+            if r["m"] and spath not in ("-", ""):
+                try:
+                    samples = load_samples(spath)
+                except OSError:
+                    samples = []
+                t1 = float(t_end) - MARGIN
+                t0 = float(t_end) - float(runtime) + MARGIN
+                w = t1 - t0
+                c0, c1 = interp(samples, t0, 1), interp(samples, t1, 1)
+                h0, h1 = interp(samples, t0, 2), interp(samples, t1, 2)
+                if None in (c0, c1) or w <= 0:
+                    r["note"] = "no CPU sample"
+                else:
+                    cpu_s = (c1 - c0) / float(clk)
                     r["cpu_pct"] = 100.0 * cpu_s / w
-                if ios > 0:
-                    r["cpu_us_per_io"] = cpu_s * 1e6 / ios
-            elif r["m"] and not r["note"]:
-                r["note"] = "no CPU sample"
+                    r["host_pct"] = 100.0 * (h1 - h0) / float(clk) / w
+                    ios = r["m"]["iops"] * w
+                    if ios > 0:
+                        r["cpu_us_per_io"] = cpu_s * 1e6 / ios
             recs.append(r)
     return recs
 
@@ -202,8 +252,8 @@ def cmd_report(args):
     w("### Results")
     w("")
     w("| job | server | IOPS | MiB/s | mean lat µs | p99 lat µs "
-      "| server CPU µs/IO | server CPU % |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|")
+      "| server CPU µs/IO | server CPU % | host busy % |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for job in jobs:
         for s in servers:
             r = by.get((job, s))
@@ -211,12 +261,13 @@ def cmd_report(args):
                 continue
             m = r["m"]
             if m is None:
-                w(f"| {job} | {s} | FAILED: {r['note']} | | | | | |")
+                w(f"| {job} | {s} | FAILED: {r['note']} | | | | | | |")
                 continue
             note = f" ({r['note']})" if r["note"] else ""
             w(f"| {job} | {s} | {fmt(m['iops'])} | {fmt(m['mibs'])} "
               f"| {fmt(m['lat_mean_us'])} | {fmt(m['lat_p99_us'])} "
-              f"| {fmt(r['cpu_us_per_io'])}{note} | {fmt(r['cpu_pct'], 0)} |")
+              f"| {fmt(r['cpu_us_per_io'])}{note} | {fmt(r['cpu_pct'], 0)} "
+              f"| {fmt(r['host_pct'], 0)} |")
     w("")
 
     # FLUSH latency for jobs that issued flushes (fsync=1).
@@ -281,6 +332,80 @@ def cmd_report(args):
     return 1 if failed and args.strict else 0
 
 
+def _proc_ticks(pid):
+    """utime+stime+cutime+cstime of one process (all its threads)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        st = f.read()
+    rest = st[st.rindex(b")") + 2:].split()
+    # rest[0] is field 3 (state); utime is field 14.
+    return int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])
+
+
+def _children_map():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                st = f.read()
+        except OSError:
+            continue
+        rest = st[st.rindex(b")") + 2:].split()
+        kids.setdefault(int(rest[1]), []).append(int(d))
+    return kids
+
+
+def _descendants(pid):
+    kids = _children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _host_busy():
+    with open("/proc/stat", "rb") as f:
+        v = f.readline().split()
+    # cpu user nice system idle iowait irq softirq steal ...
+    return sum(int(x) for x in v[1:4]) + sum(int(x) for x in v[6:9])
+
+
+def cmd_sample(args):
+    """Write 'epoch_seconds server_ticks host_busy_ticks' every --interval
+    seconds until SIGTERM/SIGINT or until the server process is gone."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    pids, rescan_at = [args.pid], 0.0
+    with open(args.out, "w", encoding="utf-8") as out:
+        while True:
+            now = time.time()
+            if now >= rescan_at:
+                try:
+                    pids = _descendants(args.pid)
+                except OSError:
+                    pass
+                rescan_at = now + 1.0
+            total = 0
+            try:
+                total = _proc_ticks(args.pid)
+            except (OSError, ValueError):
+                return 0  # server gone
+            for p in pids[1:]:
+                try:
+                    total += _proc_ticks(p)
+                except (OSError, ValueError):
+                    pass
+            out.write(f"{time.time():.4f} {total} {_host_busy()}\n")
+            out.flush()
+            if stop:
+                return 0
+            time.sleep(max(0.0, args.interval - (time.time() - now)))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -294,6 +419,12 @@ def main(argv=None):
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any run failed")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("sample", help="sample a server's CPU ticks "
+                       "periodically (used by nbd-peers.sh)")
+    p.add_argument("pid", type=int)
+    p.add_argument("out")
+    p.add_argument("--interval", type=float, default=0.2)
+    p.set_defaults(func=cmd_sample)
     args = ap.parse_args(argv)
     return args.func(args)
 

@@ -144,8 +144,10 @@ stop_server() { # name; sets STOP_RC to the server's exit status
   STOP_RC=$rc
 }
 
+SAMPLER=""
 cleanup() {
   local s
+  [[ -z $SAMPLER ]] || kill -TERM "$SAMPLER" 2>/dev/null || true
   for s in "${!PID[@]}"; do stop_server "$s"; done
   if [[ $KEEP_WORKDIR == 1 ]]; then
     log "kept workdir $WORKDIR"
@@ -163,28 +165,7 @@ trap 'exit 143' TERM
 
 mkdir -p "$WORKDIR/fio" "$WORKDIR/logs"
 
-# Sum utime+stime (+ reaped children's cutime+cstime) of a process and all
-# its live descendants, in clock ticks. /proc/PID/stat of a process already
-# covers all of its threads.
-cpu_ticks() {
-  local pid=$1 total=0 st c
-  st=$(<"/proc/$pid/stat") || return 1
-  st=${st##*) }
-  # shellcheck disable=SC2086
-  set -- $st
-  total=$(( ${12} + ${13} + ${14} + ${15} ))
-  for c in $(pgrep -P "$pid" 2>/dev/null || true); do
-    total=$(( total + $(cpu_ticks "$c" || echo 0) ))
-  done
-  echo "$total"
-}
-
 now() { echo "${EPOCHREALTIME/,/.}"; }
-sleep_until() { # absolute epoch seconds (float)
-  local d
-  d=$(awk -v t="$1" -v n="$(now)" 'BEGIN { d = t - n; if (d > 0) printf "%.3f", d; else print 0 }')
-  [[ $d == 0 ]] || sleep "$d"
-}
 
 wait_ready() { # name
   local s=$1 uri="nbd+unix:///?socket=${SOCK[$1]}" i size
@@ -221,6 +202,10 @@ start_server() { # name
 }
 
 # ---------------------------------------------------------------- prepare
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+if awk -v l="${LOAD_START%% *}" 'BEGIN { exit !(l > 0.5) }'; then
+  log "WARNING: load average is $LOAD_START before the run: other work on this machine will distort the numbers"
+fi
 log "workdir $WORKDIR; servers: ${RUN_SERVERS[*]}; jobs: ${JOB_LIST[*]}; runtime ${RUNTIME}s + ramp ${RAMP}s"
 for s in "${RUN_SERVERS[@]}"; do
   log "writing ${IMAGE_MB} MiB of random data to $WORKDIR/$s.img"
@@ -233,18 +218,20 @@ for s in "${RUN_SERVERS[@]}"; do start_server "$s"; done
 RECORDS=$WORKDIR/records.tsv
 : >"$RECORDS"
 declare -A DEAD
-FIO_EXAMPLE=""
-# Server CPU is sampled over [launch + RAMP + 0.5 s, launch + RAMP + RUNTIME]:
-# the 0.5 s margin covers fio's start-up (fork + NBD handshake, ~0.1-0.2 s),
-# so the window lies inside fio's measured post-ramp period.
-WIN_START=$(awk -v r="$RAMP" 'BEGIN { printf "%.3f", r + 0.5 }')
-WIN_END=$((RAMP + RUNTIME))
+FIO_EXAMPLE="fio --name=JOB $FIO_COMMON <job args> --uri=nbd+unix:///?socket=SOCK --output=FILE"
+# Server CPU: a sampler (fio_report.py sample) records the server's
+# utime+stime every 0.2 s while fio runs. fio's start-up time (fork + NBD
+# handshake) varies with load, but its measured period always ends just
+# before it exits, so the report takes the CPU used over
+# [fio exit - RUNTIME + 0.25 s, fio exit - 0.25 s] (interpolated between
+# samples) and divides it by IOPS x window length.
 
 for job in "${JOB_LIST[@]}"; do
   for s in "${RUN_SERVERS[@]}"; do
     out=$WORKDIR/fio/$job.$s.json
+    smp=$WORKDIR/fio/$job.$s.cpu
     if [[ -n ${DEAD[$s]:-} ]]; then
-      printf '%s\t%s\t%s\t%s\t-\t-\t%s\n' "$job" "$s" 99 "$out" "$CLK_TCK" >>"$RECORDS"
+      printf '%s\t%s\t%s\t%s\t-\t-\t%s\t%s\n' "$job" "$s" 99 "$out" "$RUNTIME" "$CLK_TCK" >>"$RECORDS"
       continue
     fi
     # Flush dirty page cache left by the previous run so its writeback does
@@ -254,41 +241,22 @@ for job in "${JOB_LIST[@]}"; do
     uri="nbd+unix:///?socket=${SOCK[$s]}"
     # shellcheck disable=SC2206
     fio_cmd=(fio --name="$job" $FIO_COMMON ${JOB_ARGS[$job]} --uri="$uri" --output="$out")
-    [[ -n $FIO_EXAMPLE ]] || FIO_EXAMPLE="fio --name=JOB $FIO_COMMON <job args> --uri=nbd+unix:///?socket=SOCK --output=FILE"
     log "$job on $s ..."
-    smp=$WORKDIR/fio/$job.$s.cpu
-    t0=$(now)
-    (
-      sleep_until "$(awk -v a="$t0" -v b="$WIN_START" 'BEGIN { printf "%.6f", a + b }')"
-      c0=$(cpu_ticks "${PID[$s]}") || exit 0
-      w0=$(now)
-      sleep_until "$(awk -v a="$t0" -v b="$WIN_END" 'BEGIN { printf "%.6f", a + b }')"
-      c1=$(cpu_ticks "${PID[$s]}") || exit 0
-      w1=$(now)
-      awk -v c0="$c0" -v c1="$c1" -v w0="$w0" -v w1="$w1" \
-        'BEGIN { printf "%d\t%.3f\n", c1 - c0, w1 - w0 }' >"$smp"
-    ) &
-    sampler=$!
+    python3 "$REPORT_PY" sample "${PID[$s]}" "$smp" --interval 0.2 &
+    SAMPLER=$!
+    sleep 0.3
     rc=0
     "${fio_cmd[@]}" >"$WORKDIR/logs/fio.$job.$s.out" 2>&1 || rc=$?
-    wait "$sampler" || true
-    t1=$(now)
-    if [[ -s $smp ]]; then
-      IFS=$'\t' read -r ticks window <"$smp"
-    else
-      ticks=-; window=-
-    fi
-    # fio should have outlived the sampling window; if it did not (it
-    # failed early), the CPU sample is meaningless.
-    if awk -v a="$t0" -v b="$t1" -v e="$WIN_END" 'BEGIN { exit !(b - a < e) }'; then
-      ticks=-; window=-
-    fi
+    t_end=$(now)
+    sleep 0.3
+    kill -TERM "$SAMPLER" 2>/dev/null || true
+    wait "$SAMPLER" || true
+    SAMPLER=""
     if ! kill -0 "${PID[$s]}" 2>/dev/null; then
       DEAD[$s]=1
       log "ERROR: $s died during $job; see below. Skipping its remaining jobs."
       tail -n 20 "$WORKDIR/logs/$s.log" >&2 || true
-      [[ $rc != 0 ]] || rc=98
-      ticks=-; window=-
+      log "(fio exit status was $rc)"; rc=98
     fi
     if ((rc != 0)); then
       log "fio failed on $s (exit $rc):"
@@ -296,7 +264,7 @@ for job in "${JOB_LIST[@]}"; do
     else
       log "  $(python3 "$REPORT_PY" summary "$out" 2>&1)"
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$job" "$s" "$rc" "$out" "$ticks" "$window" "$CLK_TCK" >>"$RECORDS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$job" "$s" "$rc" "$out" "$smp" "$t_end" "$RUNTIME" "$CLK_TCK" >>"$RECORDS"
   done
 done
 
@@ -342,6 +310,7 @@ git_dirty=$(git -C "$REPO" status --porcelain 2>/dev/null | head -n 1)
   echo "| CPU | $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), nproc $(nproc) |"
   echo "| memory | $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) |"
   echo "| workdir fs | $(findmnt -no FSTYPE -T "$WORKDIR" 2>/dev/null || echo '?') ($WORKDIR) |"
+  echo "| load average | $LOAD_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end |"
   echo "| runtime | ${RUNTIME} s measured + ${RAMP} s ramp per job; ${IMAGE_MB} MiB image per server, prefilled from /dev/urandom |"
   echo
   echo "Servers (each on its own Unix socket and image file; all kept running, jobs interleaved):"
@@ -356,7 +325,9 @@ git_dirty=$(git -C "$REPO" status --porcelain 2>/dev/null | head -n 1)
   echo
   python3 "$REPORT_PY" report "$RECORDS"
   echo "Latencies are fio completion latency (clat). Server CPU is utime+stime of the server"
-  echo "process (all threads) sampled over the measured period, per completed read/write."
+  echo "process (all threads) sampled over the measured period, per completed read/write;"
+  echo "server CPU % is of one core. Host busy % is the whole machine's non-idle CPU over the"
+  echo "same window, out of $(nproc)00 % (server + fio + anything else running)."
 } | tee "$md"
 
 log "results written to ${md}"

@@ -27,15 +27,16 @@ pub struct Conn {
     /// Bytes the decoder needs before it can make progress.
     pub need: usize,
     pub out: Vec<u8>,
-    out_pos: usize,
+    pub out_pos: usize,
     pub in_flight: u32,
-    /// No more requests will be taken (EOF, DISC, protocol error, shutdown).
+    /// The client closed its sending side; what is buffered is still served.
+    pub eof: bool,
+    /// No more requests will be taken (DISC, protocol error, truncated stream, shutdown).
     pub read_closed: bool,
     /// The socket failed: nothing more can be sent; the connection goes once idle.
     pub dead: bool,
     /// Edge-triggered readiness: the socket may hold unread bytes.
     pub readable: bool,
-    pub write_interest: bool,
     pub deregistered: bool,
     pub handshake_deadline: Option<Instant>,
     /// Queued on the reactor's list of connections with replies to send.
@@ -64,10 +65,10 @@ impl Conn {
             out,
             out_pos: 0,
             in_flight: 0,
+            eof: false,
             read_closed: false,
             dead: false,
             readable: true,
-            write_interest: false,
             deregistered: false,
             handshake_deadline: Some(deadline),
             dirty: true,
@@ -88,28 +89,29 @@ impl Conn {
         }
     }
 
+    /// Whether requests may be taken from this connection now (limits not reached).
+    pub fn has_room(&self) -> bool {
+        !self.read_closed && !self.dead && self.in_flight < MAX_IN_FLIGHT && self.out.len() - self.out_pos < MAX_QUEUED_OUT
+    }
+
     /// Whether to read more from the socket now.
     pub fn wants_input(&self) -> bool {
-        !self.read_closed
-            && !self.dead
-            && self.readable
-            && self.in_flight < MAX_IN_FLIGHT
-            && self.out.len() - self.out_pos < MAX_QUEUED_OUT
+        self.has_room() && self.readable && !self.eof
     }
 
     /// Reads once from the socket into the input buffer, making room as needed.
     pub fn read_some(&mut self) -> ReadOutcome {
-        let want = self.need.max(1);
-        if self.inbuf.len() - self.in_start < want {
-            // A large write: grow so the whole request fits (the decoder caps `need`).
+        let want = self.need.max(4096);
+        let len = self.inbuf.len();
+        if self.in_start > 0 && (len - self.in_start < want || len - self.in_end < 4096) {
             self.inbuf.copy_within(self.in_start..self.in_end, 0);
             self.in_end -= self.in_start;
             self.in_start = 0;
-            self.inbuf.resize(want.next_power_of_two(), 0);
-        } else if self.in_end == self.inbuf.len() || self.inbuf.len() - self.in_end < 4096 {
-            self.inbuf.copy_within(self.in_start..self.in_end, 0);
-            self.in_end -= self.in_start;
-            self.in_start = 0;
+        }
+        if self.inbuf.len() < want {
+            // A large write: grow so the whole request fits (the decoder caps `need` at a
+            // header plus the largest payload we accept).
+            self.inbuf.resize(want.next_multiple_of(64 << 10), 0);
         }
         match self.stream.read(&mut self.inbuf[self.in_end..]) {
             Ok(0) => ReadOutcome::Eof,

@@ -2,7 +2,7 @@
 //! submissions, executes the engine's disk actions and writes replies.
 
 use crate::bufpool::{BufPool, DataBuf};
-use crate::conn::{Conn, Phase, ReadOutcome};
+use crate::conn::{Conn, Phase, ReadOutcome, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
 use crate::listener::Listener;
 use crate::worker::{self, Done, Job, Workers};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -170,9 +170,7 @@ impl Reactor {
                 continue;
             }
             debug!(client = %name, "connected");
-            let mut conn = Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT);
-            conn.write_interest = true;
-            entry.insert(conn);
+            entry.insert(Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT));
             self.dirty.push(k);
             self.service(k);
         }
@@ -202,13 +200,9 @@ impl Reactor {
                     break;
                 }
                 ReadOutcome::Eof => {
-                    if c.in_flight > 0 || !c.input().is_empty() {
-                        debug!(client = %c.name, "client closed its side with requests pending");
-                    } else {
-                        debug!(client = %c.name, "disconnected");
-                    }
-                    c.read_closed = true;
-                    break;
+                    debug!(client = %c.name, in_flight = c.in_flight, buffered = c.input().len(), "client closed its side");
+                    c.eof = true;
+                    // Serve what is buffered; a partial request left over is a truncated stream.
                 }
                 ReadOutcome::Error(e) => {
                     info!(client = %c.name, "connection failed: {e}");
@@ -233,11 +227,23 @@ impl Reactor {
             let input = &c.inbuf[c.in_start..c.in_end];
             let (n, step) = h.feed(input, &self.core.exports, shutting_down, &mut c.out);
             for r in h.take_refusals() {
-                info!(client = %c.name, "{r}");
+                // Clients probe optional features (meta contexts, extended headers) on
+                // every connection; only refusals of what they needed are worth a log line.
+                if r.contains("ERR_UNSUP") {
+                    debug!(client = %c.name, "{r}");
+                } else {
+                    info!(client = %c.name, "{r}");
+                }
             }
             c.consume(n);
             match step {
-                HandshakeStep::NeedMore => return,
+                HandshakeStep::NeedMore => {
+                    if c.eof {
+                        debug!(client = %c.name, "client left during the handshake");
+                        c.read_closed = true;
+                    }
+                    return;
+                }
                 HandshakeStep::Close(reason) => {
                     match reason {
                         tandem_frontend::nbd::CloseReason::Aborted => debug!(client = %c.name, "client aborted the handshake"),
@@ -272,13 +278,17 @@ impl Reactor {
         let Some(c) = conns.get_mut(k) else { return };
         let Phase::Transmission { volume, decoder, structured } = &mut c.phase else { return };
         let (volume, structured) = (*volume, *structured);
-        while !c.read_closed && c.in_flight < crate::conn::MAX_IN_FLIGHT {
+        // Field-wise twin of Conn::has_room: the decoder keeps `c.phase` borrowed.
+        while !c.read_closed && !c.dead && c.in_flight < MAX_IN_FLIGHT && c.out.len() - c.out_pos < MAX_QUEUED_OUT {
             let (n, decoded) = decoder.decode(&c.inbuf[c.in_start..c.in_end]);
             match decoded {
                 Decoded::NeedMore { need } => {
                     c.need = need;
                     advance(&mut c.in_start, &mut c.in_end, n);
-                    if shutting_down {
+                    if c.eof && c.in_end > c.in_start {
+                        info!(client = %c.name, "client closed the connection in the middle of a request");
+                    }
+                    if shutting_down || c.eof {
                         c.read_closed = true;
                     }
                     return;
@@ -320,7 +330,8 @@ impl Reactor {
             let slot = self.core.slots.remove(req.0 as usize);
             let c = self.conns.get_mut(slot.conn).expect("a connection with requests in flight was dropped");
             c.in_flight -= 1;
-            if c.readable && !c.read_closed {
+            if !c.read_closed && !c.dead {
+                // It may have stopped taking requests at the in-flight limit.
                 resume.push(slot.conn);
             }
             if !c.dirty {
@@ -367,13 +378,17 @@ impl Reactor {
 
     fn flush_dirty(&mut self) {
         let dirty = std::mem::take(&mut self.dirty);
+        let mut resume = Vec::new();
         for &k in &dirty {
             let Some(c) = self.conns.get_mut(k) else { continue };
             c.dirty = false;
             if !c.dead && c.out_pending() {
+                let was_full = !c.has_room();
                 if let Err(e) = c.flush_out() {
                     info!(client = %c.name, "connection failed while replying: {e}");
                     c.dead = true;
+                } else if was_full && c.has_room() {
+                    resume.push(k);
                 }
             }
             if c.finished() {
@@ -391,8 +406,20 @@ impl Reactor {
                 c.deregistered = true;
             }
         }
-        self.dirty = dirty;
-        self.dirty.clear();
+        let mut dirty = dirty;
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+        for k in resume {
+            self.service(k);
+        }
+        if !self.core.completions.is_empty() {
+            self.deliver_completions();
+        }
+        if !self.dirty.is_empty() {
+            self.flush_dirty();
+        }
     }
 
     fn expire_handshakes(&mut self) {

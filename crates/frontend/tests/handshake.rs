@@ -741,6 +741,28 @@ fn byte_by_byte_equals_all_at_once_for_a_full_session() {
     assert_eq!(once.0, input.len() - b"transmission bytes".len());
 }
 
+#[test]
+fn option_limit_counts_options_not_feeds() {
+    // 1023 options and a GO, byte by byte: exactly MAX_OPTIONS options however they arrive.
+    let mut input = modern();
+    for i in 0..MAX_OPTIONS - 1 {
+        input.extend_from_slice(&opt(1000 + i, &[i as u8; 3]));
+    }
+    input.extend_from_slice(&opt(OPT_GO, &info_data(b"archive", &[])));
+    let cuts: Vec<usize> = (0..input.len()).collect();
+    let (n, step, out) = feed_chunked(&input, &cuts, false);
+    assert_eq!((n, step), (input.len(), done(1, false, RO_FLAGS)));
+    assert_eq!(replies(&out).len(), MAX_OPTIONS as usize - 1 + 3);
+    // One more option before the GO is one too many, also byte by byte.
+    let mut more = modern();
+    more.extend_from_slice(&opt(5000, b""));
+    more.extend_from_slice(&input[4..]);
+    let cuts: Vec<usize> = (0..more.len()).collect();
+    let (n, step, out) = feed_chunked(&more, &cuts, false);
+    assert_eq!((n, step), (more.len(), HandshakeStep::Close(CloseReason::TooManyOptions)));
+    assert_eq!(replies(&out).len(), MAX_OPTIONS as usize);
+}
+
 proptest! {
     #[test]
     fn split_points_do_not_matter(
