@@ -31,7 +31,9 @@ pub struct BufPool {
 
 impl Default for BufPool {
     fn default() -> Self {
-        BufPool { classes: (MIN_CLASS..=MAX_CLASS).map(|_| Vec::new()).collect() }
+        BufPool {
+            classes: (MIN_CLASS..=MAX_CLASS).map(|_| Vec::new()).collect(),
+        }
     }
 }
 

@@ -13,7 +13,11 @@ const INITIAL_IN: usize = 256 << 10;
 
 pub enum Phase {
     Handshake(Handshake),
-    Transmission { volume: usize, decoder: RequestDecoder, structured: bool },
+    Transmission {
+        volume: usize,
+        decoder: RequestDecoder,
+        structured: bool,
+    },
 }
 
 pub struct Conn {
@@ -91,7 +95,10 @@ impl Conn {
 
     /// Whether requests may be taken from this connection now (limits not reached).
     pub fn has_room(&self) -> bool {
-        !self.read_closed && !self.dead && self.in_flight < MAX_IN_FLIGHT && self.out.len() - self.out_pos < MAX_QUEUED_OUT
+        !self.read_closed
+            && !self.dead
+            && self.in_flight < MAX_IN_FLIGHT
+            && self.out.len() - self.out_pos < MAX_QUEUED_OUT
     }
 
     /// Whether to read more from the socket now.

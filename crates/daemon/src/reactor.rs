@@ -11,7 +11,10 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_engine::{Action, DiskKind, DiskOp, DiskToken, Io, IoError, ReqId, Volume};
-use tandem_frontend::nbd::{reply, Command, Decoded, Errno, ExportInfo, HandshakeStep, Request, RequestDecoder, TransmissionParams};
+use tandem_frontend::nbd::{
+    reply, Command, Decoded, Errno, ExportInfo, HandshakeStep, Request, RequestDecoder,
+    TransmissionParams,
+};
 use tandem_storage::Backing;
 use tracing::{debug, error, info, warn};
 
@@ -39,6 +42,15 @@ struct Slot {
     read: Option<(u64, u32)>,
     /// Owned payload (writes that leave the event loop) or read data.
     data: Option<DataBuf>,
+    /// The reply (read data) is already in the connection's output buffer.
+    replied: bool,
+}
+
+/// The request being submitted: its payload where it lies in the connection's input
+/// buffer, and that connection's reply buffer.
+struct Current<'a> {
+    payload: &'a [u8],
+    out: &'a mut Vec<u8>,
 }
 
 /// Everything but the connections, so request handling can borrow a connection's input
@@ -65,10 +77,15 @@ pub struct Reactor {
 }
 
 impl Reactor {
-    pub fn new(volumes: Vec<VolumeCtx>, mut listeners: Vec<Listener>, workers: usize) -> io::Result<Reactor> {
+    pub fn new(
+        volumes: Vec<VolumeCtx>,
+        mut listeners: Vec<Listener>,
+        workers: usize,
+    ) -> io::Result<Reactor> {
         let poll = Poll::new()?;
         for (i, l) in listeners.iter_mut().enumerate() {
-            poll.registry().register(l.source(), Token(LISTENER_BASE + i), Interest::READABLE)?;
+            poll.registry()
+                .register(l.source(), Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (signal_rx, signal_tx) = std::os::unix::net::UnixStream::pair()?;
@@ -78,7 +95,8 @@ impl Reactor {
             let tx = signal_tx.try_clone()?;
             signal_hook::low_level::pipe::register(sig, tx)?;
         }
-        poll.registry().register(&mut signal_rx, SIGNAL, Interest::READABLE)?;
+        poll.registry()
+            .register(&mut signal_rx, SIGNAL, Interest::READABLE)?;
         let exports = volumes.iter().map(|v| v.export.clone()).collect();
         Ok(Reactor {
             poll,
@@ -143,7 +161,11 @@ impl Reactor {
     }
 
     fn next_timeout(&self) -> Option<Duration> {
-        let mut t = self.conns.iter().filter_map(|(_, c)| c.handshake_deadline).min();
+        let mut t = self
+            .conns
+            .iter()
+            .filter_map(|(_, c)| c.handshake_deadline)
+            .min();
         if let Some(start) = self.shutting_down {
             t = Some(t.map_or(start + SHUTDOWN_GRACE, |d| d.min(start + SHUTDOWN_GRACE)));
         }
@@ -165,7 +187,11 @@ impl Reactor {
             let name = format!("{peer}#{}", self.next_conn_id);
             let entry = self.conns.vacant_entry();
             let k = entry.key();
-            if let Err(e) = self.poll.registry().register(stream.source(), Token(k), Interest::READABLE | Interest::WRITABLE) {
+            if let Err(e) = self.poll.registry().register(
+                stream.source(),
+                Token(k),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
                 warn!(client = %name, "cannot register connection: {e}");
                 continue;
             }
@@ -189,7 +215,9 @@ impl Reactor {
     fn service(&mut self, k: usize) {
         loop {
             self.process_input(k);
-            let Some(c) = self.conns.get_mut(k) else { return };
+            let Some(c) = self.conns.get_mut(k) else {
+                return;
+            };
             if !c.wants_input() {
                 break;
             }
@@ -219,7 +247,9 @@ impl Reactor {
 
     fn process_input(&mut self, k: usize) {
         let shutting_down = self.shutting_down.is_some();
-        let Some(c) = self.conns.get_mut(k) else { return };
+        let Some(c) = self.conns.get_mut(k) else {
+            return;
+        };
         if c.dead {
             return;
         }
@@ -246,7 +276,9 @@ impl Reactor {
                 }
                 HandshakeStep::Close(reason) => {
                     match reason {
-                        tandem_frontend::nbd::CloseReason::Aborted => debug!(client = %c.name, "client aborted the handshake"),
+                        tandem_frontend::nbd::CloseReason::Aborted => {
+                            debug!(client = %c.name, "client aborted the handshake")
+                        }
                         reason => warn!(client = %c.name, "handshake refused: {reason}"),
                     }
                     c.read_closed = true;
@@ -276,10 +308,21 @@ impl Reactor {
     fn process_requests(&mut self, k: usize, shutting_down: bool) {
         let Reactor { conns, core, .. } = self;
         let Some(c) = conns.get_mut(k) else { return };
-        let Phase::Transmission { volume, decoder, structured } = &mut c.phase else { return };
+        let Phase::Transmission {
+            volume,
+            decoder,
+            structured,
+        } = &mut c.phase
+        else {
+            return;
+        };
         let (volume, structured) = (*volume, *structured);
         // Field-wise twin of Conn::has_room: the decoder keeps `c.phase` borrowed.
-        while !c.read_closed && !c.dead && c.in_flight < MAX_IN_FLIGHT && c.out.len() - c.out_pos < MAX_QUEUED_OUT {
+        while !c.read_closed
+            && !c.dead
+            && c.in_flight < MAX_IN_FLIGHT
+            && c.out.len() - c.out_pos < MAX_QUEUED_OUT
+        {
             let (n, decoded) = decoder.decode(&c.inbuf[c.in_start..c.in_end]);
             match decoded {
                 Decoded::NeedMore { need } => {
@@ -306,11 +349,26 @@ impl Reactor {
                     c.read_closed = true;
                 }
                 Decoded::Request(req, _) if shutting_down => {
-                    reply::error(&mut c.out, structured, req.cookie, Errno::Shutdown, "server is shutting down");
+                    reply::error(
+                        &mut c.out,
+                        structured,
+                        req.cookie,
+                        Errno::Shutdown,
+                        "server is shutting down",
+                    );
                 }
                 Decoded::Request(req, payload) => {
                     c.in_flight += 1;
-                    core.submit(k, volume, structured, req, payload);
+                    core.submit(
+                        k,
+                        volume,
+                        structured,
+                        req,
+                        Current {
+                            payload,
+                            out: &mut c.out,
+                        },
+                    );
                 }
             }
             advance(&mut c.in_start, &mut c.in_end, n);
@@ -328,7 +386,10 @@ impl Reactor {
         let mut resume = Vec::new();
         for (req, result) in self.core.completions.drain(..) {
             let slot = self.core.slots.remove(req.0 as usize);
-            let c = self.conns.get_mut(slot.conn).expect("a connection with requests in flight was dropped");
+            let c = self
+                .conns
+                .get_mut(slot.conn)
+                .expect("a connection with requests in flight was dropped");
             c.in_flight -= 1;
             if !c.read_closed && !c.dead {
                 // It may have stopped taking requests at the in-flight limit.
@@ -337,6 +398,15 @@ impl Reactor {
             if !c.dirty {
                 c.dirty = true;
                 self.dirty.push(slot.conn);
+            }
+            if slot.replied {
+                // Only successful reads are answered early, and nothing fails a read after
+                // its data was read.
+                assert!(
+                    result.is_ok(),
+                    "request {req:?} failed after its reply was sent"
+                );
+                continue;
             }
             match result {
                 Ok(()) => match (slot.read, slot.data) {
@@ -380,7 +450,9 @@ impl Reactor {
         let dirty = std::mem::take(&mut self.dirty);
         let mut resume = Vec::new();
         for &k in &dirty {
-            let Some(c) = self.conns.get_mut(k) else { continue };
+            let Some(c) = self.conns.get_mut(k) else {
+                continue;
+            };
             c.dirty = false;
             if !c.dead && c.out_pending() {
                 let was_full = !c.has_room();
@@ -501,27 +573,77 @@ impl Reactor {
 }
 
 impl Core {
-    fn submit(&mut self, conn: usize, volume: usize, structured: bool, req: Request, payload: &[u8]) {
+    fn submit(
+        &mut self,
+        conn: usize,
+        volume: usize,
+        structured: bool,
+        req: Request,
+        current: Current,
+    ) {
+        let payload = current.payload;
         let (io, read) = match req.command {
-            Command::Read => (Io::Read { offset: req.offset, len: req.len }, Some((req.offset, req.len))),
-            Command::Write { fua } => (Io::Write { offset: req.offset, len: req.len, fua }, None),
-            Command::Trim { fua } => (Io::Trim { offset: req.offset, len: req.len, fua }, None),
-            Command::WriteZeroes { fua, no_hole, fast } => {
-                (Io::Zero { offset: req.offset, len: req.len, fua, may_punch: !no_hole, fast }, None)
-            }
+            Command::Read => (
+                Io::Read {
+                    offset: req.offset,
+                    len: req.len,
+                },
+                Some((req.offset, req.len)),
+            ),
+            Command::Write { fua } => (
+                Io::Write {
+                    offset: req.offset,
+                    len: req.len,
+                    fua,
+                },
+                None,
+            ),
+            Command::Trim { fua } => (
+                Io::Trim {
+                    offset: req.offset,
+                    len: req.len,
+                    fua,
+                },
+                None,
+            ),
+            Command::WriteZeroes { fua, no_hole, fast } => (
+                Io::Zero {
+                    offset: req.offset,
+                    len: req.len,
+                    fua,
+                    may_punch: !no_hole,
+                    fast,
+                },
+                None,
+            ),
             Command::Flush => (Io::Flush, None),
-            Command::Cache => (Io::Cache { offset: req.offset, len: req.len }, None),
+            Command::Cache => (
+                Io::Cache {
+                    offset: req.offset,
+                    len: req.len,
+                },
+                None,
+            ),
             Command::Disconnect => unreachable!("handled by the connection"),
         };
-        let id = self.slots.insert(Slot { conn, cookie: req.cookie, structured, read, data: None });
+        let id = self.slots.insert(Slot {
+            conn,
+            cookie: req.cookie,
+            structured,
+            read,
+            data: None,
+            replied: false,
+        });
         if matches!(io, Io::Write { .. }) && !self.volumes[volume].inline_rw {
             let mut buf = self.pool.get(payload.len());
             buf.copy_from_slice(payload);
             self.slots[id].data = Some(buf);
         }
         debug_assert!(self.actions.is_empty());
-        self.volumes[volume].engine.submit(ReqId(id as u64), io, &mut self.actions);
-        self.run_actions(volume, Some((id, payload)));
+        self.volumes[volume]
+            .engine
+            .submit(ReqId(id as u64), io, &mut self.actions);
+        self.run_actions(volume, Some((id, current)));
     }
 
     fn worker_done(&mut self, done: Done) {
@@ -532,12 +654,14 @@ impl Core {
             }
         }
         debug_assert!(self.actions.is_empty());
-        self.volumes[done.volume].engine.disk_done(done.op, done.result, &mut self.actions);
+        self.volumes[done.volume]
+            .engine
+            .disk_done(done.op, done.result, &mut self.actions);
         self.run_actions(done.volume, None);
     }
 
     /// Executes the engine's actions, feeding inline completions straight back.
-    fn run_actions(&mut self, volume: usize, current: Option<(usize, &[u8])>) {
+    fn run_actions(&mut self, volume: usize, mut current: Option<(usize, Current)>) {
         let mut i = 0;
         while i < self.actions.len() {
             let action = self.actions[i];
@@ -545,10 +669,12 @@ impl Core {
             match action {
                 Action::Complete { req, result } => self.completions.push((req, result)),
                 Action::Disk(op) => {
-                    if let Some(result) = self.try_inline(volume, op, current) {
-                        self.volumes[volume].engine.disk_done(op, result, &mut self.actions);
+                    if let Some(result) = self.try_inline(volume, op, current.as_mut()) {
+                        self.volumes[volume]
+                            .engine
+                            .disk_done(op, result, &mut self.actions);
                     } else {
-                        self.to_worker(volume, op);
+                        self.hand_to_worker(volume, op);
                     }
                 }
             }
@@ -557,46 +683,82 @@ impl Core {
     }
 
     /// Runs a cheap disk operation on the event loop; `None` means it must go to a worker.
-    fn try_inline(&mut self, volume: usize, op: DiskOp, current: Option<(usize, &[u8])>) -> Option<Result<(), IoError>> {
+    fn try_inline(
+        &mut self,
+        volume: usize,
+        op: DiskOp,
+        current: Option<&mut (usize, Current)>,
+    ) -> Option<Result<(), IoError>> {
         let v = &self.volumes[volume];
         if !v.inline_rw {
             return None;
         }
-        let DiskToken::Req(req) = op.token else { return None };
+        let DiskToken::Req(req) = op.token else {
+            return None;
+        };
         let id = req.0 as usize;
-        match op.kind {
-            DiskKind::Read { len, .. } => {
+        let os = |e: io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
+        match (op.kind, current) {
+            // The request being submitted: read straight into its connection's reply
+            // buffer behind a reply header, so the data is copied once, page cache to socket
+            // buffer.
+            (DiskKind::Read { offset, len }, Some((cur, c))) if *cur == id => {
+                let slot = &mut self.slots[id];
+                let start = c.out.len();
+                if slot.structured {
+                    reply::read_data_chunk(c.out, slot.cookie, offset, len);
+                } else {
+                    reply::simple(c.out, slot.cookie, 0);
+                }
+                let data_at = c.out.len();
+                c.out.resize(data_at + len as usize, 0);
+                match v.backing.read_at(&mut c.out[data_at..], offset) {
+                    Ok(()) => {
+                        slot.replied = true;
+                        Some(Ok(()))
+                    }
+                    Err(e) => {
+                        c.out.truncate(start);
+                        Some(Err(os(e)))
+                    }
+                }
+            }
+            (DiskKind::Read { len, .. }, _) => {
                 let mut buf = self.pool.get(len as usize);
                 let r = worker::execute(&v.backing, op.kind, Some(&mut buf));
                 self.slots[id].data = Some(buf);
                 Some(r)
             }
-            DiskKind::Write { .. } => {
+            (DiskKind::Write { offset, .. }, current) => {
                 let payload: &[u8] = match (current, &self.slots[id].data) {
-                    (Some((cur, p)), _) if cur == id => p,
+                    (Some((cur, c)), _) if *cur == id => c.payload,
                     (_, Some(owned)) => owned,
                     _ => unreachable!("a write's payload is neither at hand nor owned"),
                 };
-                // execute() wants a mutable buffer for reads only; writes go straight through.
-                Some(v.backing.write_at(payload, offset_of(op.kind)).map_err(|e| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO))))
+                Some(v.backing.write_at(payload, offset).map_err(os))
             }
             _ => None,
         }
     }
 
-    fn to_worker(&mut self, volume: usize, op: DiskOp) {
+    fn hand_to_worker(&mut self, volume: usize, op: DiskOp) {
         let buf = match (op.token, op.kind) {
-            (DiskToken::Req(req), DiskKind::Read { len, .. }) => {
-                let _ = req;
-                Some(self.pool.get(len as usize))
-            }
-            (DiskToken::Req(req), DiskKind::Write { .. }) => {
-                Some(self.slots[req.0 as usize].data.take().expect("an asynchronous write owns its payload"))
-            }
+            (DiskToken::Req(_), DiskKind::Read { len, .. }) => Some(self.pool.get(len as usize)),
+            (DiskToken::Req(req), DiskKind::Write { .. }) => Some(
+                self.slots[req.0 as usize]
+                    .data
+                    .take()
+                    .expect("an asynchronous write owns its payload"),
+            ),
             _ => None,
         };
         let backing = Arc::clone(&self.volumes[volume].backing);
-        self.workers.submit(Job { volume, backing, op, buf });
+        self.workers.submit(Job {
+            volume,
+            backing,
+            op,
+            buf,
+        });
     }
 }
 
@@ -610,22 +772,17 @@ fn advance(start: &mut usize, end: &mut usize, n: usize) {
     }
 }
 
-fn offset_of(kind: DiskKind) -> u64 {
-    match kind {
-        DiskKind::Read { offset, .. }
-        | DiskKind::Write { offset, .. }
-        | DiskKind::Trim { offset, .. }
-        | DiskKind::Zero { offset, .. }
-        | DiskKind::Cache { offset, .. } => offset,
-        DiskKind::Flush => 0,
-    }
-}
-
 fn describe(e: IoError) -> (Errno, String) {
     match e {
-        IoError::Os(code) => (Errno::from_os(code), format!("I/O error: {}", io::Error::from_raw_os_error(code))),
+        IoError::Os(code) => (
+            Errno::from_os(code),
+            format!("I/O error: {}", io::Error::from_raw_os_error(code)),
+        ),
         IoError::NotFast => (Errno::NotSup, "zeroing this range would not be fast".into()),
-        IoError::NoData => (Errno::Io, "the volume's disk has failed; no I/O is served".into()),
+        IoError::NoData => (
+            Errno::Io,
+            "the volume's disk has failed; no I/O is served".into(),
+        ),
         IoError::ReadOnly => (Errno::Perm, "the volume is read-only".into()),
     }
 }

@@ -57,10 +57,21 @@ pub(crate) fn open_volumes(exports: &[ExportConfig]) -> Result<Vec<VolumeCtx>> {
         if exports[..i].iter().any(|o| o.name == e.name) {
             bail!("export name {:?} is given twice", e.name);
         }
-        let backing = Backing::open(&OpenOptions { path: e.path.clone(), size: e.size, direct: e.direct, read_only: e.read_only })?;
-        let min_block = if e.direct { e.min_block.max(backing.logical_block()) } else { e.min_block };
+        let backing = Backing::open(&OpenOptions {
+            path: e.path.clone(),
+            size: e.size,
+            direct: e.direct,
+            read_only: e.read_only,
+        })?;
+        let min_block = if e.direct {
+            e.min_block.max(backing.logical_block())
+        } else {
+            e.min_block
+        };
         let block = BlockSizes::new(min_block);
-        block.validate().map_err(|m| anyhow::anyhow!("export {:?}: {m}", e.name))?;
+        block
+            .validate()
+            .map_err(|m| anyhow::anyhow!("export {:?}: {m}", e.name))?;
         if backing.size() % u64::from(min_block) != 0 {
             bail!(
                 "{}: size {} is not a multiple of the block size {min_block}",
@@ -99,7 +110,8 @@ pub(crate) fn bind(addrs: &[ListenAddr]) -> Result<Vec<Listener>> {
     for a in addrs {
         match a {
             ListenAddr::Tcp(addr) => {
-                let l = mio::net::TcpListener::bind(*addr).with_context(|| format!("cannot listen on {addr}"))?;
+                let l = mio::net::TcpListener::bind(*addr)
+                    .with_context(|| format!("cannot listen on {addr}"))?;
                 listeners.push(Listener::Tcp(l));
             }
             ListenAddr::Unix(path) => {
@@ -109,9 +121,12 @@ pub(crate) fn bind(addrs: &[ListenAddr]) -> Result<Vec<Listener>> {
                     if std::os::unix::net::UnixStream::connect(path).is_ok() {
                         bail!("{} is in use by a running server", path.display());
                     }
-                    std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+                    std::fs::remove_file(path).with_context(|| {
+                        format!("cannot remove stale socket {}", path.display())
+                    })?;
                 }
-                let l = mio::net::UnixListener::bind(path).with_context(|| format!("cannot listen on {}", path.display()))?;
+                let l = mio::net::UnixListener::bind(path)
+                    .with_context(|| format!("cannot listen on {}", path.display()))?;
                 listeners.push(Listener::Unix(l, path.clone()));
             }
         }

@@ -45,18 +45,31 @@ impl Workers {
                     };
                     let mut buf = job.buf;
                     let result = execute(&job.backing, job.op.kind, buf.as_deref_mut());
-                    if done_tx.send(Done { volume: job.volume, op: job.op, result, buf }).is_err() {
+                    if done_tx
+                        .send(Done {
+                            volume: job.volume,
+                            op: job.op,
+                            result,
+                            buf,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
                     let _ = waker.wake();
                 })
                 .expect("spawning a disk worker thread");
         }
-        Workers { jobs: job_tx, done: done_rx }
+        Workers {
+            jobs: job_tx,
+            done: done_rx,
+        }
     }
 
     pub fn submit(&self, job: Job) {
-        self.jobs.send(job).unwrap_or_else(|_| panic!("all disk workers exited"));
+        self.jobs
+            .send(job)
+            .unwrap_or_else(|_| panic!("all disk workers exited"));
     }
 }
 
@@ -65,15 +78,24 @@ impl Workers {
 pub fn execute(backing: &Backing, kind: DiskKind, buf: Option<&mut [u8]>) -> Result<(), IoError> {
     let os = |e: std::io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
     match kind {
-        DiskKind::Read { offset, .. } => backing.read_at(buf.expect("read without a buffer"), offset).map_err(os),
-        DiskKind::Write { offset, .. } => backing.write_at(buf.expect("write without a payload"), offset).map_err(os),
+        DiskKind::Read { offset, .. } => backing
+            .read_at(buf.expect("read without a buffer"), offset)
+            .map_err(os),
+        DiskKind::Write { offset, .. } => backing
+            .write_at(buf.expect("write without a payload"), offset)
+            .map_err(os),
         DiskKind::Trim { offset, len } => backing.trim(offset, u64::from(len)).map_err(os),
-        DiskKind::Zero { offset, len, may_punch, fast } => {
-            backing.write_zeroes(offset, u64::from(len), may_punch, fast).map_err(|e| match e {
+        DiskKind::Zero {
+            offset,
+            len,
+            may_punch,
+            fast,
+        } => backing
+            .write_zeroes(offset, u64::from(len), may_punch, fast)
+            .map_err(|e| match e {
                 ZeroError::NotFast => IoError::NotFast,
                 ZeroError::Io(e) => os(e),
-            })
-        }
+            }),
         DiskKind::Cache { offset, len } => backing.cache(offset, u64::from(len)).map_err(os),
         DiskKind::Flush => backing.sync_data().map_err(os),
     }

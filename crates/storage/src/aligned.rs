@@ -27,7 +27,8 @@ impl AlignedBuf {
     }
 
     fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len.max(1).next_multiple_of(DIRECT_ALIGN), DIRECT_ALIGN).expect("buffer size overflows")
+        Layout::from_size_align(len.max(1).next_multiple_of(DIRECT_ALIGN), DIRECT_ALIGN)
+            .expect("buffer size overflows")
     }
 
     pub fn len(&self) -> usize {

@@ -31,7 +31,11 @@ pub enum StorageError {
     #[error("{path} does not exist; give a size to create it")]
     MissingSize { path: PathBuf },
     #[error("{path} is {actual} bytes but a size of {wanted} was given; refusing to resize an existing backing file")]
-    SizeMismatch { path: PathBuf, actual: u64, wanted: u64 },
+    SizeMismatch {
+        path: PathBuf,
+        actual: u64,
+        wanted: u64,
+    },
     #[error("{path} is neither a regular file nor a block device")]
     Unsupported { path: PathBuf },
     #[error("{path} is in use by another process (locked)")]
@@ -69,7 +73,10 @@ const ZERO_CHUNK: usize = 1 << 20;
 impl Backing {
     pub fn open(opts: &OpenOptions) -> Result<Backing, StorageError> {
         let path = opts.path.clone();
-        let io_err = |source| StorageError::Io { path: path.clone(), source };
+        let io_err = |source| StorageError::Io {
+            path: path.clone(),
+            source,
+        };
         let existing = match std::fs::metadata(&path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -82,16 +89,30 @@ impl Backing {
         }
         let (file, kind) = match existing {
             None => {
-                let size = opts.size.ok_or_else(|| StorageError::MissingSize { path: path.clone() })?;
+                let size = opts
+                    .size
+                    .ok_or_else(|| StorageError::MissingSize { path: path.clone() })?;
                 if opts.read_only {
-                    return Err(io_err(io::Error::new(io::ErrorKind::NotFound, "cannot create a read-only export")));
+                    return Err(io_err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "cannot create a read-only export",
+                    )));
                 }
-                let file = fs_opts.clone().create_new(true).open(&path).map_err(io_err)?;
+                let file = fs_opts
+                    .clone()
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(io_err)?;
                 file.set_len(size).map_err(io_err)?;
                 (file, BackingKind::File)
             }
-            Some(m) if m.file_type().is_file() => (fs_opts.open(&path).map_err(io_err)?, BackingKind::File),
-            Some(m) if m.file_type().is_block_device() => (fs_opts.open(&path).map_err(io_err)?, BackingKind::BlockDevice),
+            Some(m) if m.file_type().is_file() => {
+                (fs_opts.open(&path).map_err(io_err)?, BackingKind::File)
+            }
+            Some(m) if m.file_type().is_block_device() => (
+                fs_opts.open(&path).map_err(io_err)?,
+                BackingKind::BlockDevice,
+            ),
             Some(_) => return Err(StorageError::Unsupported { path }),
         };
         // Two servers writing one backing store would corrupt it silently; refuse instead.
@@ -108,17 +129,31 @@ impl Backing {
                 let size = file.metadata().map_err(io_err)?.len();
                 if let Some(wanted) = opts.size {
                     if wanted != size {
-                        return Err(StorageError::SizeMismatch { path, actual: size, wanted });
+                        return Err(StorageError::SizeMismatch {
+                            path,
+                            actual: size,
+                            wanted,
+                        });
                     }
                 }
                 (size, 512)
             }
-            BackingKind::BlockDevice => (blockdev_size(&file).map_err(io_err)?, blockdev_logical_block(&file).map_err(io_err)?),
+            BackingKind::BlockDevice => (
+                blockdev_size(&file).map_err(io_err)?,
+                blockdev_logical_block(&file).map_err(io_err)?,
+            ),
         };
         if size == 0 {
             return Err(StorageError::Empty { path });
         }
-        Ok(Backing { file, path, size, kind, direct: opts.direct, logical_block })
+        Ok(Backing {
+            file,
+            path,
+            size,
+            kind,
+            direct: opts.direct,
+            logical_block,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -167,7 +202,11 @@ impl Backing {
 
     /// Discards a range. TRIM is advisory, so a store that cannot punch holes ignores it.
     pub fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        match self.fallocate(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+        match self.fallocate(
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        ) {
             Err(e) if is_unsupported(&e) => Ok(()),
             r => r,
         }
@@ -175,9 +214,19 @@ impl Backing {
 
     /// Makes a range read as zeroes. `may_punch` allows deallocating it (no NO_HOLE flag);
     /// `fast_only` refuses with [`ZeroError::NotFast`] rather than writing zeroes.
-    pub fn write_zeroes(&self, offset: u64, len: u64, may_punch: bool, fast_only: bool) -> Result<(), ZeroError> {
+    pub fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        may_punch: bool,
+        fast_only: bool,
+    ) -> Result<(), ZeroError> {
         if may_punch {
-            match self.fallocate(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+            match self.fallocate(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            ) {
                 Ok(()) => return Ok(()),
                 Err(e) if is_unsupported(&e) => {}
                 Err(e) => return Err(e.into()),
@@ -186,7 +235,11 @@ impl Backing {
         // On a block device ZERO_RANGE may silently fall back to writing zeroes in the
         // kernel, so it is only "fast" on regular files.
         if self.kind == BackingKind::File || !fast_only {
-            match self.fallocate(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+            match self.fallocate(
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            ) {
                 Ok(()) => return Ok(()),
                 Err(e) if is_unsupported(&e) => {}
                 Err(e) => return Err(e.into()),
@@ -208,7 +261,14 @@ impl Backing {
     /// Hints that a range will be read soon (NBD_CMD_CACHE).
     pub fn cache(&self, offset: u64, len: u64) -> io::Result<()> {
         // SAFETY: posix_fadvise has no memory-safety preconditions.
-        let rc = unsafe { libc::posix_fadvise(self.file.as_raw_fd(), offset as i64, len as i64, libc::POSIX_FADV_WILLNEED) };
+        let rc = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as i64,
+                len as i64,
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(rc));
         }
@@ -226,11 +286,14 @@ impl Backing {
 }
 
 fn is_aligned(ptr: *const u8, len: usize) -> bool {
-    ptr as usize % DIRECT_ALIGN == 0 && len % 512 == 0
+    (ptr as usize).is_multiple_of(DIRECT_ALIGN) && len.is_multiple_of(512)
 }
 
 fn is_unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
+    )
 }
 
 fn blockdev_size(file: &File) -> io::Result<u64> {
@@ -262,13 +325,19 @@ mod tests {
     use super::*;
 
     fn tmp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tandem-storage-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tandem-storage-{}-{name}", std::process::id()));
         let _ = std::fs::remove_file(&dir);
         dir
     }
 
     fn opts(path: &Path, size: Option<u64>, direct: bool) -> OpenOptions {
-        OpenOptions { path: path.to_path_buf(), size, direct, read_only: false }
+        OpenOptions {
+            path: path.to_path_buf(),
+            size,
+            direct,
+            read_only: false,
+        }
     }
 
     #[test]
@@ -288,14 +357,20 @@ mod tests {
     #[test]
     fn missing_file_without_size_is_an_error() {
         let p = tmp("nosize");
-        assert!(matches!(Backing::open(&opts(&p, None, false)), Err(StorageError::MissingSize { .. })));
+        assert!(matches!(
+            Backing::open(&opts(&p, None, false)),
+            Err(StorageError::MissingSize { .. })
+        ));
     }
 
     #[test]
     fn size_mismatch_is_refused() {
         let p = tmp("mismatch");
         drop(Backing::open(&opts(&p, Some(1 << 20), false)).unwrap());
-        assert!(matches!(Backing::open(&opts(&p, Some(2 << 20), false)), Err(StorageError::SizeMismatch { .. })));
+        assert!(matches!(
+            Backing::open(&opts(&p, Some(2 << 20), false)),
+            Err(StorageError::SizeMismatch { .. })
+        ));
         std::fs::remove_file(&p).unwrap();
     }
 
@@ -303,7 +378,10 @@ mod tests {
     fn second_open_is_locked_out() {
         let p = tmp("lock");
         let _a = Backing::open(&opts(&p, Some(1 << 20), false)).unwrap();
-        assert!(matches!(Backing::open(&opts(&p, None, false)), Err(StorageError::Locked { .. })));
+        assert!(matches!(
+            Backing::open(&opts(&p, None, false)),
+            Err(StorageError::Locked { .. })
+        ));
         std::fs::remove_file(&p).unwrap();
     }
 
@@ -328,7 +406,9 @@ mod tests {
         let b = match Backing::open(&opts(&p, Some(1 << 20), true)) {
             Ok(b) => b,
             // tmpfs has no O_DIRECT; nothing to test there.
-            Err(StorageError::Io { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => return,
+            Err(StorageError::Io { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+                return
+            }
             Err(e) => panic!("{e}"),
         };
         let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();

@@ -15,17 +15,30 @@ pub struct BlockSizes {
 impl BlockSizes {
     pub const fn new(minimum: u32) -> BlockSizes {
         let preferred = if minimum > 4096 { minimum } else { 4096 };
-        BlockSizes { minimum, preferred, maximum: MAX_PAYLOAD }
+        BlockSizes {
+            minimum,
+            preferred,
+            maximum: MAX_PAYLOAD,
+        }
     }
 
     /// Checks the constraints the protocol puts on advertised sizes.
     pub fn validate(&self) -> Result<(), String> {
-        let BlockSizes { minimum, preferred, maximum } = *self;
+        let BlockSizes {
+            minimum,
+            preferred,
+            maximum,
+        } = *self;
         if !minimum.is_power_of_two() || minimum > 65536 {
-            return Err(format!("minimum block size {minimum} must be a power of two up to 65536"));
+            return Err(format!(
+                "minimum block size {minimum} must be a power of two up to 65536"
+            ));
         }
         if !preferred.is_power_of_two() || preferred < minimum.max(512) {
-            return Err(format!("preferred block size {preferred} must be a power of two >= {}", minimum.max(512)));
+            return Err(format!(
+                "preferred block size {preferred} must be a power of two >= {}",
+                minimum.max(512)
+            ));
         }
         if maximum < preferred || maximum % minimum != 0 || maximum > MAX_PAYLOAD {
             return Err(format!("maximum block size {maximum} must be a multiple of {minimum} in {preferred}..={MAX_PAYLOAD}"));
@@ -47,7 +60,11 @@ pub struct ExportInfo {
 impl ExportInfo {
     /// Transmission flags for this export, given whether structured replies were negotiated.
     pub fn transmission_flags(&self, structured: bool) -> u16 {
-        let mut f = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_FUA | FLAG_SEND_CACHE | FLAG_CAN_MULTI_CONN;
+        let mut f = FLAG_HAS_FLAGS
+            | FLAG_SEND_FLUSH
+            | FLAG_SEND_FUA
+            | FLAG_SEND_CACHE
+            | FLAG_CAN_MULTI_CONN;
         if self.read_only {
             f |= FLAG_READ_ONLY;
         } else {

@@ -78,7 +78,13 @@ impl Default for Handshake {
 
 impl Handshake {
     pub fn new() -> Handshake {
-        Handshake { state: State::ClientFlags, no_zeroes: false, structured: false, options: 0, refusals: Vec::new() }
+        Handshake {
+            state: State::ClientFlags,
+            no_zeroes: false,
+            structured: false,
+            options: 0,
+            refusals: Vec::new(),
+        }
     }
 
     /// The server's opening bytes.
@@ -109,7 +115,9 @@ impl Handshake {
             match self.state {
                 State::Finished => return (consumed, HandshakeStep::NeedMore),
                 State::ClientFlags => {
-                    let Some(flags) = rest.get(..4) else { return (consumed, HandshakeStep::NeedMore) };
+                    let Some(flags) = rest.get(..4) else {
+                        return (consumed, HandshakeStep::NeedMore);
+                    };
                     consumed += 4;
                     let flags = u32::from_be_bytes(flags.try_into().unwrap());
                     if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
@@ -124,7 +132,9 @@ impl Handshake {
                     self.state = State::Options;
                 }
                 State::Options => {
-                    let Some(hdr) = rest.get(..16) else { return (consumed, HandshakeStep::NeedMore) };
+                    let Some(hdr) = rest.get(..16) else {
+                        return (consumed, HandshakeStep::NeedMore);
+                    };
                     let magic = u64::from_be_bytes(hdr[0..8].try_into().unwrap());
                     let option = u32::from_be_bytes(hdr[8..12].try_into().unwrap());
                     let len = u32::from_be_bytes(hdr[12..16].try_into().unwrap());
@@ -132,16 +142,20 @@ impl Handshake {
                         return self.close(consumed + 16, CloseReason::BadOptionMagic(magic));
                     }
                     if len > MAX_OPTION_LEN {
-                        return self.close(consumed + 16, CloseReason::OptionTooLong { option, len });
+                        return self
+                            .close(consumed + 16, CloseReason::OptionTooLong { option, len });
                     }
                     let total = 16 + len as usize;
-                    let Some(msg) = rest.get(..total) else { return (consumed, HandshakeStep::NeedMore) };
+                    let Some(msg) = rest.get(..total) else {
+                        return (consumed, HandshakeStep::NeedMore);
+                    };
                     consumed += total;
                     self.options += 1;
                     if self.options > MAX_OPTIONS {
                         return self.close(consumed, CloseReason::TooManyOptions);
                     }
-                    if let Some(step) = self.option(option, &msg[16..], exports, shutting_down, out) {
+                    if let Some(step) = self.option(option, &msg[16..], exports, shutting_down, out)
+                    {
                         return (consumed, step);
                     }
                 }
@@ -166,7 +180,9 @@ impl Handshake {
         if shutting_down && option != OPT_ABORT {
             if option == OPT_EXPORT_NAME {
                 self.state = State::Finished;
-                return Some(HandshakeStep::Close(CloseReason::ExportNameRefused("server is shutting down")));
+                return Some(HandshakeStep::Close(CloseReason::ExportNameRefused(
+                    "server is shutting down",
+                )));
             }
             self.error(out, option, REP_ERR_SHUTDOWN, "server is shutting down");
             return None;
@@ -177,12 +193,16 @@ impl Handshake {
                     Ok(n) => n,
                     Err(_) => {
                         self.state = State::Finished;
-                        return Some(HandshakeStep::Close(CloseReason::ExportNameRefused("export name is not UTF-8")));
+                        return Some(HandshakeStep::Close(CloseReason::ExportNameRefused(
+                            "export name is not UTF-8",
+                        )));
                     }
                 };
                 self.state = State::Finished;
                 let Some(index) = find_export(exports, name) else {
-                    return Some(HandshakeStep::Close(CloseReason::UnknownExport(name.to_string())));
+                    return Some(HandshakeStep::Close(CloseReason::UnknownExport(
+                        name.to_string(),
+                    )));
                 };
                 let export = &exports[index];
                 let flags = export.transmission_flags(self.structured);
@@ -191,7 +211,11 @@ impl Handshake {
                 if !self.no_zeroes {
                     out.extend_from_slice(&[0u8; 124]);
                 }
-                Some(HandshakeStep::Done(Negotiated { export: index, structured_replies: self.structured, transmission_flags: flags }))
+                Some(HandshakeStep::Done(Negotiated {
+                    export: index,
+                    structured_replies: self.structured,
+                    transmission_flags: flags,
+                }))
             }
             OPT_ABORT => {
                 reply(out, option, REP_ACK, &[]);
@@ -214,14 +238,29 @@ impl Handshake {
                 None
             }
             OPT_STARTTLS => {
-                self.error(out, option, REP_ERR_POLICY, "TLS is not configured on this server");
+                self.error(
+                    out,
+                    option,
+                    REP_ERR_POLICY,
+                    "TLS is not configured on this server",
+                );
                 None
             }
             OPT_STRUCTURED_REPLY => {
                 if !data.is_empty() {
-                    self.error(out, option, REP_ERR_INVALID, "NBD_OPT_STRUCTURED_REPLY carries no data");
+                    self.error(
+                        out,
+                        option,
+                        REP_ERR_INVALID,
+                        "NBD_OPT_STRUCTURED_REPLY carries no data",
+                    );
                 } else if self.structured {
-                    self.error(out, option, REP_ERR_INVALID, "structured replies already negotiated");
+                    self.error(
+                        out,
+                        option,
+                        REP_ERR_INVALID,
+                        "structured replies already negotiated",
+                    );
                 } else {
                     self.structured = true;
                     reply(out, option, REP_ACK, &[]);
@@ -236,14 +275,30 @@ impl Handshake {
         }
     }
 
-    fn info_or_go(&mut self, option: u32, data: &[u8], exports: &[ExportInfo], out: &mut Vec<u8>) -> Option<HandshakeStep> {
+    fn info_or_go(
+        &mut self,
+        option: u32,
+        data: &[u8],
+        exports: &[ExportInfo],
+        out: &mut Vec<u8>,
+    ) -> Option<HandshakeStep> {
         let Some(parsed) = parse_info_request(data) else {
-            self.error(out, option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/NBD_OPT_GO request");
+            self.error(
+                out,
+                option,
+                REP_ERR_INVALID,
+                "malformed NBD_OPT_INFO/NBD_OPT_GO request",
+            );
             return None;
         };
         let (name, requests) = parsed;
         let Some(index) = find_export(exports, name) else {
-            self.error(out, option, REP_ERR_UNKNOWN, &format!("export {name:?} not found"));
+            self.error(
+                out,
+                option,
+                REP_ERR_UNKNOWN,
+                &format!("export {name:?} not found"),
+            );
             return None;
         };
         let export = &exports[index];
@@ -253,7 +308,11 @@ impl Handshake {
         info.extend_from_slice(&export.size.to_be_bytes());
         info.extend_from_slice(&flags.to_be_bytes());
         reply(out, option, REP_INFO, &info);
-        let wants = |item: u16| requests.chunks_exact(2).any(|c| u16::from_be_bytes([c[0], c[1]]) == item);
+        let wants = |item: u16| {
+            requests
+                .chunks_exact(2)
+                .any(|c| u16::from_be_bytes([c[0], c[1]]) == item)
+        };
         if wants(INFO_NAME) {
             info.clear();
             info.extend_from_slice(&INFO_NAME.to_be_bytes());
@@ -287,7 +346,11 @@ impl Handshake {
     }
 
     fn error(&mut self, out: &mut Vec<u8>, option: u32, kind: u32, message: &str) {
-        self.refusals.push(format!("option {} refused ({}): {message}", option_name(option), rep_name(kind)));
+        self.refusals.push(format!(
+            "option {} refused ({}): {message}",
+            option_name(option),
+            rep_name(kind)
+        ));
         reply(out, option, kind, message.as_bytes());
     }
 }

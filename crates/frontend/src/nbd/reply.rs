@@ -32,7 +32,13 @@ fn structured_header(out: &mut Vec<u8>, flags: u16, typ: u16, cookie: u64, len: 
 /// The final `OFFSET_DATA` chunk of a read: header and offset; `len` data bytes follow.
 #[inline]
 pub fn read_data_chunk(out: &mut Vec<u8>, cookie: u64, offset: u64, len: u32) {
-    structured_header(out, REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, cookie, len + 8);
+    structured_header(
+        out,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_OFFSET_DATA,
+        cookie,
+        len + 8,
+    );
     out.extend_from_slice(&offset.to_be_bytes());
 }
 
@@ -42,7 +48,13 @@ pub fn structured_error(out: &mut Vec<u8>, cookie: u64, error: u32, message: &st
     while std::str::from_utf8(msg).is_err() {
         msg = &msg[..msg.len() - 1];
     }
-    structured_header(out, REPLY_FLAG_DONE, REPLY_TYPE_ERROR, cookie, 6 + msg.len() as u32);
+    structured_header(
+        out,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_ERROR,
+        cookie,
+        6 + msg.len() as u32,
+    );
     out.extend_from_slice(&error.to_be_bytes());
     out.extend_from_slice(&(msg.len() as u16).to_be_bytes());
     out.extend_from_slice(msg);

@@ -21,17 +21,28 @@ pub struct TransmissionParams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     Read,
-    Write { fua: bool },
+    Write {
+        fua: bool,
+    },
     Flush,
-    Trim { fua: bool },
-    WriteZeroes { fua: bool, no_hole: bool, fast: bool },
+    Trim {
+        fua: bool,
+    },
+    WriteZeroes {
+        fua: bool,
+        no_hole: bool,
+        fast: bool,
+    },
     Cache,
     Disconnect,
 }
 
 impl Command {
     pub fn is_write(&self) -> bool {
-        matches!(self, Command::Write { .. } | Command::Trim { .. } | Command::WriteZeroes { .. })
+        matches!(
+            self,
+            Command::Write { .. } | Command::Trim { .. } | Command::WriteZeroes { .. }
+        )
     }
 }
 
@@ -84,7 +95,10 @@ pub struct RequestDecoder {
 
 impl RequestDecoder {
     pub fn new(params: TransmissionParams) -> RequestDecoder {
-        RequestDecoder { params, skipping: None }
+        RequestDecoder {
+            params,
+            skipping: None,
+        }
     }
 
     pub fn params(&self) -> &TransmissionParams {
@@ -105,7 +119,12 @@ impl RequestDecoder {
             return (n as usize, Decoded::NeedMore { need: 1 });
         }
         let Some(hdr) = buf.get(..REQUEST_HEADER_LEN) else {
-            return (0, Decoded::NeedMore { need: REQUEST_HEADER_LEN });
+            return (
+                0,
+                Decoded::NeedMore {
+                    need: REQUEST_HEADER_LEN,
+                },
+            );
         };
         let magic = u32::from_be_bytes(hdr[0..4].try_into().unwrap());
         if magic != REQUEST_MAGIC {
@@ -122,12 +141,30 @@ impl RequestDecoder {
             Ok(command) => {
                 let total = REQUEST_HEADER_LEN + payload_len;
                 match buf.get(REQUEST_HEADER_LEN..total) {
-                    Some(payload) => (total, Decoded::Request(Request { cookie, offset, len, command }, payload)),
+                    Some(payload) => (
+                        total,
+                        Decoded::Request(
+                            Request {
+                                cookie,
+                                offset,
+                                len,
+                                command,
+                            },
+                            payload,
+                        ),
+                    ),
                     None => (0, Decoded::NeedMore { need: total }),
                 }
             }
             Err((errno, reason)) => {
-                let rejection = Rejection { cookie, command: typ, offset, len, errno, reason };
+                let rejection = Rejection {
+                    cookie,
+                    command: typ,
+                    offset,
+                    len,
+                    errno,
+                    reason,
+                };
                 if payload_len == 0 {
                     return (REQUEST_HEADER_LEN, Decoded::Rejected(rejection));
                 }
@@ -141,7 +178,13 @@ impl RequestDecoder {
 
 /// Checks one request header against the export. The order matters only for which error a
 /// request with several faults gets; it follows the spec's "SHOULD"s.
-fn validate(p: &TransmissionParams, flags: u16, typ: u16, offset: u64, len: u32) -> Result<Command, (Errno, &'static str)> {
+fn validate(
+    p: &TransmissionParams,
+    flags: u16,
+    typ: u16,
+    offset: u64,
+    len: u32,
+) -> Result<Command, (Errno, &'static str)> {
     let fua = flags & CMD_FLAG_FUA != 0;
     let allowed = match typ {
         CMD_READ if p.structured_replies => CMD_FLAG_FUA | CMD_FLAG_DF,
@@ -181,14 +224,23 @@ fn validate(p: &TransmissionParams, flags: u16, typ: u16, offset: u64, len: u32)
         return Err((Errno::Inval, "length exceeds the maximum block size"));
     }
     let min = u64::from(p.block.minimum);
-    if offset % min != 0 || u64::from(len) % min != 0 {
-        return Err((Errno::Inval, "offset or length not aligned to the minimum block size"));
+    if !offset.is_multiple_of(min) || !u64::from(len).is_multiple_of(min) {
+        return Err((
+            Errno::Inval,
+            "offset or length not aligned to the minimum block size",
+        ));
     }
-    let in_bounds = offset.checked_add(u64::from(len)).is_some_and(|end| end <= p.size);
+    let in_bounds = offset
+        .checked_add(u64::from(len))
+        .is_some_and(|end| end <= p.size);
     if !in_bounds {
         // The spec asks for ENOSPC on writes past the end and EINVAL otherwise ("read or trim").
         let writes_data = matches!(command, Command::Write { .. } | Command::WriteZeroes { .. });
-        let errno = if writes_data { Errno::NoSpc } else { Errno::Inval };
+        let errno = if writes_data {
+            Errno::NoSpc
+        } else {
+            Errno::Inval
+        };
         return Err((errno, "request beyond the end of the export"));
     }
     Ok(command)
