@@ -21,6 +21,8 @@
 #   KEEP_WORKDIR =1 to keep images, fio JSON and server logs
 #   IMAGE_MB     image size in MiB (default 1024)
 #   RESULTS_DIR  where the .md goes (default <repo>/bench/results)
+#   WAIT_IDLE    before each job wait up to this many seconds for the machine
+#                to be idle (< IDLE_PCT % busy, default 25) (default 0: off)
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +32,7 @@ ORIG_CMD="$0${*:+ $*}"
 # The environment settings the caller actually gave, for the report.
 USER_ENV=""
 for v in SERVERS JOBS RUNTIME RAMP IMAGE_MB WORKDIR KEEP_WORKDIR RESULTS_DIR \
-  TANDEM_BIN TANDEM_BUILD TANDEM_ARGS NBDKIT_ARGS QEMU_NBD_ARGS; do
+  WAIT_IDLE IDLE_PCT TANDEM_BIN TANDEM_BUILD TANDEM_ARGS NBDKIT_ARGS QEMU_NBD_ARGS; do
   [[ -z ${!v+x} ]] || USER_ENV+="$v=$(printf '%q' "${!v}") "
 done
 
@@ -61,6 +63,8 @@ die() { log "ERROR: $*"; exit 1; }
 [[ $RUNTIME =~ ^[0-9]+$ && $RUNTIME -ge 2 ]] || die "RUNTIME must be an integer >= 2 (got '$RUNTIME')"
 [[ $RAMP =~ ^[0-9]+$ ]] || die "RAMP must be an integer >= 0 (got '$RAMP')"
 [[ $IMAGE_MB =~ ^[0-9]+$ && $IMAGE_MB -ge 16 ]] || die "IMAGE_MB must be an integer >= 16"
+[[ ${WAIT_IDLE:-0} =~ ^[0-9]+$ ]] || die "WAIT_IDLE must be an integer (seconds)"
+[[ ${IDLE_PCT:-25} =~ ^[0-9]+$ ]] || die "IDLE_PCT must be an integer (percent of one core)"
 for t in fio python3 nbdinfo dd; do
   command -v "$t" >/dev/null || die "$t not found (apt-get install -y fio nbdkit qemu-utils libnbd-bin)"
 done
@@ -167,6 +171,24 @@ mkdir -p "$WORKDIR/fio" "$WORKDIR/logs"
 
 now() { echo "${EPOCHREALTIME/,/.}"; }
 
+host_busy_ticks() { # non-idle CPU ticks of the whole machine
+  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+
+# With WAIT_IDLE=N, wait up to N s until the machine is idle (< IDLE_PCT %
+# busy over one second, 100 % = one core) before a job, so that other work
+# on a shared machine does not land in a measurement.
+wait_idle() {
+  local limit=${WAIT_IDLE:-0} waited=0 a b
+  ((limit > 0)) || return 0
+  while ((waited < limit)); do
+    a=$(host_busy_ticks); sleep 1; b=$(host_busy_ticks)
+    (( (b - a) * 100 / CLK_TCK < ${IDLE_PCT:-25} )) && return 0
+    waited=$((waited + 1))
+  done
+  log "WARNING: machine still busy after waiting ${limit} s; running anyway"
+}
+
 wait_ready() { # name
   local s=$1 uri="nbd+unix:///?socket=${SOCK[$1]}" i size
   for ((i = 0; i < 300; i++)); do
@@ -238,6 +260,7 @@ for job in "${JOB_LIST[@]}"; do
     # not land in this one.
     sync
     sleep 1
+    wait_idle
     uri="nbd+unix:///?socket=${SOCK[$s]}"
     # shellcheck disable=SC2206
     fio_cmd=(fio --name="$job" $FIO_COMMON ${JOB_ARGS[$job]} --uri="$uri" --output="$out")

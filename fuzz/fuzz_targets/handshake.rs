@@ -33,7 +33,12 @@ fn table(choice: u8) -> Vec<ExportInfo> {
 
 /// Feeds `input` in chunks cycling through `sizes` the way a driver does; returns the bytes
 /// consumed, the final step and everything the server sent.
-fn drive(input: &[u8], sizes: &[usize], exports: &[ExportInfo], shutting_down: bool) -> (usize, HandshakeStep, Vec<u8>) {
+fn drive(
+    input: &[u8],
+    sizes: &[usize],
+    exports: &[ExportInfo],
+    shutting_down: bool,
+) -> (usize, HandshakeStep, Vec<u8>) {
     let mut hs = Handshake::new();
     let mut out = Vec::new();
     let (mut start, mut end, mut i) = (0usize, 0usize, 0usize);
@@ -46,7 +51,10 @@ fn drive(input: &[u8], sizes: &[usize], exports: &[ExportInfo], shutting_down: b
             terminal => {
                 if let HandshakeStep::Done(neg) = terminal {
                     assert!(neg.export < exports.len());
-                    assert_eq!(neg.transmission_flags, exports[neg.export].transmission_flags(neg.structured_replies));
+                    assert_eq!(
+                        neg.transmission_flags,
+                        exports[neg.export].transmission_flags(neg.structured_replies)
+                    );
                 }
                 // Finished: no more bytes taken, nothing more said.
                 let sent = out.len();

@@ -10,12 +10,26 @@
 use libfuzzer_sys::fuzz_target;
 use tandem_frontend::nbd::request::REQUEST_HEADER_LEN;
 use tandem_frontend::nbd::wire::MAX_PAYLOAD;
-use tandem_frontend::nbd::{BlockSizes, Command, Decoded, Errno, RequestDecoder, TransmissionParams};
+use tandem_frontend::nbd::{
+    BlockSizes, Command, Decoded, Errno, RequestDecoder, TransmissionParams,
+};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Item {
-    Request { cookie: u64, offset: u64, len: u32, command: Command, payload: Vec<u8> },
-    Rejected { cookie: u64, command: u16, offset: u64, len: u32, errno: Errno },
+    Request {
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        command: Command,
+        payload: Vec<u8>,
+    },
+    Rejected {
+        cookie: u64,
+        command: u16,
+        offset: u64,
+        len: u32,
+        errno: Errno,
+    },
     Fatal,
 }
 
@@ -36,7 +50,12 @@ fn params(data: &[u8]) -> TransmissionParams {
         2 => u64::MAX - raw % 65536,
         _ => raw % (1 << 20),
     };
-    TransmissionParams { size, read_only: b & 1 != 0, block, structured_replies: b & 2 != 0 }
+    TransmissionParams {
+        size,
+        read_only: b & 1 != 0,
+        block,
+        structured_replies: b & 2 != 0,
+    }
 }
 
 fn check_accepted(p: &TransmissionParams, offset: u64, len: u32, command: Command) {
@@ -73,7 +92,11 @@ fn drive(p: TransmissionParams, stream: &[u8], sizes: &[usize]) -> (Vec<Item>, u
             start += n;
             match decoded {
                 Decoded::Request(r, payload) => {
-                    let expect = if matches!(r.command, Command::Write { .. }) { r.len as usize } else { 0 };
+                    let expect = if matches!(r.command, Command::Write { .. }) {
+                        r.len as usize
+                    } else {
+                        0
+                    };
                     assert_eq!(payload.len(), expect);
                     assert_eq!(n, REQUEST_HEADER_LEN + expect);
                     assert_eq!(payload, &avail[REQUEST_HEADER_LEN..n]);

@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use tandem_daemon::{ExportConfig, ListenAddr, ServeConfig};
 
 #[derive(Parser)]
-#[command(name = "tandem", version, about = "Replicated block storage in user space, served over NBD")]
+#[command(
+    name = "tandem",
+    version,
+    about = "Replicated block storage in user space, served over NBD"
+)]
 struct Cli {
     /// Log filter (tracing env-filter syntax); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "info")]
@@ -88,7 +92,10 @@ fn serve(args: ServeArgs) -> Result<()> {
             Some((name, path)) => (name.to_string(), PathBuf::from(path)),
             None => {
                 let path = PathBuf::from(spec);
-                let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                let name = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 (name, path)
             }
         };
@@ -110,5 +117,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     if listen.is_empty() {
         listen.push(ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 10809))));
     }
-    tandem_daemon::serve::run(ServeConfig { exports, listen, disk_threads: args.disk_threads })
+    tandem_daemon::serve::run(ServeConfig {
+        exports,
+        listen,
+        disk_threads: args.disk_threads,
+    })
 }

@@ -24,6 +24,10 @@ struct Fixture {
 
 /// A 40 MiB export `disk` (also the default export) with random data at both ends.
 fn fixture(test: &str, extra: &[&str]) -> Fixture {
+    fixture_env(test, extra, &[])
+}
+
+fn fixture_env(test: &str, extra: &[&str], env: &[(&str, &str)]) -> Fixture {
     let dir = TestDir::new(test);
     let path = dir.join("disk.img");
     sparse_file(&path, SIZE);
@@ -38,9 +42,21 @@ fn fixture(test: &str, extra: &[&str]) -> Fixture {
     for a in extra {
         b = b.arg(a);
     }
+    for (k, v) in env {
+        b = b.env(k, v);
+    }
     let server = b.start();
-    let min_block = extra.iter().position(|a| *a == "--block-size").map_or(512, |i| extra[i + 1].parse().unwrap());
-    Fixture { server, model, path, min_block, _dir: dir }
+    let min_block = extra
+        .iter()
+        .position(|a| *a == "--block-size")
+        .map_or(512, |i| extra[i + 1].parse().unwrap());
+    Fixture {
+        server,
+        model,
+        path,
+        min_block,
+        _dir: dir,
+    }
 }
 
 impl Fixture {
@@ -52,7 +68,12 @@ impl Fixture {
     #[track_caller]
     fn assert_usable(&self, nbd: &mut Nbd, after: &str) {
         // The smallest valid read, too.
-        for (offset, len) in [(0, 4096), (SIZE - 8192, 8192), (MIB / 2, self.min_block), (SIZE / 2, 4096)] {
+        for (offset, len) in [
+            (0, 4096),
+            (SIZE - 8192, 8192),
+            (MIB / 2, self.min_block),
+            (SIZE / 2, 4096),
+        ] {
             let data = nbd.read(offset, len);
             let want = &self.model[offset as usize..offset as usize + len as usize];
             assert_same_data(&format!("READ {offset}+{len} after {after}"), want, &data);
@@ -84,7 +105,10 @@ fn expect_error(nbd: &Nbd, reply: &Reply, errno: u32, what: &str) {
             "{what}: with structured replies the error should be an NBD_REPLY_TYPE_ERROR chunk, got chunks {:x?}",
             reply.chunks
         );
-        assert!(!reply.message.is_empty(), "{what}: structured error chunk without a message");
+        assert!(
+            !reply.message.is_empty(),
+            "{what}: structured error chunk without a message"
+        );
     }
 }
 
@@ -93,13 +117,22 @@ fn read_beyond_end_is_einval() {
     let f = fixture("read_beyond_end_is_einval", &[]);
     for structured in [false, true] {
         let mut nbd = f.connect(structured);
-        for (offset, len) in [(SIZE - 512, 1024), (SIZE, 512), (SIZE + MIB, 4096), (u64::MAX - 511, 512)] {
+        for (offset, len) in [
+            (SIZE - 512, 1024),
+            (SIZE, 512),
+            (SIZE + MIB, 4096),
+            (u64::MAX - 511, 512),
+        ] {
             let what = format!("READ {offset}+{len} on a {SIZE}-byte export");
             let r = nbd.request(0, CMD_READ, offset, len, &[]);
             expect_error(&nbd, &r, EINVAL, &what);
             f.assert_usable(&mut nbd, &what);
         }
     }
+    f.server.expect_log(
+        &["beyond", "past the end", "out of range"],
+        "the refused out-of-range reads",
+    );
 }
 
 #[test]
@@ -131,6 +164,10 @@ fn writes_beyond_end_are_enospc_and_trims_einval() {
         f.assert_usable(&mut nbd, &what);
     }
     f.assert_file_unchanged();
+    f.server.expect_log(
+        &["beyond", "past the end", "out of range"],
+        "the refused out-of-range writes",
+    );
 }
 
 #[test]
@@ -146,7 +183,11 @@ fn misaligned_requests_are_einval() {
             (CMD_TRIM, 512, 100),
             (CMD_WRITE_ZEROES, 1, 4096),
         ] {
-            let payload = if command == CMD_WRITE { random_bytes(5, len as usize) } else { Vec::new() };
+            let payload = if command == CMD_WRITE {
+                random_bytes(5, len as usize)
+            } else {
+                Vec::new()
+            };
             let what = format!("command {command} at {offset}+{len} (block size 512)");
             let r = nbd.request(0, command, offset, len, &payload);
             expect_error(&nbd, &r, EINVAL, &what);
@@ -154,11 +195,16 @@ fn misaligned_requests_are_einval() {
         }
     }
     f.assert_file_unchanged();
+    f.server
+        .expect_log(&["align"], "the refused misaligned requests");
 }
 
 #[test]
 fn oversized_requests_are_einval_and_the_payload_is_skipped() {
-    let f = fixture("oversized_requests_are_einval_and_the_payload_is_skipped", &[]);
+    let f = fixture(
+        "oversized_requests_are_einval_and_the_payload_is_skipped",
+        &[],
+    );
     let len = 33 * MIB as u32;
     for structured in [false, true] {
         let mut nbd = f.connect(structured);
@@ -175,6 +221,10 @@ fn oversized_requests_are_einval_and_the_payload_is_skipped() {
         f.assert_usable(&mut nbd, what);
     }
     f.assert_file_unchanged();
+    f.server.expect_log(
+        &["maximum", "too large", "too long", "exceeds"],
+        "the refused oversized requests",
+    );
 }
 
 #[test]
@@ -189,6 +239,10 @@ fn unknown_command_is_einval() {
             f.assert_usable(&mut nbd, &what);
         }
     }
+    f.server.expect_log(
+        &["unknown command", "unsupported command", "invalid command"],
+        "the refused unknown commands",
+    );
 }
 
 #[test]
@@ -213,6 +267,8 @@ fn unknown_command_flag_is_einval() {
         f.assert_usable(&mut nbd, what);
     }
     f.assert_file_unchanged();
+    f.server
+        .expect_log(&["flag"], "the refused unknown command flags");
 }
 
 #[test]
@@ -228,14 +284,25 @@ fn zero_length_is_einval() {
         }
     }
     f.assert_file_unchanged();
+    f.server.expect_log(
+        &["zero-length", "zero length", "length 0"],
+        "the refused zero-length requests",
+    );
 }
 
 #[test]
 fn read_only_export_refuses_writes_with_eperm() {
-    let f = fixture("read_only_export_refuses_writes_with_eperm", &["--read-only"]);
+    let f = fixture(
+        "read_only_export_refuses_writes_with_eperm",
+        &["--read-only"],
+    );
     for structured in [false, true] {
         let mut nbd = f.connect(structured);
-        assert!(nbd.flags() & FLAG_READ_ONLY != 0, "read-only export without NBD_FLAG_READ_ONLY (flags {:#x})", nbd.flags());
+        assert!(
+            nbd.flags() & FLAG_READ_ONLY != 0,
+            "read-only export without NBD_FLAG_READ_ONLY (flags {:#x})",
+            nbd.flags()
+        );
         let what = "WRITE 0+4096 to a read-only export";
         let r = nbd.request(0, CMD_WRITE, 0, 4096, &random_bytes(7, 4096));
         expect_error(&nbd, &r, EPERM, what);
@@ -250,14 +317,25 @@ fn read_only_export_refuses_writes_with_eperm() {
         nbd.flush();
     }
     f.assert_file_unchanged();
+    f.server.expect_log(
+        &["read-only", "read only"],
+        "the refused writes to a read-only export",
+    );
 }
 
 #[test]
 fn block_size_option_is_advertised_and_enforced() {
-    let f = fixture("block_size_option_is_advertised_and_enforced", &["--block-size", "4096"]);
+    let f = fixture(
+        "block_size_option_is_advertised_and_enforced",
+        &["--block-size", "4096"],
+    );
     for structured in [false, true] {
         let mut nbd = f.connect(structured);
-        assert_eq!(nbd.details.block, Some([4096, 4096, 32 * MIB as u32]), "advertised block sizes");
+        assert_eq!(
+            nbd.details.block,
+            Some([4096, 4096, 32 * MIB as u32]),
+            "advertised block sizes"
+        );
         for (offset, len) in [(512, 4096), (0, 512), (4096, 6144)] {
             let what = format!("READ {offset}+{len} with --block-size 4096");
             let r = nbd.request(0, CMD_READ, offset, len, &[]);
@@ -274,11 +352,18 @@ fn block_size_option_is_advertised_and_enforced() {
 
 #[test]
 fn default_negotiation_advertises_contract_flags_and_block_sizes() {
-    let f = fixture("default_negotiation_advertises_contract_flags_and_block_sizes", &[]);
+    let f = fixture(
+        "default_negotiation_advertises_contract_flags_and_block_sizes",
+        &[],
+    );
     for structured in [false, true] {
         let nbd = f.connect(structured);
         assert_eq!(nbd.size(), SIZE);
-        assert_eq!(nbd.details.block, Some([512, 4096, 32 * MIB as u32]), "advertised block sizes");
+        assert_eq!(
+            nbd.details.block,
+            Some([512, 4096, 32 * MIB as u32]),
+            "advertised block sizes"
+        );
         let mut want = FLAG_HAS_FLAGS
             | FLAG_SEND_FLUSH
             | FLAG_SEND_FUA
@@ -290,7 +375,11 @@ fn default_negotiation_advertises_contract_flags_and_block_sizes() {
         if structured {
             want |= FLAG_SEND_DF;
         }
-        assert_eq!(nbd.flags(), want, "transmission flags (structured replies: {structured})");
+        assert_eq!(
+            nbd.flags(),
+            want,
+            "transmission flags (structured replies: {structured})"
+        );
     }
 }
 
@@ -330,7 +419,14 @@ fn truncated_request_stream_does_not_hurt_others() {
         // A write whose payload is cut short.
         let mut victim = f.connect(structured);
         let mut req = Vec::new();
-        victim.encode(0, CMD_WRITE, 0, 4096, &random_bytes(9, 4096)[..1000], &mut req);
+        victim.encode(
+            0,
+            CMD_WRITE,
+            0,
+            4096,
+            &random_bytes(9, 4096)[..1000],
+            &mut req,
+        );
         victim.conn.send(&req);
         drop(victim);
 
@@ -381,17 +477,33 @@ fn handshake_garbage_closes_the_connection() {
     expect_handshake_refused(&mut f, &bad_magic, "bad option magic", &["option magic"]);
 
     let unknown_flags = (FLAG_C_FIXED_NEWSTYLE | 1 << 5).to_be_bytes();
-    expect_handshake_refused(&mut f, &unknown_flags, "unknown client flags", &["client flags"]);
+    expect_handshake_refused(
+        &mut f,
+        &unknown_flags,
+        "unknown client flags",
+        &["client flags"],
+    );
 
     // Only the header: the server must not wait for (or buffer) 100 MiB.
     let mut huge = flags.to_vec();
     huge.extend(option_header(IHAVEOPT, OPT_GO, 100 << 20));
-    expect_handshake_refused(&mut f, &huge, "a 100 MiB option", &["exceeds", "too long", "too large", "limit"]);
+    expect_handshake_refused(
+        &mut f,
+        &huge,
+        "a 100 MiB option",
+        &["exceeds", "too long", "too large", "limit"],
+    );
 }
 
 #[test]
 fn unknown_option_is_unsupported_and_the_handshake_continues() {
-    let f = fixture("unknown_option_is_unsupported_and_the_handshake_continues", &[]);
+    // Refusals with ERR_UNSUP are logged at debug level only: libnbd probes optional
+    // options on every connection, and those would flood an info-level log.
+    let f = fixture_env(
+        "unknown_option_is_unsupported_and_the_handshake_continues",
+        &[],
+        &[("RUST_LOG", "debug")],
+    );
     for structured in [false, true] {
         let mut conn = Conn::unix(f.server.socket());
         conn.greeting();
@@ -399,15 +511,28 @@ fn unknown_option_is_unsupported_and_the_handshake_continues() {
         conn.option(42, b"whatever");
         let r = conn.option_reply();
         assert_eq!(r.option, 42, "reply to option 42 names option {}", r.option);
-        assert_eq!(r.kind, REP_ERR_UNSUP, "option 42: expected NBD_REP_ERR_UNSUP, got {:#x} {:?}", r.kind, r.message());
+        assert_eq!(
+            r.kind,
+            REP_ERR_UNSUP,
+            "option 42: expected NBD_REP_ERR_UNSUP, got {:#x} {:?}",
+            r.kind,
+            r.message()
+        );
         // STARTTLS on a server without TLS is refused, not a hang-up.
         conn.option(OPT_STARTTLS, &[]);
         let r = conn.option_reply();
-        assert!(r.kind & 0x8000_0000 != 0, "STARTTLS without TLS configured: got {:#x}", r.kind);
+        assert!(
+            r.kind & 0x8000_0000 != 0,
+            "STARTTLS without TLS configured: got {:#x}",
+            r.kind
+        );
         let mut nbd = Nbd::go_after_flags(conn, "disk", structured);
         f.assert_usable(&mut nbd, "an unknown option");
     }
-    f.server.expect_log(&["#42", "option 42", "not supported", "unsupported"], "the refused option 42");
+    f.server.expect_log(
+        &["#42", "option 42", "not supported", "unsupported"],
+        "the refused option 42",
+    );
 }
 
 #[test]
@@ -419,7 +544,12 @@ fn opt_list_and_opt_info() {
     sparse_file(&b, 2 * MIB);
     let data = random_bytes(10, 4096);
     write_at(&b, 4096, &data);
-    let server = Server::builder(&dir).export("alpha", &a).export("beta", &b).arg("--description").arg("test disk").start();
+    let server = Server::builder(&dir)
+        .export("alpha", &a)
+        .export("beta", &b)
+        .arg("--description")
+        .arg("test disk")
+        .start();
 
     let mut conn = Conn::unix(server.socket());
     conn.greeting();
@@ -443,14 +573,31 @@ fn opt_list_and_opt_info() {
     assert_eq!(names, ["alpha", "beta"], "NBD_OPT_LIST");
 
     conn.option(OPT_INFO, &info_request("nope", &[]));
-    let err = conn.info_replies(OPT_INFO).expect_err("NBD_OPT_INFO for a missing export succeeded");
-    assert_eq!(err.kind, REP_ERR_UNKNOWN, "NBD_OPT_INFO \"nope\": {:#x} {:?}", err.kind, err.message());
+    let err = conn
+        .info_replies(OPT_INFO)
+        .expect_err("NBD_OPT_INFO for a missing export succeeded");
+    assert_eq!(
+        err.kind,
+        REP_ERR_UNKNOWN,
+        "NBD_OPT_INFO \"nope\": {:#x} {:?}",
+        err.kind,
+        err.message()
+    );
 
-    conn.option(OPT_INFO, &info_request("beta", &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE]));
-    let d = conn.info_replies(OPT_INFO).unwrap_or_else(|r| panic!("NBD_OPT_INFO beta: {:#x} {:?}", r.kind, r.message()));
+    conn.option(
+        OPT_INFO,
+        &info_request("beta", &[INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE]),
+    );
+    let d = conn
+        .info_replies(OPT_INFO)
+        .unwrap_or_else(|r| panic!("NBD_OPT_INFO beta: {:#x} {:?}", r.kind, r.message()));
     assert_eq!(d.size, Some(2 * MIB));
     assert_eq!(d.block, Some([512, 4096, 32 * MIB as u32]));
-    assert_eq!(d.description.as_deref(), Some("test disk"), "NBD_INFO_DESCRIPTION");
+    assert_eq!(
+        d.description.as_deref(),
+        Some("test disk"),
+        "NBD_INFO_DESCRIPTION"
+    );
     if let Some(name) = &d.name {
         assert_eq!(name, "beta", "NBD_INFO_NAME");
     }
@@ -467,7 +614,11 @@ fn export_name_legacy_path() {
     for (no_zeroes, structured) in [(false, false), (true, false), (true, true)] {
         let mut conn = Conn::unix(f.server.socket());
         conn.greeting();
-        let flags = if no_zeroes { FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES } else { FLAG_C_FIXED_NEWSTYLE };
+        let flags = if no_zeroes {
+            FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES
+        } else {
+            FLAG_C_FIXED_NEWSTYLE
+        };
         conn.client_flags(flags);
         if structured {
             conn.option(OPT_STRUCTURED_REPLY, &[]);
@@ -478,11 +629,18 @@ fn export_name_legacy_path() {
         let tflags = conn.recv_u16("the NBD_OPT_EXPORT_NAME reply");
         if !no_zeroes {
             let zeroes = conn.recv_exact(124, "the 124 zero bytes");
-            assert!(zeroes.iter().all(|&b| b == 0), "the 124 bytes after NBD_OPT_EXPORT_NAME are not zero");
+            assert!(
+                zeroes.iter().all(|&b| b == 0),
+                "the 124 bytes after NBD_OPT_EXPORT_NAME are not zero"
+            );
         }
         assert_eq!(size, SIZE, "export size from NBD_OPT_EXPORT_NAME");
         assert!(tflags & FLAG_HAS_FLAGS != 0);
-        let details = ExportDetails { size: Some(size), flags: tflags, ..Default::default() };
+        let details = ExportDetails {
+            size: Some(size),
+            flags: tflags,
+            ..Default::default()
+        };
         let mut nbd = Nbd::transmission(conn, structured, details);
         f.assert_usable(&mut nbd, "NBD_OPT_EXPORT_NAME");
     }
@@ -506,9 +664,18 @@ fn pipelined_requests_all_get_answers() {
         let mut nbd = f.connect(structured);
         let mut stream = Vec::new();
         let mut expected = std::collections::HashMap::new();
-        let writes: Vec<Vec<u8>> = (0..N).map(|i| random_bytes(100 + i + u64::from(structured) * N, 4096)).collect();
+        let writes: Vec<Vec<u8>> = (0..N)
+            .map(|i| random_bytes(100 + i + u64::from(structured) * N, 4096))
+            .collect();
         for i in 0..N {
-            let w = nbd.encode(0, CMD_WRITE, write_base + i * 4096, 4096, &writes[i as usize], &mut stream);
+            let w = nbd.encode(
+                0,
+                CMD_WRITE,
+                write_base + i * 4096,
+                4096,
+                &writes[i as usize],
+                &mut stream,
+            );
             expected.insert(w, None);
             // Reads of a region no write touches: requests in flight together may execute in
             // any order.
@@ -529,18 +696,32 @@ fn pipelined_requests_all_get_answers() {
             let Some(read_at) = expected.remove(&r.cookie) else {
                 panic!("reply for cookie {:#x}, which is not outstanding", r.cookie);
             };
-            assert_eq!(r.error, 0, "pipelined request {:#x}: {}", r.cookie, r.describe());
+            assert_eq!(
+                r.error,
+                0,
+                "pipelined request {:#x}: {}",
+                r.cookie,
+                r.describe()
+            );
             if let Some(offset) = read_at {
                 let want = &f.model[offset as usize..offset as usize + 4096];
                 assert_same_data(&format!("pipelined READ {offset}+4096"), want, &r.data);
             }
         }
         sender.join().unwrap();
-        assert!(expected.is_empty(), "{} requests got no reply", expected.len());
+        assert!(
+            expected.is_empty(),
+            "{} requests got no reply",
+            expected.len()
+        );
 
         let back = nbd.read(write_base, (N * 4096) as u32);
         for (i, w) in writes.iter().enumerate() {
-            assert_same_data(&format!("pipelined WRITE #{i}"), w, &back[i * 4096..(i + 1) * 4096]);
+            assert_same_data(
+                &format!("pipelined WRITE #{i}"),
+                w,
+                &back[i * 4096..(i + 1) * 4096],
+            );
         }
         f.assert_usable(&mut nbd, "pipelining");
     }

@@ -19,7 +19,12 @@ const CMD_TIMEOUT: Duration = Duration::from_secs(120);
 /// Runs a cleanup command without panicking (a panic inside a drop during a failing test
 /// would abort the whole test binary).
 fn cleanup(cmd: &mut Command) -> bool {
-    let Ok(mut child) = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn() else {
+    let Ok(mut child) = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
         return false;
     };
     match wait_timeout(&mut child, Duration::from_secs(30)) {
@@ -54,8 +59,14 @@ impl Nbdfuse {
             .stderr(out)
             .spawn()
             .expect("starting nbdfuse");
-        let mut fuse = Nbdfuse { child, mountpoint, log };
-        let up = wait_until(Duration::from_secs(10), || fs::metadata(&file).is_ok_and(|m| m.len() == SIZE));
+        let mut fuse = Nbdfuse {
+            child,
+            mountpoint,
+            log,
+        };
+        let up = wait_until(Duration::from_secs(10), || {
+            fs::metadata(&file).is_ok_and(|m| m.len() == SIZE)
+        });
         if !up {
             let status = fuse.child.try_wait().ok().flatten();
             panic!(
@@ -88,7 +99,10 @@ impl Drop for Nbdfuse {
             cleanup(tool("fusermount3").arg("-uz").arg(&self.mountpoint));
         }
         if std::thread::panicking() {
-            eprintln!("---- nbdfuse log ----\n{}", fs::read_to_string(&self.log).unwrap_or_default());
+            eprintln!(
+                "---- nbdfuse log ----\n{}",
+                fs::read_to_string(&self.log).unwrap_or_default()
+            );
         }
     }
 }
@@ -99,7 +113,10 @@ struct LoopDevice(String);
 impl LoopDevice {
     /// An error if this machine cannot set up loop devices at all.
     fn attach(file: &Path) -> Result<LoopDevice, String> {
-        let run = run(tool("losetup").args(["--find", "--show"]).arg(file), CMD_TIMEOUT);
+        let run = run(
+            tool("losetup").args(["--find", "--show"]).arg(file),
+            CMD_TIMEOUT,
+        );
         if !run.success() {
             return Err(run.describe());
         }
@@ -120,7 +137,11 @@ struct Mount(PathBuf);
 impl Mount {
     fn new(dev: &LoopDevice, at: PathBuf) -> Mount {
         fs::create_dir_all(&at).unwrap();
-        run(tool("mount").args(["-t", "ext4"]).arg(&dev.0).arg(&at), CMD_TIMEOUT).expect_success();
+        run(
+            tool("mount").args(["-t", "ext4"]).arg(&dev.0).arg(&at),
+            CMD_TIMEOUT,
+        )
+        .expect_success();
         Mount(at)
     }
 
@@ -141,7 +162,9 @@ impl Drop for Mount {
 
 /// FNV-1a, recorded next to the files so a reader of a leftover image can check them too.
 fn checksum(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn fsck(dev: &LoopDevice) {
@@ -163,7 +186,18 @@ fn ext4_on_nbdfuse_loop_device() {
         skip(TEST, "no /dev/loop-control (loop driver not available)");
         return;
     }
-    if !require_tools(TEST, &["nbdfuse", "fusermount3", "losetup", "mkfs.ext4", "e2fsck", "mount", "umount"]) {
+    if !require_tools(
+        TEST,
+        &[
+            "nbdfuse",
+            "fusermount3",
+            "losetup",
+            "mkfs.ext4",
+            "e2fsck",
+            "mount",
+            "umount",
+        ],
+    ) {
         return;
     }
 
@@ -172,22 +206,46 @@ fn ext4_on_nbdfuse_loop_device() {
     sparse_file(&backing, SIZE);
     let mut server = Server::builder(&dir).export("disk", &backing).start();
 
-    let files: Vec<(String, Vec<u8>)> = [1usize, 511, 4096, 4097, 65_537, MIB as usize, 3 * MIB as usize + 17, 8 * MIB as usize]
-        .iter()
-        .enumerate()
-        .map(|(i, &len)| (format!("f{i}-{len}.bin"), random_bytes(1000 + i as u64, len)))
-        .collect();
+    let files: Vec<(String, Vec<u8>)> = [
+        1usize,
+        511,
+        4096,
+        4097,
+        65_537,
+        MIB as usize,
+        3 * MIB as usize + 17,
+        8 * MIB as usize,
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &len)| {
+        (
+            format!("f{i}-{len}.bin"),
+            random_bytes(1000 + i as u64, len),
+        )
+    })
+    .collect();
 
     {
         let fuse = Nbdfuse::start(&dir, 0, &server.uri("disk"));
         let dev = match LoopDevice::attach(&fuse.file()) {
             Ok(dev) => dev,
             Err(e) => {
-                skip(TEST, &format!("cannot set up a loop device here: {}", e.lines().last().unwrap_or("")));
+                skip(
+                    TEST,
+                    &format!(
+                        "cannot set up a loop device here: {}",
+                        e.lines().last().unwrap_or("")
+                    ),
+                );
                 return;
             }
         };
-        run(tool("mkfs.ext4").args(["-q", "-F"]).arg(&dev.0), CMD_TIMEOUT).expect_success();
+        run(
+            tool("mkfs.ext4").args(["-q", "-F"]).arg(&dev.0),
+            CMD_TIMEOUT,
+        )
+        .expect_success();
         let mnt = Mount::new(&dev, dir.join("mnt0"));
         fs::create_dir(mnt.0.join("sub")).unwrap();
         let mut manifest = String::new();
@@ -207,20 +265,31 @@ fn ext4_on_nbdfuse_loop_device() {
     let server = Server::builder(&dir).export("disk", &backing).start();
 
     let fuse = Nbdfuse::start(&dir, 1, &server.uri("disk"));
-    let dev = LoopDevice::attach(&fuse.file()).unwrap_or_else(|e| panic!("second losetup failed: {e}"));
+    let dev =
+        LoopDevice::attach(&fuse.file()).unwrap_or_else(|e| panic!("second losetup failed: {e}"));
     fsck(&dev);
     let mnt = Mount::new(&dev, dir.join("mnt1"));
-    let manifest = fs::read_to_string(mnt.0.join("MANIFEST")).expect("MANIFEST missing after remount");
-    assert_eq!(manifest.lines().count(), files.len(), "MANIFEST:\n{manifest}");
-    let mut names: Vec<String> =
-        fs::read_dir(mnt.0.join("sub")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let manifest =
+        fs::read_to_string(mnt.0.join("MANIFEST")).expect("MANIFEST missing after remount");
+    assert_eq!(
+        manifest.lines().count(),
+        files.len(),
+        "MANIFEST:\n{manifest}"
+    );
+    let mut names: Vec<String> = fs::read_dir(mnt.0.join("sub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     let mut want: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
     want.sort();
     assert_eq!(names, want, "files after remount");
     for (name, data) in &files {
         let got = fs::read(mnt.0.join("sub").join(name)).unwrap();
-        assert!(manifest.contains(&format!("{:016x} {name}", checksum(&got))), "checksum of {name} does not match MANIFEST");
+        assert!(
+            manifest.contains(&format!("{:016x} {name}", checksum(&got))),
+            "checksum of {name} does not match MANIFEST"
+        );
         assert_same_data(&format!("{name} after remount"), data, &got);
     }
     mnt.unmount();

@@ -13,24 +13,45 @@ const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 fn nbdinfo_json(test: &str, uri: &str) -> Json {
     let run = run(tool("nbdinfo").arg("--json").arg(uri), TOOL_TIMEOUT);
     run.expect_success();
-    Json::parse(&run.stdout).unwrap_or_else(|e| panic!("{test}: nbdinfo --json printed invalid JSON ({e}):\n{}", run.stdout))
+    Json::parse(&run.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{test}: nbdinfo --json printed invalid JSON ({e}):\n{}",
+            run.stdout
+        )
+    })
 }
 
 /// The one export in `nbdinfo --json` output.
 fn single_export(info: &Json) -> &Json {
-    let exports = info.get("exports").and_then(Json::as_array).expect("nbdinfo JSON without \"exports\"");
-    assert_eq!(exports.len(), 1, "nbdinfo --json on one export listed {}", exports.len());
+    let exports = info
+        .get("exports")
+        .and_then(Json::as_array)
+        .expect("nbdinfo JSON without \"exports\"");
+    assert_eq!(
+        exports.len(),
+        1,
+        "nbdinfo --json on one export listed {}",
+        exports.len()
+    );
     &exports[0]
 }
 
 #[track_caller]
 fn expect_bool(export: &Json, key: &str, want: bool) {
-    assert_eq!(export.get(key).and_then(Json::as_bool), Some(want), "nbdinfo {key}; export: {export:?}");
+    assert_eq!(
+        export.get(key).and_then(Json::as_bool),
+        Some(want),
+        "nbdinfo {key}; export: {export:?}"
+    );
 }
 
 #[track_caller]
 fn expect_u64(export: &Json, key: &str, want: u64) {
-    assert_eq!(export.get(key).and_then(Json::as_u64), Some(want), "nbdinfo {key}; export: {export:?}");
+    assert_eq!(
+        export.get(key).and_then(Json::as_u64),
+        Some(want),
+        "nbdinfo {key}; export: {export:?}"
+    );
 }
 
 #[test]
@@ -42,30 +63,63 @@ fn nbdinfo_lists_named_exports() {
     let dir = TestDir::new(TEST);
     sparse_file(&dir.join("a.img"), MIB);
     sparse_file(&dir.join("b.img"), 3 * MIB);
-    let server = Server::builder(&dir).export("alpha", &dir.join("a.img")).export("beta", &dir.join("b.img")).start();
+    let server = Server::builder(&dir)
+        .export("alpha", &dir.join("a.img"))
+        .export("beta", &dir.join("b.img"))
+        .start();
 
-    let text = run(tool("nbdinfo").arg("--list").arg(server.uri("")), TOOL_TIMEOUT);
+    let text = run(
+        tool("nbdinfo").arg("--list").arg(server.uri("")),
+        TOOL_TIMEOUT,
+    );
     text.expect_success();
-    for needle in ["export=\"alpha\"", "export=\"beta\"", "export-size: 1048576", "export-size: 3145728"] {
-        assert!(text.stdout.contains(needle), "nbdinfo --list output lacks {needle:?}:\n{}", text.stdout);
+    for needle in [
+        "export=\"alpha\"",
+        "export=\"beta\"",
+        "export-size: 1048576",
+        "export-size: 3145728",
+    ] {
+        assert!(
+            text.stdout.contains(needle),
+            "nbdinfo --list output lacks {needle:?}:\n{}",
+            text.stdout
+        );
     }
 
-    let list = run(tool("nbdinfo").arg("--list").arg("--json").arg(server.uri("")), TOOL_TIMEOUT);
+    let list = run(
+        tool("nbdinfo")
+            .arg("--list")
+            .arg("--json")
+            .arg(server.uri("")),
+        TOOL_TIMEOUT,
+    );
     list.expect_success();
-    let json = Json::parse(&list.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{}", list.stdout));
+    let json =
+        Json::parse(&list.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}):\n{}", list.stdout));
     let mut seen: Vec<(String, u64)> = json
         .get("exports")
         .and_then(Json::as_array)
         .expect("no \"exports\" array")
         .iter()
         .map(|e| {
-            let name = e.get("export-name").and_then(Json::as_str).expect("export without a name").to_string();
-            let size = e.get("export-size").and_then(Json::as_u64).unwrap_or_else(|| panic!("export {name} without a size"));
+            let name = e
+                .get("export-name")
+                .and_then(Json::as_str)
+                .expect("export without a name")
+                .to_string();
+            let size = e
+                .get("export-size")
+                .and_then(Json::as_u64)
+                .unwrap_or_else(|| panic!("export {name} without a size"));
             (name, size)
         })
         .collect();
     seen.sort();
-    assert_eq!(seen, [("alpha".to_string(), MIB), ("beta".to_string(), 3 * MIB)], "nbdinfo --list --json");
+    assert_eq!(
+        seen,
+        [("alpha".to_string(), MIB), ("beta".to_string(), 3 * MIB)],
+        "nbdinfo --list --json"
+    );
 }
 
 #[test]
@@ -77,7 +131,10 @@ fn nbdinfo_reports_capabilities() {
     let dir = TestDir::new(TEST);
     sparse_file(&dir.join("a.img"), 8 * MIB);
     sparse_file(&dir.join("b.img"), 2 * MIB);
-    let server = Server::builder(&dir).export("a", &dir.join("a.img")).export("b", &dir.join("b.img")).start();
+    let server = Server::builder(&dir)
+        .export("a", &dir.join("a.img"))
+        .export("b", &dir.join("b.img"))
+        .start();
 
     for (export, size) in [("a", 8 * MIB), ("b", 2 * MIB), ("", 8 * MIB)] {
         let info = nbdinfo_json(TEST, &server.uri(export));
@@ -86,11 +143,24 @@ fn nbdinfo_reports_capabilities() {
         expect_u64(e, "block_size_minimum", 512);
         expect_u64(e, "block_size_preferred", 4096);
         expect_u64(e, "block_size_maximum", 33554432);
-        for key in ["can_flush", "can_fua", "can_trim", "can_zero", "can_fast_zero", "can_multi_conn", "can_cache", "can_df"] {
+        for key in [
+            "can_flush",
+            "can_fua",
+            "can_trim",
+            "can_zero",
+            "can_fast_zero",
+            "can_multi_conn",
+            "can_cache",
+            "can_df",
+        ] {
             expect_bool(e, key, true);
         }
         expect_bool(e, "is_read_only", false);
-        assert_eq!(info.get("structured").and_then(Json::as_bool), Some(true), "structured replies not negotiated");
+        assert_eq!(
+            info.get("structured").and_then(Json::as_bool),
+            Some(true),
+            "structured replies not negotiated"
+        );
     }
 }
 
@@ -102,7 +172,10 @@ fn nbdinfo_sees_read_only() {
     }
     let dir = TestDir::new(TEST);
     sparse_file(&dir.join("ro.img"), 4 * MIB);
-    let server = Server::builder(&dir).export("ro", &dir.join("ro.img")).arg("--read-only").start();
+    let server = Server::builder(&dir)
+        .export("ro", &dir.join("ro.img"))
+        .arg("--read-only")
+        .start();
     let info = nbdinfo_json(TEST, &server.uri("ro"));
     let e = single_export(&info);
     expect_bool(e, "is_read_only", true);
@@ -125,13 +198,29 @@ fn nbdcopy_round_trip() {
     sparse_file(&backing, size);
     let server = Server::builder(&dir).export("disk", &backing).start();
 
-    run(tool("nbdcopy").arg(&src).arg(server.uri("disk")), TOOL_TIMEOUT).expect_success();
+    run(
+        tool("nbdcopy").arg(&src).arg(server.uri("disk")),
+        TOOL_TIMEOUT,
+    )
+    .expect_success();
     let out = dir.join("out.img");
     sparse_file(&out, 0);
-    run(tool("nbdcopy").arg(server.uri("disk")).arg(&out), TOOL_TIMEOUT).expect_success();
+    run(
+        tool("nbdcopy").arg(server.uri("disk")).arg(&out),
+        TOOL_TIMEOUT,
+    )
+    .expect_success();
 
-    assert_same_data("nbdcopy round trip (out.img vs src.img)", &data, &fs::read(&out).unwrap());
-    assert_same_data("backing file after nbdcopy", &data, &fs::read(&backing).unwrap());
+    assert_same_data(
+        "nbdcopy round trip (out.img vs src.img)",
+        &data,
+        &fs::read(&out).unwrap(),
+    );
+    assert_same_data(
+        "backing file after nbdcopy",
+        &data,
+        &fs::read(&backing).unwrap(),
+    );
 }
 
 #[test]
@@ -150,15 +239,35 @@ fn qemu_img_convert_and_compare() {
     let server = Server::builder(&dir).export("disk", &backing).start();
     let legacy = format!("nbd:unix:{}:exportname=disk", server.socket().display());
 
-    run(tool("qemu-img").args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&src).arg(&legacy), TOOL_TIMEOUT)
-        .expect_success();
-    assert_same_data("backing file after qemu-img convert", &data, &fs::read(&backing).unwrap());
+    run(
+        tool("qemu-img")
+            .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+            .arg(&src)
+            .arg(&legacy),
+        TOOL_TIMEOUT,
+    )
+    .expect_success();
+    assert_same_data(
+        "backing file after qemu-img convert",
+        &data,
+        &fs::read(&backing).unwrap(),
+    );
 
     let compare = |image: &std::path::Path| {
-        run(tool("qemu-img").args(["compare", "-f", "raw", "-F", "raw"]).arg(image).arg(server.uri("disk")), TOOL_TIMEOUT)
+        run(
+            tool("qemu-img")
+                .args(["compare", "-f", "raw", "-F", "raw"])
+                .arg(image)
+                .arg(server.uri("disk")),
+            TOOL_TIMEOUT,
+        )
     };
     let same = compare(&src);
-    assert!(same.success() && same.stdout.contains("identical"), "qemu-img compare of equal images: {}", same.describe());
+    assert!(
+        same.success() && same.stdout.contains("identical"),
+        "qemu-img compare of equal images: {}",
+        same.describe()
+    );
 
     // The comparison must be able to fail: one byte off in the local image...
     let mut modified = data.clone();
@@ -166,14 +275,37 @@ fn qemu_img_convert_and_compare() {
     let changed = dir.join("changed.img");
     fs::write(&changed, &modified).unwrap();
     let diff = compare(&changed);
-    assert_eq!(diff.status.code(), Some(1), "qemu-img compare missed a changed byte: {}", diff.describe());
+    assert_eq!(
+        diff.status.code(),
+        Some(1),
+        "qemu-img compare missed a changed byte: {}",
+        diff.describe()
+    );
 
     // ...and one byte off on the server.
-    run(tool("qemu-io").args(["-f", "raw", &server.uri("disk"), "-c", "write -P 0x00 8M 512"]), TOOL_TIMEOUT)
-        .expect_success();
+    run(
+        tool("qemu-io").args([
+            "-f",
+            "raw",
+            &server.uri("disk"),
+            "-c",
+            "write -P 0x00 8M 512",
+        ]),
+        TOOL_TIMEOUT,
+    )
+    .expect_success();
     let diff = compare(&src);
-    assert_eq!(diff.status.code(), Some(1), "qemu-img compare missed a change made over NBD: {}", diff.describe());
-    assert!(diff.stdout.contains("8388608"), "qemu-img compare should report offset 8388608: {}", diff.describe());
+    assert_eq!(
+        diff.status.code(),
+        Some(1),
+        "qemu-img compare missed a change made over NBD: {}",
+        diff.describe()
+    );
+    assert!(
+        diff.stdout.contains("8388608"),
+        "qemu-img compare should report offset 8388608: {}",
+        diff.describe()
+    );
 }
 
 #[test]
@@ -221,28 +353,68 @@ fn qemu_io_commands() {
     );
     ok.expect_success();
     for bad in ["failed", "error", "Error"] {
-        assert!(!ok.stdout.contains(bad) && !ok.stderr.contains(bad), "qemu-io reported {bad:?}: {}", ok.describe());
+        assert!(
+            !ok.stdout.contains(bad) && !ok.stderr.contains(bad),
+            "qemu-io reported {bad:?}: {}",
+            ok.describe()
+        );
     }
 
     // A wrong pattern must fail: the check is real.
-    let wrong = run(tool("qemu-io").args(["-f", "raw", &uri, "-c", "read -P 0xac 0 1M"]), TOOL_TIMEOUT);
-    assert!(!wrong.success(), "qemu-io accepted the wrong pattern: {}", wrong.describe());
-    assert!(wrong.stdout.contains("Pattern verification failed"), "{}", wrong.describe());
+    let wrong = run(
+        tool("qemu-io").args(["-f", "raw", &uri, "-c", "read -P 0xac 0 1M"]),
+        TOOL_TIMEOUT,
+    );
+    assert!(
+        !wrong.success(),
+        "qemu-io accepted the wrong pattern: {}",
+        wrong.describe()
+    );
+    assert!(
+        wrong.stdout.contains("Pattern verification failed"),
+        "{}",
+        wrong.describe()
+    );
 
     let file = fs::read(&backing).unwrap();
-    assert_same_data("backing file 0..1M", &[0xab; MIB as usize], &file[..MIB as usize]);
-    assert_same_data("backing file 1M..2M (write -z)", &[0u8; MIB as usize], &file[MIB as usize..2 * MIB as usize]);
+    assert_same_data(
+        "backing file 0..1M",
+        &[0xab; MIB as usize],
+        &file[..MIB as usize],
+    );
+    assert_same_data(
+        "backing file 1M..2M (write -z)",
+        &[0u8; MIB as usize],
+        &file[MIB as usize..2 * MIB as usize],
+    );
     let (fua, fua_end) = (3 * MIB as usize, (3 * MIB + 64 * KIB) as usize);
-    assert_same_data("backing file 3M..3M+64k (FUA write)", &[0xcd; 64 * KIB as usize], &file[fua..fua_end]);
-    assert_same_data("backing file between the writes", &data[fua_end..4 * MIB as usize], &file[fua_end..4 * MIB as usize]);
-    assert_same_data("backing file 4M..5M (write -z -u)", &[0u8; MIB as usize], &file[4 * MIB as usize..5 * MIB as usize]);
-    assert_same_data("backing file past the writes", &data[5 * MIB as usize..], &file[5 * MIB as usize..]);
+    assert_same_data(
+        "backing file 3M..3M+64k (FUA write)",
+        &[0xcd; 64 * KIB as usize],
+        &file[fua..fua_end],
+    );
+    assert_same_data(
+        "backing file between the writes",
+        &data[fua_end..4 * MIB as usize],
+        &file[fua_end..4 * MIB as usize],
+    );
+    assert_same_data(
+        "backing file 4M..5M (write -z -u)",
+        &[0u8; MIB as usize],
+        &file[4 * MIB as usize..5 * MIB as usize],
+    );
+    assert_same_data(
+        "backing file past the writes",
+        &data[5 * MIB as usize..],
+        &file[5 * MIB as usize..],
+    );
 }
 
 /// fio's JSON (it may print notices before it).
 fn fio_json(run: &Run) -> Json {
     let start = run.stdout.find("\n{").map(|i| i + 1).unwrap_or(0);
-    Json::parse(&run.stdout[start..]).unwrap_or_else(|e| panic!("fio printed invalid JSON ({e}): {}", run.describe()))
+    Json::parse(&run.stdout[start..])
+        .unwrap_or_else(|e| panic!("fio printed invalid JSON ({e}): {}", run.describe()))
 }
 
 fn fio_args(uri: &str) -> Vec<String> {
@@ -268,15 +440,34 @@ fn fio_args(uri: &str) -> Vec<String> {
 #[track_caller]
 fn check_fio(run: &Run, direction: &str, bytes: u64) {
     assert!(run.success(), "{}", run.describe());
-    for bad in ["verify:", "bad magic", "crc32c: verify failed", "fio: io_u error"] {
-        assert!(!run.stderr.contains(bad) && !run.stdout.contains(bad), "fio reported {bad:?}: {}", run.describe());
+    for bad in [
+        "verify:",
+        "bad magic",
+        "crc32c: verify failed",
+        "fio: io_u error",
+    ] {
+        assert!(
+            !run.stderr.contains(bad) && !run.stdout.contains(bad),
+            "fio reported {bad:?}: {}",
+            run.describe()
+        );
     }
     let json = fio_json(run);
-    let jobs = json.get("jobs").and_then(Json::as_array).expect("fio JSON without jobs");
+    let jobs = json
+        .get("jobs")
+        .and_then(Json::as_array)
+        .expect("fio JSON without jobs");
     for job in jobs {
-        assert_eq!(job.get("error").and_then(Json::as_u64), Some(0), "fio job error: {job:?}");
+        assert_eq!(
+            job.get("error").and_then(Json::as_u64),
+            Some(0),
+            "fio job error: {job:?}"
+        );
     }
-    let total: u64 = jobs.iter().filter_map(|j| j.at(&[direction, "io_bytes"]).and_then(Json::as_u64)).sum();
+    let total: u64 = jobs
+        .iter()
+        .filter_map(|j| j.at(&[direction, "io_bytes"]).and_then(Json::as_u64))
+        .sum();
     assert_eq!(total, bytes, "fio {direction} bytes: {}", run.describe());
 }
 
@@ -291,13 +482,23 @@ fn fio_verify_over_two_connections() {
     sparse_file(&backing, 128 * MIB);
     let mut server = Server::builder(&dir).export("disk", &backing).start();
 
-    let write = run(tool("fio").args(fio_args(&server.uri("disk"))).arg("--do_verify=1"), Duration::from_secs(300));
+    let write = run(
+        tool("fio")
+            .args(fio_args(&server.uri("disk")))
+            .arg("--do_verify=1"),
+        Duration::from_secs(300),
+    );
     check_fio(&write, "write", 128 * MIB);
     check_fio(&write, "read", 128 * MIB);
 
     // Read it back through a new server: the data must have reached the file.
     server.stop(Duration::from_secs(10));
     let server = Server::builder(&dir).export("disk", &backing).start();
-    let verify = run(tool("fio").args(fio_args(&server.uri("disk"))).arg("--verify_only"), Duration::from_secs(300));
+    let verify = run(
+        tool("fio")
+            .args(fio_args(&server.uri("disk")))
+            .arg("--verify_only"),
+        Duration::from_secs(300),
+    );
     check_fio(&verify, "read", 128 * MIB);
 }

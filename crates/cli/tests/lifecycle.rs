@@ -24,7 +24,11 @@ fn sigterm_under_load_exits_zero_and_keeps_acknowledged_data() {
     let mut server = Server::builder(&dir).export("disk", &backing).start();
     let uri = server.uri("disk");
 
-    run(tool("qemu-io").args(["-f", "raw", &uri, "-c", "write -P 0x5a 0 4M"]), Duration::from_secs(60)).expect_success();
+    run(
+        tool("qemu-io").args(["-f", "raw", &uri, "-c", "write -P 0x5a 0 4M"]),
+        Duration::from_secs(60),
+    )
+    .expect_success();
     // Acknowledged writes on a connection that is still open at SIGTERM time.
     let mut nbd = Nbd::go(Conn::unix(server.socket()), "disk", true);
     let acked = random_bytes(77, MIB as usize);
@@ -52,7 +56,10 @@ fn sigterm_under_load_exits_zero_and_keeps_acknowledged_data() {
         .expect("starting fio");
     thread::sleep(Duration::from_millis(1500));
     if let Some(status) = fio.try_wait().unwrap() {
-        panic!("fio ended ({status}) before the SIGTERM:\n{}", fs::read_to_string(&fio_log).unwrap_or_default());
+        panic!(
+            "fio ended ({status}) before the SIGTERM:\n{}",
+            fs::read_to_string(&fio_log).unwrap_or_default()
+        );
     }
 
     let outcome = server.signal_and_wait(libc::SIGTERM, Duration::from_secs(10));
@@ -61,16 +68,32 @@ fn sigterm_under_load_exits_zero_and_keeps_acknowledged_data() {
         let _ = fio.wait();
     }
     match outcome {
-        None => panic!("the server was still running 10 s after SIGTERM with a client writing; log:\n{}", server.log()),
+        None => panic!(
+            "the server was still running 10 s after SIGTERM with a client writing; log:\n{}",
+            server.log()
+        ),
         Some((status, took)) => {
-            assert_eq!(status.code(), Some(0), "exit status after SIGTERM under load; log:\n{}", server.log());
+            assert_eq!(
+                status.code(),
+                Some(0),
+                "exit status after SIGTERM under load; log:\n{}",
+                server.log()
+            );
             eprintln!("server exited {took:?} after SIGTERM");
         }
     }
 
     let file = read_at(&backing, 0, 5 * MIB as usize);
-    assert_same_data("qemu-io pattern in the backing file", &[0x5a; 4 * MIB as usize], &file[..4 * MIB as usize]);
-    assert_same_data("acknowledged raw writes in the backing file", &acked, &file[4 * MIB as usize..]);
+    assert_same_data(
+        "qemu-io pattern in the backing file",
+        &[0x5a; 4 * MIB as usize],
+        &file[..4 * MIB as usize],
+    );
+    assert_same_data(
+        "acknowledged raw writes in the backing file",
+        &acked,
+        &file[4 * MIB as usize..],
+    );
 }
 
 #[test]
@@ -84,10 +107,22 @@ fn signals_stop_an_idle_server_with_status_zero() {
         let mut nbd = Nbd::go(Conn::unix(server.socket()), "disk", false);
         nbd.write(0, &random_bytes(sig as u64, 4096));
         match server.signal_and_wait(sig, Duration::from_secs(5)) {
-            None => panic!("signal {sig}: still running after 5 s; log:\n{}", server.log()),
-            Some((status, _)) => assert_eq!(status.code(), Some(0), "signal {sig}: exit status; log:\n{}", server.log()),
+            None => panic!(
+                "signal {sig}: still running after 5 s; log:\n{}",
+                server.log()
+            ),
+            Some((status, _)) => assert_eq!(
+                status.code(),
+                Some(0),
+                "signal {sig}: exit status; log:\n{}",
+                server.log()
+            ),
         }
-        assert_same_data("write before the signal", &random_bytes(sig as u64, 4096), &read_at(&backing, 0, 4096));
+        assert_same_data(
+            "write before the signal",
+            &random_bytes(sig as u64, 4096),
+            &read_at(&backing, 0, 4096),
+        );
     }
 }
 
@@ -95,11 +130,26 @@ fn signals_stop_an_idle_server_with_status_zero() {
 fn missing_file_without_size_is_a_clear_error() {
     let dir = TestDir::new("missing_file_without_size_is_a_clear_error");
     let missing = dir.join("missing.img");
-    let (status, log) = Server::builder(&dir).export("disk", &missing).run_to_exit(Duration::from_secs(10));
-    let status = status.unwrap_or_else(|| panic!("the server kept running with a missing backing file; log:\n{log}"));
-    assert!(!status.success(), "exit status {status} for a missing backing file; log:\n{log}");
-    assert!(log.contains(&missing.display().to_string()), "the error should name {}; log:\n{log}", missing.display());
-    assert!(!missing.exists(), "the server created {} without --size", missing.display());
+    let (status, log) = Server::builder(&dir)
+        .export("disk", &missing)
+        .run_to_exit(Duration::from_secs(10));
+    let status = status.unwrap_or_else(|| {
+        panic!("the server kept running with a missing backing file; log:\n{log}")
+    });
+    assert!(
+        !status.success(),
+        "exit status {status} for a missing backing file; log:\n{log}"
+    );
+    assert!(
+        log.contains(&missing.display().to_string()),
+        "the error should name {}; log:\n{log}",
+        missing.display()
+    );
+    assert!(
+        !missing.exists(),
+        "the server created {} without --size",
+        missing.display()
+    );
 }
 
 #[test]
@@ -107,10 +157,22 @@ fn size_option_creates_sparse_files_and_checks_existing_ones() {
     let dir = TestDir::new("size_option_creates_sparse_files_and_checks_existing_ones");
     let new = dir.join("new.img");
     {
-        let server = Server::builder(&dir).export("disk", &new).arg("--size").arg("1G").start();
+        let server = Server::builder(&dir)
+            .export("disk", &new)
+            .arg("--size")
+            .arg("1G")
+            .start();
         let meta = fs::metadata(&new).expect("--size did not create the file");
-        assert_eq!(meta.len(), 1 << 30, "size of the file created with --size 1G");
-        assert!(meta.blocks() * 512 < 16 * MIB, "the new file is not sparse: {} blocks allocated", meta.blocks());
+        assert_eq!(
+            meta.len(),
+            1 << 30,
+            "size of the file created with --size 1G"
+        );
+        assert!(
+            meta.blocks() * 512 < 16 * MIB,
+            "the new file is not sparse: {} blocks allocated",
+            meta.blocks()
+        );
         let mut nbd = Nbd::go(Conn::unix(server.socket()), "disk", true);
         assert_eq!(nbd.size(), 1 << 30, "export size with --size 1G");
         let data = random_bytes(5, 8192);
@@ -119,17 +181,41 @@ fn size_option_creates_sparse_files_and_checks_existing_ones() {
     }
     // The same size again is fine...
     {
-        let server = Server::builder(&dir).export("disk", &new).arg("--size").arg("1024M").start();
+        let server = Server::builder(&dir)
+            .export("disk", &new)
+            .arg("--size")
+            .arg("1024M")
+            .start();
         let mut nbd = Nbd::go(Conn::unix(server.socket()), "disk", false);
         assert_eq!(nbd.size(), 1 << 30);
-        assert_same_data("data kept across restarts", &random_bytes(5, 8192), &nbd.read((1 << 30) - 8192, 8192));
+        assert_same_data(
+            "data kept across restarts",
+            &random_bytes(5, 8192),
+            &nbd.read((1 << 30) - 8192, 8192),
+        );
     }
     // ...a different one is refused, and the file is left alone.
-    let (status, log) = Server::builder(&dir).export("disk", &new).arg("--size").arg("2G").run_to_exit(Duration::from_secs(10));
-    let status = status.unwrap_or_else(|| panic!("the server accepted --size 2G for a 1 GiB file; log:\n{log}"));
-    assert!(!status.success(), "exit status {status} for a size mismatch; log:\n{log}");
-    assert!(log.contains(&new.display().to_string()), "the error should name {}; log:\n{log}", new.display());
-    assert_eq!(fs::metadata(&new).unwrap().len(), 1 << 30, "a refused --size changed the file");
+    let (status, log) = Server::builder(&dir)
+        .export("disk", &new)
+        .arg("--size")
+        .arg("2G")
+        .run_to_exit(Duration::from_secs(10));
+    let status = status
+        .unwrap_or_else(|| panic!("the server accepted --size 2G for a 1 GiB file; log:\n{log}"));
+    assert!(
+        !status.success(),
+        "exit status {status} for a size mismatch; log:\n{log}"
+    );
+    assert!(
+        log.contains(&new.display().to_string()),
+        "the error should name {}; log:\n{log}",
+        new.display()
+    );
+    assert_eq!(
+        fs::metadata(&new).unwrap().len(),
+        1 << 30,
+        "a refused --size changed the file"
+    );
 }
 
 #[test]
@@ -140,9 +226,19 @@ fn a_second_server_on_the_same_file_is_refused() {
     fs::write(&backing, &data).unwrap();
     let mut first = Server::builder(&dir).export("disk", &backing).start();
 
-    let (status, log) = Server::builder(&dir).export("other", &backing).run_to_exit(Duration::from_secs(10));
-    let status = status.unwrap_or_else(|| panic!("a second server on {} kept running; log:\n{log}", backing.display()));
-    assert!(!status.success(), "second server exit status {status}; log:\n{log}");
+    let (status, log) = Server::builder(&dir)
+        .export("other", &backing)
+        .run_to_exit(Duration::from_secs(10));
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "a second server on {} kept running; log:\n{log}",
+            backing.display()
+        )
+    });
+    assert!(
+        !status.success(),
+        "second server exit status {status}; log:\n{log}"
+    );
     let lower = log.to_lowercase();
     assert!(
         lower.contains("lock") || lower.contains("in use"),
@@ -151,40 +247,73 @@ fn a_second_server_on_the_same_file_is_refused() {
 
     first.assert_running();
     let mut nbd = Nbd::go(Conn::unix(first.socket()), "disk", true);
-    assert_same_data("first server after the refused second one", &data[..65536], &nbd.read(0, 65536));
+    assert_same_data(
+        "first server after the refused second one",
+        &data[..65536],
+        &nbd.read(0, 65536),
+    );
 }
 
 #[test]
 fn several_exports_at_once() {
     let dir = TestDir::new("several_exports_at_once");
-    let files = [(dir.join("a.img"), MIB), (dir.join("b.img"), 2 * MIB), (dir.join("third.img"), 3 * MIB)];
+    let files = [
+        (dir.join("a.img"), MIB),
+        (dir.join("b.img"), 2 * MIB),
+        (dir.join("third.img"), 3 * MIB),
+    ];
     for (path, size) in &files {
         sparse_file(path, *size);
     }
-    let server =
-        Server::builder(&dir).export("a", &files[0].0).export("b", &files[1].0).unnamed_export(&files[2].0).start();
+    let server = Server::builder(&dir)
+        .export("a", &files[0].0)
+        .export("b", &files[1].0)
+        .unnamed_export(&files[2].0)
+        .start();
 
     // All connections open together; "" is the first export and "third" the file stem.
     let names = ["a", "b", "third", ""];
     let sizes = [MIB, 2 * MIB, 3 * MIB, MIB];
-    let mut conns: Vec<Nbd> =
-        names.iter().enumerate().map(|(i, n)| Nbd::go(Conn::unix(server.socket()), n, i % 2 == 0)).collect();
+    let mut conns: Vec<Nbd> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Nbd::go(Conn::unix(server.socket()), n, i % 2 == 0))
+        .collect();
     for (i, nbd) in conns.iter().enumerate() {
         assert_eq!(nbd.size(), sizes[i], "size of export {:?}", names[i]);
     }
-    let payloads: Vec<Vec<u8>> = (0..3).map(|i| random_bytes(50 + i, 64 * KIB as usize)).collect();
+    let payloads: Vec<Vec<u8>> = (0..3)
+        .map(|i| random_bytes(50 + i, 64 * KIB as usize))
+        .collect();
     for (i, nbd) in conns.iter_mut().take(3).enumerate() {
         nbd.write(sizes[i] - 64 * KIB, &payloads[i]);
     }
     for (i, nbd) in conns.iter_mut().take(3).enumerate() {
-        assert_same_data(&format!("export {:?}", names[i]), &payloads[i], &nbd.read(sizes[i] - 64 * KIB, 64 * KIB as u32));
+        assert_same_data(
+            &format!("export {:?}", names[i]),
+            &payloads[i],
+            &nbd.read(sizes[i] - 64 * KIB, 64 * KIB as u32),
+        );
     }
     let default = conns[3].read(MIB - 64 * KIB, 64 * KIB as u32);
-    assert_same_data("the default export (first export's data)", &payloads[0], &default);
+    assert_same_data(
+        "the default export (first export's data)",
+        &payloads[0],
+        &default,
+    );
 
     for (i, (path, size)) in files.iter().enumerate() {
-        assert_eq!(fs::metadata(path).unwrap().len(), *size, "{} changed size", path.display());
-        assert_same_data(&format!("{}", path.display()), &payloads[i], &read_at(path, size - 64 * KIB, 64 * KIB as usize));
+        assert_eq!(
+            fs::metadata(path).unwrap().len(),
+            *size,
+            "{} changed size",
+            path.display()
+        );
+        assert_same_data(
+            &format!("{}", path.display()),
+            &payloads[i],
+            &read_at(path, size - 64 * KIB, 64 * KIB as usize),
+        );
     }
 }
 
@@ -195,11 +324,21 @@ fn tcp_listener_serves_alongside_the_socket() {
     let data = random_bytes(11, MIB as usize);
     fs::write(&backing, &data).unwrap();
     // A port the kernel just handed out is very likely still free a moment later.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let addr = format!("127.0.0.1:{port}");
-    let server = Server::builder(&dir).export("disk", &backing).arg("--listen").arg(&addr).start();
+    let server = Server::builder(&dir)
+        .export("disk", &backing)
+        .arg("--listen")
+        .arg(&addr)
+        .start();
 
-    let ready = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(&addr).is_ok());
+    let ready = wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
     assert!(ready, "nothing listening on {addr}; log:\n{}", server.log());
     let mut tcp = Nbd::go(Conn::tcp(&addr), "disk", true);
     let mut unix = Nbd::go(Conn::unix(server.socket()), "disk", false);
@@ -207,7 +346,11 @@ fn tcp_listener_serves_alongside_the_socket() {
     let fresh = random_bytes(12, 4096);
     tcp.write(8192, &fresh);
     tcp.flush();
-    assert_same_data("TCP write read over the Unix socket", &fresh, &unix.read(8192, 4096));
+    assert_same_data(
+        "TCP write read over the Unix socket",
+        &fresh,
+        &unix.read(8192, 4096),
+    );
 }
 
 #[test]
@@ -217,17 +360,39 @@ fn direct_io_serves_data() {
     let backing = dir.join("disk.img");
     let data = random_bytes(13, 4 * MIB as usize);
     fs::write(&backing, &data).unwrap();
-    if let Err(e) = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(&backing) {
-        skip(TEST, &format!("the filesystem of {} does not support O_DIRECT: {e}", dir.path().display()));
+    if let Err(e) = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&backing)
+    {
+        skip(
+            TEST,
+            &format!(
+                "the filesystem of {} does not support O_DIRECT: {e}",
+                dir.path().display()
+            ),
+        );
         return;
     }
-    let server = Server::builder(&dir).export("disk", &backing).arg("--direct").start();
+    let server = Server::builder(&dir)
+        .export("disk", &backing)
+        .arg("--direct")
+        .start();
     let mut nbd = Nbd::go(Conn::unix(server.socket()), "disk", true);
-    assert_same_data("READ with O_DIRECT", &data[MIB as usize..2 * MIB as usize], &nbd.read(MIB, MIB as u32));
+    assert_same_data(
+        "READ with O_DIRECT",
+        &data[MIB as usize..2 * MIB as usize],
+        &nbd.read(MIB, MIB as u32),
+    );
     // 512-byte requests are valid at the default block size even if the device wants 4096.
     let small = random_bytes(14, 512);
     nbd.write(512, &small);
     nbd.flush();
     assert_same_data("512-byte write with O_DIRECT", &small, &nbd.read(512, 512));
-    assert_same_data("512-byte write in the file", &small, &read_at(&backing, 512, 512));
+    assert_same_data(
+        "512-byte write in the file",
+        &small,
+        &read_at(&backing, 512, 512),
+    );
 }

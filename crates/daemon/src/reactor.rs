@@ -457,7 +457,16 @@ impl Reactor {
             if !c.dead && c.out_pending() {
                 let was_full = !c.has_room();
                 if let Err(e) = c.flush_out() {
-                    info!(client = %c.name, "connection failed while replying: {e}");
+                    // A client that hangs up without waiting for replies is common (probes,
+                    // killed processes) and not our failure.
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) {
+                        debug!(client = %c.name, "client went away before its replies: {e}");
+                    } else {
+                        info!(client = %c.name, "connection failed while replying: {e}");
+                    }
                     c.dead = true;
                 } else if was_full && c.has_room() {
                     resume.push(k);

@@ -29,8 +29,14 @@ impl FlushBatcher {
     /// The barrier `seq` finished: returns the requests it covered (to complete) and
     /// possibly the next barrier to issue for requests that queued meanwhile.
     pub fn finished(&mut self, seq: u64) -> (Vec<ReqId>, Option<u64>) {
-        let (running_seq, covered) = self.running.take().expect("a flush finished while none was running");
-        assert_eq!(running_seq, seq, "flush completions must match the running flush");
+        let (running_seq, covered) = self
+            .running
+            .take()
+            .expect("a flush finished while none was running");
+        assert_eq!(
+            running_seq, seq,
+            "flush completions must match the running flush"
+        );
         let next = self.start_if_idle();
         (covered, next)
     }
@@ -72,7 +78,11 @@ mod tests {
         assert_eq!(done, vec![ReqId(1)]);
         let s1 = next.unwrap();
         let (done, next) = f.finished(s1);
-        assert_eq!(done, vec![ReqId(2), ReqId(3)], "one barrier serves every queued flush");
+        assert_eq!(
+            done,
+            vec![ReqId(2), ReqId(3)],
+            "one barrier serves every queued flush"
+        );
         assert!(next.is_none());
         assert!(f.is_idle());
     }

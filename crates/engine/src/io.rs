@@ -8,15 +8,35 @@ pub struct ReqId(pub u64);
 /// An application request, already validated by the frontend (aligned, inside the volume).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Io {
-    Read { offset: u64, len: u32 },
+    Read {
+        offset: u64,
+        len: u32,
+    },
     /// The payload stays with the driver under the request's [`ReqId`].
-    Write { offset: u64, len: u32, fua: bool },
-    Trim { offset: u64, len: u32, fua: bool },
+    Write {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
     /// `may_punch`: the range may be deallocated. `fast`: fail with [`IoError::NotFast`]
     /// rather than write zeroes.
-    Zero { offset: u64, len: u32, fua: bool, may_punch: bool, fast: bool },
+    Zero {
+        offset: u64,
+        len: u32,
+        fua: bool,
+        may_punch: bool,
+        fast: bool,
+    },
     Flush,
-    Cache { offset: u64, len: u32 },
+    Cache {
+        offset: u64,
+        len: u32,
+    },
 }
 
 impl Io {
@@ -24,7 +44,10 @@ impl Io {
         matches!(self, Io::Write { .. } | Io::Trim { .. } | Io::Zero { .. })
     }
     fn fua(&self) -> bool {
-        matches!(self, Io::Write { fua: true, .. } | Io::Trim { fua: true, .. } | Io::Zero { fua: true, .. })
+        matches!(
+            self,
+            Io::Write { fua: true, .. } | Io::Trim { fua: true, .. } | Io::Zero { fua: true, .. }
+        )
     }
     pub(crate) fn needs_flush_after(&self) -> bool {
         self.fua()
@@ -56,12 +79,29 @@ pub enum DiskToken {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DiskKind {
     /// Read into the driver's reply buffer for the request.
-    Read { offset: u64, len: u32 },
+    Read {
+        offset: u64,
+        len: u32,
+    },
     /// Write the request's payload.
-    Write { offset: u64, len: u32 },
-    Trim { offset: u64, len: u32 },
-    Zero { offset: u64, len: u32, may_punch: bool, fast: bool },
-    Cache { offset: u64, len: u32 },
+    Write {
+        offset: u64,
+        len: u32,
+    },
+    Trim {
+        offset: u64,
+        len: u32,
+    },
+    Zero {
+        offset: u64,
+        len: u32,
+        may_punch: bool,
+        fast: bool,
+    },
+    Cache {
+        offset: u64,
+        len: u32,
+    },
     /// Make every write that completed before this was issued durable.
     Flush,
 }
@@ -77,7 +117,11 @@ pub struct DiskOp {
 
 impl DiskOp {
     pub fn flush(seq: u64) -> DiskOp {
-        DiskOp { token: DiskToken::Flush(seq), kind: DiskKind::Flush, barrier_after: false }
+        DiskOp {
+            token: DiskToken::Flush(seq),
+            kind: DiskKind::Flush,
+            barrier_after: false,
+        }
     }
 }
 
@@ -87,5 +131,8 @@ pub enum Action {
     Disk(DiskOp),
     /// Answer the application. For a successful read, the data is whatever the driver read
     /// for this request.
-    Complete { req: ReqId, result: Result<(), IoError> },
+    Complete {
+        req: ReqId,
+        result: Result<(), IoError>,
+    },
 }

@@ -26,7 +26,13 @@ pub struct Volume {
 
 impl Volume {
     pub fn new(size: u64, read_only: bool) -> Volume {
-        Volume { size, read_only, disk: DiskState::UpToDate, flushes: FlushBatcher::default(), in_flight: 0 }
+        Volume {
+            size,
+            read_only,
+            disk: DiskState::UpToDate,
+            flushes: FlushBatcher::default(),
+            in_flight: 0,
+        }
     }
 
     pub fn size(&self) -> u64 {
@@ -55,7 +61,18 @@ impl Volume {
             Io::Read { offset, len } => DiskKind::Read { offset, len },
             Io::Write { offset, len, .. } => DiskKind::Write { offset, len },
             Io::Trim { offset, len, .. } => DiskKind::Trim { offset, len },
-            Io::Zero { offset, len, may_punch, fast, .. } => DiskKind::Zero { offset, len, may_punch, fast },
+            Io::Zero {
+                offset,
+                len,
+                may_punch,
+                fast,
+                ..
+            } => DiskKind::Zero {
+                offset,
+                len,
+                may_punch,
+                fast,
+            },
             Io::Cache { offset, len } => DiskKind::Cache { offset, len },
             Io::Flush => return self.barrier(req, out),
         };
@@ -68,7 +85,11 @@ impl Volume {
             DiskKind::Flush => true,
         });
         let barrier_after = io.needs_flush_after();
-        out.push(Action::Disk(DiskOp { token: DiskToken::Req(req), kind, barrier_after }));
+        out.push(Action::Disk(DiskOp {
+            token: DiskToken::Req(req),
+            kind,
+            barrier_after,
+        }));
     }
 
     /// A disk operation finished. `kind` is the kind the engine issued (drivers echo it back).
@@ -79,7 +100,9 @@ impl Volume {
                     Ok(()) if op.barrier_after => self.barrier(req, out),
                     Ok(()) => self.complete(req, Ok(()), out),
                     // A failed cache hint is not an error the application needs to see.
-                    Err(_) if matches!(op.kind, DiskKind::Cache { .. }) => self.complete(req, Ok(()), out),
+                    Err(_) if matches!(op.kind, DiskKind::Cache { .. }) => {
+                        self.complete(req, Ok(()), out)
+                    }
                     Err(e) => self.complete(req, Err(e), out),
                 }
             }
@@ -117,23 +140,49 @@ mod tests {
     use super::*;
 
     fn disk_ops(out: &[Action]) -> Vec<DiskOp> {
-        out.iter().filter_map(|a| if let Action::Disk(op) = a { Some(*op) } else { None }).collect()
+        out.iter()
+            .filter_map(|a| {
+                if let Action::Disk(op) = a {
+                    Some(*op)
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     #[test]
     fn fua_write_completes_only_after_a_barrier() {
         let mut v = Volume::new(1 << 20, false);
         let mut out = Vec::new();
-        v.submit(ReqId(1), Io::Write { offset: 0, len: 4096, fua: true }, &mut out);
+        v.submit(
+            ReqId(1),
+            Io::Write {
+                offset: 0,
+                len: 4096,
+                fua: true,
+            },
+            &mut out,
+        );
         let ops = disk_ops(&out);
         assert_eq!(ops.len(), 1);
         out.clear();
         v.disk_done(ops[0], Ok(()), &mut out);
         let ops = disk_ops(&out);
-        assert_eq!(ops, vec![DiskOp::flush(0)], "the write must be followed by a flush before completing");
+        assert_eq!(
+            ops,
+            vec![DiskOp::flush(0)],
+            "the write must be followed by a flush before completing"
+        );
         out.clear();
         v.disk_done(ops[0], Ok(()), &mut out);
-        assert_eq!(out, vec![Action::Complete { req: ReqId(1), result: Ok(()) }]);
+        assert_eq!(
+            out,
+            vec![Action::Complete {
+                req: ReqId(1),
+                result: Ok(())
+            }]
+        );
         assert_eq!(v.in_flight(), 0);
     }
 
@@ -145,18 +194,51 @@ mod tests {
         let op = disk_ops(&out)[0];
         out.clear();
         v.disk_done(op, Err(IoError::Os(5)), &mut out);
-        assert_eq!(out, vec![Action::Complete { req: ReqId(1), result: Err(IoError::Os(5)) }]);
+        assert_eq!(
+            out,
+            vec![Action::Complete {
+                req: ReqId(1),
+                result: Err(IoError::Os(5))
+            }]
+        );
         assert_eq!(v.disk_state(), DiskState::Failed);
         out.clear();
-        v.submit(ReqId(2), Io::Read { offset: 0, len: 512 }, &mut out);
-        assert_eq!(out, vec![Action::Complete { req: ReqId(2), result: Err(IoError::NoData) }]);
+        v.submit(
+            ReqId(2),
+            Io::Read {
+                offset: 0,
+                len: 512,
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![Action::Complete {
+                req: ReqId(2),
+                result: Err(IoError::NoData)
+            }]
+        );
     }
 
     #[test]
     fn read_only_refuses_writes() {
         let mut v = Volume::new(1 << 20, true);
         let mut out = Vec::new();
-        v.submit(ReqId(1), Io::Trim { offset: 0, len: 512, fua: false }, &mut out);
-        assert_eq!(out, vec![Action::Complete { req: ReqId(1), result: Err(IoError::ReadOnly) }]);
+        v.submit(
+            ReqId(1),
+            Io::Trim {
+                offset: 0,
+                len: 512,
+                fua: false,
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![Action::Complete {
+                req: ReqId(1),
+                result: Err(IoError::ReadOnly)
+            }]
+        );
     }
 }

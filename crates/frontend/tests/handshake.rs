@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 use tandem_frontend::nbd::handshake::{MAX_OPTIONS, MAX_OPTION_LEN};
 use tandem_frontend::nbd::wire::*;
-use tandem_frontend::nbd::{BlockSizes, CloseReason, ExportInfo, Handshake, HandshakeStep, Negotiated};
+use tandem_frontend::nbd::{
+    BlockSizes, CloseReason, ExportInfo, Handshake, HandshakeStep, Negotiated,
+};
 
 const GIB: u64 = 1 << 30;
 
@@ -89,17 +91,28 @@ fn replies(mut out: &[u8]) -> Vec<Reply> {
         let kind = u32::from_be_bytes(out[12..16].try_into().unwrap());
         let len = u32::from_be_bytes(out[16..20].try_into().unwrap()) as usize;
         assert!(out.len() >= 20 + len, "truncated reply payload");
-        v.push(Reply { option, kind, payload: out[20..20 + len].to_vec() });
+        v.push(Reply {
+            option,
+            kind,
+            payload: out[20..20 + len].to_vec(),
+        });
         out = &out[20 + len..];
     }
     v
 }
 
 fn kinds(out: &[u8]) -> Vec<(u32, u32)> {
-    replies(out).into_iter().map(|r| (r.option, r.kind)).collect()
+    replies(out)
+        .into_iter()
+        .map(|r| (r.option, r.kind))
+        .collect()
 }
 
-fn run_with(input: &[u8], exports: &[ExportInfo], shutting_down: bool) -> (usize, HandshakeStep, Vec<u8>) {
+fn run_with(
+    input: &[u8],
+    exports: &[ExportInfo],
+    shutting_down: bool,
+) -> (usize, HandshakeStep, Vec<u8>) {
     let mut hs = Handshake::new();
     let mut out = Vec::new();
     let (n, step) = hs.feed(input, exports, shutting_down, &mut out);
@@ -121,19 +134,36 @@ fn run(input: &[u8]) -> (usize, HandshakeStep, Vec<u8>) {
 }
 
 fn done(export: usize, structured_replies: bool, transmission_flags: u16) -> HandshakeStep {
-    HandshakeStep::Done(Negotiated { export, structured_replies, transmission_flags })
+    HandshakeStep::Done(Negotiated {
+        export,
+        structured_replies,
+        transmission_flags,
+    })
 }
 
 fn info_export(size: u64, flags: u16) -> Vec<u8> {
-    cat(&[&INFO_EXPORT.to_be_bytes(), &size.to_be_bytes(), &flags.to_be_bytes()])
+    cat(&[
+        &INFO_EXPORT.to_be_bytes(),
+        &size.to_be_bytes(),
+        &flags.to_be_bytes(),
+    ])
 }
 
 fn info_block(min: u32, pref: u32, max: u32) -> Vec<u8> {
-    cat(&[&INFO_BLOCK_SIZE.to_be_bytes(), &min.to_be_bytes(), &pref.to_be_bytes(), &max.to_be_bytes()])
+    cat(&[
+        &INFO_BLOCK_SIZE.to_be_bytes(),
+        &min.to_be_bytes(),
+        &pref.to_be_bytes(),
+        &max.to_be_bytes(),
+    ])
 }
 
 fn rep(option: u32, kind: u32, payload: &[u8]) -> Reply {
-    Reply { option, kind, payload: payload.to_vec() }
+    Reply {
+        option,
+        kind,
+        payload: payload.to_vec(),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,7 +200,12 @@ fn partial_client_flags_wait() {
 
 #[test]
 fn unknown_client_flags_close() {
-    for f in [1u32 << 2, 1 << 31, 0xffff_ffff, FLAG_C_FIXED_NEWSTYLE | 1 << 5] {
+    for f in [
+        1u32 << 2,
+        1 << 31,
+        0xffff_ffff,
+        FLAG_C_FIXED_NEWSTYLE | 1 << 5,
+    ] {
         let input = cat(&[&flags(f), &opt(OPT_GO, &info_data(b"", &[]))]);
         let (n, step, out) = run(&input);
         assert_eq!(n, 4, "flags {f:#x}");
@@ -184,7 +219,11 @@ fn client_without_fixed_newstyle_is_closed() {
     for f in [0, FLAG_C_NO_ZEROES] {
         let input = cat(&[&flags(f), &opt(OPT_EXPORT_NAME, b"")]);
         let (n, step, out) = run(&input);
-        assert_eq!((n, step), (4, HandshakeStep::Close(CloseReason::NotFixedNewstyle)), "flags {f:#x}");
+        assert_eq!(
+            (n, step),
+            (4, HandshakeStep::Close(CloseReason::NotFixedNewstyle)),
+            "flags {f:#x}"
+        );
         assert!(out.is_empty());
     }
 }
@@ -199,20 +238,30 @@ fn bad_option_magic_closes() {
     let magic = u64::from_be_bytes(bad[0..8].try_into().unwrap());
     let (n, step, out) = run(&cat(&[&modern(), &bad]));
     assert_eq!(n, 4 + 16);
-    assert_eq!(step, HandshakeStep::Close(CloseReason::BadOptionMagic(magic)));
+    assert_eq!(
+        step,
+        HandshakeStep::Close(CloseReason::BadOptionMagic(magic))
+    );
     assert!(out.is_empty());
 
     // After a good option too; the replies to the good one stay in the output.
     let input = cat(&[&modern(), &opt(OPT_STRUCTURED_REPLY, b""), &bad]);
     let (n, step, out) = run(&input);
     assert_eq!(n, 4 + 16 + 16);
-    assert_eq!(step, HandshakeStep::Close(CloseReason::BadOptionMagic(magic)));
+    assert_eq!(
+        step,
+        HandshakeStep::Close(CloseReason::BadOptionMagic(magic))
+    );
     assert_eq!(replies(&out), vec![rep(OPT_STRUCTURED_REPLY, REP_ACK, b"")]);
 }
 
 #[test]
 fn partial_option_waits_without_consuming() {
-    let full = cat(&[&modern(), &opt(OPT_LIST, b""), &opt(OPT_GO, &info_data(b"disk0", &[]))]);
+    let full = cat(&[
+        &modern(),
+        &opt(OPT_LIST, b""),
+        &opt(OPT_GO, &info_data(b"disk0", &[])),
+    ]);
     let list_end = 4 + 16;
     for cut in list_end..full.len() {
         let (n, step, out) = run(&full[..cut]);
@@ -220,7 +269,12 @@ fn partial_option_waits_without_consuming() {
         assert_eq!(n, list_end);
         assert_eq!(
             kinds(&out),
-            vec![(OPT_LIST, REP_SERVER), (OPT_LIST, REP_SERVER), (OPT_LIST, REP_SERVER), (OPT_LIST, REP_ACK)]
+            vec![
+                (OPT_LIST, REP_SERVER),
+                (OPT_LIST, REP_SERVER),
+                (OPT_LIST, REP_SERVER),
+                (OPT_LIST, REP_ACK)
+            ]
         );
     }
     let (n, step, _) = run(&full);
@@ -237,7 +291,13 @@ fn option_too_long_closes_without_waiting_for_data() {
         // No data at all: must not wait for it.
         let (n, step, out) = run(&input);
         assert_eq!(n, 4 + 16);
-        assert_eq!(step, HandshakeStep::Close(CloseReason::OptionTooLong { option: OPT_INFO, len }));
+        assert_eq!(
+            step,
+            HandshakeStep::Close(CloseReason::OptionTooLong {
+                option: OPT_INFO,
+                len
+            })
+        );
         assert!(out.is_empty());
     }
 }
@@ -268,10 +328,18 @@ fn more_than_max_options_closes() {
     let mut more = input.clone();
     more.extend_from_slice(&opt(OPT_GO, &info_data(b"", &[])));
     let (n, step, out) = run(&more);
-    assert_eq!((n, step), (more.len(), HandshakeStep::Close(CloseReason::TooManyOptions)));
+    assert_eq!(
+        (n, step),
+        (
+            more.len(),
+            HandshakeStep::Close(CloseReason::TooManyOptions)
+        )
+    );
     // The 1025th option gets no reply.
     assert_eq!(replies(&out).len(), MAX_OPTIONS as usize);
-    assert!(replies(&out).iter().all(|r| r.option == 99 && r.kind == REP_ERR_UNSUP));
+    assert!(replies(&out)
+        .iter()
+        .all(|r| r.option == 99 && r.kind == REP_ERR_UNSUP));
 }
 
 #[test]
@@ -329,9 +397,21 @@ fn list_lists_named_exports() {
     assert_eq!(
         replies(&out),
         vec![
-            rep(OPT_LIST, REP_SERVER, &cat(&[&5u32.to_be_bytes(), b"disk0", b"the first disk"])),
-            rep(OPT_LIST, REP_SERVER, &cat(&[&7u32.to_be_bytes(), b"archive"])),
-            rep(OPT_LIST, REP_SERVER, &cat(&[&7u32.to_be_bytes(), b"scratch", b"temp"])),
+            rep(
+                OPT_LIST,
+                REP_SERVER,
+                &cat(&[&5u32.to_be_bytes(), b"disk0", b"the first disk"])
+            ),
+            rep(
+                OPT_LIST,
+                REP_SERVER,
+                &cat(&[&7u32.to_be_bytes(), b"archive"])
+            ),
+            rep(
+                OPT_LIST,
+                REP_SERVER,
+                &cat(&[&7u32.to_be_bytes(), b"scratch", b"temp"])
+            ),
             rep(OPT_LIST, REP_ACK, b""),
         ]
     );
@@ -365,7 +445,11 @@ fn structured_reply_twice_is_invalid() {
 
 #[test]
 fn structured_reply_with_data_is_invalid_and_not_negotiated() {
-    let input = cat(&[&modern(), &opt(OPT_STRUCTURED_REPLY, b"\0"), &opt(OPT_GO, &info_data(b"", &[]))]);
+    let input = cat(&[
+        &modern(),
+        &opt(OPT_STRUCTURED_REPLY, b"\0"),
+        &opt(OPT_GO, &info_data(b"", &[])),
+    ]);
     let (n, step, out) = run(&input);
     assert_eq!((n, step), (input.len(), done(0, false, RW_FLAGS)));
     assert_eq!(kinds(&out)[0], (OPT_STRUCTURED_REPLY, REP_ERR_INVALID));
@@ -385,7 +469,11 @@ fn info_for_unknown_export_is_unknown() {
     assert_eq!((n, step), (input.len(), HandshakeStep::NeedMore));
     assert_eq!(kinds(&out), vec![(OPT_INFO, REP_ERR_UNKNOWN)]);
 
-    let input = cat(&[&modern(), &opt(OPT_GO, &info_data(b"nope", &[])), &opt(OPT_GO, &info_data(b"disk0", &[]))]);
+    let input = cat(&[
+        &modern(),
+        &opt(OPT_GO, &info_data(b"nope", &[])),
+        &opt(OPT_GO, &info_data(b"disk0", &[])),
+    ]);
     let (n, step, out) = run(&input);
     assert_eq!((n, step), (input.len(), done(0, false, RW_FLAGS)));
     assert_eq!(kinds(&out)[0], (OPT_GO, REP_ERR_UNKNOWN));
@@ -408,9 +496,18 @@ fn info_with_inconsistent_lengths_is_invalid() {
         ("missing request", good[..good.len() - 1].to_vec()),
         ("trailing byte", cat(&[&good, &[0]])),
         ("trailing request", cat(&[&good, &[0, 2]])),
-        ("name longer than data", cat(&[&100u32.to_be_bytes(), b"disk0", &[0, 0]])),
-        ("name length huge", cat(&[&u32::MAX.to_be_bytes(), b"disk0", &[0, 0]])),
-        ("name over 4096 bytes", info_data(&vec![b'a'; MAX_STRING + 1], &[])),
+        (
+            "name longer than data",
+            cat(&[&100u32.to_be_bytes(), b"disk0", &[0, 0]]),
+        ),
+        (
+            "name length huge",
+            cat(&[&u32::MAX.to_be_bytes(), b"disk0", &[0, 0]]),
+        ),
+        (
+            "name over 4096 bytes",
+            info_data(&vec![b'a'; MAX_STRING + 1], &[]),
+        ),
         ("name not utf-8", info_data(b"disk\xff", &[])),
         ("name with NUL", info_data(b"disk0\0", &[])),
     ];
@@ -427,7 +524,10 @@ fn info_with_inconsistent_lengths_is_invalid() {
         }
     }
     // A name of exactly 4096 bytes is well-formed (and unknown).
-    let input = cat(&[&modern(), &opt(OPT_INFO, &info_data(&vec![b'a'; MAX_STRING], &[]))]);
+    let input = cat(&[
+        &modern(),
+        &opt(OPT_INFO, &info_data(&vec![b'a'; MAX_STRING], &[])),
+    ]);
     assert_eq!(kinds(&run(&input).2), vec![(OPT_INFO, REP_ERR_UNKNOWN)]);
 }
 
@@ -457,7 +557,10 @@ fn info_replies_name_and_description_when_asked() {
         &modern(),
         &opt(OPT_STRUCTURED_REPLY, b""),
         // Unknown info items are ignored; the order of the request does not matter.
-        &opt(OPT_INFO, &info_data(b"", &[INFO_DESCRIPTION, 77, INFO_NAME, INFO_BLOCK_SIZE])),
+        &opt(
+            OPT_INFO,
+            &info_data(b"", &[INFO_DESCRIPTION, 77, INFO_NAME, INFO_BLOCK_SIZE]),
+        ),
     ]);
     let (n, step, out) = run(&input);
     assert_eq!((n, step), (input.len(), HandshakeStep::NeedMore));
@@ -465,21 +568,39 @@ fn info_replies_name_and_description_when_asked() {
         replies(&out)[1..],
         [
             rep(OPT_INFO, REP_INFO, &info_export(GIB, RW_FLAGS_STRUCTURED)),
-            rep(OPT_INFO, REP_INFO, &cat(&[&INFO_NAME.to_be_bytes(), b"disk0"])),
-            rep(OPT_INFO, REP_INFO, &cat(&[&INFO_DESCRIPTION.to_be_bytes(), b"the first disk"])),
+            rep(
+                OPT_INFO,
+                REP_INFO,
+                &cat(&[&INFO_NAME.to_be_bytes(), b"disk0"])
+            ),
+            rep(
+                OPT_INFO,
+                REP_INFO,
+                &cat(&[&INFO_DESCRIPTION.to_be_bytes(), b"the first disk"])
+            ),
             rep(OPT_INFO, REP_INFO, &info_block(512, 4096, 32 << 20)),
             rep(OPT_INFO, REP_ACK, b""),
         ]
     );
 
     // An export without description gets no DESCRIPTION item.
-    let input = cat(&[&modern(), &opt(OPT_INFO, &info_data(b"archive", &[INFO_NAME, INFO_DESCRIPTION]))]);
+    let input = cat(&[
+        &modern(),
+        &opt(
+            OPT_INFO,
+            &info_data(b"archive", &[INFO_NAME, INFO_DESCRIPTION]),
+        ),
+    ]);
     let (_, _, out) = run(&input);
     assert_eq!(
         replies(&out),
         vec![
             rep(OPT_INFO, REP_INFO, &info_export(3 * GIB + 4096, RO_FLAGS)),
-            rep(OPT_INFO, REP_INFO, &cat(&[&INFO_NAME.to_be_bytes(), b"archive"])),
+            rep(
+                OPT_INFO,
+                REP_INFO,
+                &cat(&[&INFO_NAME.to_be_bytes(), b"archive"])
+            ),
             rep(OPT_INFO, REP_INFO, &info_block(4096, 4096, 32 << 20)),
             rep(OPT_INFO, REP_ACK, b""),
         ]
@@ -489,12 +610,33 @@ fn info_replies_name_and_description_when_asked() {
 #[test]
 fn go_ends_in_done_with_export_and_structured_flag() {
     let cases: Vec<(Vec<u8>, HandshakeStep)> = vec![
-        (opt(OPT_GO, &info_data(b"disk0", &[])), done(0, false, RW_FLAGS)),
-        (opt(OPT_GO, &info_data(b"archive", &[])), done(1, false, RO_FLAGS)),
-        (opt(OPT_GO, &info_data(b"scratch", &[])), done(2, false, RW_FLAGS)),
+        (
+            opt(OPT_GO, &info_data(b"disk0", &[])),
+            done(0, false, RW_FLAGS),
+        ),
+        (
+            opt(OPT_GO, &info_data(b"archive", &[])),
+            done(1, false, RO_FLAGS),
+        ),
+        (
+            opt(OPT_GO, &info_data(b"scratch", &[])),
+            done(2, false, RW_FLAGS),
+        ),
         (opt(OPT_GO, &info_data(b"", &[])), done(0, false, RW_FLAGS)),
-        (cat(&[&opt(OPT_STRUCTURED_REPLY, b""), &opt(OPT_GO, &info_data(b"archive", &[]))]), done(1, true, RO_FLAGS_STRUCTURED)),
-        (cat(&[&opt(OPT_STRUCTURED_REPLY, b""), &opt(OPT_GO, &info_data(b"scratch", &[]))]), done(2, true, RW_FLAGS_STRUCTURED)),
+        (
+            cat(&[
+                &opt(OPT_STRUCTURED_REPLY, b""),
+                &opt(OPT_GO, &info_data(b"archive", &[])),
+            ]),
+            done(1, true, RO_FLAGS_STRUCTURED),
+        ),
+        (
+            cat(&[
+                &opt(OPT_STRUCTURED_REPLY, b""),
+                &opt(OPT_GO, &info_data(b"scratch", &[])),
+            ]),
+            done(2, true, RW_FLAGS_STRUCTURED),
+        ),
     ];
     for (options, expect) in cases {
         let input = cat(&[&modern(), &options]);
@@ -502,19 +644,32 @@ fn go_ends_in_done_with_export_and_structured_flag() {
         let with_tail = cat(&[&input, &[0x25, 0x60, 0x95, 0x13]]);
         let (n, step, out) = run(&with_tail);
         assert_eq!((n, &step), (input.len(), &expect));
-        let HandshakeStep::Done(neg) = step else { unreachable!() };
+        let HandshakeStep::Done(neg) = step else {
+            unreachable!()
+        };
         let e = &exports()[neg.export];
         let r = replies(&out);
         let go: Vec<_> = r.iter().filter(|r| r.option == OPT_GO).cloned().collect();
         assert_eq!(
             go,
             vec![
-                rep(OPT_GO, REP_INFO, &info_export(e.size, neg.transmission_flags)),
-                rep(OPT_GO, REP_INFO, &info_block(e.block.minimum, e.block.preferred, e.block.maximum)),
+                rep(
+                    OPT_GO,
+                    REP_INFO,
+                    &info_export(e.size, neg.transmission_flags)
+                ),
+                rep(
+                    OPT_GO,
+                    REP_INFO,
+                    &info_block(e.block.minimum, e.block.preferred, e.block.maximum)
+                ),
                 rep(OPT_GO, REP_ACK, b""),
             ]
         );
-        assert_eq!(neg.transmission_flags, e.transmission_flags(neg.structured_replies));
+        assert_eq!(
+            neg.transmission_flags,
+            e.transmission_flags(neg.structured_replies)
+        );
     }
 }
 
@@ -543,7 +698,11 @@ fn info_then_go_on_another_export() {
 
 #[test]
 fn export_name_without_no_zeroes_pads_124_zeroes() {
-    let input = cat(&[&flags(FLAG_C_FIXED_NEWSTYLE), &opt(OPT_EXPORT_NAME, b"archive"), b"tail"]);
+    let input = cat(&[
+        &flags(FLAG_C_FIXED_NEWSTYLE),
+        &opt(OPT_EXPORT_NAME, b"archive"),
+        b"tail",
+    ]);
     let (n, step, out) = run(&input);
     assert_eq!((n, step), (input.len() - 4, done(1, false, RO_FLAGS)));
     let mut expect = (3 * GIB + 4096).to_be_bytes().to_vec();
@@ -555,11 +714,18 @@ fn export_name_without_no_zeroes_pads_124_zeroes() {
 
 #[test]
 fn export_name_with_no_zeroes_sends_size_and_flags_only() {
-    let input = cat(&[&modern(), &opt(OPT_STRUCTURED_REPLY, b""), &opt(OPT_EXPORT_NAME, b"disk0")]);
+    let input = cat(&[
+        &modern(),
+        &opt(OPT_STRUCTURED_REPLY, b""),
+        &opt(OPT_EXPORT_NAME, b"disk0"),
+    ]);
     let (n, step, out) = run(&input);
     assert_eq!((n, step), (input.len(), done(0, true, RW_FLAGS_STRUCTURED)));
     let ack_len = 20;
-    assert_eq!(kinds(&out[..ack_len]), vec![(OPT_STRUCTURED_REPLY, REP_ACK)]);
+    assert_eq!(
+        kinds(&out[..ack_len]),
+        vec![(OPT_STRUCTURED_REPLY, REP_ACK)]
+    );
     assert_eq!(&out[ack_len..], &[0, 0, 0, 0, 0x40, 0, 0, 0, 0x0d, 0xed]);
 }
 
@@ -575,32 +741,62 @@ fn export_name_empty_is_the_default_export() {
 fn export_name_unknown_closes() {
     let input = cat(&[&modern(), &opt(OPT_EXPORT_NAME, b"nope")]);
     let (n, step, out) = run(&input);
-    assert_eq!((n, step), (input.len(), HandshakeStep::Close(CloseReason::UnknownExport("nope".into()))));
+    assert_eq!(
+        (n, step),
+        (
+            input.len(),
+            HandshakeStep::Close(CloseReason::UnknownExport("nope".into()))
+        )
+    );
     assert!(out.is_empty());
 
     // Empty name without any export.
     let input = cat(&[&modern(), &opt(OPT_EXPORT_NAME, b"")]);
     let (n, step, out) = run_with(&input, &[], false);
-    assert_eq!((n, step), (input.len(), HandshakeStep::Close(CloseReason::UnknownExport(String::new()))));
+    assert_eq!(
+        (n, step),
+        (
+            input.len(),
+            HandshakeStep::Close(CloseReason::UnknownExport(String::new()))
+        )
+    );
     assert!(out.is_empty());
 
     // Not UTF-8.
     let input = cat(&[&modern(), &opt(OPT_EXPORT_NAME, b"\xc3\x28")]);
     let (n, step, out) = run(&input);
     assert_eq!(n, input.len());
-    assert!(matches!(step, HandshakeStep::Close(CloseReason::ExportNameRefused(_))), "{step:?}");
+    assert!(
+        matches!(
+            step,
+            HandshakeStep::Close(CloseReason::ExportNameRefused(_))
+        ),
+        "{step:?}"
+    );
     assert!(out.is_empty());
 }
 
 #[test]
 fn abort_acks_then_closes() {
     for shutting_down in [false, true] {
-        let input = cat(&[&modern(), &opt(OPT_ABORT, b""), &opt(OPT_GO, &info_data(b"", &[]))]);
+        let input = cat(&[
+            &modern(),
+            &opt(OPT_ABORT, b""),
+            &opt(OPT_GO, &info_data(b"", &[])),
+        ]);
         let (n, step, out) = run_with(&input, &exports(), shutting_down);
-        assert_eq!((n, step), (4 + 16, HandshakeStep::Close(CloseReason::Aborted)));
+        assert_eq!(
+            (n, step),
+            (4 + 16, HandshakeStep::Close(CloseReason::Aborted))
+        );
         assert_eq!(
             out,
-            cat(&[&OPTION_REPLY_MAGIC.to_be_bytes(), &[0, 0, 0, 2], &[0, 0, 0, 1], &[0, 0, 0, 0]])
+            cat(&[
+                &OPTION_REPLY_MAGIC.to_be_bytes(),
+                &[0, 0, 0, 2],
+                &[0, 0, 0, 1],
+                &[0, 0, 0, 0]
+            ])
         );
     }
 }
@@ -634,7 +830,13 @@ fn shutting_down_refuses_every_option() {
     let input = cat(&[&modern(), &opt(OPT_EXPORT_NAME, b"disk0")]);
     let (n, step, out) = run_with(&input, &exports(), true);
     assert_eq!(n, input.len());
-    assert!(matches!(step, HandshakeStep::Close(CloseReason::ExportNameRefused(_))), "{step:?}");
+    assert!(
+        matches!(
+            step,
+            HandshakeStep::Close(CloseReason::ExportNameRefused(_))
+        ),
+        "{step:?}"
+    );
     assert!(out.is_empty());
 }
 
@@ -643,11 +845,23 @@ fn shutdown_that_starts_mid_handshake() {
     let mut hs = Handshake::new();
     let mut out = Vec::new();
     let first = cat(&[&modern(), &opt(OPT_STRUCTURED_REPLY, b"")]);
-    assert_eq!(hs.feed(&first, &exports(), false, &mut out), (first.len(), HandshakeStep::NeedMore));
+    assert_eq!(
+        hs.feed(&first, &exports(), false, &mut out),
+        (first.len(), HandshakeStep::NeedMore)
+    );
     let go = opt(OPT_GO, &info_data(b"", &[]));
-    assert_eq!(hs.feed(&go, &exports(), true, &mut out), (go.len(), HandshakeStep::NeedMore));
-    assert_eq!(hs.feed(&go, &exports(), false, &mut out), (go.len(), done(0, true, RW_FLAGS_STRUCTURED)));
-    assert_eq!(kinds(&out)[..2], [(OPT_STRUCTURED_REPLY, REP_ACK), (OPT_GO, REP_ERR_SHUTDOWN)]);
+    assert_eq!(
+        hs.feed(&go, &exports(), true, &mut out),
+        (go.len(), HandshakeStep::NeedMore)
+    );
+    assert_eq!(
+        hs.feed(&go, &exports(), false, &mut out),
+        (go.len(), done(0, true, RW_FLAGS_STRUCTURED))
+    );
+    assert_eq!(
+        kinds(&out)[..2],
+        [(OPT_STRUCTURED_REPLY, REP_ACK), (OPT_GO, REP_ERR_SHUTDOWN)]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -655,7 +869,11 @@ fn shutdown_that_starts_mid_handshake() {
 
 /// Feeds `input` in the given chunks the way a driver does (keeping unconsumed bytes), and
 /// returns total consumed, the terminal step (or NeedMore) and everything sent.
-fn feed_chunked(input: &[u8], cuts: &[usize], shutting_down: bool) -> (usize, HandshakeStep, Vec<u8>) {
+fn feed_chunked(
+    input: &[u8],
+    cuts: &[usize],
+    shutting_down: bool,
+) -> (usize, HandshakeStep, Vec<u8>) {
     let table = exports();
     let mut hs = Handshake::new();
     let mut out = Vec::new();
@@ -718,7 +936,11 @@ fn stream_strategy() -> impl Strategy<Value = Vec<u8>> {
         1 => Just(0u32),
         1 => any::<u32>(),
     ];
-    (client_flags, prop::collection::vec(option_strategy(), 0..12), prop::collection::vec(any::<u8>(), 0..8))
+    (
+        client_flags,
+        prop::collection::vec(option_strategy(), 0..12),
+        prop::collection::vec(any::<u8>(), 0..8),
+    )
         .prop_map(|(f, opts, tail)| cat(&[&f.to_be_bytes(), &opts.concat(), &tail]))
 }
 
@@ -729,7 +951,10 @@ fn byte_by_byte_equals_all_at_once_for_a_full_session() {
         &opt(OPT_LIST, b""),
         &opt(77, b"abc"),
         &opt(OPT_STRUCTURED_REPLY, b""),
-        &opt(OPT_INFO, &info_data(b"archive", &[INFO_NAME, INFO_DESCRIPTION])),
+        &opt(
+            OPT_INFO,
+            &info_data(b"archive", &[INFO_NAME, INFO_DESCRIPTION]),
+        ),
         &opt(OPT_GO, &info_data(b"scratch", &[INFO_DESCRIPTION])),
         b"transmission bytes",
     ]);
@@ -759,7 +984,13 @@ fn option_limit_counts_options_not_feeds() {
     more.extend_from_slice(&input[4..]);
     let cuts: Vec<usize> = (0..more.len()).collect();
     let (n, step, out) = feed_chunked(&more, &cuts, false);
-    assert_eq!((n, step), (more.len(), HandshakeStep::Close(CloseReason::TooManyOptions)));
+    assert_eq!(
+        (n, step),
+        (
+            more.len(),
+            HandshakeStep::Close(CloseReason::TooManyOptions)
+        )
+    );
     assert_eq!(replies(&out).len(), MAX_OPTIONS as usize);
 }
 
@@ -800,7 +1031,8 @@ proptest! {
 /// How many leading bytes of `out` parse as whole option replies.
 fn replies_prefix_len(mut out: &[u8]) -> usize {
     let mut total = 0;
-    while out.len() >= 20 && u64::from_be_bytes(out[0..8].try_into().unwrap()) == OPTION_REPLY_MAGIC {
+    while out.len() >= 20 && u64::from_be_bytes(out[0..8].try_into().unwrap()) == OPTION_REPLY_MAGIC
+    {
         let len = u32::from_be_bytes(out[16..20].try_into().unwrap()) as usize;
         if out.len() < 20 + len {
             break;

@@ -4,13 +4,25 @@
 use proptest::prelude::*;
 use tandem_frontend::nbd::request::{encode_request, ProtocolError, REQUEST_HEADER_LEN};
 use tandem_frontend::nbd::wire::*;
-use tandem_frontend::nbd::{BlockSizes, Command, Decoded, Errno, Rejection, Request, RequestDecoder, TransmissionParams};
+use tandem_frontend::nbd::{
+    BlockSizes, Command, Decoded, Errno, Rejection, Request, RequestDecoder, TransmissionParams,
+};
 
 const MIB: u32 = 1 << 20;
 const SIZE: u64 = 1 << 30;
 
-fn params(size: u64, read_only: bool, minimum: u32, structured_replies: bool) -> TransmissionParams {
-    TransmissionParams { size, read_only, block: BlockSizes::new(minimum), structured_replies }
+fn params(
+    size: u64,
+    read_only: bool,
+    minimum: u32,
+    structured_replies: bool,
+) -> TransmissionParams {
+    TransmissionParams {
+        size,
+        read_only,
+        block: BlockSizes::new(minimum),
+        structured_replies,
+    }
 }
 
 /// A 1 GiB writable export with 512-byte blocks and simple replies.
@@ -25,7 +37,9 @@ fn hdr(flags: u16, typ: u16, cookie: u64, offset: u64, len: u32) -> Vec<u8> {
 }
 
 fn payload(cookie: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (cookie as u8).wrapping_mul(31).wrapping_add(i as u8)).collect()
+    (0..len)
+        .map(|i| (cookie as u8).wrapping_mul(31).wrapping_add(i as u8))
+        .collect()
 }
 
 /// A full request as sent: header plus, for writes, `len` bytes of payload.
@@ -41,7 +55,13 @@ fn wire(flags: u16, typ: u16, cookie: u64, offset: u64, len: u32) -> Vec<u8> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Out {
     Req(Request, Vec<u8>),
-    Rej { cookie: u64, command: u16, offset: u64, len: u32, errno: Errno },
+    Rej {
+        cookie: u64,
+        command: u16,
+        offset: u64,
+        len: u32,
+        errno: Errno,
+    },
     NeedMore(usize),
     Fatal(ProtocolError),
 }
@@ -49,9 +69,22 @@ enum Out {
 fn own(d: Decoded<'_>) -> Out {
     match d {
         Decoded::Request(r, p) => Out::Req(r, p.to_vec()),
-        Decoded::Rejected(Rejection { cookie, command, offset, len, errno, reason }) => {
+        Decoded::Rejected(Rejection {
+            cookie,
+            command,
+            offset,
+            len,
+            errno,
+            reason,
+        }) => {
             assert!(!reason.is_empty());
-            Out::Rej { cookie, command, offset, len, errno }
+            Out::Rej {
+                cookie,
+                command,
+                offset,
+                len,
+                errno,
+            }
         }
         Decoded::NeedMore { need } => Out::NeedMore(need),
         Decoded::Fatal(e) => Out::Fatal(e),
@@ -59,12 +92,30 @@ fn own(d: Decoded<'_>) -> Out {
 }
 
 fn rej(cookie: u64, command: u16, offset: u64, len: u32, errno: Errno) -> Out {
-    Out::Rej { cookie, command, offset, len, errno }
+    Out::Rej {
+        cookie,
+        command,
+        offset,
+        len,
+        errno,
+    }
 }
 
 fn req(cookie: u64, offset: u64, len: u32, command: Command) -> Out {
-    let p = if matches!(command, Command::Write { .. }) { payload(cookie, len as usize) } else { Vec::new() };
-    Out::Req(Request { cookie, offset, len, command }, p)
+    let p = if matches!(command, Command::Write { .. }) {
+        payload(cookie, len as usize)
+    } else {
+        Vec::new()
+    };
+    Out::Req(
+        Request {
+            cookie,
+            offset,
+            len,
+            command,
+        },
+        p,
+    )
 }
 
 /// Decodes one item from a fresh decoder.
@@ -77,7 +128,12 @@ fn one(p: TransmissionParams, bytes: &[u8]) -> (usize, Out) {
 /// Decodes a single complete request and checks it consumed all of `bytes`.
 fn single(p: TransmissionParams, bytes: &[u8]) -> Out {
     let (n, out) = one(p, bytes);
-    assert_eq!(n, bytes.len(), "consumed {n} of {} bytes: {out:?}", bytes.len());
+    assert_eq!(
+        n,
+        bytes.len(),
+        "consumed {n} of {} bytes: {out:?}",
+        bytes.len()
+    );
     out
 }
 
@@ -120,7 +176,11 @@ fn drive(p: TransmissionParams, chunks: &[&[u8]]) -> (Vec<Out>, usize) {
 fn check_item(p: &TransmissionParams, avail: &[u8], n: usize, out: &Decoded<'_>) {
     match out {
         Decoded::Request(r, payload) => {
-            let payload_len = if matches!(r.command, Command::Write { .. }) { r.len as usize } else { 0 };
+            let payload_len = if matches!(r.command, Command::Write { .. }) {
+                r.len as usize
+            } else {
+                0
+            };
             assert_eq!(payload.len(), payload_len, "{r:?}");
             assert_eq!(n, REQUEST_HEADER_LEN + payload_len);
             assert_eq!(*payload, &avail[REQUEST_HEADER_LEN..n]);
@@ -134,7 +194,11 @@ fn check_item(p: &TransmissionParams, avail: &[u8], n: usize, out: &Decoded<'_>)
             // Either nothing was consumed and `need` is more than there is, or skipped payload
             // used up everything.
             if n == 0 {
-                assert!(*need > avail.len(), "need {need} but {} available", avail.len());
+                assert!(
+                    *need > avail.len(),
+                    "need {need} but {} available",
+                    avail.len()
+                );
             } else {
                 assert_eq!(n, avail.len());
                 assert!(*need >= 1);
@@ -154,7 +218,10 @@ fn check_accepted(p: &TransmissionParams, r: &Request) {
             let min = u64::from(p.block.minimum);
             assert_eq!(r.offset % min, 0, "{r:?}");
             assert_eq!(u64::from(r.len) % min, 0, "{r:?}");
-            assert!(u128::from(r.offset) + u128::from(r.len) <= u128::from(p.size), "{r:?}");
+            assert!(
+                u128::from(r.offset) + u128::from(r.len) <= u128::from(p.size),
+                "{r:?}"
+            );
             if matches!(c, Command::Read | Command::Write { .. }) {
                 assert!(r.len <= p.block.maximum);
             }
@@ -174,31 +241,109 @@ fn accepts_every_command() {
     let cases = [
         (0, CMD_READ, 0, 4096, Command::Read),
         (CMD_FLAG_FUA, CMD_READ, 512, 512, Command::Read),
-        (CMD_FLAG_DF, CMD_READ, SIZE - 32 * u64::from(MIB), 32 * MIB, Command::Read),
-        (0, CMD_WRITE, SIZE - 1024, 1024, Command::Write { fua: false }),
-        (CMD_FLAG_FUA, CMD_WRITE, 4096, 512, Command::Write { fua: true }),
+        (
+            CMD_FLAG_DF,
+            CMD_READ,
+            SIZE - 32 * u64::from(MIB),
+            32 * MIB,
+            Command::Read,
+        ),
+        (
+            0,
+            CMD_WRITE,
+            SIZE - 1024,
+            1024,
+            Command::Write { fua: false },
+        ),
+        (
+            CMD_FLAG_FUA,
+            CMD_WRITE,
+            4096,
+            512,
+            Command::Write { fua: true },
+        ),
         (0, CMD_FLUSH, 0, 0, Command::Flush),
         (CMD_FLAG_FUA, CMD_FLUSH, 0, 0, Command::Flush),
-        (0, CMD_TRIM, 0, SIZE as u32 - 512, Command::Trim { fua: false }),
-        (CMD_FLAG_FUA, CMD_TRIM, 1 << 20, 64 * MIB, Command::Trim { fua: true }),
+        (
+            0,
+            CMD_TRIM,
+            0,
+            SIZE as u32 - 512,
+            Command::Trim { fua: false },
+        ),
+        (
+            CMD_FLAG_FUA,
+            CMD_TRIM,
+            1 << 20,
+            64 * MIB,
+            Command::Trim { fua: true },
+        ),
         (0, CMD_CACHE, 0, 64 * MIB, Command::Cache),
-        (0, CMD_WRITE_ZEROES, 0, 512, Command::WriteZeroes { fua: false, no_hole: false, fast: false }),
-        (CMD_FLAG_FUA, CMD_WRITE_ZEROES, 0, 512, Command::WriteZeroes { fua: true, no_hole: false, fast: false }),
-        (CMD_FLAG_NO_HOLE, CMD_WRITE_ZEROES, 0, 512, Command::WriteZeroes { fua: false, no_hole: true, fast: false }),
-        (CMD_FLAG_FAST_ZERO, CMD_WRITE_ZEROES, 0, 512, Command::WriteZeroes { fua: false, no_hole: false, fast: true }),
+        (
+            0,
+            CMD_WRITE_ZEROES,
+            0,
+            512,
+            Command::WriteZeroes {
+                fua: false,
+                no_hole: false,
+                fast: false,
+            },
+        ),
+        (
+            CMD_FLAG_FUA,
+            CMD_WRITE_ZEROES,
+            0,
+            512,
+            Command::WriteZeroes {
+                fua: true,
+                no_hole: false,
+                fast: false,
+            },
+        ),
+        (
+            CMD_FLAG_NO_HOLE,
+            CMD_WRITE_ZEROES,
+            0,
+            512,
+            Command::WriteZeroes {
+                fua: false,
+                no_hole: true,
+                fast: false,
+            },
+        ),
+        (
+            CMD_FLAG_FAST_ZERO,
+            CMD_WRITE_ZEROES,
+            0,
+            512,
+            Command::WriteZeroes {
+                fua: false,
+                no_hole: false,
+                fast: true,
+            },
+        ),
         (
             CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
             CMD_WRITE_ZEROES,
             SIZE - 100 * 512,
             100 * 512,
-            Command::WriteZeroes { fua: true, no_hole: true, fast: true },
+            Command::WriteZeroes {
+                fua: true,
+                no_hole: true,
+                fast: true,
+            },
         ),
         (0, CMD_DISC, 0, 0, Command::Disconnect),
     ];
     for (i, (flags, typ, offset, len, command)) in cases.into_iter().enumerate() {
         let cookie = 0x1122_3344_5566_7700 + i as u64;
         let bytes = wire(flags, typ, cookie, offset, len);
-        assert_eq!(single(p, &bytes), req(cookie, offset, len, command), "case {i}");
+        assert_eq!(
+            single(p, &bytes),
+            req(cookie, offset, len, command),
+            "case {i}"
+        );
     }
 }
 
@@ -212,8 +357,20 @@ fn header_fields_are_big_endian() {
         0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x02, 0x00, // offset
         0x00, 0x00, 0x10, 0x00, // length
     ];
-    assert_eq!(bytes.to_vec(), hdr(CMD_FLAG_FUA, CMD_READ, 0x0102_0304_0506_0708, 0x10_0200, 4096));
-    assert_eq!(single(rw(), &bytes), req(0x0102_0304_0506_0708, 0x10_0200, 4096, Command::Read));
+    assert_eq!(
+        bytes.to_vec(),
+        hdr(
+            CMD_FLAG_FUA,
+            CMD_READ,
+            0x0102_0304_0506_0708,
+            0x10_0200,
+            4096
+        )
+    );
+    assert_eq!(
+        single(rw(), &bytes),
+        req(0x0102_0304_0506_0708, 0x10_0200, 4096, Command::Read)
+    );
 }
 
 #[test]
@@ -232,8 +389,18 @@ fn write_payload_is_exactly_len_bytes() {
     let mut d = RequestDecoder::new(rw());
     let (n, out) = d.decode(&bytes);
     assert_eq!(n, 28 + 1536);
-    let Decoded::Request(r, p) = out else { panic!("{out:?}") };
-    assert_eq!(r, Request { cookie: 9, offset: 1024, len: 1536, command: Command::Write { fua: false } });
+    let Decoded::Request(r, p) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        r,
+        Request {
+            cookie: 9,
+            offset: 1024,
+            len: 1536,
+            command: Command::Write { fua: false }
+        }
+    );
     assert_eq!(p, &payload(9, 1536)[..]);
     assert_eq!(p.as_ptr(), bytes[28..].as_ptr());
 }
@@ -245,7 +412,11 @@ fn write_payload_is_exactly_len_bytes() {
 fn unknown_command_is_einval() {
     for typ in [7u16, 8, 9, 0x80, 0xffff] {
         let bytes = hdr(0, typ, 77, 0, 512);
-        assert_eq!(single(rw(), &bytes), rej(77, typ, 0, 512, Errno::Inval), "type {typ}");
+        assert_eq!(
+            single(rw(), &bytes),
+            rej(77, typ, 0, 512, Errno::Inval),
+            "type {typ}"
+        );
     }
 }
 
@@ -275,33 +446,80 @@ fn invalid_flags_are_einval() {
     ];
     for (i, (flags, typ)) in cases.into_iter().enumerate() {
         let cookie = 1000 + i as u64;
-        let (offset, len) = if typ == CMD_FLUSH || typ == CMD_DISC { (0, 0) } else { (4096, 512) };
+        let (offset, len) = if typ == CMD_FLUSH || typ == CMD_DISC {
+            (0, 0)
+        } else {
+            (4096, 512)
+        };
         let bytes = wire(flags, typ, cookie, offset, len);
-        assert_eq!(single(p, &bytes), rej(cookie, typ, offset, len, Errno::Inval), "flags {flags:#x} on type {typ}");
+        assert_eq!(
+            single(p, &bytes),
+            rej(cookie, typ, offset, len, Errno::Inval),
+            "flags {flags:#x} on type {typ}"
+        );
     }
     // DF on a read is fine with structured replies, but not on anything else.
     let s = params(SIZE, false, 512, true);
-    assert_eq!(single(s, &hdr(CMD_FLAG_DF, CMD_READ, 1, 0, 512)), req(1, 0, 512, Command::Read));
-    assert_eq!(single(s, &hdr(CMD_FLAG_DF, CMD_CACHE, 2, 0, 512)), rej(2, CMD_CACHE, 0, 512, Errno::Inval));
-    assert_eq!(single(s, &wire(CMD_FLAG_DF, CMD_WRITE, 3, 0, 512)), rej(3, CMD_WRITE, 0, 512, Errno::Inval));
+    assert_eq!(
+        single(s, &hdr(CMD_FLAG_DF, CMD_READ, 1, 0, 512)),
+        req(1, 0, 512, Command::Read)
+    );
+    assert_eq!(
+        single(s, &hdr(CMD_FLAG_DF, CMD_CACHE, 2, 0, 512)),
+        rej(2, CMD_CACHE, 0, 512, Errno::Inval)
+    );
+    assert_eq!(
+        single(s, &wire(CMD_FLAG_DF, CMD_WRITE, 3, 0, 512)),
+        rej(3, CMD_WRITE, 0, 512, Errno::Inval)
+    );
 }
 
 #[test]
 fn read_only_refuses_writes_with_eperm() {
     let p = params(SIZE, true, 512, false);
-    assert_eq!(single(p, &wire(0, CMD_WRITE, 1, 0, 4096)), rej(1, CMD_WRITE, 0, 4096, Errno::Perm));
-    assert_eq!(single(p, &wire(0, CMD_TRIM, 2, 0, 4096)), rej(2, CMD_TRIM, 0, 4096, Errno::Perm));
-    assert_eq!(single(p, &wire(CMD_FLAG_NO_HOLE, CMD_WRITE_ZEROES, 3, 0, 4096)), rej(3, CMD_WRITE_ZEROES, 0, 4096, Errno::Perm));
+    assert_eq!(
+        single(p, &wire(0, CMD_WRITE, 1, 0, 4096)),
+        rej(1, CMD_WRITE, 0, 4096, Errno::Perm)
+    );
+    assert_eq!(
+        single(p, &wire(0, CMD_TRIM, 2, 0, 4096)),
+        rej(2, CMD_TRIM, 0, 4096, Errno::Perm)
+    );
+    assert_eq!(
+        single(p, &wire(CMD_FLAG_NO_HOLE, CMD_WRITE_ZEROES, 3, 0, 4096)),
+        rej(3, CMD_WRITE_ZEROES, 0, 4096, Errno::Perm)
+    );
     // EPERM wins over later faults (length, alignment, bounds).
-    assert_eq!(single(p, &wire(0, CMD_WRITE, 4, SIZE, 513)), rej(4, CMD_WRITE, SIZE, 513, Errno::Perm));
-    assert_eq!(single(p, &hdr(0, CMD_TRIM, 5, 0, 0)), rej(5, CMD_TRIM, 0, 0, Errno::Perm));
+    assert_eq!(
+        single(p, &wire(0, CMD_WRITE, 4, SIZE, 513)),
+        rej(4, CMD_WRITE, SIZE, 513, Errno::Perm)
+    );
+    assert_eq!(
+        single(p, &hdr(0, CMD_TRIM, 5, 0, 0)),
+        rej(5, CMD_TRIM, 0, 0, Errno::Perm)
+    );
     // ... but not over a bad flag.
-    assert_eq!(single(p, &wire(CMD_FLAG_DF, CMD_WRITE, 6, 0, 512)), rej(6, CMD_WRITE, 0, 512, Errno::Inval));
+    assert_eq!(
+        single(p, &wire(CMD_FLAG_DF, CMD_WRITE, 6, 0, 512)),
+        rej(6, CMD_WRITE, 0, 512, Errno::Inval)
+    );
     // Reads, cache, flush and disconnect are fine.
-    assert_eq!(single(p, &hdr(0, CMD_READ, 7, 0, 512)), req(7, 0, 512, Command::Read));
-    assert_eq!(single(p, &hdr(0, CMD_CACHE, 8, 0, 512)), req(8, 0, 512, Command::Cache));
-    assert_eq!(single(p, &hdr(CMD_FLAG_FUA, CMD_FLUSH, 9, 0, 0)), req(9, 0, 0, Command::Flush));
-    assert_eq!(single(p, &hdr(0, CMD_DISC, 10, 0, 0)), req(10, 0, 0, Command::Disconnect));
+    assert_eq!(
+        single(p, &hdr(0, CMD_READ, 7, 0, 512)),
+        req(7, 0, 512, Command::Read)
+    );
+    assert_eq!(
+        single(p, &hdr(0, CMD_CACHE, 8, 0, 512)),
+        req(8, 0, 512, Command::Cache)
+    );
+    assert_eq!(
+        single(p, &hdr(CMD_FLAG_FUA, CMD_FLUSH, 9, 0, 0)),
+        req(9, 0, 0, Command::Flush)
+    );
+    assert_eq!(
+        single(p, &hdr(0, CMD_DISC, 10, 0, 0)),
+        req(10, 0, 0, Command::Disconnect)
+    );
 }
 
 #[test]
@@ -311,7 +529,14 @@ fn zero_length_is_einval() {
         let mut bytes = hdr(0, typ, 5, 512, 0);
         bytes.extend_from_slice(&hdr(0, CMD_READ, 6, 0, 512));
         let (results, consumed) = drive(rw(), &[&bytes]);
-        assert_eq!(results, vec![rej(5, typ, 512, 0, Errno::Inval), req(6, 0, 512, Command::Read)], "type {typ}");
+        assert_eq!(
+            results,
+            vec![
+                rej(5, typ, 512, 0, Errno::Inval),
+                req(6, 0, 512, Command::Read)
+            ],
+            "type {typ}"
+        );
         assert_eq!(consumed, 56);
     }
 }
@@ -320,21 +545,54 @@ fn zero_length_is_einval() {
 fn oversized_read_and_write_are_einval() {
     let max = MAX_PAYLOAD;
     assert_eq!(max, 32 * MIB);
-    assert_eq!(single(rw(), &hdr(0, CMD_READ, 1, 0, max)), req(1, 0, max, Command::Read));
-    assert_eq!(single(rw(), &hdr(0, CMD_READ, 2, 0, max + 512)), rej(2, CMD_READ, 0, max + 512, Errno::Inval));
-    assert_eq!(single(rw(), &wire(0, CMD_WRITE, 3, 0, max)), req(3, 0, max, Command::Write { fua: false }));
-    assert_eq!(single(rw(), &wire(0, CMD_WRITE, 4, 0, max + 512)), rej(4, CMD_WRITE, 0, max + 512, Errno::Inval));
+    assert_eq!(
+        single(rw(), &hdr(0, CMD_READ, 1, 0, max)),
+        req(1, 0, max, Command::Read)
+    );
+    assert_eq!(
+        single(rw(), &hdr(0, CMD_READ, 2, 0, max + 512)),
+        rej(2, CMD_READ, 0, max + 512, Errno::Inval)
+    );
+    assert_eq!(
+        single(rw(), &wire(0, CMD_WRITE, 3, 0, max)),
+        req(3, 0, max, Command::Write { fua: false })
+    );
+    assert_eq!(
+        single(rw(), &wire(0, CMD_WRITE, 4, 0, max + 512)),
+        rej(4, CMD_WRITE, 0, max + 512, Errno::Inval)
+    );
     // The limit is the advertised maximum, not a constant.
     let mut p = rw();
     p.block.maximum = 64 * 1024;
-    assert_eq!(single(p, &hdr(0, CMD_READ, 5, 0, 65536)), req(5, 0, 65536, Command::Read));
-    assert_eq!(single(p, &wire(0, CMD_WRITE, 6, 0, 65536 + 512)), rej(6, CMD_WRITE, 0, 65536 + 512, Errno::Inval));
+    assert_eq!(
+        single(p, &hdr(0, CMD_READ, 5, 0, 65536)),
+        req(5, 0, 65536, Command::Read)
+    );
+    assert_eq!(
+        single(p, &wire(0, CMD_WRITE, 6, 0, 65536 + 512)),
+        rej(6, CMD_WRITE, 0, 65536 + 512, Errno::Inval)
+    );
     // TRIM, WRITE_ZEROES and CACHE carry no payload and may be larger.
-    assert_eq!(single(p, &hdr(0, CMD_TRIM, 7, 0, 64 * MIB)), req(7, 0, 64 * MIB, Command::Trim { fua: false }));
-    assert_eq!(single(p, &hdr(0, CMD_CACHE, 8, 0, 64 * MIB)), req(8, 0, 64 * MIB, Command::Cache));
+    assert_eq!(
+        single(p, &hdr(0, CMD_TRIM, 7, 0, 64 * MIB)),
+        req(7, 0, 64 * MIB, Command::Trim { fua: false })
+    );
+    assert_eq!(
+        single(p, &hdr(0, CMD_CACHE, 8, 0, 64 * MIB)),
+        req(8, 0, 64 * MIB, Command::Cache)
+    );
     assert_eq!(
         single(p, &hdr(0, CMD_WRITE_ZEROES, 9, 0, 64 * MIB)),
-        req(9, 0, 64 * MIB, Command::WriteZeroes { fua: false, no_hole: false, fast: false })
+        req(
+            9,
+            0,
+            64 * MIB,
+            Command::WriteZeroes {
+                fua: false,
+                no_hole: false,
+                fast: false
+            }
+        )
     );
 }
 
@@ -342,15 +600,34 @@ fn oversized_read_and_write_are_einval() {
 fn misaligned_requests_are_einval() {
     let p = params(SIZE, false, 4096, false);
     for typ in [CMD_READ, CMD_WRITE, CMD_TRIM, CMD_CACHE, CMD_WRITE_ZEROES] {
-        for (offset, len) in [(512, 4096), (4096, 512), (1, 4096), (4096, 4097), (8191, 8193)] {
-            assert_eq!(single(p, &wire(0, typ, 42, offset, len)), rej(42, typ, offset, len, Errno::Inval), "{typ} {offset} {len}");
+        for (offset, len) in [
+            (512, 4096),
+            (4096, 512),
+            (1, 4096),
+            (4096, 4097),
+            (8191, 8193),
+        ] {
+            assert_eq!(
+                single(p, &wire(0, typ, 42, offset, len)),
+                rej(42, typ, offset, len, Errno::Inval),
+                "{typ} {offset} {len}"
+            );
         }
-        assert!(matches!(single(p, &wire(0, typ, 43, 8192, 4096)), Out::Req(..)));
+        assert!(matches!(
+            single(p, &wire(0, typ, 43, 8192, 4096)),
+            Out::Req(..)
+        ));
     }
     // Minimum block size 1 accepts anything in bounds.
     let p1 = params(SIZE, false, 1, false);
-    assert_eq!(single(p1, &wire(0, CMD_WRITE, 44, 3, 5)), req(44, 3, 5, Command::Write { fua: false }));
-    assert_eq!(single(p1, &hdr(0, CMD_READ, 45, SIZE - 1, 1)), req(45, SIZE - 1, 1, Command::Read));
+    assert_eq!(
+        single(p1, &wire(0, CMD_WRITE, 44, 3, 5)),
+        req(44, 3, 5, Command::Write { fua: false })
+    );
+    assert_eq!(
+        single(p1, &hdr(0, CMD_READ, 45, SIZE - 1, 1)),
+        req(45, SIZE - 1, 1, Command::Read)
+    );
 }
 
 #[test]
@@ -364,11 +641,23 @@ fn beyond_the_end_is_enospc_for_writes_einval_otherwise() {
         (CMD_CACHE, Errno::Inval),
     ];
     for (typ, errno) in expect {
-        for (offset, len) in [(SIZE, 512), (SIZE - 512, 1024), (SIZE + (1 << 20), 512), (u64::MAX - 511, 512)] {
-            assert_eq!(single(p, &wire(0, typ, 3, offset, len)), rej(3, typ, offset, len, errno), "{typ} {offset} {len}");
+        for (offset, len) in [
+            (SIZE, 512),
+            (SIZE - 512, 1024),
+            (SIZE + (1 << 20), 512),
+            (u64::MAX - 511, 512),
+        ] {
+            assert_eq!(
+                single(p, &wire(0, typ, 3, offset, len)),
+                rej(3, typ, offset, len, errno),
+                "{typ} {offset} {len}"
+            );
         }
         // Exactly at the end is fine.
-        assert!(matches!(single(p, &wire(0, typ, 4, SIZE - 1024, 1024)), Out::Req(..)), "{typ}");
+        assert!(
+            matches!(single(p, &wire(0, typ, 4, SIZE - 1024, 1024)), Out::Req(..)),
+            "{typ}"
+        );
     }
 }
 
@@ -379,22 +668,39 @@ fn offset_plus_len_overflow_is_beyond_the_end() {
     let p = params(size, false, 512, false);
     let offset = u64::MAX - 511; // aligned to 512
     assert_eq!(offset % 512, 0);
-    for (typ, errno) in [(CMD_WRITE, Errno::NoSpc), (CMD_WRITE_ZEROES, Errno::NoSpc), (CMD_READ, Errno::Inval), (CMD_CACHE, Errno::Inval)]
-    {
+    for (typ, errno) in [
+        (CMD_WRITE, Errno::NoSpc),
+        (CMD_WRITE_ZEROES, Errno::NoSpc),
+        (CMD_READ, Errno::Inval),
+        (CMD_CACHE, Errno::Inval),
+    ] {
         for len in [1024, 4096, 32 * MIB] {
             assert!(offset.checked_add(u64::from(len)).is_none());
-            assert_eq!(single(p, &wire(0, typ, 8, offset, len)), rej(8, typ, offset, len, errno), "{typ} {len}");
+            assert_eq!(
+                single(p, &wire(0, typ, 8, offset, len)),
+                rej(8, typ, offset, len, errno),
+                "{typ} {len}"
+            );
         }
     }
-    assert_eq!(single(p, &hdr(0, CMD_TRIM, 9, offset, u32::MAX - 511)), rej(9, CMD_TRIM, offset, u32::MAX - 511, Errno::Inval));
+    assert_eq!(
+        single(p, &hdr(0, CMD_TRIM, 9, offset, u32::MAX - 511)),
+        rej(9, CMD_TRIM, offset, u32::MAX - 511, Errno::Inval)
+    );
     // The last whole block below u64::MAX is reachable.
-    assert_eq!(single(p, &hdr(0, CMD_READ, 10, offset - 512, 512)), req(10, offset - 512, 512, Command::Read));
+    assert_eq!(
+        single(p, &hdr(0, CMD_READ, 10, offset - 512, 512)),
+        req(10, offset - 512, 512, Command::Read)
+    );
 }
 
 #[test]
 fn flush_with_offset_or_length_is_einval() {
     for (offset, len) in [(512, 0), (0, 512), (4096, 4096), (1, 1)] {
-        assert_eq!(single(rw(), &hdr(0, CMD_FLUSH, 11, offset, len)), rej(11, CMD_FLUSH, offset, len, Errno::Inval));
+        assert_eq!(
+            single(rw(), &hdr(0, CMD_FLUSH, 11, offset, len)),
+            rej(11, CMD_FLUSH, offset, len, Errno::Inval)
+        );
     }
 }
 
@@ -402,17 +708,29 @@ fn flush_with_offset_or_length_is_einval() {
 fn validation_order_for_multiple_faults() {
     let p = params(SIZE, false, 4096, false);
     // Unknown flag beats zero length.
-    assert_eq!(single(p, &hdr(1 << 9, CMD_READ, 1, 1, 0)), rej(1, CMD_READ, 1, 0, Errno::Inval));
+    assert_eq!(
+        single(p, &hdr(1 << 9, CMD_READ, 1, 1, 0)),
+        rej(1, CMD_READ, 1, 0, Errno::Inval)
+    );
     // Zero length beats misalignment and bounds (both EINVAL for reads, so use a write).
-    assert_eq!(single(p, &hdr(0, CMD_WRITE, 2, SIZE + 4096, 0)), rej(2, CMD_WRITE, SIZE + 4096, 0, Errno::Inval));
+    assert_eq!(
+        single(p, &hdr(0, CMD_WRITE, 2, SIZE + 4096, 0)),
+        rej(2, CMD_WRITE, SIZE + 4096, 0, Errno::Inval)
+    );
     // Too long beats out of bounds.
     assert_eq!(
         single(p, &wire(0, CMD_WRITE, 3, SIZE, 32 * MIB + 4096)),
         rej(3, CMD_WRITE, SIZE, 32 * MIB + 4096, Errno::Inval)
     );
     // Misalignment beats out of bounds.
-    assert_eq!(single(p, &wire(0, CMD_WRITE, 4, SIZE + 512, 4096)), rej(4, CMD_WRITE, SIZE + 512, 4096, Errno::Inval));
-    assert_eq!(single(p, &wire(0, CMD_WRITE, 5, SIZE + 4096, 4096)), rej(5, CMD_WRITE, SIZE + 4096, 4096, Errno::NoSpc));
+    assert_eq!(
+        single(p, &wire(0, CMD_WRITE, 4, SIZE + 512, 4096)),
+        rej(4, CMD_WRITE, SIZE + 512, 4096, Errno::Inval)
+    );
+    assert_eq!(
+        single(p, &wire(0, CMD_WRITE, 5, SIZE + 4096, 4096)),
+        rej(5, CMD_WRITE, SIZE + 4096, 4096, Errno::NoSpc)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -441,7 +759,10 @@ fn rejected_write_payload_is_skipped_exactly() {
         let (n, out) = d.decode(&stream);
         assert_eq!((n, own(out)), (bytes.len(), expect.clone()));
         let (n2, out2) = d.decode(&stream[n..]);
-        assert_eq!((n2, own(out2)), (28 + 512, req(100, 512, 512, Command::Write { fua: false })));
+        assert_eq!(
+            (n2, own(out2)),
+            (28 + 512, req(100, 512, 512, Command::Write { fua: false }))
+        );
         let (n3, out3) = d.decode(&stream[n + n2..]);
         assert_eq!((n3, own(out3)), (28, req(101, 0, 512, Command::Read)));
         assert_eq!(n + n2 + n3, stream.len());
@@ -452,7 +773,11 @@ fn rejected_write_payload_is_skipped_exactly() {
             let (results, consumed) = drive(rw(), &chunks);
             assert_eq!(
                 results,
-                vec![expect.clone(), req(100, 512, 512, Command::Write { fua: false }), req(101, 0, 512, Command::Read)],
+                vec![
+                    expect.clone(),
+                    req(100, 512, 512, Command::Write { fua: false }),
+                    req(101, 0, 512, Command::Read)
+                ],
                 "piece {piece}"
             );
             assert_eq!(consumed, stream.len());
@@ -464,7 +789,7 @@ fn rejected_write_payload_is_skipped_exactly() {
 fn skipping_reports_progress_piece_by_piece() {
     let mut d = RequestDecoder::new(rw());
     let stream = wire(0, CMD_WRITE, 7, 3, 1024); // misaligned offset
-    // The header alone: consumed, skipping starts, nothing left to look at.
+                                                 // The header alone: consumed, skipping starts, nothing left to look at.
     let (n, out) = d.decode(&stream[..28]);
     assert_eq!((n, own(out)), (28, Out::NeedMore(1)));
     // An empty buffer while skipping consumes nothing.
@@ -477,7 +802,10 @@ fn skipping_reports_progress_piece_by_piece() {
     let mut rest = stream[1028..].to_vec();
     rest.extend_from_slice(&hdr(0, CMD_READ, 8, 0, 512));
     let (n, out) = d.decode(&rest);
-    assert_eq!((n, own(out)), (24, rej(7, CMD_WRITE, 3, 1024, Errno::Inval)));
+    assert_eq!(
+        (n, own(out)),
+        (24, rej(7, CMD_WRITE, 3, 1024, Errno::Inval))
+    );
     let (n, out) = d.decode(&rest[24..]);
     assert_eq!((n, own(out)), (28, req(8, 0, 512, Command::Read)));
 }
@@ -490,7 +818,10 @@ fn oversized_write_payload_over_32_mib_is_skipped() {
     // The payload of the refused write looks like a request header: it must not be parsed.
     stream[28..56].copy_from_slice(&hdr(0, CMD_DISC, 0xdead, 0, 0));
     stream.extend_from_slice(&hdr(0, CMD_READ, 0xdef, 4096, 4096));
-    let expect = vec![rej(0xabc, CMD_WRITE, 0, len, Errno::Inval), req(0xdef, 4096, 4096, Command::Read)];
+    let expect = vec![
+        rej(0xabc, CMD_WRITE, 0, len, Errno::Inval),
+        req(0xdef, 4096, 4096, Command::Read),
+    ];
     for piece in [1 << 20, 65537, 28] {
         let chunks: Vec<&[u8]> = stream.chunks(piece).collect();
         let (results, consumed) = drive(rw(), &chunks);
@@ -511,18 +842,27 @@ fn wrong_magic_is_fatal() {
     let mut bytes = hdr(0, CMD_READ, 1, 0, 512);
     bytes[0] = 0x26;
     let magic = u32::from_be_bytes(bytes[0..4].try_into().unwrap());
-    assert_eq!(one(rw(), &bytes), (0, Out::Fatal(ProtocolError::BadMagic(magic))));
+    assert_eq!(
+        one(rw(), &bytes),
+        (0, Out::Fatal(ProtocolError::BadMagic(magic)))
+    );
     // A simple-reply magic (a confused client) too.
     let mut reply_magic = SIMPLE_REPLY_MAGIC.to_be_bytes().to_vec();
     reply_magic.extend_from_slice(&[0; 24]);
-    assert_eq!(one(rw(), &reply_magic), (0, Out::Fatal(ProtocolError::BadMagic(SIMPLE_REPLY_MAGIC))));
+    assert_eq!(
+        one(rw(), &reply_magic),
+        (0, Out::Fatal(ProtocolError::BadMagic(SIMPLE_REPLY_MAGIC)))
+    );
     // After a skipped payload that was one byte too long, the next header is misframed.
     let mut stream = wire(0, CMD_WRITE, 2, 1, 512);
     stream.push(0);
     stream.extend_from_slice(&hdr(0, CMD_READ, 3, 0, 512));
     let (results, _) = drive(rw(), &[&stream]);
     assert_eq!(results[0], rej(2, CMD_WRITE, 1, 512, Errno::Inval));
-    assert!(matches!(results[1], Out::Fatal(ProtocolError::BadMagic(_))), "{results:?}");
+    assert!(
+        matches!(results[1], Out::Fatal(ProtocolError::BadMagic(_))),
+        "{results:?}"
+    );
 }
 
 #[test]
@@ -535,7 +875,11 @@ fn wrong_magic_is_only_detected_on_a_whole_header() {
 fn partial_header_needs_28() {
     let bytes = hdr(0, CMD_READ, 1, 0, 512);
     for cut in 0..28 {
-        assert_eq!(one(rw(), &bytes[..cut]), (0, Out::NeedMore(28)), "cut {cut}");
+        assert_eq!(
+            one(rw(), &bytes[..cut]),
+            (0, Out::NeedMore(28)),
+            "cut {cut}"
+        );
     }
 }
 
@@ -546,11 +890,21 @@ fn partial_write_payload_needs_header_plus_len() {
     let mut d = RequestDecoder::new(rw());
     for cut in [28, 29, 100, 28 + 8191] {
         let (n, out) = d.decode(&bytes[..cut]);
-        assert_eq!((n, own(out)), (0, Out::NeedMore(28 + len as usize)), "cut {cut}");
+        assert_eq!(
+            (n, own(out)),
+            (0, Out::NeedMore(28 + len as usize)),
+            "cut {cut}"
+        );
     }
     // The same decoder then takes the whole thing.
     let (n, out) = d.decode(&bytes);
-    assert_eq!((n, own(out)), (bytes.len(), req(12, 4096, len, Command::Write { fua: true })));
+    assert_eq!(
+        (n, own(out)),
+        (
+            bytes.len(),
+            req(12, 4096, len, Command::Write { fua: true })
+        )
+    );
 }
 
 #[test]
@@ -586,16 +940,20 @@ fn long_mixed_stream_byte_by_byte() {
 // Property tests
 
 fn block_sizes() -> impl Strategy<Value = BlockSizes> {
-    (prop_oneof![Just(1u32), Just(512), Just(4096), Just(65536)], 0u32..3).prop_map(|(minimum, k)| {
-        let mut b = BlockSizes::new(minimum);
-        // Small maxima keep oversized writes cheap; 32 MiB stays possible.
-        b.maximum = match k {
-            0 => b.preferred,
-            1 => b.preferred * 4,
-            _ => MAX_PAYLOAD,
-        };
-        b
-    })
+    (
+        prop_oneof![Just(1u32), Just(512), Just(4096), Just(65536)],
+        0u32..3,
+    )
+        .prop_map(|(minimum, k)| {
+            let mut b = BlockSizes::new(minimum);
+            // Small maxima keep oversized writes cheap; 32 MiB stays possible.
+            b.maximum = match k {
+                0 => b.preferred,
+                1 => b.preferred * 4,
+                _ => MAX_PAYLOAD,
+            };
+            b
+        })
 }
 
 fn params_strategy() -> impl Strategy<Value = TransmissionParams> {
@@ -606,9 +964,14 @@ fn params_strategy() -> impl Strategy<Value = TransmissionParams> {
         Just(u64::MAX),
         Just(u64::MAX - 65535),
     ];
-    (size, any::<bool>(), block_sizes(), any::<bool>()).prop_map(|(size, read_only, block, structured_replies)| {
-        TransmissionParams { size, read_only, block, structured_replies }
-    })
+    (size, any::<bool>(), block_sizes(), any::<bool>()).prop_map(
+        |(size, read_only, block, structured_replies)| TransmissionParams {
+            size,
+            read_only,
+            block,
+            structured_replies,
+        },
+    )
 }
 
 /// Splits `stream` into chunks whose sizes cycle through `sizes`.
@@ -626,14 +989,21 @@ fn split<'a>(stream: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
 }
 
 fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
-    prop::collection::vec(prop_oneof![8 => 1usize..40, 3 => 40usize..600, 1 => 600usize..20000], 1..16)
+    prop::collection::vec(
+        prop_oneof![8 => 1usize..40, 3 => 40usize..600, 1 => 600usize..20000],
+        1..16,
+    )
 }
 
 /// A segment of a hostile stream: random bytes, or a header with random fields (the magic
 /// right) followed by a random amount of payload.
 fn segment() -> impl Strategy<Value = Vec<u8>> {
     let len = prop_oneof![any::<u32>(), 0u32..70000, (0u32..64).prop_map(|k| k * 512)];
-    let offset = prop_oneof![any::<u64>(), (0u64..4096).prop_map(|k| k * 4096), u64::MAX - 70000..=u64::MAX];
+    let offset = prop_oneof![
+        any::<u64>(),
+        (0u64..4096).prop_map(|k| k * 4096),
+        u64::MAX - 70000..=u64::MAX
+    ];
     let flags = prop_oneof![any::<u16>(), 0u16..32];
     let typ = prop_oneof![0u16..8, any::<u16>()];
     prop_oneof![
@@ -659,7 +1029,12 @@ struct ModelReq {
 
 /// The spec's rules, written independently of the decoder, in the decoder's documented order.
 fn model(p: &TransmissionParams, r: &ModelReq) -> Result<Command, Errno> {
-    let ModelReq { flags, typ, offset, len } = *r;
+    let ModelReq {
+        flags,
+        typ,
+        offset,
+        len,
+    } = *r;
     if typ > CMD_WRITE_ZEROES {
         return Err(Errno::Inval);
     }
@@ -695,14 +1070,22 @@ fn model(p: &TransmissionParams, r: &ModelReq) -> Result<Command, Errno> {
         return Err(Errno::Inval);
     }
     if u128::from(offset) + u128::from(len) > u128::from(p.size) {
-        return Err(if typ == CMD_WRITE || typ == CMD_WRITE_ZEROES { Errno::NoSpc } else { Errno::Inval });
+        return Err(if typ == CMD_WRITE || typ == CMD_WRITE_ZEROES {
+            Errno::NoSpc
+        } else {
+            Errno::Inval
+        });
     }
     Ok(match typ {
         CMD_READ => Command::Read,
         CMD_WRITE => Command::Write { fua },
         CMD_TRIM => Command::Trim { fua },
         CMD_CACHE => Command::Cache,
-        _ => Command::WriteZeroes { fua, no_hole: flags & CMD_FLAG_NO_HOLE != 0, fast: flags & CMD_FLAG_FAST_ZERO != 0 },
+        _ => Command::WriteZeroes {
+            fua,
+            no_hole: flags & CMD_FLAG_NO_HOLE != 0,
+            fast: flags & CMD_FLAG_FAST_ZERO != 0,
+        },
     })
 }
 
@@ -741,10 +1124,14 @@ fn model_req(p: TransmissionParams) -> impl Strategy<Value = ModelReq> {
     ];
     (typ, flags, len, 0u32..8, 0u64..64).prop_map(move |(typ, flags, len, where_, k)| {
         // Writes carry their length as payload; keep it reasonable.
-        let len = if typ == CMD_WRITE && len > 256 * 1024 { max.saturating_add(p.block.minimum).min(256 * 1024) } else { len };
+        let len = if typ == CMD_WRITE && len > 256 * 1024 {
+            max.saturating_add(p.block.minimum).min(256 * 1024)
+        } else {
+            len
+        };
         let l = u64::from(len);
         let offset = match where_ {
-            0 | 1 | 2 => k * min,
+            0..=2 => k * min,
             3 => size.saturating_sub(l) / min * min, // at the end
             4 => size,
             5 => k * min + 1,
@@ -760,13 +1147,23 @@ fn model_req(p: TransmissionParams) -> impl Strategy<Value = ModelReq> {
         } else {
             (offset, len)
         };
-        ModelReq { flags, typ, offset, len }
+        ModelReq {
+            flags,
+            typ,
+            offset,
+            len,
+        }
     })
 }
 
 fn model_case() -> impl Strategy<Value = (TransmissionParams, Vec<ModelReq>, Vec<usize>, bool)> {
     params_strategy().prop_flat_map(|p| {
-        (Just(p), prop::collection::vec(model_req(p), 0..40), chunk_sizes(), prop::bool::weighted(0.2))
+        (
+            Just(p),
+            prop::collection::vec(model_req(p), 0..40),
+            chunk_sizes(),
+            prop::bool::weighted(0.2),
+        )
     })
 }
 

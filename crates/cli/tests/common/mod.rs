@@ -48,7 +48,9 @@ pub fn tandem_bin() -> PathBuf {
 pub fn skip_file() -> PathBuf {
     std::env::var_os("TANDEM_SKIP_FILE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-skips.txt"))
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-skips.txt")
+        })
 }
 
 pub fn skip(test: &str, reason: &str) {
@@ -79,17 +81,29 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
 
 /// True if every tool is there; otherwise records a skip naming the missing ones.
 pub fn require_tools(test: &str, tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| find_tool(t).is_none()).collect();
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| find_tool(t).is_none())
+        .collect();
     if missing.is_empty() {
         return true;
     }
-    skip(test, &format!("missing tool(s): {} (scripts/test installs them)", missing.join(", ")));
+    skip(
+        test,
+        &format!(
+            "missing tool(s): {} (scripts/test installs them)",
+            missing.join(", ")
+        ),
+    );
     false
 }
 
 /// A command for a tool that [`require_tools`] found.
 pub fn tool(name: &str) -> Command {
-    Command::new(find_tool(name).unwrap_or_else(|| panic!("{name} not found; call require_tools first")))
+    Command::new(
+        find_tool(name).unwrap_or_else(|| panic!("{name} not found; call require_tools first")),
+    )
 }
 
 /// fio is built with optional engines; the NBD one needs libnbd at build time.
@@ -127,7 +141,10 @@ impl Run {
     }
 
     pub fn describe(&self) -> String {
-        format!("{} exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}", self.what, self.status, self.stdout, self.stderr)
+        format!(
+            "{} exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.what, self.status, self.stdout, self.stderr
+        )
     }
 
     #[track_caller]
@@ -142,8 +159,12 @@ impl Run {
 #[track_caller]
 pub fn run(cmd: &mut Command, timeout: Duration) -> Run {
     let what = format!("{cmd:?}");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
     let out = thread::spawn(move || {
@@ -163,7 +184,12 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Run {
     };
     let stdout = String::from_utf8_lossy(&out.join().unwrap()).into_owned();
     let stderr = String::from_utf8_lossy(&err.join().unwrap()).into_owned();
-    Run { what, status, stdout, stderr }
+    Run {
+        what,
+        status,
+        stdout,
+        stderr,
+    }
 }
 
 pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
@@ -275,21 +301,31 @@ pub fn sparse_file(path: &Path, size: u64) -> File {
 }
 
 pub fn write_at(path: &Path, offset: u64, data: &[u8]) {
-    let f = OpenOptions::new().write(true).open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
     f.write_all_at(data, offset).unwrap();
 }
 
 pub fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
     let f = File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
     let mut buf = vec![0u8; len];
-    f.read_exact_at(&mut buf, offset).unwrap_or_else(|e| panic!("reading {} at {offset}: {e}", path.display()));
+    f.read_exact_at(&mut buf, offset)
+        .unwrap_or_else(|e| panic!("reading {} at {offset}: {e}", path.display()));
     buf
 }
 
 /// Compares without printing megabytes: reports the first difference and how much differs.
 #[track_caller]
 pub fn assert_same_data(what: &str, expected: &[u8], actual: &[u8]) {
-    assert_eq!(actual.len(), expected.len(), "{what}: got {} bytes, expected {}", actual.len(), expected.len());
+    assert_eq!(
+        actual.len(),
+        expected.len(),
+        "{what}: got {} bytes, expected {}",
+        actual.len(),
+        expected.len()
+    );
     if let Some(i) = expected.iter().zip(actual).position(|(e, a)| e != a) {
         let differing = expected.iter().zip(actual).filter(|(e, a)| e != a).count();
         panic!(
@@ -313,6 +349,7 @@ pub struct ServerBuilder<'a> {
     socket: PathBuf,
     log: PathBuf,
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl ServerBuilder<'_> {
@@ -334,16 +371,29 @@ impl ServerBuilder<'_> {
         self
     }
 
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
     pub fn socket(mut self, socket: PathBuf) -> Self {
         self.socket = socket;
         self
     }
 
     fn command(&self) -> (Command, File) {
-        let log = File::create(&self.log).unwrap_or_else(|e| panic!("creating {}: {e}", self.log.display()));
+        let log = File::create(&self.log)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", self.log.display()));
         let mut cmd = Command::new(tandem_bin());
-        cmd.arg("serve").arg("--socket").arg(&self.socket).args(&self.args);
-        cmd.stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log.try_clone().unwrap());
+        cmd.arg("serve")
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log.try_clone().unwrap());
         (cmd, log)
     }
 
@@ -351,21 +401,34 @@ impl ServerBuilder<'_> {
     #[track_caller]
     pub fn start(self) -> Server {
         let (mut cmd, _log) = self.command();
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", tandem_bin().display()));
-        let mut server = Server { socket: self.socket, log: self.log, child: Some(child), status: None, command: format!("{cmd:?}") };
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tandem_bin().display()));
+        let mut server = Server {
+            socket: self.socket,
+            log: self.log,
+            child: Some(child),
+            status: None,
+            command: format!("{cmd:?}"),
+        };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
             if let Some(status) = server.child.as_mut().unwrap().try_wait().unwrap() {
                 server.status = Some(status);
                 server.child = None;
-                panic!("{} exited with {status} before listening; log:\n{}", server.command, server.log());
+                // The drop of `server` prints the log.
+                panic!("{} exited with {status} before listening", server.command);
             }
             // The probe connection is closed right away; the server must shrug that off.
             if UnixStream::connect(&server.socket).is_ok() {
                 return server;
             }
             if Instant::now() >= deadline {
-                panic!("{} not listening on {} after {STARTUP_TIMEOUT:?}", server.command, server.socket.display());
+                panic!(
+                    "{} not listening on {} after {STARTUP_TIMEOUT:?}",
+                    server.command,
+                    server.socket.display()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -375,7 +438,9 @@ impl ServerBuilder<'_> {
     /// status (`None` if it was still running after `timeout`, then it is killed) and its log.
     pub fn run_to_exit(self, timeout: Duration) -> (Option<ExitStatus>, String) {
         let (mut cmd, _log) = self.command();
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", tandem_bin().display()));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", tandem_bin().display()));
         let status = wait_timeout(&mut child, timeout);
         if status.is_none() {
             let _ = child.kill();
@@ -398,7 +463,13 @@ pub struct Server {
 impl Server {
     pub fn builder(dir: &TestDir) -> ServerBuilder<'_> {
         let n = NEXT_SERVER.fetch_add(1, Ordering::SeqCst);
-        ServerBuilder { dir, socket: dir.join(format!("s{n}.sock")), log: dir.join(format!("server-{n}.log")), args: Vec::new() }
+        ServerBuilder {
+            dir,
+            socket: dir.join(format!("s{n}.sock")),
+            log: dir.join(format!("server-{n}.log")),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
     }
 
     pub fn socket(&self) -> &Path {
@@ -415,7 +486,9 @@ impl Server {
     }
 
     pub fn log(&self) -> String {
-        fs::read(&self.log).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+        fs::read(&self.log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
     }
 
     /// Waits until the log contains one of `needles` (case-insensitive); the log is written by
@@ -451,7 +524,11 @@ impl Server {
 
     /// Sends `sig` and waits up to `timeout` for the exit. Returns the status and how long the
     /// exit took, or `None` if the server was still running (it is then killed).
-    pub fn signal_and_wait(&mut self, sig: i32, timeout: Duration) -> Option<(ExitStatus, Duration)> {
+    pub fn signal_and_wait(
+        &mut self,
+        sig: i32,
+        timeout: Duration,
+    ) -> Option<(ExitStatus, Duration)> {
         let mut child = self.child.take()?;
         let start = Instant::now();
         signal(&child, sig);
@@ -473,8 +550,14 @@ impl Server {
     pub fn stop(&mut self, timeout: Duration) -> Duration {
         match self.signal_and_wait(libc::SIGTERM, timeout) {
             Some((status, took)) if status.success() => took,
-            Some((status, _)) => panic!("the server exited with {status} on SIGTERM; log:\n{}", self.log()),
-            None => panic!("the server did not exit within {timeout:?} of SIGTERM; log:\n{}", self.log()),
+            Some((status, _)) => panic!(
+                "the server exited with {status} on SIGTERM; log:\n{}",
+                self.log()
+            ),
+            None => panic!(
+                "the server did not exit within {timeout:?} of SIGTERM; log:\n{}",
+                self.log()
+            ),
         }
     }
 }
@@ -485,7 +568,12 @@ impl Drop for Server {
             self.signal_and_wait(libc::SIGTERM, Duration::from_secs(5));
         }
         if thread::panicking() {
-            eprintln!("---- {} ({}) ----\n{}---- end of server log ----", self.log.display(), self.command, self.log());
+            eprintln!(
+                "---- {} ({}) ----\n{}---- end of server log ----",
+                self.log.display(),
+                self.command,
+                self.log()
+            );
         }
     }
 }
@@ -506,7 +594,10 @@ pub enum Json {
 
 impl Json {
     pub fn parse(text: &str) -> Result<Json, String> {
-        let mut p = JsonParser { b: text.as_bytes(), i: 0 };
+        let mut p = JsonParser {
+            b: text.as_bytes(),
+            i: 0,
+        };
         let v = p.value()?;
         p.ws();
         if p.i != p.b.len() {
@@ -632,10 +723,16 @@ impl JsonParser<'_> {
             Some(b'n') => self.literal("null", Json::Null),
             Some(c) if c.is_ascii_digit() || *c == b'-' => {
                 let start = self.i;
-                while self.b.get(self.i).is_some_and(|c| c.is_ascii_digit() || b"+-.eE".contains(c)) {
+                while self
+                    .b
+                    .get(self.i)
+                    .is_some_and(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
+                {
                     self.i += 1;
                 }
-                Ok(Json::Num(String::from_utf8_lossy(&self.b[start..self.i]).into_owned()))
+                Ok(Json::Num(
+                    String::from_utf8_lossy(&self.b[start..self.i]).into_owned(),
+                ))
             }
             _ => Err(format!("unexpected input at byte {}", self.i)),
         }
@@ -673,7 +770,8 @@ impl JsonParser<'_> {
                         b'u' => {
                             let hex = self.b.get(self.i..self.i + 4).ok_or("short \\u escape")?;
                             self.i += 4;
-                            let code = u32::from_str_radix(&String::from_utf8_lossy(hex), 16).map_err(|e| e.to_string())?;
+                            let code = u32::from_str_radix(&String::from_utf8_lossy(hex), 16)
+                                .map_err(|e| e.to_string())?;
                             let ch = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
                             out.extend_from_slice(ch.to_string().as_bytes());
                         }
@@ -697,7 +795,8 @@ pub enum Conn {
 
 impl Conn {
     pub fn unix(path: &Path) -> Conn {
-        let s = UnixStream::connect(path).unwrap_or_else(|e| panic!("connecting to {}: {e}", path.display()));
+        let s = UnixStream::connect(path)
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", path.display()));
         s.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
         s.set_write_timeout(Some(REPLY_TIMEOUT)).unwrap();
         Conn::Unix(s)
@@ -734,7 +833,8 @@ impl Conn {
 
     #[track_caller]
     pub fn send(&mut self, bytes: &[u8]) {
-        self.write_all(bytes).unwrap_or_else(|e| panic!("sending {} bytes: {e}", bytes.len()));
+        self.write_all(bytes)
+            .unwrap_or_else(|e| panic!("sending {} bytes: {e}", bytes.len()));
     }
 
     #[track_caller]
@@ -745,7 +845,9 @@ impl Conn {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
                     panic!("no {what} from the server within {REPLY_TIMEOUT:?}")
                 }
-                io::ErrorKind::UnexpectedEof => panic!("the server closed the connection instead of sending {what}"),
+                io::ErrorKind::UnexpectedEof => {
+                    panic!("the server closed the connection instead of sending {what}")
+                }
                 _ => panic!("reading {what}: {e}"),
             }
         }
@@ -775,13 +877,19 @@ impl Conn {
             match self.read(&mut buf) {
                 Ok(0) => return Ok(received),
                 Ok(n) => received += n,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Reset or similar: closed all the same.
                 Err(_) => return Ok(received),
             }
             if Instant::now() >= deadline {
-                return Err(format!("connection still open {timeout:?} later ({received} bytes received)"));
+                return Err(format!(
+                    "connection still open {timeout:?} later ({received} bytes received)"
+                ));
             }
         }
     }
@@ -794,7 +902,10 @@ impl Conn {
         let magic = self.recv_u64("the greeting");
         assert_eq!(magic, NBDMAGIC, "bad greeting magic {magic:#x}");
         let opt = self.recv_u64("the greeting");
-        assert_eq!(opt, IHAVEOPT, "server does not speak newstyle (got {opt:#x})");
+        assert_eq!(
+            opt, IHAVEOPT,
+            "server does not speak newstyle (got {opt:#x})"
+        );
         self.recv_u16("the handshake flags")
     }
 
@@ -814,7 +925,10 @@ impl Conn {
     #[track_caller]
     pub fn option_reply(&mut self) -> OptReply {
         let magic = self.recv_u64("an option reply");
-        assert_eq!(magic, OPTION_REPLY_MAGIC, "bad option reply magic {magic:#x}");
+        assert_eq!(
+            magic, OPTION_REPLY_MAGIC,
+            "bad option reply magic {magic:#x}"
+        );
         let option = self.recv_u32("an option reply");
         let kind = self.recv_u32("an option reply");
         let len = self.recv_u32("an option reply");
@@ -829,7 +943,11 @@ impl Conn {
         let mut d = ExportDetails::default();
         loop {
             let r = self.option_reply();
-            assert_eq!(r.option, option, "reply for option {} while waiting for {option}", r.option);
+            assert_eq!(
+                r.option, option,
+                "reply for option {} while waiting for {option}",
+                r.option
+            );
             match r.kind {
                 REP_ACK => {
                     assert!(d.size.is_some(), "ACK without NBD_INFO_EXPORT");
@@ -846,10 +964,13 @@ impl Conn {
                             d.flags = u16::from_be_bytes(body[8..10].try_into().unwrap());
                         }
                         INFO_NAME => d.name = Some(String::from_utf8_lossy(body).into_owned()),
-                        INFO_DESCRIPTION => d.description = Some(String::from_utf8_lossy(body).into_owned()),
+                        INFO_DESCRIPTION => {
+                            d.description = Some(String::from_utf8_lossy(body).into_owned())
+                        }
                         INFO_BLOCK_SIZE => {
                             assert_eq!(body.len(), 12, "NBD_INFO_BLOCK_SIZE length");
-                            let u = |i: usize| u32::from_be_bytes(body[i..i + 4].try_into().unwrap());
+                            let u =
+                                |i: usize| u32::from_be_bytes(body[i..i + 4].try_into().unwrap());
                             d.block = Some([u(0), u(4), u(8)]);
                         }
                         _ => {}
@@ -949,7 +1070,13 @@ pub struct Reply {
 
 impl Reply {
     pub fn describe(&self) -> String {
-        format!("{} ({}) message {:?} chunks {:x?}", self.error, errno_name(self.error), self.message, self.chunks)
+        format!(
+            "{} ({}) message {:?} chunks {:x?}",
+            self.error,
+            errno_name(self.error),
+            self.message,
+            self.chunks
+        )
     }
 }
 
@@ -976,8 +1103,15 @@ impl Nbd {
     #[track_caller]
     pub fn go(mut conn: Conn, export: &str, structured: bool) -> Nbd {
         let hs = conn.greeting();
-        assert!(hs & FLAG_FIXED_NEWSTYLE != 0, "server does not offer fixed newstyle (flags {hs:#x})");
-        let no_zeroes = if hs & FLAG_NO_ZEROES != 0 { FLAG_C_NO_ZEROES } else { 0 };
+        assert!(
+            hs & FLAG_FIXED_NEWSTYLE != 0,
+            "server does not offer fixed newstyle (flags {hs:#x})"
+        );
+        let no_zeroes = if hs & FLAG_NO_ZEROES != 0 {
+            FLAG_C_NO_ZEROES
+        } else {
+            0
+        };
         conn.client_flags(FLAG_C_FIXED_NEWSTYLE | no_zeroes);
         Nbd::go_after_flags(conn, export, structured)
     }
@@ -988,19 +1122,35 @@ impl Nbd {
         if structured {
             conn.option(OPT_STRUCTURED_REPLY, &[]);
             let r = conn.option_reply();
-            assert_eq!((r.option, r.kind), (OPT_STRUCTURED_REPLY, REP_ACK), "NBD_OPT_STRUCTURED_REPLY: {:?}", r);
+            assert_eq!(
+                (r.option, r.kind),
+                (OPT_STRUCTURED_REPLY, REP_ACK),
+                "NBD_OPT_STRUCTURED_REPLY: {:?}",
+                r
+            );
         }
         conn.option(OPT_GO, &info_request(export, &[INFO_BLOCK_SIZE]));
-        let details = conn
-            .info_replies(OPT_GO)
-            .unwrap_or_else(|r| panic!("NBD_OPT_GO {export:?} refused: {:#x} {:?}", r.kind, r.message()));
+        let details = conn.info_replies(OPT_GO).unwrap_or_else(|r| {
+            panic!(
+                "NBD_OPT_GO {export:?} refused: {:#x} {:?}",
+                r.kind,
+                r.message()
+            )
+        });
         Nbd::transmission(conn, structured, details)
     }
 
     pub fn transmission(conn: Conn, structured: bool, details: ExportDetails) -> Nbd {
         conn.set_read_timeout(REPLY_TIMEOUT);
         // Cookies with high bits set catch a server that truncates them.
-        Nbd { conn, structured, details, next_cookie: 0xc0ff_ee00_0000_0000, pending: HashMap::new(), partial: HashMap::new() }
+        Nbd {
+            conn,
+            structured,
+            details,
+            next_cookie: 0xc0ff_ee00_0000_0000,
+            pending: HashMap::new(),
+            partial: HashMap::new(),
+        }
     }
 
     pub fn size(&self) -> u64 {
@@ -1012,12 +1162,27 @@ impl Nbd {
     }
 
     /// Encodes a request and records it as outstanding; the caller sends the bytes.
-    pub fn encode(&mut self, flags: u16, command: u16, offset: u64, len: u32, payload: &[u8], out: &mut Vec<u8>) -> u64 {
+    pub fn encode(
+        &mut self,
+        flags: u16,
+        command: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> u64 {
         self.next_cookie += 1;
         let cookie = self.next_cookie;
         encode_request(out, flags, command, cookie, offset, len);
         out.extend_from_slice(payload);
-        self.pending.insert(cookie, Pending { command, offset, len });
+        self.pending.insert(
+            cookie,
+            Pending {
+                command,
+                offset,
+                len,
+            },
+        );
         cookie
     }
 
@@ -1030,10 +1195,21 @@ impl Nbd {
 
     /// One request, one reply.
     #[track_caller]
-    pub fn request(&mut self, flags: u16, command: u16, offset: u64, len: u32, payload: &[u8]) -> Reply {
+    pub fn request(
+        &mut self,
+        flags: u16,
+        command: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> Reply {
         let cookie = self.send(flags, command, offset, len, payload);
         let r = self.recv();
-        assert_eq!(r.cookie, cookie, "reply for cookie {:#x} while only {cookie:#x} was outstanding", r.cookie);
+        assert_eq!(
+            r.cookie, cookie,
+            "reply for cookie {:#x} while only {cookie:#x} was outstanding",
+            r.cookie
+        );
         r
     }
 
@@ -1047,7 +1223,13 @@ impl Nbd {
     #[track_caller]
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         let r = self.request(0, CMD_WRITE, offset, data.len() as u32, data);
-        assert_eq!(r.error, 0, "WRITE {offset}+{} failed: {}", data.len(), r.describe());
+        assert_eq!(
+            r.error,
+            0,
+            "WRITE {offset}+{} failed: {}",
+            data.len(),
+            r.describe()
+        );
     }
 
     #[track_caller]
@@ -1065,10 +1247,9 @@ impl Nbd {
                 SIMPLE_REPLY_MAGIC => {
                     let error = self.conn.recv_u32("a simple reply");
                     let cookie = self.conn.recv_u64("a simple reply");
-                    let p = self
-                        .pending
-                        .remove(&cookie)
-                        .unwrap_or_else(|| panic!("simple reply (error {error}) for unknown cookie {cookie:#x}"));
+                    let p = self.pending.remove(&cookie).unwrap_or_else(|| {
+                        panic!("simple reply (error {error}) for unknown cookie {cookie:#x}")
+                    });
                     assert!(
                         !(self.structured && p.command == CMD_READ),
                         "simple reply (error {error}) to a READ on a connection with structured replies"
@@ -1078,10 +1259,20 @@ impl Nbd {
                     } else {
                         Vec::new()
                     };
-                    return Reply { cookie, error, data, message: String::new(), chunks: Vec::new(), covered: 0 };
+                    return Reply {
+                        cookie,
+                        error,
+                        data,
+                        message: String::new(),
+                        chunks: Vec::new(),
+                        covered: 0,
+                    };
                 }
                 STRUCTURED_REPLY_MAGIC => {
-                    assert!(self.structured, "structured reply on a connection that did not negotiate them");
+                    assert!(
+                        self.structured,
+                        "structured reply on a connection that did not negotiate them"
+                    );
                     let flags = self.conn.recv_u16("a chunk header");
                     let typ = self.conn.recv_u16("a chunk header");
                     let cookie = self.conn.recv_u64("a chunk header");
@@ -1098,11 +1289,18 @@ impl Nbd {
     }
 
     fn chunk(&mut self, flags: u16, typ: u16, cookie: u64, payload: &[u8]) -> Option<Reply> {
-        let p = *self.pending.get(&cookie).unwrap_or_else(|| panic!("chunk type {typ:#x} for unknown cookie {cookie:#x}"));
+        let p = *self
+            .pending
+            .get(&cookie)
+            .unwrap_or_else(|| panic!("chunk type {typ:#x} for unknown cookie {cookie:#x}"));
         let reply = self.partial.entry(cookie).or_insert_with(|| Reply {
             cookie,
             error: 0,
-            data: if p.command == CMD_READ { vec![0; p.len as usize] } else { Vec::new() },
+            data: if p.command == CMD_READ {
+                vec![0; p.len as usize]
+            } else {
+                Vec::new()
+            },
             message: String::new(),
             chunks: Vec::new(),
             covered: 0,
@@ -1119,12 +1317,27 @@ impl Nbd {
         };
         match typ {
             REPLY_TYPE_NONE => {
-                assert!(payload.is_empty(), "NONE chunk with {} bytes", payload.len());
-                assert!(flags & REPLY_FLAG_DONE != 0, "NONE chunk without the DONE flag");
+                assert!(
+                    payload.is_empty(),
+                    "NONE chunk with {} bytes",
+                    payload.len()
+                );
+                assert!(
+                    flags & REPLY_FLAG_DONE != 0,
+                    "NONE chunk without the DONE flag"
+                );
             }
             REPLY_TYPE_OFFSET_DATA => {
-                assert_eq!(p.command, CMD_READ, "OFFSET_DATA chunk for command {}", p.command);
-                assert!(payload.len() > 8, "OFFSET_DATA chunk of {} bytes", payload.len());
+                assert_eq!(
+                    p.command, CMD_READ,
+                    "OFFSET_DATA chunk for command {}",
+                    p.command
+                );
+                assert!(
+                    payload.len() > 8,
+                    "OFFSET_DATA chunk of {} bytes",
+                    payload.len()
+                );
                 let offset = u64::from_be_bytes(payload[..8].try_into().unwrap());
                 let data = &payload[8..];
                 let at = in_request(offset, data.len() as u64);
@@ -1133,7 +1346,11 @@ impl Nbd {
             }
             2 => {
                 // OFFSET_HOLE: reads as zeros, which the buffer already holds.
-                assert_eq!(p.command, CMD_READ, "OFFSET_HOLE chunk for command {}", p.command);
+                assert_eq!(
+                    p.command, CMD_READ,
+                    "OFFSET_HOLE chunk for command {}",
+                    p.command
+                );
                 assert_eq!(payload.len(), 12, "OFFSET_HOLE chunk length");
                 let offset = u64::from_be_bytes(payload[..8].try_into().unwrap());
                 let len = u32::from_be_bytes(payload[8..12].try_into().unwrap());
@@ -1145,7 +1362,10 @@ impl Nbd {
                 assert!(payload.len() >= 6, "error chunk of {} bytes", payload.len());
                 let error = u32::from_be_bytes(payload[..4].try_into().unwrap());
                 let msg_len = u16::from_be_bytes(payload[4..6].try_into().unwrap()) as usize;
-                assert!(6 + msg_len <= payload.len(), "error message length {msg_len} exceeds the chunk");
+                assert!(
+                    6 + msg_len <= payload.len(),
+                    "error message length {msg_len} exceeds the chunk"
+                );
                 assert_ne!(error, 0, "error chunk with error 0");
                 if reply.error == 0 {
                     reply.error = error;
@@ -1160,7 +1380,13 @@ impl Nbd {
         self.pending.remove(&cookie);
         let reply = self.partial.remove(&cookie).unwrap();
         if p.command == CMD_READ && reply.error == 0 {
-            assert_eq!(reply.covered, u64::from(p.len), "successful READ reply covers {} of {} bytes", reply.covered, p.len);
+            assert_eq!(
+                reply.covered,
+                u64::from(p.len),
+                "successful READ reply covers {} of {} bytes",
+                reply.covered,
+                p.len
+            );
         }
         Some(reply)
     }
