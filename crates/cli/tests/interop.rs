@@ -431,6 +431,8 @@ fn fio_args(uri: &str) -> Vec<String> {
         "--offset_increment=64M".into(),
         "--verify=crc32c".into(),
         "--verify_fatal=1".into(),
+        // fio would otherwise leave verify state files in the test's working directory.
+        "--verify_state_save=0".into(),
         "--group_reporting".into(),
         "--output-format=json".into(),
     ]

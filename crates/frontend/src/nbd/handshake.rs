@@ -297,7 +297,11 @@ impl Handshake {
                 out,
                 option,
                 REP_ERR_UNKNOWN,
-                &format!("export {name:?} not found"),
+                // Bounded, so 1024 probes for long names cannot pile up megabytes of messages.
+                &format!(
+                    "export {:?} not found",
+                    name.chars().take(64).collect::<String>()
+                ),
             );
             return None;
         };
