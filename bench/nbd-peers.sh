@@ -178,6 +178,7 @@ host_busy_ticks() { # non-idle CPU ticks of the whole machine
 # With WAIT_IDLE=N, wait up to N s until the machine is idle (< IDLE_PCT %
 # busy over one second, 100 % = one core) before a job, so that other work
 # on a shared machine does not land in a measurement.
+BUSY_JOBS=0
 wait_idle() {
   local limit=${WAIT_IDLE:-0} waited=0 a b
   ((limit > 0)) || return 0
@@ -186,6 +187,7 @@ wait_idle() {
     (( (b - a) * 100 / CLK_TCK < ${IDLE_PCT:-25} )) && return 0
     waited=$((waited + 1))
   done
+  BUSY_JOBS=$((BUSY_JOBS + 1))
   log "WARNING: machine still busy after waiting ${limit} s; running anyway"
 }
 
@@ -225,8 +227,10 @@ start_server() { # name
 
 # ---------------------------------------------------------------- prepare
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
-if awk -v l="${LOAD_START%% *}" 'BEGIN { exit !(l > 0.5) }'; then
-  log "WARNING: load average is $LOAD_START before the run: other work on this machine will distort the numbers"
+b0=$(host_busy_ticks); sleep 1; b1=$(host_busy_ticks)
+BUSY_START=$(( (b1 - b0) * 100 / CLK_TCK ))
+if ((BUSY_START > ${IDLE_PCT:-25})); then
+  log "WARNING: the machine is ${BUSY_START} % busy (100 % = one core) before the run: other work will distort the numbers (see WAIT_IDLE)"
 fi
 log "workdir $WORKDIR; servers: ${RUN_SERVERS[*]}; jobs: ${JOB_LIST[*]}; runtime ${RUNTIME}s + ramp ${RAMP}s"
 for s in "${RUN_SERVERS[@]}"; do
@@ -311,8 +315,8 @@ if [[ " ${RUN_SERVERS[*]} " == *" tandem "* ]]; then
   tandem_ver="$(first_line "$TANDEM_BIN" --version)"
 fi
 git_rev=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo "no commit")
-git_dirty=$(git -C "$REPO" status --porcelain 2>/dev/null | head -n 1)
-[[ -z $git_dirty ]] || git_rev+=" (uncommitted changes)"
+git_dirty=$(git -C "$REPO" status --porcelain -- crates Cargo.toml Cargo.lock 2>/dev/null | head -n 1)
+[[ -z $git_dirty ]] || git_rev+=" (uncommitted changes in crates/)"
 
 {
   echo "# NBD peers benchmark — $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -333,7 +337,10 @@ git_dirty=$(git -C "$REPO" status --porcelain 2>/dev/null | head -n 1)
   echo "| CPU | $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), nproc $(nproc) |"
   echo "| memory | $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo) |"
   echo "| workdir fs | $(findmnt -no FSTYPE -T "$WORKDIR" 2>/dev/null || echo '?') ($WORKDIR) |"
-  echo "| load average | $LOAD_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end |"
+  echo "| machine load | ${BUSY_START} % busy (100 % = one core) and load average $LOAD_START at start; load average $(cut -d' ' -f1-3 /proc/loadavg) at end |"
+  if [[ ${WAIT_IDLE:-0} -gt 0 ]]; then
+    echo "| idle wait | up to ${WAIT_IDLE} s before each job for < ${IDLE_PCT:-25} % busy; $BUSY_JOBS job(s) started on a busy machine |"
+  fi
   echo "| runtime | ${RUNTIME} s measured + ${RAMP} s ramp per job; ${IMAGE_MB} MiB image per server, prefilled from /dev/urandom |"
   echo
   echo "Servers (each on its own Unix socket and image file; all kept running, jobs interleaved):"
