@@ -120,6 +120,7 @@ fn drive(p: TransmissionParams, stream: &[u8], sizes: &[usize]) -> (Vec<Item>, u
                         errno: r.errno,
                     });
                 }
+                Decoded::WriteHeader(r) => unreachable!("streaming is not enabled here: {r:?}"),
                 Decoded::NeedMore { need } => {
                     if n == 0 {
                         assert!(need > avail.len());

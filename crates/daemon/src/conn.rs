@@ -1,15 +1,29 @@
 //! One client connection: its socket, its buffers and where it is in the protocol.
 
+use crate::bufpool::DataBuf;
 use crate::listener::Stream;
 use std::io::{self, Read, Write};
 use std::time::Instant;
-use tandem_frontend::nbd::{Handshake, RequestDecoder};
+use tandem_frontend::nbd::{Handshake, Request, RequestDecoder};
 
 /// Requests one connection may have in flight before we stop reading from it.
 pub const MAX_IN_FLIGHT: u32 = 512;
 /// Reply bytes queued for one connection before we stop reading from it.
 pub const MAX_QUEUED_OUT: usize = 16 << 20;
 const INITIAL_IN: usize = 256 << 10;
+
+/// A large write whose payload is read straight into its own buffer.
+pub struct Streaming {
+    pub req: Request,
+    pub buf: DataBuf,
+    pub filled: usize,
+}
+
+impl Streaming {
+    pub fn complete(&self) -> bool {
+        self.filled == self.buf.len()
+    }
+}
 
 pub enum Phase {
     Handshake(Handshake),
@@ -41,10 +55,13 @@ pub struct Conn {
     pub dead: bool,
     /// Edge-triggered readiness: the socket may hold unread bytes.
     pub readable: bool,
+    /// Registered for writability because replies could not all be sent.
+    pub write_interest: bool,
     pub deregistered: bool,
     pub handshake_deadline: Option<Instant>,
     /// Queued on the reactor's list of connections with replies to send.
     pub dirty: bool,
+    pub streaming: Option<Streaming>,
 }
 
 pub enum ReadOutcome {
@@ -73,9 +90,11 @@ impl Conn {
             read_closed: false,
             dead: false,
             readable: true,
+            write_interest: false,
             deregistered: false,
             handshake_deadline: Some(deadline),
             dirty: true,
+            streaming: None,
         }
     }
 
@@ -106,8 +125,25 @@ impl Conn {
         self.has_room() && self.readable && !self.eof
     }
 
-    /// Reads once from the socket into the input buffer, making room as needed.
+    /// Reads once from the socket: into a streamed write's buffer while one is open,
+    /// otherwise into the input buffer, making room as needed.
     pub fn read_some(&mut self) -> ReadOutcome {
+        if let Some(st) = self.streaming.as_mut().filter(|st| !st.complete()) {
+            let room = st.buf.len() - st.filled;
+            return match self.stream.read(&mut st.buf[st.filled..]) {
+                Ok(0) => ReadOutcome::Eof,
+                Ok(n) => {
+                    st.filled += n;
+                    if n < room {
+                        self.readable = false;
+                    }
+                    ReadOutcome::Data
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ReadOutcome::WouldBlock,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => ReadOutcome::Data,
+                Err(e) => ReadOutcome::Error(e),
+            };
+        }
         let want = self.need.max(4096);
         let len = self.inbuf.len();
         if self.in_start > 0 && (len - self.in_start < want || len - self.in_end < 4096) {
@@ -120,10 +156,16 @@ impl Conn {
             // header plus the largest payload we accept).
             self.inbuf.resize(want.next_multiple_of(64 << 10), 0);
         }
+        let room = self.inbuf.len() - self.in_end;
         match self.stream.read(&mut self.inbuf[self.in_end..]) {
             Ok(0) => ReadOutcome::Eof,
             Ok(n) => {
                 self.in_end += n;
+                // A read that did not fill the buffer emptied the socket; anything arriving
+                // later raises a new edge, so the EAGAIN read that would confirm it is saved.
+                if n < room {
+                    self.readable = false;
+                }
                 ReadOutcome::Data
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => ReadOutcome::WouldBlock,

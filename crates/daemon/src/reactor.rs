@@ -2,7 +2,7 @@
 //! submissions, executes the engine's disk actions and writes replies.
 
 use crate::bufpool::{BufPool, DataBuf};
-use crate::conn::{Conn, Phase, ReadOutcome, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
+use crate::conn::{Conn, Phase, ReadOutcome, Streaming, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
 use crate::listener::Listener;
 use crate::worker::{self, Done, Job, Workers};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -49,9 +49,15 @@ struct Slot {
 /// The request being submitted: its payload where it lies in the connection's input
 /// buffer, and that connection's reply buffer.
 struct Current<'a> {
-    payload: &'a [u8],
+    /// `None` when the payload was streamed into a buffer the request owns.
+    payload: Option<&'a [u8]>,
     out: &'a mut Vec<u8>,
 }
+
+/// Writes at least this large are received straight into their own buffer and written by a
+/// worker thread, so copying a megabyte into the page cache does not stall every other
+/// client, and the event loop receives the next request meanwhile.
+const LARGE_WRITE: u32 = 256 << 10;
 
 /// Everything but the connections, so request handling can borrow a connection's input
 /// while it works on the rest.
@@ -190,7 +196,9 @@ impl Reactor {
             if let Err(e) = self.poll.registry().register(
                 stream.source(),
                 Token(k),
-                Interest::READABLE | Interest::WRITABLE,
+                // Writability is only asked for while replies are stuck (see flush_dirty): with
+                // it always on, every reply the client reads would wake the loop once more.
+                Interest::READABLE,
             ) {
                 warn!(client = %name, "cannot register connection: {e}");
                 continue;
@@ -293,9 +301,11 @@ impl Reactor {
                         block: export.block,
                         structured_replies: neg.structured_replies,
                     };
+                    let mut decoder = RequestDecoder::new(params);
+                    decoder.stream_writes_from(LARGE_WRITE);
                     c.phase = Phase::Transmission {
                         volume: neg.export,
-                        decoder: RequestDecoder::new(params),
+                        decoder,
                         structured: neg.structured_replies,
                     };
                     c.handshake_deadline = None;
@@ -317,12 +327,36 @@ impl Reactor {
             return;
         };
         let (volume, structured) = (*volume, *structured);
-        // Field-wise twin of Conn::has_room: the decoder keeps `c.phase` borrowed.
-        while !c.read_closed
-            && !c.dead
-            && c.in_flight < MAX_IN_FLIGHT
-            && c.out.len() - c.out_pos < MAX_QUEUED_OUT
-        {
+        loop {
+            if let Some(st) = c.streaming.take_if(|st| st.complete()) {
+                if shutting_down {
+                    let msg = "server is shutting down";
+                    reply::error(&mut c.out, structured, st.req.cookie, Errno::Shutdown, msg);
+                    core.pool.put(st.buf);
+                } else {
+                    c.in_flight += 1;
+                    let current = Current {
+                        payload: None,
+                        out: &mut c.out,
+                    };
+                    core.submit(k, volume, structured, st.req, current, Some(st.buf));
+                }
+            }
+            if c.streaming.is_some() {
+                if c.eof {
+                    info!(client = %c.name, "client closed the connection in the middle of a write");
+                    c.read_closed = true;
+                }
+                return;
+            }
+            // Field-wise twin of Conn::has_room: the decoder keeps `c.phase` borrowed.
+            let room = !c.read_closed
+                && !c.dead
+                && c.in_flight < MAX_IN_FLIGHT
+                && c.out.len() - c.out_pos < MAX_QUEUED_OUT;
+            if !room {
+                return;
+            }
             let (n, decoded) = decoder.decode(&c.inbuf[c.in_start..c.in_end]);
             match decoded {
                 Decoded::NeedMore { need } => {
@@ -365,10 +399,25 @@ impl Reactor {
                         structured,
                         req,
                         Current {
-                            payload,
+                            payload: Some(payload),
                             out: &mut c.out,
                         },
+                        None,
                     );
+                }
+                Decoded::WriteHeader(req) => {
+                    advance(&mut c.in_start, &mut c.in_end, n);
+                    let mut buf = core.pool.get(req.len as usize);
+                    let have = (c.in_end - c.in_start).min(buf.len());
+                    buf[..have].copy_from_slice(&c.inbuf[c.in_start..c.in_start + have]);
+                    advance(&mut c.in_start, &mut c.in_end, have);
+                    c.streaming = Some(Streaming {
+                        req,
+                        buf,
+                        filled: have,
+                    });
+                    c.need = 0;
+                    continue;
                 }
             }
             advance(&mut c.in_start, &mut c.in_end, n);
@@ -471,6 +520,23 @@ impl Reactor {
                 } else if was_full && c.has_room() {
                     resume.push(k);
                 }
+            }
+            let stuck = !c.dead && c.out_pending();
+            if stuck != c.write_interest && !c.deregistered {
+                let interest = if stuck {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                if let Err(e) =
+                    self.poll
+                        .registry()
+                        .reregister(c.stream.source(), Token(k), interest)
+                {
+                    info!(client = %c.name, "cannot watch the connection: {e}");
+                    c.dead = true;
+                }
+                c.write_interest = stuck;
             }
             if c.finished() {
                 let mut c = self.conns.remove(k);
@@ -589,8 +655,8 @@ impl Core {
         structured: bool,
         req: Request,
         current: Current,
+        owned: Option<DataBuf>,
     ) {
-        let payload = current.payload;
         let (io, read) = match req.command {
             Command::Read => (
                 Io::Read {
@@ -640,13 +706,15 @@ impl Core {
             cookie: req.cookie,
             structured,
             read,
-            data: None,
+            data: owned,
             replied: false,
         });
-        if matches!(io, Io::Write { .. }) && !self.volumes[volume].inline_rw {
-            let mut buf = self.pool.get(payload.len());
-            buf.copy_from_slice(payload);
-            self.slots[id].data = Some(buf);
+        if let (Some(payload), false) = (current.payload, self.volumes[volume].inline_rw) {
+            if matches!(io, Io::Write { .. }) {
+                let mut buf = self.pool.get(payload.len());
+                buf.copy_from_slice(payload);
+                self.slots[id].data = Some(buf);
+            }
         }
         debug_assert!(self.actions.is_empty());
         self.volumes[volume]
@@ -738,10 +806,19 @@ impl Core {
                 self.slots[id].data = Some(buf);
                 Some(r)
             }
-            (DiskKind::Write { offset, .. }, current) => {
-                let payload: &[u8] = match (current, &self.slots[id].data) {
-                    (Some((cur, c)), _) if *cur == id => c.payload,
-                    (_, Some(owned)) => owned,
+            (DiskKind::Write { offset, len }, current) => {
+                let payload: &[u8] = match (&self.slots[id].data, current) {
+                    (Some(_), _) if len >= LARGE_WRITE => return None,
+                    (Some(owned), _) => owned,
+                    (
+                        None,
+                        Some((
+                            cur,
+                            Current {
+                                payload: Some(p), ..
+                            },
+                        )),
+                    ) if *cur == id => p,
                     _ => unreachable!("a write's payload is neither at hand nor owned"),
                 };
                 Some(v.backing.write_at(payload, offset).map_err(os))

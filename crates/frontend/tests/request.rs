@@ -88,6 +88,7 @@ fn own(d: Decoded<'_>) -> Out {
         }
         Decoded::NeedMore { need } => Out::NeedMore(need),
         Decoded::Fatal(e) => Out::Fatal(e),
+        Decoded::WriteHeader(r) => unreachable!("streaming is not enabled here: {r:?}"),
     }
 }
 
@@ -190,6 +191,7 @@ fn check_item(p: &TransmissionParams, avail: &[u8], n: usize, out: &Decoded<'_>)
             assert!(n > 0);
             assert_ne!(r.errno, Errno::Io);
         }
+        Decoded::WriteHeader(r) => unreachable!("streaming is not enabled here: {r:?}"),
         Decoded::NeedMore { need } => {
             // Either nothing was consumed and `need` is more than there is, or skipped payload
             // used up everything.
@@ -1217,4 +1219,46 @@ proptest! {
             prop_assert_eq!(got, want, "item {} of {:?}", i, reqs.get(i));
         }
     }
+}
+
+#[test]
+fn large_writes_can_be_streamed_by_the_caller() {
+    let params = TransmissionParams {
+        size: 64 << 20,
+        read_only: false,
+        block: tandem_frontend::nbd::BlockSizes::new(512),
+        structured_replies: false,
+    };
+    let mut d = RequestDecoder::new(params);
+    d.stream_writes_from(1 << 20);
+    let mut buf = Vec::new();
+    tandem_frontend::nbd::request::encode_request(&mut buf, 0, 1, 7, 4096, 1 << 20);
+    buf.extend_from_slice(&[5u8; 1000]);
+    // Payload incomplete: only the header is taken and the caller reads the payload.
+    let (n, out) = d.decode(&buf);
+    assert_eq!(n, REQUEST_HEADER_LEN);
+    assert_eq!(
+        out,
+        Decoded::WriteHeader(Request {
+            cookie: 7,
+            offset: 4096,
+            len: 1 << 20,
+            command: Command::Write { fua: false }
+        })
+    );
+    // Smaller writes, and large ones already complete, decode as usual.
+    let mut small = Vec::new();
+    tandem_frontend::nbd::request::encode_request(&mut small, 0, 1, 8, 0, 4096);
+    small.extend_from_slice(&[1u8; 4096]);
+    assert!(
+        matches!(d.decode(&small), (n, Decoded::Request(..)) if n == 4096 + REQUEST_HEADER_LEN)
+    );
+    let mut whole = Vec::new();
+    tandem_frontend::nbd::request::encode_request(&mut whole, 0, 1, 9, 0, 1 << 20);
+    whole.resize(REQUEST_HEADER_LEN + (1 << 20), 3);
+    assert!(matches!(d.decode(&whole), (_, Decoded::Request(..))));
+    // A refused large write is still skipped by the decoder, never handed over.
+    let mut bad = Vec::new();
+    tandem_frontend::nbd::request::encode_request(&mut bad, 0, 1, 10, 63 << 20, 2 << 20);
+    assert!(matches!(d.decode(&bad), (n, Decoded::NeedMore { .. }) if n == REQUEST_HEADER_LEN));
 }

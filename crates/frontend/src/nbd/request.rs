@@ -79,6 +79,11 @@ pub enum Decoded<'a> {
     Request(Request, &'a [u8]),
     /// Answer with an error; any payload has been consumed.
     Rejected(Rejection),
+    /// A valid write whose payload is not yet complete, returned only when streaming is
+    /// enabled ([`RequestDecoder::stream_writes_from`]) and the write is that large. Only the
+    /// header was consumed: the caller must consume exactly `len` payload bytes itself
+    /// (typically by reading them straight into the write's own buffer) before decoding on.
+    WriteHeader(Request),
     /// Wait until the buffer holds at least `need` bytes from the current position.
     NeedMore { need: usize },
     /// Hang up.
@@ -91,6 +96,8 @@ pub struct RequestDecoder {
     params: TransmissionParams,
     /// A refused write whose payload is still being discarded.
     skipping: Option<(Rejection, u64)>,
+    /// Writes at least this large are handed over as [`Decoded::WriteHeader`].
+    stream_from: Option<u32>,
 }
 
 impl RequestDecoder {
@@ -98,7 +105,14 @@ impl RequestDecoder {
         RequestDecoder {
             params,
             skipping: None,
+            stream_from: None,
         }
+    }
+
+    /// Lets the caller receive the payload of writes of at least `len` bytes itself, so a
+    /// large payload need not pass through the input buffer.
+    pub fn stream_writes_from(&mut self, len: u32) {
+        self.stream_from = Some(len);
     }
 
     pub fn params(&self) -> &TransmissionParams {
@@ -153,6 +167,17 @@ impl RequestDecoder {
                             payload,
                         ),
                     ),
+                    None if matches!(command, Command::Write { .. })
+                        && self.stream_from.is_some_and(|t| len >= t) =>
+                    {
+                        let request = Request {
+                            cookie,
+                            offset,
+                            len,
+                            command,
+                        };
+                        (REQUEST_HEADER_LEN, Decoded::WriteHeader(request))
+                    }
                     None => (0, Decoded::NeedMore { need: total }),
                 }
             }
