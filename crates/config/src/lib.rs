@@ -1,0 +1,364 @@
+//! The tandem resource configuration file.
+//!
+//! One TOML file per resource, **the same file on every node** (each node finds its own
+//! `[[node]]` table by name). [`load`] reads, parses and validates a file; [`load_dir`] does that
+//! for every `*.toml` file in a directory (e.g. `/etc/tandem/`). The result is plain data
+//! ([`ResourceConfig`]); this crate does no I/O beyond reading the file and its secret file.
+//!
+//! # Format
+//!
+//! Keys are kebab-case and **an unknown key is an error** (a typo never silently falls back to a
+//! default).
+//!
+//! ## `[resource]` (required)
+//! | key | value |
+//! |---|---|
+//! | `name` | required; `[A-Za-z0-9_.-]{1,64}` |
+//! | `protocol` | `"A"` (async), `"B"` (peer received), `"C"` (peer wrote; default) |
+//! | `shared-secret` | the peers' shared secret; non-empty |
+//! | `shared-secret-file` | instead of `shared-secret`: a file holding it (relative paths are relative to the configuration file's directory; trailing newlines are removed; must not be empty) |
+//!
+//! Exactly one of `shared-secret` and `shared-secret-file` must be set.
+//!
+//! ## `[net]` (optional, every key optional)
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `connect-interval` | `"1s"` | first reconnect delay; doubles on each failure up to `max-connect-interval` |
+//! | `max-connect-interval` | `"10s"` | upper bound of the reconnect backoff; `>= connect-interval` |
+//! | `ping-interval` | `"1s"` | keepalive sent when the connection is idle |
+//! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
+//! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
+//! | `max-buffer` | `"64M"` | per-peer bytes queued for sending before writers wait; `>= 1M` |
+//! | `max-epoch-size` | `2048` | writes between barriers; `1..=20000` |
+//!
+//! Durations are strings: a whole number and a unit, `ns`, `us`, `ms`, `s` or `m` (minutes), e.g.
+//! `"500ms"` ([`parse_duration`]); a bare integer is an error. Every duration is `> 0` and
+//! `< 1 hour`. Sizes are a string with an optional binary suffix `K`, `M`, `G`, `T` (e.g. `"64M"`)
+//! or an integer number of bytes ([`parse_size`]).
+//!
+//! ## `[[volume]]` (one or more)
+//! | key | value |
+//! |---|---|
+//! | `number` | `0..=65534`, unique |
+//! | `size` | a size, `> 0` and a multiple of 4096 |
+//!
+//! ## `[[node]]` (2 to 32)
+//! | key | value |
+//! |---|---|
+//! | `name` | unique, `[A-Za-z0-9_.-]{1,64}`; matched against the node's own name |
+//! | `node-id` | `0..=31`, unique |
+//! | `address` | replication address: IP literal and port (`"10.0.0.1:7789"`, `"[fd00::1]:7789"`), unique |
+//!
+//! Each node has one `[[node.volume]]` table for **every** `[[volume]]` (no missing, no duplicate,
+//! no unknown numbers):
+//!
+//! | key | value |
+//! |---|---|
+//! | `number` | the `[[volume]]` it configures |
+//! | `disk` | absolute path of the backing file or block device, or `"none"` for a diskless client; a node may not use one disk for two volumes |
+//! | `nbd` | NBD endpoints this node serves the volume on: `"unix:<absolute path>"` or `"tcp:<ip>:<port>"`; may be empty or absent; an endpoint is used at most once per node |
+//!
+//! Every volume needs at least one node with a disk.
+//!
+//! # Errors
+//!
+//! The first problem found is returned as a [`ConfigError`] whose `Display` names the file, the key
+//! path and what is wrong, e.g.
+//! `r0.toml: node[1] (beta).node-id: node-id 0 is already used by node[0] (alpha)`.
+//! Syntax and shape errors (bad TOML, unknown key, wrong type) carry the line and column:
+//! `r0.toml:9:1: unknown field `speed`, expected ...`.
+//!
+//! # Example (`example/r0.toml`)
+//!
+//! Three nodes: `alpha` and `beta` keep replicas, `gamma` is a diskless client.
+//!
+#![doc = concat!("```toml\n", include_str!("../example/r0.toml"), "```")]
+//!
+//! ```
+//! let text = include_str!("../example/r0.toml");
+//! let cfg = tandem_config::parse(text, std::path::Path::new("r0.toml")).unwrap();
+//! assert_eq!(cfg.name, "r0");
+//! assert!(cfg.node("gamma").unwrap().volumes[0].disk.is_none());
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+mod error;
+mod raw;
+mod units;
+mod validate;
+
+pub use error::ConfigError;
+pub use units::{parse_duration, parse_size};
+
+/// One resource, as configured. Vectors keep the file's order, except that every node's
+/// `volumes` is in the order of [`ResourceConfig::volumes`] (so `node.volumes[i]` configures
+/// `volumes[i]`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ResourceConfig {
+    pub name: String,
+    pub protocol: Protocol,
+    /// The shared secret (from `shared-secret` or the contents of `shared-secret-file`).
+    pub secret: Vec<u8>,
+    pub net: NetConfig,
+    pub volumes: Vec<VolumeConfig>,
+    pub nodes: Vec<NodeConfig>,
+    /// The file this configuration was read from.
+    pub path: PathBuf,
+}
+
+/// Redacts the secret.
+impl fmt::Debug for ResourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceConfig")
+            .field("name", &self.name)
+            .field("protocol", &self.protocol)
+            .field(
+                "secret",
+                &format_args!("<{} bytes, redacted>", self.secret.len()),
+            )
+            .field("net", &self.net)
+            .field("volumes", &self.volumes)
+            .field("nodes", &self.nodes)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ResourceConfig {
+    /// The node called `name`.
+    pub fn node(&self, name: &str) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// The node with node-id `id`.
+    pub fn node_by_id(&self, id: u8) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.node_id == id)
+    }
+
+    /// The volume numbered `number`.
+    pub fn volume(&self, number: u16) -> Option<&VolumeConfig> {
+        self.volumes.iter().find(|v| v.number == number)
+    }
+}
+
+/// Replication protocol: when a peer's part of a write counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Protocol {
+    /// Asynchronous: the write is in the local send buffer.
+    A,
+    /// Memory-synchronous: the peer acknowledged receipt.
+    B,
+    /// Synchronous: the peer acknowledged that its write completed.
+    #[default]
+    C,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::A => "A",
+            Protocol::B => "B",
+            Protocol::C => "C",
+        })
+    }
+}
+
+/// The `[net]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetConfig {
+    /// First reconnect delay; the backoff doubles up to `max_connect_interval`.
+    pub connect_interval: Duration,
+    pub max_connect_interval: Duration,
+    /// Keepalive when idle.
+    pub ping_interval: Duration,
+    /// A ping not answered in this time drops the connection.
+    pub ping_timeout: Duration,
+    /// A replicated request not acknowledged in this time drops the connection.
+    pub timeout: Duration,
+    /// Per-peer bytes queued for sending before writers wait (back-pressure).
+    pub max_buffer: u64,
+    /// Writes between barriers.
+    pub max_epoch_size: u32,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        NetConfig {
+            connect_interval: Duration::from_secs(1),
+            max_connect_interval: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(1),
+            ping_timeout: Duration::from_millis(500),
+            timeout: Duration::from_secs(6),
+            max_buffer: 64 << 20,
+            max_epoch_size: 2048,
+        }
+    }
+}
+
+/// A `[[volume]]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeConfig {
+    pub number: u16,
+    /// Size in bytes, a multiple of 4096.
+    pub size: u64,
+}
+
+/// A `[[node]]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub name: String,
+    pub node_id: u8,
+    /// Replication address.
+    pub address: SocketAddr,
+    /// One entry per [`ResourceConfig::volumes`], in the same order.
+    pub volumes: Vec<NodeVolume>,
+}
+
+impl NodeConfig {
+    /// This node's settings for volume `number`.
+    pub fn volume(&self, number: u16) -> Option<&NodeVolume> {
+        self.volumes.iter().find(|v| v.number == number)
+    }
+}
+
+/// A `[[node.volume]]`: one node's settings for one volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVolume {
+    pub number: u16,
+    /// Backing file or block device; `None` = diskless client (`disk = "none"`).
+    pub disk: Option<PathBuf>,
+    /// NBD endpoints this node serves the volume on.
+    pub nbd: Vec<Endpoint>,
+}
+
+impl NodeVolume {
+    pub fn is_diskless(&self) -> bool {
+        self.disk.is_none()
+    }
+}
+
+/// An NBD listening endpoint: `unix:<absolute path>` or `tcp:<ip>:<port>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+/// Longest unix socket path that fits `sockaddr_un.sun_path` with its terminating NUL.
+const MAX_UNIX_PATH: usize = 107;
+
+impl FromStr for Endpoint {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let not = || format!("{s:?} is not tcp:<ip>:<port> or unix:<absolute path>");
+        if let Some(p) = s.strip_prefix("unix:") {
+            if !Path::new(p).is_absolute() {
+                return Err(format!("{} (the socket path must be absolute)", not()));
+            }
+            if p.len() > MAX_UNIX_PATH {
+                return Err(format!(
+                    "{s:?}: the socket path is longer than {MAX_UNIX_PATH} bytes"
+                ));
+            }
+            Ok(Endpoint::Unix(PathBuf::from(p)))
+        } else if let Some(a) = s.strip_prefix("tcp:") {
+            let addr: SocketAddr = a.parse().map_err(|_| not())?;
+            if addr.port() == 0 {
+                return Err(format!("{s:?}: port 0 is not allowed"));
+            }
+            Ok(Endpoint::Tcp(addr))
+        } else {
+            Err(not())
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+            Endpoint::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
+/// Reads, parses and validates the resource configuration file at `path`.
+pub fn load(path: &Path) -> Result<ResourceConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    parse(&text, path)
+}
+
+/// Parses and validates `text`. `path` is used in error messages, to resolve a relative
+/// `shared-secret-file`, and is stored in [`ResourceConfig::path`].
+pub fn parse(text: &str, path: &Path) -> Result<ResourceConfig, ConfigError> {
+    let raw: raw::RawFile = toml::from_str(text).map_err(|e| syntax_error(&e, text, path))?;
+    validate::validate(raw, path)
+}
+
+fn syntax_error(e: &toml::de::Error, text: &str, path: &Path) -> ConfigError {
+    let (line, column) = match e.span() {
+        Some(span) => {
+            let start = span.start.min(text.len());
+            let before = &text[..start];
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            (
+                Some(before.matches('\n').count() + 1),
+                Some(before[line_start..].chars().count() + 1),
+            )
+        }
+        None => (None, None),
+    };
+    ConfigError::Syntax {
+        path: path.to_owned(),
+        line,
+        column,
+        message: e.message().trim_end().replace('\n', "; "),
+    }
+}
+
+/// Loads every `*.toml` file in `dir` (not recursively), in file-name order. Two files that
+/// define the same resource name are an error.
+pub fn load_dir(dir: &Path) -> Result<Vec<ResourceConfig>, ConfigError> {
+    let read_dir_err = |error| ConfigError::ReadDir {
+        path: dir.to_owned(),
+        error,
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_dir_err)? {
+        let path = entry.map_err(read_dir_err)?.path();
+        if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+
+    let mut seen: HashMap<String, PathBuf> = HashMap::new();
+    let mut out = Vec::with_capacity(files.len());
+    for file in files {
+        let cfg = load(&file)?;
+        if let Some(first) = seen.get(&cfg.name) {
+            return Err(ConfigError::Invalid {
+                path: file,
+                key: "resource.name".into(),
+                message: format!(
+                    "resource {:?} is already defined in {}",
+                    cfg.name,
+                    first.display()
+                ),
+            });
+        }
+        seen.insert(cfg.name.clone(), file);
+        out.push(cfg);
+    }
+    Ok(out)
+}

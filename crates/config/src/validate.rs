@@ -1,0 +1,442 @@
+//! Turns the loosely typed [`RawFile`] into a [`ResourceConfig`], checking every rule and naming
+//! the key path of the first value that breaks one.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::raw::{RawFile, RawNet, RawNode, RawResource, Scalar};
+use crate::{
+    parse_duration, parse_size, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume,
+    Protocol, ResourceConfig, VolumeConfig,
+};
+
+/// Limits, also documented in the crate docs.
+pub(crate) const MIN_NODES: usize = 2;
+pub(crate) const MAX_NODES: usize = 32;
+pub(crate) const MAX_NODE_ID: i64 = 31;
+pub(crate) const MAX_VOLUME_NUMBER: i64 = 65534;
+pub(crate) const BLOCK: u64 = 4096;
+pub(crate) const MIN_MAX_BUFFER: u64 = 1 << 20;
+pub(crate) const MAX_EPOCH_SIZE: i64 = 20000;
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3600);
+const MAX_NAME_LEN: usize = 64;
+
+struct Ctx<'a> {
+    path: &'a Path,
+}
+
+impl Ctx<'_> {
+    fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_owned(),
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// `[A-Za-z0-9_.-]{1,64}`, and not `.` or `..` (names end up in file names).
+pub(crate) fn check_name(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "{s:?} is longer than {MAX_NAME_LEN} characters"
+        ));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(format!(
+            "{s:?} contains {c:?}; only letters, digits, '_', '.' and '-' are allowed"
+        ));
+    }
+    if s == "." || s == ".." {
+        return Err(format!("{s:?} is not a usable name"));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, ConfigError> {
+    let cx = Ctx { path };
+    let RawFile {
+        resource,
+        net,
+        volume,
+        node,
+    } = raw;
+
+    check_name(&resource.name).map_err(|m| cx.err("resource.name", m))?;
+    let protocol = match resource.protocol.as_deref() {
+        None => Protocol::C,
+        Some("A") => Protocol::A,
+        Some("B") => Protocol::B,
+        Some("C") => Protocol::C,
+        Some(other) => {
+            return Err(cx.err(
+                "resource.protocol",
+                format!("{other:?} is not a protocol; expected \"A\", \"B\" or \"C\""),
+            ))
+        }
+    };
+    let secret = secret(&cx, &resource)?;
+    let net = net_config(&cx, net)?;
+
+    // [[volume]]
+    if volume.is_empty() {
+        return Err(cx.err("volume", "at least one [[volume]] is required"));
+    }
+    let mut volumes: Vec<VolumeConfig> = Vec::with_capacity(volume.len());
+    for (i, v) in volume.into_iter().enumerate() {
+        let key = format!("volume[{i}]");
+        let number = volume_number(v.number).map_err(|m| cx.err(format!("{key}.number"), m))?;
+        if let Some(j) = volumes.iter().position(|o| o.number == number) {
+            return Err(cx.err(
+                format!("{key}.number"),
+                format!("volume number {number} is already used by volume[{j}]"),
+            ));
+        }
+        let size = size(&v.size).map_err(|m| cx.err(format!("{key}.size"), m))?;
+        if size == 0 {
+            return Err(cx.err(format!("{key}.size"), "must be greater than 0"));
+        }
+        if size % BLOCK != 0 {
+            return Err(cx.err(
+                format!("{key}.size"),
+                format!("{size} bytes is not a multiple of {BLOCK}"),
+            ));
+        }
+        volumes.push(VolumeConfig { number, size });
+    }
+
+    // [[node]]
+    if !(MIN_NODES..=MAX_NODES).contains(&node.len()) {
+        return Err(cx.err(
+            "node",
+            format!(
+                "{} [[node]] table(s) found; a resource needs {MIN_NODES} to {MAX_NODES} nodes",
+                node.len()
+            ),
+        ));
+    }
+    let mut nodes: Vec<NodeConfig> = Vec::with_capacity(node.len());
+    for (i, n) in node.into_iter().enumerate() {
+        nodes.push(node_config(&cx, i, n, &nodes, &volumes)?);
+    }
+
+    for (i, v) in volumes.iter().enumerate() {
+        let diskful = nodes
+            .iter()
+            .any(|n| n.volumes.iter().any(|nv| nv.number == v.number && nv.disk.is_some()));
+        if !diskful {
+            return Err(cx.err(
+                format!("volume[{i}]"),
+                format!(
+                    "no node has a disk for volume {} (all have disk = \"none\"); at least one node must be diskful",
+                    v.number
+                ),
+            ));
+        }
+    }
+
+    Ok(ResourceConfig {
+        name: resource.name,
+        protocol,
+        secret,
+        net,
+        volumes,
+        nodes,
+        path: path.to_owned(),
+    })
+}
+
+fn secret(cx: &Ctx, r: &RawResource) -> Result<Vec<u8>, ConfigError> {
+    match (&r.shared_secret, &r.shared_secret_file) {
+        (Some(_), Some(_)) => Err(cx.err(
+            "resource",
+            "set either shared-secret or shared-secret-file, not both",
+        )),
+        (None, None) => Err(cx.err(
+            "resource",
+            "shared-secret (or shared-secret-file) is required",
+        )),
+        (Some(s), None) => {
+            if s.is_empty() {
+                Err(cx.err("resource.shared-secret", "must not be empty"))
+            } else {
+                Ok(s.as_bytes().to_vec())
+            }
+        }
+        (None, Some(f)) => {
+            let key = "resource.shared-secret-file";
+            if f.is_empty() {
+                return Err(cx.err(key, "must not be empty"));
+            }
+            // A relative path is relative to the directory of the configuration file.
+            let file = match cx.path.parent() {
+                Some(dir) if Path::new(f).is_relative() => dir.join(f),
+                _ => PathBuf::from(f),
+            };
+            let mut bytes = std::fs::read(&file)
+                .map_err(|e| cx.err(key, format!("cannot read {}: {e}", file.display())))?;
+            while matches!(bytes.last(), Some(b'\n' | b'\r')) {
+                bytes.pop();
+            }
+            if bytes.is_empty() {
+                return Err(cx.err(key, format!("{} is empty", file.display())));
+            }
+            Ok(bytes)
+        }
+    }
+}
+
+fn duration(v: &Scalar) -> Result<Duration, String> {
+    let d = match v {
+        Scalar::Str(s) => parse_duration(s)?,
+        Scalar::Int(n) => {
+            return Err(format!(
+                "{n} has no unit; use a unit, e.g. \"1s\" (units: ns, us, ms, s, m)"
+            ))
+        }
+        Scalar::Float(x) => {
+            return Err(format!(
+                "{x} is not a duration; use a whole number with a unit, e.g. \"500ms\""
+            ))
+        }
+    };
+    if d.is_zero() {
+        return Err("must be greater than 0".into());
+    }
+    if d >= MAX_DURATION {
+        return Err(format!("{d:?} is too long; must be less than 1 hour"));
+    }
+    Ok(d)
+}
+
+fn size(v: &Scalar) -> Result<u64, String> {
+    match v {
+        Scalar::Str(s) => parse_size(s),
+        Scalar::Int(n) => u64::try_from(*n).map_err(|_| format!("{n} is negative")),
+        Scalar::Float(x) => Err(format!(
+            "{x} is not a size; use a whole number of bytes or a suffix, e.g. \"64M\""
+        )),
+    }
+}
+
+fn net_config(cx: &Ctx, raw: RawNet) -> Result<NetConfig, ConfigError> {
+    let d = NetConfig::default();
+    let dur = |key: &str, v: &Option<Scalar>, default: Duration| match v {
+        None => Ok(default),
+        Some(v) => duration(v).map_err(|m| cx.err(format!("net.{key}"), m)),
+    };
+    let net = NetConfig {
+        connect_interval: dur("connect-interval", &raw.connect_interval, d.connect_interval)?,
+        max_connect_interval: dur(
+            "max-connect-interval",
+            &raw.max_connect_interval,
+            d.max_connect_interval,
+        )?,
+        ping_interval: dur("ping-interval", &raw.ping_interval, d.ping_interval)?,
+        ping_timeout: dur("ping-timeout", &raw.ping_timeout, d.ping_timeout)?,
+        timeout: dur("timeout", &raw.timeout, d.timeout)?,
+        max_buffer: match &raw.max_buffer {
+            None => d.max_buffer,
+            Some(v) => size(v).map_err(|m| cx.err("net.max-buffer", m))?,
+        },
+        max_epoch_size: match raw.max_epoch_size {
+            None => d.max_epoch_size,
+            Some(n) if (1..=MAX_EPOCH_SIZE).contains(&n) => n as u32,
+            Some(n) => {
+                return Err(cx.err(
+                    "net.max-epoch-size",
+                    format!("{n} is out of range 1..={MAX_EPOCH_SIZE}"),
+                ))
+            }
+        },
+    };
+    if net.max_buffer < MIN_MAX_BUFFER {
+        return Err(cx.err(
+            "net.max-buffer",
+            format!("{} bytes is too small; must be at least 1M", net.max_buffer),
+        ));
+    }
+    if net.max_connect_interval < net.connect_interval {
+        return Err(cx.err(
+            "net.max-connect-interval",
+            format!(
+                "max-connect-interval ({:?}) must not be less than connect-interval ({:?})",
+                net.max_connect_interval, net.connect_interval
+            ),
+        ));
+    }
+    if net.ping_timeout >= net.ping_interval {
+        return Err(cx.err(
+            "net.ping-timeout",
+            format!(
+                "ping-timeout ({:?}) must be less than ping-interval ({:?})",
+                net.ping_timeout, net.ping_interval
+            ),
+        ));
+    }
+    if net.timeout <= net.ping_timeout {
+        return Err(cx.err(
+            "net.timeout",
+            format!(
+                "timeout ({:?}) must be greater than ping-timeout ({:?})",
+                net.timeout, net.ping_timeout
+            ),
+        ));
+    }
+    Ok(net)
+}
+
+fn volume_number(n: i64) -> Result<u16, String> {
+    if (0..=MAX_VOLUME_NUMBER).contains(&n) {
+        Ok(n as u16)
+    } else {
+        Err(format!("{n} is out of range 0..={MAX_VOLUME_NUMBER}"))
+    }
+}
+
+fn node_config(
+    cx: &Ctx,
+    i: usize,
+    raw: RawNode,
+    earlier: &[NodeConfig],
+    volumes: &[VolumeConfig],
+) -> Result<NodeConfig, ConfigError> {
+    check_name(&raw.name).map_err(|m| cx.err(format!("node[{i}].name"), m))?;
+    let node = format!("node[{i}] ({})", raw.name);
+    let position = |f: &dyn Fn(&NodeConfig) -> bool| earlier.iter().position(f);
+
+    if let Some(j) = position(&|o| o.name == raw.name) {
+        return Err(cx.err(
+            format!("{node}.name"),
+            format!("node name {:?} is already used by node[{j}]", raw.name),
+        ));
+    }
+
+    if !(0..=MAX_NODE_ID).contains(&raw.node_id) {
+        return Err(cx.err(
+            format!("{node}.node-id"),
+            format!("{} is out of range 0..={MAX_NODE_ID}", raw.node_id),
+        ));
+    }
+    let node_id = raw.node_id as u8;
+    if let Some(j) = position(&|o| o.node_id == node_id) {
+        return Err(cx.err(
+            format!("{node}.node-id"),
+            format!(
+                "node-id {node_id} is already used by node[{j}] ({})",
+                earlier[j].name
+            ),
+        ));
+    }
+
+    let address: SocketAddr = raw.address.parse().map_err(|_| {
+        cx.err(
+            format!("{node}.address"),
+            format!(
+                "{:?} is not an IP address and port, e.g. \"10.0.0.1:7789\" or \"[fd00::1]:7789\"",
+                raw.address
+            ),
+        )
+    })?;
+    if address.port() == 0 {
+        return Err(cx.err(format!("{node}.address"), "port 0 is not allowed"));
+    }
+    if let Some(j) = position(&|o| o.address == address) {
+        return Err(cx.err(
+            format!("{node}.address"),
+            format!(
+                "address {address} is already used by node[{j}] ({})",
+                earlier[j].name
+            ),
+        ));
+    }
+
+    // [[node.volume]]: collected by index into `volumes`, so the result is in the same order.
+    let mut listed: Vec<Option<(usize, NodeVolume)>> = vec![None; volumes.len()];
+    let mut endpoints: HashMap<Endpoint, String> = HashMap::new();
+    let mut disks: HashMap<PathBuf, u16> = HashMap::new();
+    for (j, nv) in raw.volume.into_iter().enumerate() {
+        let vkey = format!("volume[{j}]");
+        let key = format!("{node}.{vkey}");
+        let number = volume_number(nv.number).map_err(|m| cx.err(format!("{key}.number"), m))?;
+        let Some(slot) = volumes.iter().position(|v| v.number == number) else {
+            return Err(cx.err(
+                format!("{key}.number"),
+                format!("volume {number} is not defined by any [[volume]]"),
+            ));
+        };
+        if let Some((k, _)) = &listed[slot] {
+            return Err(cx.err(
+                format!("{key}.number"),
+                format!("volume {number} is listed twice for this node (also volume[{k}])"),
+            ));
+        }
+
+        let disk = if nv.disk == "none" {
+            None
+        } else if !nv.disk.is_empty() && Path::new(&nv.disk).is_absolute() {
+            let disk = PathBuf::from(&nv.disk);
+            if let Some(other) = disks.insert(disk.clone(), number) {
+                return Err(cx.err(
+                    format!("{key}.disk"),
+                    format!("{:?} is already the disk of volume {other}", nv.disk),
+                ));
+            }
+            Some(disk)
+        } else {
+            return Err(cx.err(
+                format!("{key}.disk"),
+                format!(
+                    "{:?} is not an absolute path (use \"none\" for a diskless node)",
+                    nv.disk
+                ),
+            ));
+        };
+
+        let mut nbd = Vec::with_capacity(nv.nbd.len());
+        for (k, s) in nv.nbd.iter().enumerate() {
+            let ekey = format!("{vkey}.nbd[{k}]");
+            let ep: Endpoint = s.parse().map_err(|m| cx.err(format!("{node}.{ekey}"), m))?;
+            if let Some(first) = endpoints.get(&ep) {
+                return Err(cx.err(
+                    format!("{node}.{ekey}"),
+                    format!("{s:?} is already used by {first} on this node"),
+                ));
+            }
+            endpoints.insert(ep.clone(), ekey);
+            nbd.push(ep);
+        }
+        listed[slot] = Some((j, NodeVolume { number, disk, nbd }));
+    }
+
+    let mut node_volumes = Vec::with_capacity(volumes.len());
+    for (v, l) in volumes.iter().zip(listed) {
+        match l {
+            Some((_, nv)) => node_volumes.push(nv),
+            None => {
+                return Err(cx.err(
+                    format!("{node}.volume"),
+                    format!(
+                        "volume {} is missing; every node must list every [[volume]] (disk = \"none\" for a diskless node)",
+                        v.number
+                    ),
+                ))
+            }
+        }
+    }
+
+    Ok(NodeConfig {
+        name: raw.name,
+        node_id,
+        address,
+        volumes: node_volumes,
+    })
+}

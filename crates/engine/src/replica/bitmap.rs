@@ -1,0 +1,103 @@
+//! Out-of-sync bitmap: one bit per 4 KiB block, set when the block may differ on a peer.
+
+pub const BLOCK: u64 = 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bitmap {
+    words: Vec<u64>,
+    blocks: u64,
+    set: u64,
+}
+
+impl Bitmap {
+    pub fn new(size: u64) -> Bitmap {
+        let blocks = size.div_ceil(BLOCK);
+        Bitmap { words: vec![0; blocks.div_ceil(64) as usize], blocks, set: 0 }
+    }
+
+    /// Blocks touched by the byte range.
+    fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let first = offset / BLOCK;
+        let end = (offset + len).div_ceil(BLOCK).min(self.blocks);
+        first..end
+    }
+
+    pub fn set_range(&mut self, offset: u64, len: u64) {
+        for b in self.blocks_of(offset, len) {
+            let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
+            if self.words[w] & m == 0 {
+                self.words[w] |= m;
+                self.set += 1;
+            }
+        }
+    }
+
+    /// Clears only the blocks entirely inside the byte range: a partial block written is
+    /// not known to be in sync.
+    pub fn clear_range(&mut self, offset: u64, len: u64) {
+        let first = offset.div_ceil(BLOCK);
+        let end = ((offset + len) / BLOCK).min(self.blocks);
+        for b in first..end {
+            let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
+            if self.words[w] & m != 0 {
+                self.words[w] &= !m;
+                self.set -= 1;
+            }
+        }
+    }
+
+    pub fn set_all(&mut self) {
+        for b in 0..self.blocks {
+            self.words[(b / 64) as usize] |= 1u64 << (b % 64);
+        }
+        self.set = self.blocks;
+    }
+
+    pub fn is_set(&self, block: u64) -> bool {
+        self.words[(block / 64) as usize] & (1u64 << (block % 64)) != 0
+    }
+
+    pub fn any_in(&self, offset: u64, len: u64) -> bool {
+        self.blocks_of(offset, len).any(|b| self.is_set(b))
+    }
+
+    /// Blocks set.
+    pub fn count(&self) -> u64 {
+        self.set
+    }
+
+    /// The first set block at or after `from`.
+    pub fn next_set(&self, from: u64) -> Option<u64> {
+        let mut b = from;
+        while b < self.blocks {
+            let w = self.words[(b / 64) as usize] >> (b % 64);
+            if w != 0 {
+                let found = b + u64::from(w.trailing_zeros());
+                return (found < self.blocks).then_some(found);
+            }
+            b = (b / 64 + 1) * 64;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_clear_count_next() {
+        let mut b = Bitmap::new(1 << 20);
+        b.set_range(4096 * 3 + 1, 4096);
+        assert_eq!(b.count(), 2, "an unaligned range touches two blocks");
+        assert_eq!(b.next_set(0), Some(3));
+        b.clear_range(4096 * 3, 4096 * 2 - 1);
+        assert_eq!(b.count(), 1, "only whole blocks are cleared");
+        assert_eq!(b.next_set(0), Some(4));
+        b.set_all();
+        assert_eq!(b.count(), 256);
+        assert_eq!(b.next_set(255), Some(255));
+        b.clear_range(0, 1 << 20);
+        assert_eq!(b.next_set(0), None);
+    }
+}

@@ -1,0 +1,25 @@
+//! The peer protocol between tandem nodes.
+//!
+//! A connection carries length-prefixed frames (`[magic u32][kind u16][flags u16][len u32]`
+//! followed by `len` bytes, all big-endian). Decoding never trusts a length before checking it
+//! against the limit for its kind, so a hostile or broken peer costs at most the bytes it sends
+//! and ends in a [`WireError`], never a panic or an unbounded allocation.
+//!
+//! - [`packet`]: the packets and their encoding.
+//! - [`auth`]: HMAC-SHA256 challenge–response over the resource's shared secret.
+
+pub mod auth;
+pub mod packet;
+
+pub use packet::{decode, encode, Decoded, Packet, WireError};
+
+/// "TNDM".
+pub const MAGIC: u32 = 0x544e_444d;
+/// Protocol versions this build speaks.
+pub const VERSION_MIN: u16 = 1;
+pub const VERSION_MAX: u16 = 1;
+pub const HEADER_LEN: usize = 12;
+/// Largest body of a packet without bulk data.
+pub const MAX_CONTROL_BODY: u32 = 64 << 10;
+/// Largest bulk payload (a replicated write, a read or resync reply).
+pub const MAX_DATA: u32 = 32 << 20;

@@ -1,0 +1,507 @@
+//! Packets and their byte layout.
+
+use crate::auth::{CHALLENGE_LEN, RESPONSE_LEN};
+use crate::{HEADER_LEN, MAGIC, MAX_CONTROL_BODY, MAX_DATA};
+
+/// A node's role in a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Secondary,
+    Primary,
+}
+
+/// How current a replica's data is, as far as its node knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DiskState {
+    /// No local replica (a diskless client, or a disk that failed).
+    Diskless,
+    /// Being brought up to date, or never written completely: not to be read.
+    Inconsistent,
+    /// Consistent but known to miss writes.
+    Outdated,
+    UpToDate,
+}
+
+/// Flags of replicated writes.
+pub mod write_flags {
+    /// The application asked for durability before completion.
+    pub const FUA: u32 = 1 << 0;
+    /// Protocol B: acknowledge receipt.
+    pub const ACK_RECV: u32 = 1 << 1;
+    /// Protocol C: acknowledge the completed write.
+    pub const ACK_WRITE: u32 = 1 << 2;
+    /// For Zero packets: the range may be deallocated (trim/punch).
+    pub const MAY_PUNCH: u32 = 1 << 3;
+    pub const ALL: u32 = FUA | ACK_RECV | ACK_WRITE | MAY_PUNCH;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packet<'a> {
+    /// First packet on a connection, from both sides.
+    Hello {
+        version_min: u16,
+        version_max: u16,
+        features: u64,
+        node_id: u8,
+        resource: &'a str,
+        challenge: [u8; CHALLENGE_LEN],
+    },
+    /// Answer to the peer's challenge.
+    Auth { response: [u8; RESPONSE_LEN] },
+    /// The peer's response verified.
+    AuthOk,
+    /// The sender's role; sent after authentication and on every change.
+    Role { role: Role },
+    /// The sender's view of one of its volumes; sent after authentication and on changes.
+    Volume { volume: u16, size: u64, disk: DiskState },
+    /// A replicated write.
+    Write { volume: u16, seq: u64, offset: u64, flags: u32, data: &'a [u8] },
+    /// A replicated trim or zeroing (MAY_PUNCH set for trim-like zeroing).
+    Zero { volume: u16, seq: u64, offset: u64, len: u32, flags: u32 },
+    RecvAck { seq: u64 },
+    WriteAck { seq: u64 },
+    /// The peer failed the write: the block is out of sync for it.
+    NegAck { seq: u64, errno: u32 },
+    /// Everything sent before must be durable on the peer before it answers.
+    Barrier { id: u64 },
+    BarrierAck { id: u64, errno: u32 },
+    /// A diskless (or not up-to-date) primary reads from an up-to-date peer.
+    ReadReq { volume: u16, id: u64, offset: u64, len: u32 },
+    ReadReply { id: u64, errno: u32, data: &'a [u8] },
+    /// A sync target pulls a block range from its sync source.
+    ResyncReq { volume: u16, id: u64, offset: u64, len: u32 },
+    ResyncReply { volume: u16, id: u64, offset: u64, errno: u32, data: &'a [u8] },
+    /// The sender has no up-to-date copy of this range to offer (for bookkeeping).
+    OutOfSync { volume: u16, offset: u64, len: u32 },
+    Ping,
+    PingAck,
+    /// The sender gives up on the connection for this reason.
+    Error { code: u32, message: &'a str },
+}
+
+mod kind {
+    pub const HELLO: u16 = 1;
+    pub const AUTH: u16 = 2;
+    pub const AUTH_OK: u16 = 3;
+    pub const ROLE: u16 = 4;
+    pub const VOLUME: u16 = 5;
+    pub const WRITE: u16 = 10;
+    pub const ZERO: u16 = 11;
+    pub const RECV_ACK: u16 = 12;
+    pub const WRITE_ACK: u16 = 13;
+    pub const NEG_ACK: u16 = 14;
+    pub const BARRIER: u16 = 15;
+    pub const BARRIER_ACK: u16 = 16;
+    pub const READ_REQ: u16 = 20;
+    pub const READ_REPLY: u16 = 21;
+    pub const RESYNC_REQ: u16 = 22;
+    pub const RESYNC_REPLY: u16 = 23;
+    pub const OUT_OF_SYNC: u16 = 24;
+    pub const PING: u16 = 30;
+    pub const PING_ACK: u16 = 31;
+    pub const ERROR: u16 = 40;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("bad frame magic {0:#010x}")]
+    BadMagic(u32),
+    #[error("unknown packet kind {0}")]
+    UnknownKind(u16),
+    #[error("packet kind {kind} with {len} bytes exceeds its limit")]
+    TooLong { kind: u16, len: u32 },
+    #[error("malformed packet kind {kind}: {what}")]
+    Malformed { kind: u16, what: &'static str },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    Packet(Packet<'a>, usize),
+    /// The buffer must hold at least this many bytes before decoding can go on.
+    NeedMore(usize),
+}
+
+impl Packet<'_> {
+    fn kind(&self) -> u16 {
+        use kind::*;
+        match self {
+            Packet::Hello { .. } => HELLO,
+            Packet::Auth { .. } => AUTH,
+            Packet::AuthOk => AUTH_OK,
+            Packet::Role { .. } => ROLE,
+            Packet::Volume { .. } => VOLUME,
+            Packet::Write { .. } => WRITE,
+            Packet::Zero { .. } => ZERO,
+            Packet::RecvAck { .. } => RECV_ACK,
+            Packet::WriteAck { .. } => WRITE_ACK,
+            Packet::NegAck { .. } => NEG_ACK,
+            Packet::Barrier { .. } => BARRIER,
+            Packet::BarrierAck { .. } => BARRIER_ACK,
+            Packet::ReadReq { .. } => READ_REQ,
+            Packet::ReadReply { .. } => READ_REPLY,
+            Packet::ResyncReq { .. } => RESYNC_REQ,
+            Packet::ResyncReply { .. } => RESYNC_REPLY,
+            Packet::OutOfSync { .. } => OUT_OF_SYNC,
+            Packet::Ping => PING,
+            Packet::PingAck => PING_ACK,
+            Packet::Error { .. } => ERROR,
+        }
+    }
+}
+
+fn limit(kind: u16) -> u32 {
+    match kind {
+        kind::WRITE | kind::READ_REPLY | kind::RESYNC_REPLY => MAX_DATA + 64,
+        _ => MAX_CONTROL_BODY,
+    }
+}
+
+/// Appends one packet, header included.
+pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&MAGIC.to_be_bytes());
+    out.extend_from_slice(&p.kind().to_be_bytes());
+    out.extend_from_slice(&0u16.to_be_bytes());
+    out.extend_from_slice(&0u32.to_be_bytes()); // length, patched below
+    let mut w = Writer(out);
+    match *p {
+        Packet::Hello { version_min, version_max, features, node_id, resource, challenge } => {
+            w.u16(version_min);
+            w.u16(version_max);
+            w.u64(features);
+            w.u8(node_id);
+            w.str(resource);
+            w.bytes(&challenge);
+        }
+        Packet::Auth { response } => w.bytes(&response),
+        Packet::AuthOk | Packet::Ping | Packet::PingAck => {}
+        Packet::Role { role } => w.u8(role as u8),
+        Packet::Volume { volume, size, disk } => {
+            w.u16(volume);
+            w.u64(size);
+            w.u8(disk as u8);
+        }
+        Packet::Write { volume, seq, offset, flags, data } => {
+            w.u16(volume);
+            w.u64(seq);
+            w.u64(offset);
+            w.u32(flags);
+            w.bytes(data);
+        }
+        Packet::Zero { volume, seq, offset, len, flags } => {
+            w.u16(volume);
+            w.u64(seq);
+            w.u64(offset);
+            w.u32(len);
+            w.u32(flags);
+        }
+        Packet::RecvAck { seq } | Packet::WriteAck { seq } => w.u64(seq),
+        Packet::NegAck { seq, errno } => {
+            w.u64(seq);
+            w.u32(errno);
+        }
+        Packet::Barrier { id } => w.u64(id),
+        Packet::BarrierAck { id, errno } => {
+            w.u64(id);
+            w.u32(errno);
+        }
+        Packet::ReadReq { volume, id, offset, len } | Packet::ResyncReq { volume, id, offset, len } => {
+            w.u16(volume);
+            w.u64(id);
+            w.u64(offset);
+            w.u32(len);
+        }
+        Packet::ReadReply { id, errno, data } => {
+            w.u64(id);
+            w.u32(errno);
+            w.bytes(data);
+        }
+        Packet::ResyncReply { volume, id, offset, errno, data } => {
+            w.u16(volume);
+            w.u64(id);
+            w.u64(offset);
+            w.u32(errno);
+            w.bytes(data);
+        }
+        Packet::OutOfSync { volume, offset, len } => {
+            w.u16(volume);
+            w.u64(offset);
+            w.u32(len);
+        }
+        Packet::Error { code, message } => {
+            w.u32(code);
+            w.str(message);
+        }
+    }
+    let len = (out.len() - start - HEADER_LEN) as u32;
+    debug_assert!(len <= limit(p.kind()), "encoding a packet over its own limit");
+    out[start + 8..start + 12].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Decodes one packet from the front of `buf`.
+pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
+    let Some(hdr) = buf.get(..HEADER_LEN) else { return Ok(Decoded::NeedMore(HEADER_LEN)) };
+    let magic = u32::from_be_bytes(hdr[0..4].try_into().unwrap());
+    if magic != MAGIC {
+        return Err(WireError::BadMagic(magic));
+    }
+    let kind = u16::from_be_bytes(hdr[4..6].try_into().unwrap());
+    let len = u32::from_be_bytes(hdr[8..12].try_into().unwrap());
+    if len > limit(kind) {
+        return Err(WireError::TooLong { kind, len });
+    }
+    let total = HEADER_LEN + len as usize;
+    let Some(body) = buf.get(HEADER_LEN..total) else { return Ok(Decoded::NeedMore(total)) };
+    let mut r = Reader { buf: body, kind };
+    use kind::*;
+    let p = match kind {
+        HELLO => Packet::Hello {
+            version_min: r.u16()?,
+            version_max: r.u16()?,
+            features: r.u64()?,
+            node_id: r.u8()?,
+            resource: r.str()?,
+            challenge: r.array()?,
+        },
+        AUTH => Packet::Auth { response: r.array()? },
+        AUTH_OK => Packet::AuthOk,
+        ROLE => Packet::Role {
+            role: match r.u8()? {
+                0 => Role::Secondary,
+                1 => Role::Primary,
+                _ => return Err(r.bad("unknown role")),
+            },
+        },
+        VOLUME => Packet::Volume {
+            volume: r.u16()?,
+            size: r.u64()?,
+            disk: match r.u8()? {
+                0 => DiskState::Diskless,
+                1 => DiskState::Inconsistent,
+                2 => DiskState::Outdated,
+                3 => DiskState::UpToDate,
+                _ => return Err(r.bad("unknown disk state")),
+            },
+        },
+        WRITE => {
+            let (volume, seq, offset, flags) = (r.u16()?, r.u64()?, r.u64()?, r.flags()?);
+            let data = r.rest();
+            if data.is_empty() || data.len() > MAX_DATA as usize {
+                return Err(r.bad("write payload must be 1 byte to 32 MiB"));
+            }
+            Packet::Write { volume, seq, offset, flags, data }
+        }
+        ZERO => Packet::Zero { volume: r.u16()?, seq: r.u64()?, offset: r.u64()?, len: r.u32()?, flags: r.flags()? },
+        RECV_ACK => Packet::RecvAck { seq: r.u64()? },
+        WRITE_ACK => Packet::WriteAck { seq: r.u64()? },
+        NEG_ACK => Packet::NegAck { seq: r.u64()?, errno: r.u32()? },
+        BARRIER => Packet::Barrier { id: r.u64()? },
+        BARRIER_ACK => Packet::BarrierAck { id: r.u64()?, errno: r.u32()? },
+        READ_REQ => Packet::ReadReq { volume: r.u16()?, id: r.u64()?, offset: r.u64()?, len: r.len()? },
+        READ_REPLY => Packet::ReadReply { id: r.u64()?, errno: r.u32()?, data: r.rest() },
+        RESYNC_REQ => Packet::ResyncReq { volume: r.u16()?, id: r.u64()?, offset: r.u64()?, len: r.len()? },
+        RESYNC_REPLY => Packet::ResyncReply {
+            volume: r.u16()?,
+            id: r.u64()?,
+            offset: r.u64()?,
+            errno: r.u32()?,
+            data: r.rest(),
+        },
+        OUT_OF_SYNC => Packet::OutOfSync { volume: r.u16()?, offset: r.u64()?, len: r.u32()? },
+        PING => Packet::Ping,
+        PING_ACK => Packet::PingAck,
+        ERROR => Packet::Error { code: r.u32()?, message: r.str()? },
+        other => return Err(WireError::UnknownKind(other)),
+    };
+    if !r.buf.is_empty() {
+        return Err(r.bad("trailing bytes"));
+    }
+    Ok(Decoded::Packet(p, total))
+}
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.0.extend_from_slice(v);
+    }
+    fn str(&mut self, s: &str) {
+        let s = &s.as_bytes()[..s.len().min(4096)];
+        self.u16(s.len() as u16);
+        self.bytes(s);
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    kind: u16,
+}
+
+impl<'a> Reader<'a> {
+    fn bad(&self, what: &'static str) -> WireError {
+        WireError::Malformed { kind: self.kind, what }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.buf.len() < n {
+            return Err(self.bad("truncated"));
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_be_bytes(self.take(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        Ok(self.take(N)?.try_into().unwrap())
+    }
+    fn flags(&mut self) -> Result<u32, WireError> {
+        let f = self.u32()?;
+        if f & !write_flags::ALL != 0 {
+            return Err(self.bad("unknown flags"));
+        }
+        Ok(f)
+    }
+    /// A request length: non-zero and at most one bulk payload.
+    fn len(&mut self) -> Result<u32, WireError> {
+        let l = self.u32()?;
+        if l == 0 || l > MAX_DATA {
+            return Err(self.bad("length must be 1 byte to 32 MiB"));
+        }
+        Ok(l)
+    }
+    fn str(&mut self) -> Result<&'a str, WireError> {
+        let n = self.u16()? as usize;
+        if n > 4096 {
+            return Err(self.bad("string longer than 4096 bytes"));
+        }
+        std::str::from_utf8(self.take(n)?).map_err(|_| self.bad("string is not UTF-8"))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Packet<'static>> {
+        vec![
+            Packet::Hello { version_min: 1, version_max: 1, features: 3, node_id: 2, resource: "r0", challenge: [9; 32] },
+            Packet::Auth { response: [1; 32] },
+            Packet::AuthOk,
+            Packet::Role { role: Role::Primary },
+            Packet::Volume { volume: 0, size: 1 << 30, disk: DiskState::UpToDate },
+            Packet::Write { volume: 0, seq: 5, offset: 4096, flags: write_flags::ACK_WRITE, data: &[7; 4096] },
+            Packet::Zero { volume: 0, seq: 6, offset: 0, len: 1 << 20, flags: write_flags::MAY_PUNCH },
+            Packet::RecvAck { seq: 5 },
+            Packet::WriteAck { seq: 5 },
+            Packet::NegAck { seq: 5, errno: 5 },
+            Packet::Barrier { id: 1 },
+            Packet::BarrierAck { id: 1, errno: 0 },
+            Packet::ReadReq { volume: 0, id: 3, offset: 0, len: 4096 },
+            Packet::ReadReply { id: 3, errno: 0, data: &[1; 4096] },
+            Packet::ResyncReq { volume: 0, id: 4, offset: 0, len: 65536 },
+            Packet::ResyncReply { volume: 0, id: 4, offset: 0, errno: 0, data: &[2; 100] },
+            Packet::OutOfSync { volume: 0, offset: 0, len: 4096 },
+            Packet::Ping,
+            Packet::PingAck,
+            Packet::Error { code: 1, message: "wrong secret" },
+        ]
+    }
+
+    #[test]
+    fn every_packet_round_trips() {
+        let mut buf = Vec::new();
+        for p in samples() {
+            encode(&p, &mut buf);
+        }
+        let mut at = 0;
+        for p in samples() {
+            match decode(&buf[at..]).unwrap() {
+                Decoded::Packet(q, n) => {
+                    assert_eq!(q, p);
+                    at += n;
+                }
+                Decoded::NeedMore(_) => panic!("complete packet reported incomplete"),
+            }
+        }
+        assert_eq!(at, buf.len());
+    }
+
+    #[test]
+    fn truncated_input_asks_for_more() {
+        let mut buf = Vec::new();
+        encode(&samples()[5], &mut buf);
+        for cut in 0..buf.len() {
+            match decode(&buf[..cut]).unwrap() {
+                Decoded::NeedMore(n) => assert!(n > cut),
+                Decoded::Packet(..) => panic!("decoded from {cut} of {} bytes", buf.len()),
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_headers_are_errors() {
+        let mut b = Vec::new();
+        encode(&Packet::Ping, &mut b);
+        b[0] ^= 1;
+        assert!(matches!(decode(&b), Err(WireError::BadMagic(_))));
+        let mut b = Vec::new();
+        encode(&Packet::Ping, &mut b);
+        b[8..12].copy_from_slice(&(MAX_CONTROL_BODY + 1).to_be_bytes());
+        assert!(matches!(decode(&b), Err(WireError::TooLong { .. })), "checked before waiting for the body");
+        let mut b = Vec::new();
+        encode(&Packet::Ping, &mut b);
+        b[5] = 99;
+        assert!(matches!(decode(&b), Err(WireError::UnknownKind(99))));
+        let mut b = Vec::new();
+        encode(&Packet::Role { role: Role::Primary }, &mut b);
+        *b.last_mut().unwrap() = 7;
+        assert!(matches!(decode(&b), Err(WireError::Malformed { .. })));
+        let mut b = Vec::new();
+        encode(&Packet::Zero { volume: 0, seq: 1, offset: 0, len: 512, flags: 1 << 20 }, &mut b);
+        assert!(matches!(decode(&b), Err(WireError::Malformed { .. })), "unknown flags");
+        let mut b = Vec::new();
+        encode(&Packet::ReadReq { volume: 0, id: 1, offset: 0, len: 512 }, &mut b);
+        b[8..12].copy_from_slice(&23u32.to_be_bytes());
+        b.push(0);
+        assert!(matches!(decode(&b), Err(WireError::Malformed { .. })), "trailing bytes");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let mut at = 0;
+            while at < bytes.len() {
+                match decode(&bytes[at..]) {
+                    Ok(Decoded::Packet(_, n)) => { proptest::prop_assert!(n > 0 && n <= bytes.len() - at); at += n; }
+                    Ok(Decoded::NeedMore(n)) => { proptest::prop_assert!(n > bytes.len() - at); break; }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
