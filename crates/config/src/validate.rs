@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::raw::{RawFile, RawNet, RawNode, RawResource, Scalar};
 use crate::{
-    parse_duration, parse_size, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume,
-    Protocol, ResourceConfig, VolumeConfig,
+    parse_duration, parse_size, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume, Protocol,
+    ResourceConfig, VolumeConfig,
 };
 
 /// Limits, also documented in the crate docs.
@@ -43,9 +43,7 @@ pub(crate) fn check_name(s: &str) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     if s.len() > MAX_NAME_LEN {
-        return Err(format!(
-            "{s:?} is longer than {MAX_NAME_LEN} characters"
-        ));
+        return Err(format!("{s:?} is longer than {MAX_NAME_LEN} characters"));
     }
     if let Some(c) = s
         .chars()
@@ -129,9 +127,11 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
     }
 
     for (i, v) in volumes.iter().enumerate() {
-        let diskful = nodes
-            .iter()
-            .any(|n| n.volumes.iter().any(|nv| nv.number == v.number && nv.disk.is_some()));
+        let diskful = nodes.iter().any(|n| {
+            n.volumes
+                .iter()
+                .any(|nv| nv.number == v.number && nv.disk.is_some())
+        });
         if !diskful {
             return Err(cx.err(
                 format!("volume[{i}]"),
@@ -234,7 +234,11 @@ fn net_config(cx: &Ctx, raw: RawNet) -> Result<NetConfig, ConfigError> {
         Some(v) => duration(v).map_err(|m| cx.err(format!("net.{key}"), m)),
     };
     let net = NetConfig {
-        connect_interval: dur("connect-interval", &raw.connect_interval, d.connect_interval)?,
+        connect_interval: dur(
+            "connect-interval",
+            &raw.connect_interval,
+            d.connect_interval,
+        )?,
         max_connect_interval: dur(
             "max-connect-interval",
             &raw.max_connect_interval,
