@@ -19,8 +19,16 @@ fn mac(secret: &[u8], resource: &str, sender: u8, challenge: &[u8; CHALLENGE_LEN
 }
 
 /// The response `sender` sends to answer `challenge` (the peer's).
-pub fn respond(secret: &[u8], resource: &str, sender: u8, challenge: &[u8; CHALLENGE_LEN]) -> [u8; RESPONSE_LEN] {
-    mac(secret, resource, sender, challenge).finalize().into_bytes().into()
+pub fn respond(
+    secret: &[u8],
+    resource: &str,
+    sender: u8,
+    challenge: &[u8; CHALLENGE_LEN],
+) -> [u8; RESPONSE_LEN] {
+    mac(secret, resource, sender, challenge)
+        .finalize()
+        .into_bytes()
+        .into()
 }
 
 /// Checks, in constant time, a response from node `sender` to our `challenge`.
@@ -31,7 +39,9 @@ pub fn verify(
     challenge: &[u8; CHALLENGE_LEN],
     response: &[u8; RESPONSE_LEN],
 ) -> bool {
-    mac(secret, resource, sender, challenge).verify_slice(response).is_ok()
+    mac(secret, resource, sender, challenge)
+        .verify_slice(response)
+        .is_ok()
 }
 
 #[cfg(test)]
@@ -44,8 +54,14 @@ mod tests {
         let r = respond(b"s3cret", "r0", 1, &ch);
         assert!(verify(b"s3cret", "r0", 1, &ch, &r));
         assert!(!verify(b"other", "r0", 1, &ch, &r));
-        assert!(!verify(b"s3cret", "r1", 1, &ch, &r), "bound to the resource");
+        assert!(
+            !verify(b"s3cret", "r1", 1, &ch, &r),
+            "bound to the resource"
+        );
         assert!(!verify(b"s3cret", "r0", 2, &ch, &r), "bound to the sender");
-        assert!(!verify(b"s3cret", "r0", 1, &[8u8; CHALLENGE_LEN], &r), "bound to the challenge");
+        assert!(
+            !verify(b"s3cret", "r0", 1, &[8u8; CHALLENGE_LEN], &r),
+            "bound to the challenge"
+        );
     }
 }

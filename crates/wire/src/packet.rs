@@ -47,36 +47,95 @@ pub enum Packet<'a> {
         challenge: [u8; CHALLENGE_LEN],
     },
     /// Answer to the peer's challenge.
-    Auth { response: [u8; RESPONSE_LEN] },
+    Auth {
+        response: [u8; RESPONSE_LEN],
+    },
     /// The peer's response verified.
     AuthOk,
     /// The sender's role; sent after authentication and on every change.
-    Role { role: Role },
+    Role {
+        role: Role,
+    },
     /// The sender's view of one of its volumes; sent after authentication and on changes.
-    Volume { volume: u16, size: u64, disk: DiskState },
+    Volume {
+        volume: u16,
+        size: u64,
+        disk: DiskState,
+    },
     /// A replicated write.
-    Write { volume: u16, seq: u64, offset: u64, flags: u32, data: &'a [u8] },
+    Write {
+        volume: u16,
+        seq: u64,
+        offset: u64,
+        flags: u32,
+        data: &'a [u8],
+    },
     /// A replicated trim or zeroing (MAY_PUNCH set for trim-like zeroing).
-    Zero { volume: u16, seq: u64, offset: u64, len: u32, flags: u32 },
-    RecvAck { seq: u64 },
-    WriteAck { seq: u64 },
+    Zero {
+        volume: u16,
+        seq: u64,
+        offset: u64,
+        len: u32,
+        flags: u32,
+    },
+    RecvAck {
+        seq: u64,
+    },
+    WriteAck {
+        seq: u64,
+    },
     /// The peer failed the write: the block is out of sync for it.
-    NegAck { seq: u64, errno: u32 },
+    NegAck {
+        seq: u64,
+        errno: u32,
+    },
     /// Everything sent before must be durable on the peer before it answers.
-    Barrier { id: u64 },
-    BarrierAck { id: u64, errno: u32 },
+    Barrier {
+        id: u64,
+    },
+    BarrierAck {
+        id: u64,
+        errno: u32,
+    },
     /// A diskless (or not up-to-date) primary reads from an up-to-date peer.
-    ReadReq { volume: u16, id: u64, offset: u64, len: u32 },
-    ReadReply { id: u64, errno: u32, data: &'a [u8] },
+    ReadReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    ReadReply {
+        id: u64,
+        errno: u32,
+        data: &'a [u8],
+    },
     /// A sync target pulls a block range from its sync source.
-    ResyncReq { volume: u16, id: u64, offset: u64, len: u32 },
-    ResyncReply { volume: u16, id: u64, offset: u64, errno: u32, data: &'a [u8] },
+    ResyncReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    ResyncReply {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        errno: u32,
+        data: &'a [u8],
+    },
     /// The sender has no up-to-date copy of this range to offer (for bookkeeping).
-    OutOfSync { volume: u16, offset: u64, len: u32 },
+    OutOfSync {
+        volume: u16,
+        offset: u64,
+        len: u32,
+    },
     Ping,
     PingAck,
     /// The sender gives up on the connection for this reason.
-    Error { code: u32, message: &'a str },
+    Error {
+        code: u32,
+        message: &'a str,
+    },
 }
 
 mod kind {
@@ -165,7 +224,14 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&0u32.to_be_bytes()); // length, patched below
     let mut w = Writer(out);
     match *p {
-        Packet::Hello { version_min, version_max, features, node_id, resource, challenge } => {
+        Packet::Hello {
+            version_min,
+            version_max,
+            features,
+            node_id,
+            resource,
+            challenge,
+        } => {
             w.u16(version_min);
             w.u16(version_max);
             w.u64(features);
@@ -181,14 +247,26 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u64(size);
             w.u8(disk as u8);
         }
-        Packet::Write { volume, seq, offset, flags, data } => {
+        Packet::Write {
+            volume,
+            seq,
+            offset,
+            flags,
+            data,
+        } => {
             w.u16(volume);
             w.u64(seq);
             w.u64(offset);
             w.u32(flags);
             w.bytes(data);
         }
-        Packet::Zero { volume, seq, offset, len, flags } => {
+        Packet::Zero {
+            volume,
+            seq,
+            offset,
+            len,
+            flags,
+        } => {
             w.u16(volume);
             w.u64(seq);
             w.u64(offset);
@@ -205,7 +283,18 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u64(id);
             w.u32(errno);
         }
-        Packet::ReadReq { volume, id, offset, len } | Packet::ResyncReq { volume, id, offset, len } => {
+        Packet::ReadReq {
+            volume,
+            id,
+            offset,
+            len,
+        }
+        | Packet::ResyncReq {
+            volume,
+            id,
+            offset,
+            len,
+        } => {
             w.u16(volume);
             w.u64(id);
             w.u64(offset);
@@ -216,14 +305,24 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u32(errno);
             w.bytes(data);
         }
-        Packet::ResyncReply { volume, id, offset, errno, data } => {
+        Packet::ResyncReply {
+            volume,
+            id,
+            offset,
+            errno,
+            data,
+        } => {
             w.u16(volume);
             w.u64(id);
             w.u64(offset);
             w.u32(errno);
             w.bytes(data);
         }
-        Packet::OutOfSync { volume, offset, len } => {
+        Packet::OutOfSync {
+            volume,
+            offset,
+            len,
+        } => {
             w.u16(volume);
             w.u64(offset);
             w.u32(len);
@@ -234,13 +333,18 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
         }
     }
     let len = (out.len() - start - HEADER_LEN) as u32;
-    debug_assert!(len <= limit(p.kind()), "encoding a packet over its own limit");
+    debug_assert!(
+        len <= limit(p.kind()),
+        "encoding a packet over its own limit"
+    );
     out[start + 8..start + 12].copy_from_slice(&len.to_be_bytes());
 }
 
 /// Decodes one packet from the front of `buf`.
 pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
-    let Some(hdr) = buf.get(..HEADER_LEN) else { return Ok(Decoded::NeedMore(HEADER_LEN)) };
+    let Some(hdr) = buf.get(..HEADER_LEN) else {
+        return Ok(Decoded::NeedMore(HEADER_LEN));
+    };
     let magic = u32::from_be_bytes(hdr[0..4].try_into().unwrap());
     if magic != MAGIC {
         return Err(WireError::BadMagic(magic));
@@ -251,7 +355,9 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         return Err(WireError::TooLong { kind, len });
     }
     let total = HEADER_LEN + len as usize;
-    let Some(body) = buf.get(HEADER_LEN..total) else { return Ok(Decoded::NeedMore(total)) };
+    let Some(body) = buf.get(HEADER_LEN..total) else {
+        return Ok(Decoded::NeedMore(total));
+    };
     let mut r = Reader { buf: body, kind };
     use kind::*;
     let p = match kind {
@@ -263,7 +369,9 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             resource: r.str()?,
             challenge: r.array()?,
         },
-        AUTH => Packet::Auth { response: r.array()? },
+        AUTH => Packet::Auth {
+            response: r.array()?,
+        },
         AUTH_OK => Packet::AuthOk,
         ROLE => Packet::Role {
             role: match r.u8()? {
@@ -289,17 +397,49 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             if data.is_empty() || data.len() > MAX_DATA as usize {
                 return Err(r.bad("write payload must be 1 byte to 32 MiB"));
             }
-            Packet::Write { volume, seq, offset, flags, data }
+            Packet::Write {
+                volume,
+                seq,
+                offset,
+                flags,
+                data,
+            }
         }
-        ZERO => Packet::Zero { volume: r.u16()?, seq: r.u64()?, offset: r.u64()?, len: r.u32()?, flags: r.flags()? },
+        ZERO => Packet::Zero {
+            volume: r.u16()?,
+            seq: r.u64()?,
+            offset: r.u64()?,
+            len: r.u32()?,
+            flags: r.flags()?,
+        },
         RECV_ACK => Packet::RecvAck { seq: r.u64()? },
         WRITE_ACK => Packet::WriteAck { seq: r.u64()? },
-        NEG_ACK => Packet::NegAck { seq: r.u64()?, errno: r.u32()? },
+        NEG_ACK => Packet::NegAck {
+            seq: r.u64()?,
+            errno: r.u32()?,
+        },
         BARRIER => Packet::Barrier { id: r.u64()? },
-        BARRIER_ACK => Packet::BarrierAck { id: r.u64()?, errno: r.u32()? },
-        READ_REQ => Packet::ReadReq { volume: r.u16()?, id: r.u64()?, offset: r.u64()?, len: r.len()? },
-        READ_REPLY => Packet::ReadReply { id: r.u64()?, errno: r.u32()?, data: r.rest() },
-        RESYNC_REQ => Packet::ResyncReq { volume: r.u16()?, id: r.u64()?, offset: r.u64()?, len: r.len()? },
+        BARRIER_ACK => Packet::BarrierAck {
+            id: r.u64()?,
+            errno: r.u32()?,
+        },
+        READ_REQ => Packet::ReadReq {
+            volume: r.u16()?,
+            id: r.u64()?,
+            offset: r.u64()?,
+            len: r.len()?,
+        },
+        READ_REPLY => Packet::ReadReply {
+            id: r.u64()?,
+            errno: r.u32()?,
+            data: r.rest(),
+        },
+        RESYNC_REQ => Packet::ResyncReq {
+            volume: r.u16()?,
+            id: r.u64()?,
+            offset: r.u64()?,
+            len: r.len()?,
+        },
         RESYNC_REPLY => Packet::ResyncReply {
             volume: r.u16()?,
             id: r.u64()?,
@@ -307,10 +447,17 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             errno: r.u32()?,
             data: r.rest(),
         },
-        OUT_OF_SYNC => Packet::OutOfSync { volume: r.u16()?, offset: r.u64()?, len: r.u32()? },
+        OUT_OF_SYNC => Packet::OutOfSync {
+            volume: r.u16()?,
+            offset: r.u64()?,
+            len: r.u32()?,
+        },
         PING => Packet::Ping,
         PING_ACK => Packet::PingAck,
-        ERROR => Packet::Error { code: r.u32()?, message: r.str()? },
+        ERROR => Packet::Error {
+            code: r.u32()?,
+            message: r.str()?,
+        },
         other => return Err(WireError::UnknownKind(other)),
     };
     if !r.buf.is_empty() {
@@ -351,7 +498,10 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn bad(&self, what: &'static str) -> WireError {
-        WireError::Malformed { kind: self.kind, what }
+        WireError::Malformed {
+            kind: self.kind,
+            what,
+        }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.buf.len() < n {
@@ -409,26 +559,78 @@ mod tests {
 
     fn samples() -> Vec<Packet<'static>> {
         vec![
-            Packet::Hello { version_min: 1, version_max: 1, features: 3, node_id: 2, resource: "r0", challenge: [9; 32] },
+            Packet::Hello {
+                version_min: 1,
+                version_max: 1,
+                features: 3,
+                node_id: 2,
+                resource: "r0",
+                challenge: [9; 32],
+            },
             Packet::Auth { response: [1; 32] },
             Packet::AuthOk,
-            Packet::Role { role: Role::Primary },
-            Packet::Volume { volume: 0, size: 1 << 30, disk: DiskState::UpToDate },
-            Packet::Write { volume: 0, seq: 5, offset: 4096, flags: write_flags::ACK_WRITE, data: &[7; 4096] },
-            Packet::Zero { volume: 0, seq: 6, offset: 0, len: 1 << 20, flags: write_flags::MAY_PUNCH },
+            Packet::Role {
+                role: Role::Primary,
+            },
+            Packet::Volume {
+                volume: 0,
+                size: 1 << 30,
+                disk: DiskState::UpToDate,
+            },
+            Packet::Write {
+                volume: 0,
+                seq: 5,
+                offset: 4096,
+                flags: write_flags::ACK_WRITE,
+                data: &[7; 4096],
+            },
+            Packet::Zero {
+                volume: 0,
+                seq: 6,
+                offset: 0,
+                len: 1 << 20,
+                flags: write_flags::MAY_PUNCH,
+            },
             Packet::RecvAck { seq: 5 },
             Packet::WriteAck { seq: 5 },
             Packet::NegAck { seq: 5, errno: 5 },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
-            Packet::ReadReq { volume: 0, id: 3, offset: 0, len: 4096 },
-            Packet::ReadReply { id: 3, errno: 0, data: &[1; 4096] },
-            Packet::ResyncReq { volume: 0, id: 4, offset: 0, len: 65536 },
-            Packet::ResyncReply { volume: 0, id: 4, offset: 0, errno: 0, data: &[2; 100] },
-            Packet::OutOfSync { volume: 0, offset: 0, len: 4096 },
+            Packet::ReadReq {
+                volume: 0,
+                id: 3,
+                offset: 0,
+                len: 4096,
+            },
+            Packet::ReadReply {
+                id: 3,
+                errno: 0,
+                data: &[1; 4096],
+            },
+            Packet::ResyncReq {
+                volume: 0,
+                id: 4,
+                offset: 0,
+                len: 65536,
+            },
+            Packet::ResyncReply {
+                volume: 0,
+                id: 4,
+                offset: 0,
+                errno: 0,
+                data: &[2; 100],
+            },
+            Packet::OutOfSync {
+                volume: 0,
+                offset: 0,
+                len: 4096,
+            },
             Packet::Ping,
             Packet::PingAck,
-            Packet::Error { code: 1, message: "wrong secret" },
+            Packet::Error {
+                code: 1,
+                message: "wrong secret",
+            },
         ]
     }
 
@@ -472,23 +674,54 @@ mod tests {
         let mut b = Vec::new();
         encode(&Packet::Ping, &mut b);
         b[8..12].copy_from_slice(&(MAX_CONTROL_BODY + 1).to_be_bytes());
-        assert!(matches!(decode(&b), Err(WireError::TooLong { .. })), "checked before waiting for the body");
+        assert!(
+            matches!(decode(&b), Err(WireError::TooLong { .. })),
+            "checked before waiting for the body"
+        );
         let mut b = Vec::new();
         encode(&Packet::Ping, &mut b);
         b[5] = 99;
         assert!(matches!(decode(&b), Err(WireError::UnknownKind(99))));
         let mut b = Vec::new();
-        encode(&Packet::Role { role: Role::Primary }, &mut b);
+        encode(
+            &Packet::Role {
+                role: Role::Primary,
+            },
+            &mut b,
+        );
         *b.last_mut().unwrap() = 7;
         assert!(matches!(decode(&b), Err(WireError::Malformed { .. })));
         let mut b = Vec::new();
-        encode(&Packet::Zero { volume: 0, seq: 1, offset: 0, len: 512, flags: 1 << 20 }, &mut b);
-        assert!(matches!(decode(&b), Err(WireError::Malformed { .. })), "unknown flags");
+        encode(
+            &Packet::Zero {
+                volume: 0,
+                seq: 1,
+                offset: 0,
+                len: 512,
+                flags: 1 << 20,
+            },
+            &mut b,
+        );
+        assert!(
+            matches!(decode(&b), Err(WireError::Malformed { .. })),
+            "unknown flags"
+        );
         let mut b = Vec::new();
-        encode(&Packet::ReadReq { volume: 0, id: 1, offset: 0, len: 512 }, &mut b);
+        encode(
+            &Packet::ReadReq {
+                volume: 0,
+                id: 1,
+                offset: 0,
+                len: 512,
+            },
+            &mut b,
+        );
         b[8..12].copy_from_slice(&23u32.to_be_bytes());
         b.push(0);
-        assert!(matches!(decode(&b), Err(WireError::Malformed { .. })), "trailing bytes");
+        assert!(
+            matches!(decode(&b), Err(WireError::Malformed { .. })),
+            "trailing bytes"
+        );
     }
 
     proptest::proptest! {
