@@ -6,6 +6,7 @@
 
 mod flush;
 mod io;
+pub mod replica;
 mod volume;
 
 pub use flush::FlushBatcher;

@@ -1,5 +1,6 @@
 //! Out-of-sync bitmap: one bit per 4 KiB block, set when the block may differ on a peer.
 
+/// Granularity of the per-peer out-of-sync bitmaps.
 pub const BLOCK: u64 = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -7,18 +8,34 @@ pub struct Bitmap {
     words: Vec<u64>,
     blocks: u64,
     set: u64,
+    block: u64,
 }
 
 impl Bitmap {
+    /// A bitmap with 4 KiB blocks.
     pub fn new(size: u64) -> Bitmap {
-        let blocks = size.div_ceil(BLOCK);
-        Bitmap { words: vec![0; blocks.div_ceil(64) as usize], blocks, set: 0 }
+        Bitmap::with_block(size, BLOCK)
+    }
+
+    pub fn with_block(size: u64, block: u64) -> Bitmap {
+        assert!(block.is_power_of_two());
+        let blocks = size.div_ceil(block);
+        Bitmap {
+            words: vec![0; blocks.div_ceil(64) as usize],
+            blocks,
+            set: 0,
+            block,
+        }
+    }
+
+    pub fn block_size(&self) -> u64 {
+        self.block
     }
 
     /// Blocks touched by the byte range.
     fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
-        let first = offset / BLOCK;
-        let end = (offset + len).div_ceil(BLOCK).min(self.blocks);
+        let first = offset / self.block;
+        let end = (offset + len).div_ceil(self.block).min(self.blocks);
         first..end
     }
 
@@ -35,8 +52,8 @@ impl Bitmap {
     /// Clears only the blocks entirely inside the byte range: a partial block written is
     /// not known to be in sync.
     pub fn clear_range(&mut self, offset: u64, len: u64) {
-        let first = offset.div_ceil(BLOCK);
-        let end = ((offset + len) / BLOCK).min(self.blocks);
+        let first = offset.div_ceil(self.block);
+        let end = ((offset + len) / self.block).min(self.blocks);
         for b in first..end {
             let (w, m) = ((b / 64) as usize, 1u64 << (b % 64));
             if self.words[w] & m != 0 {

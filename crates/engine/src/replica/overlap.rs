@@ -8,15 +8,26 @@
 use std::collections::{BTreeMap, VecDeque};
 
 /// Disjoint byte ranges in flight, keyed by start.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InFlight<K: Copy + Eq> {
     ranges: BTreeMap<u64, (u64, K)>,
+}
+
+impl<K: Copy + Eq> Default for InFlight<K> {
+    fn default() -> Self {
+        InFlight {
+            ranges: BTreeMap::new(),
+        }
+    }
 }
 
 impl<K: Copy + Eq + std::fmt::Debug> InFlight<K> {
     pub fn overlaps(&self, offset: u64, len: u64) -> bool {
         let end = offset + len;
-        self.ranges.range(..end).next_back().is_some_and(|(_, (e, _))| *e > offset)
+        self.ranges
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, (e, _))| *e > offset)
     }
 
     pub fn insert(&mut self, offset: u64, len: u64, key: K) {
@@ -26,7 +37,10 @@ impl<K: Copy + Eq + std::fmt::Debug> InFlight<K> {
 
     pub fn remove(&mut self, offset: u64, key: K) {
         let removed = self.ranges.remove(&offset);
-        debug_assert!(removed.is_some_and(|(_, k)| k == key), "removing a range that is not in flight");
+        debug_assert!(
+            removed.is_some_and(|(_, k)| k == key),
+            "removing a range that is not in flight"
+        );
     }
 
     pub fn is_empty(&self) -> bool {
@@ -46,7 +60,9 @@ pub struct Waiting<T> {
 
 impl<T> Default for Waiting<T> {
     fn default() -> Self {
-        Waiting { queue: VecDeque::new() }
+        Waiting {
+            queue: VecDeque::new(),
+        }
     }
 }
 
@@ -61,7 +77,9 @@ impl<T> Waiting<T> {
 
     /// Whether a new write must queue behind a waiting one (to keep arrival order).
     pub fn blocks(&self, offset: u64, len: u64) -> bool {
-        self.queue.iter().any(|(o, l, _)| *o < offset + len && offset < o + l)
+        self.queue
+            .iter()
+            .any(|(o, l, _)| *o < offset + len && offset < o + l)
     }
 
     /// Removes and returns the waiting writes that may start now: those that overlap neither
@@ -71,7 +89,8 @@ impl<T> Waiting<T> {
         let mut blockers: Vec<(u64, u64)> = Vec::new();
         let mut still = VecDeque::with_capacity(self.queue.len());
         while let Some((o, l, item)) = self.queue.pop_front() {
-            let blocked = in_flight.overlaps(o, l) || blockers.iter().any(|&(bo, bl)| bo < o + l && o < bo + bl);
+            let blocked = in_flight.overlaps(o, l)
+                || blockers.iter().any(|&(bo, bl)| bo < o + l && o < bo + bl);
             blockers.push((o, l));
             if blocked {
                 still.push_back((o, l, item));
@@ -96,12 +115,19 @@ mod tests {
         assert!(f.overlaps(4096, 4096));
         assert!(!f.overlaps(8192, 4096));
         w.push(4096, 4096, 2); // overlaps 1
-        assert!(w.blocks(4096, 512), "a later write behind a waiting one must queue too");
+        assert!(
+            w.blocks(4096, 512),
+            "a later write behind a waiting one must queue too"
+        );
         w.push(4096, 512, 3); // overlaps 2, which waits
         w.push(65536, 4096, 4); // independent
         assert_eq!(w.ready(&f), vec![4]);
         f.remove(0, 1);
-        assert_eq!(w.ready(&f), vec![2], "3 stays behind 2 although nothing is in flight");
+        assert_eq!(
+            w.ready(&f),
+            vec![2],
+            "3 stays behind 2 although nothing is in flight"
+        );
         f.insert(4096, 4096, 2);
         assert_eq!(w.ready(&f), Vec::<u32>::new());
         f.remove(4096, 2);

@@ -1,0 +1,2061 @@
+//! One replicated resource as its local node sees it.
+//!
+//! The write path: the Primary writes locally (if it has a replica) and sends the write to
+//! every connected diskful peer; the application's write completes when the local write is
+//! done and every targeted peer satisfies the protocol (A: sent, B: received, C: written).
+//! Overlapping writes are never in flight together (see `overlap`), and each peer applies a
+//! connection's overlapping writes in arrival order, so every replica sees the same order.
+//! FLUSH and FUA become a barrier on every replica: a local fdatasync plus a Barrier packet
+//! that each peer answers once every write received before it is written and flushed.
+//!
+//! Out-of-sync tracking: every write a peer may lack (it was disconnected, it failed the
+//! write, the connection dropped before its WriteAck) sets bits in that peer's bitmap. On
+//! reconnect, the up-to-date side lists those ranges to the peer, which pulls them in block
+//! order (a peer whose state is unknown, such as one that restarted, is resynced in full).
+
+use super::bitmap::Bitmap;
+use super::overlap::{InFlight, Waiting};
+use crate::flush::FlushBatcher;
+use crate::io::{DiskKind, Io, IoError, ReqId};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use tandem_wire::packet::{write_flags as wf, Packet};
+pub use tandem_wire::packet::{DiskState, Role};
+
+pub type NodeId = u8;
+
+/// Replication protocol of the resource's connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Complete when the write is in the local send buffer.
+    A,
+    /// Complete when every peer has received it.
+    B,
+    /// Complete when every peer has written it.
+    C,
+}
+
+/// The static shape of a resource, from its configuration.
+#[derive(Clone, Debug)]
+pub struct ResourceSpec {
+    pub me: NodeId,
+    /// Every node (this one included) and, per volume, whether it keeps a replica.
+    pub nodes: Vec<(NodeId, Vec<bool>)>,
+    pub sizes: Vec<u64>,
+    pub protocol: Protocol,
+    pub ping_interval_ms: u64,
+    pub ping_timeout_ms: u64,
+    /// A replicated request not acknowledged in this time drops the connection.
+    pub timeout_ms: u64,
+    /// Bytes per resync request and requests in flight per resync.
+    pub resync_chunk: u32,
+    pub resync_window: usize,
+}
+
+/// Names a disk operation so its completion finds its way back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Token {
+    /// The local part of an application request.
+    App(ReqId),
+    /// A local fdatasync batch.
+    Flush(u64),
+    /// Applying a peer's replicated write.
+    PeerWrite { peer: NodeId, seq: u64 },
+    /// Serving a peer's read.
+    PeerRead { peer: NodeId, id: u64 },
+    /// Serving a peer's resync request.
+    ResyncRead { peer: NodeId, id: u64 },
+    /// Applying part of a resync reply (we are the sync target).
+    ResyncWrite { id: u64, part: u32 },
+}
+
+/// Where payload bytes are. The engine only names them; the driver holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataRef {
+    /// The payload of this application write (valid while it is being submitted, or after
+    /// a [`RAction::Retain`] of it).
+    Request(ReqId),
+    /// The data of the packet being handled right now, from byte `at`.
+    Incoming { at: u32 },
+    /// The buffer filled by the local read with this token.
+    Disk(Token),
+    /// Bytes kept by an earlier [`RAction::Retain`] under this token, from byte `at`.
+    Held { key: Token, at: u32 },
+}
+
+/// A packet to send, with its payload named rather than carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Msg {
+    Role(Role),
+    Volume {
+        volume: u16,
+        size: u64,
+        disk: DiskState,
+    },
+    Write {
+        volume: u16,
+        seq: u64,
+        offset: u64,
+        len: u32,
+        flags: u32,
+        data: DataRef,
+    },
+    Zero {
+        volume: u16,
+        seq: u64,
+        offset: u64,
+        len: u32,
+        flags: u32,
+    },
+    RecvAck {
+        seq: u64,
+    },
+    WriteAck {
+        seq: u64,
+    },
+    NegAck {
+        seq: u64,
+        errno: u32,
+    },
+    Barrier {
+        id: u64,
+    },
+    BarrierAck {
+        id: u64,
+        errno: u32,
+    },
+    ReadReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    /// `data` is `None` on error.
+    ReadReply {
+        id: u64,
+        errno: u32,
+        len: u32,
+        data: Option<DataRef>,
+    },
+    ResyncReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    ResyncReply {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        errno: u32,
+        len: u32,
+        data: Option<DataRef>,
+    },
+    OutOfSync {
+        volume: u16,
+        offset: u64,
+        len: u32,
+    },
+    Ping,
+    PingAck,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RAction {
+    /// Run a disk operation on a volume's local replica; writes take their bytes from `data`.
+    Disk {
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        data: Option<DataRef>,
+    },
+    /// Answer the application; a successful read's bytes are at `data`.
+    Complete {
+        req: ReqId,
+        result: Result<(), IoError>,
+        data: Option<DataRef>,
+    },
+    /// Queue a packet to a peer (dropped by the driver if the peer is not connected).
+    Send { peer: NodeId, msg: Msg },
+    /// Copy the bytes at `from` and keep them under `key` until an action uses `Held{key}`.
+    Retain { from: DataRef, key: Token },
+    /// Drop the connection to this peer.
+    Disconnect { peer: NodeId, reason: String },
+    /// Something an operator wants in the log.
+    Note(String),
+}
+
+/// Replication state towards one peer, per volume (DRBD's vocabulary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repl {
+    Off,
+    Established,
+    SyncSource,
+    SyncTarget,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Pending,
+    Done(bool),
+    NotApplicable,
+}
+
+#[derive(Debug)]
+struct AppWrite {
+    volume: u16,
+    offset: u64,
+    len: u32,
+    fua: bool,
+    local: Stage,
+    peers_pending: u32,
+    peers_ok: u32,
+    /// Set once the FUA barrier started.
+    barrier: bool,
+}
+
+#[derive(Debug)]
+struct AppRead {
+    volume: u16,
+    offset: u64,
+    len: u32,
+    /// The peer asked, or `None` for the local replica.
+    from: Option<NodeId>,
+    tried: u32,
+}
+
+/// A durability barrier over every replica: local fdatasync plus a Barrier per peer.
+#[derive(Debug, Default)]
+struct FlushOp {
+    /// FLUSH requests and FUA writes waiting for it.
+    waiters: Vec<ReqId>,
+    local_pending: bool,
+    local_ok: bool,
+    peers_pending: u32,
+    peers_ok: u32,
+}
+
+#[derive(Debug)]
+enum FlushWaiter {
+    Op(u64),
+    PeerBarrier {
+        peer: NodeId,
+        id: u64,
+    },
+    /// A resync finished: flush before declaring the replica up to date.
+    ResyncDone {
+        volume: u16,
+    },
+}
+
+#[derive(Debug)]
+struct Resync {
+    source: NodeId,
+    /// Ranges still to pull.
+    to_pull: Bitmap,
+    cursor: u64,
+    outstanding: BTreeMap<u64, (u64, u32)>,
+    writes_pending: usize,
+    /// Sectors written by the application since the resync started: current here, so
+    /// resync data (possibly read before that write reached the source) must not overwrite
+    /// them.
+    fresh: Bitmap,
+    /// The source sent a list of what we lack on this connection.
+    got_list: bool,
+    /// ... and ended it: once everything listed is pulled, we are up to date.
+    list_complete: bool,
+}
+
+#[derive(Debug)]
+struct Vol {
+    size: u64,
+    disk: DiskState,
+    diskful: bool,
+    in_flight: InFlight<ReqId>,
+    waiting: Waiting<(ReqId, Io)>,
+    /// Writes applied here for peers (replication and resync), in flight on the disk.
+    applying: InFlight<Token>,
+    held: Waiting<HeldWrite>,
+    /// Reads from peers waiting for an overlapping write to finish here.
+    reads_waiting: Vec<(NodeId, u64, u64, u32, bool)>,
+    resync: Option<Resync>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct HeldWrite {
+    token: Token,
+    offset: u64,
+    len: u32,
+    kind: DiskKind,
+    data: Option<DataRef>,
+}
+
+#[derive(Debug)]
+struct PeerVol {
+    diskful: bool,
+    disk: Option<DiskState>,
+    oos: Bitmap,
+    repl: Repl,
+}
+
+#[derive(Debug)]
+struct Peer {
+    id: NodeId,
+    up: bool,
+    role: Role,
+    vols: Vec<PeerVol>,
+    // As sender: writes not yet confirmed written (the transfer log).
+    unacked: BTreeMap<u64, (u16, u64, u32, u64)>,
+    /// Writes whose protocol acknowledgement an application write waits for.
+    app_waiting: BTreeMap<u64, ReqId>,
+    barriers_out: BTreeMap<u64, u64>,
+    reads_out: BTreeMap<u64, ReqId>,
+    // As receiver.
+    rx_pending: BTreeSet<u64>,
+    rx_last_seq: u64,
+    barriers_in: VecDeque<(u64, u64)>,
+    last_rx_ms: u64,
+    ping_sent_ms: Option<u64>,
+}
+
+/// Per-peer figures for status output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerStatus {
+    pub id: NodeId,
+    pub connected: bool,
+    pub role: Role,
+    pub volumes: Vec<PeerVolumeStatus>,
+    pub unacked: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerVolumeStatus {
+    pub disk: Option<DiskState>,
+    pub repl: Repl,
+    pub out_of_sync_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeStatus {
+    pub disk: DiskState,
+    pub size: u64,
+    pub writes_in_flight: usize,
+    /// Bytes still to pull while we are a sync target.
+    pub resync_remaining: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub role: Role,
+    pub volumes: Vec<VolumeStatus>,
+    pub peers: Vec<PeerStatus>,
+    pub app_in_flight: usize,
+}
+
+/// The replicated engine of one resource on one node.
+#[derive(Debug)]
+pub struct Resource {
+    spec: ResourceSpec,
+    role: Role,
+    vols: Vec<Vol>,
+    peers: Vec<Peer>,
+    writes: HashMap<ReqId, AppWrite>,
+    reads: HashMap<ReqId, AppRead>,
+    next_seq: u64,
+    next_id: u64,
+    flush_ops: HashMap<u64, FlushOp>,
+    flusher: FlushBatcher,
+    flush_waiters: HashMap<u64, FlushWaiter>,
+    read_rr: usize,
+    now_ms: u64,
+}
+
+const EIO: u32 = 5;
+const SECTOR: u64 = 512;
+
+impl Resource {
+    /// `disks` is the local replica's state per volume at start: `UpToDate` for a store
+    /// this node just created (all zeroes, like every fresh replica), `Outdated` for an
+    /// existing one whose currency is unknown, `Diskless` where the node keeps no replica.
+    pub fn new(spec: ResourceSpec, disks: Vec<DiskState>) -> Resource {
+        assert_eq!(
+            disks.len(),
+            spec.sizes.len(),
+            "one initial disk state per volume"
+        );
+        let me = spec
+            .nodes
+            .iter()
+            .find(|(id, _)| *id == spec.me)
+            .expect("this node is in the resource");
+        let vols = spec
+            .sizes
+            .iter()
+            .zip(&disks)
+            .enumerate()
+            .map(|(v, (&size, &disk))| {
+                assert_eq!(
+                    me.1[v],
+                    disk != DiskState::Diskless,
+                    "volume {v}: diskless exactly when no replica"
+                );
+                Vol {
+                    size,
+                    disk,
+                    diskful: me.1[v],
+                    in_flight: InFlight::default(),
+                    waiting: Waiting::default(),
+                    applying: InFlight::default(),
+                    held: Waiting::default(),
+                    reads_waiting: Vec::new(),
+                    resync: None,
+                }
+            })
+            .collect();
+        let peers = spec
+            .nodes
+            .iter()
+            .filter(|(id, _)| *id != spec.me)
+            .map(|(id, diskful)| Peer {
+                id: *id,
+                up: false,
+                role: Role::Secondary,
+                vols: diskful
+                    .iter()
+                    .zip(&spec.sizes)
+                    .map(|(&d, &size)| PeerVol {
+                        diskful: d,
+                        disk: None,
+                        oos: Bitmap::new(size),
+                        repl: Repl::Off,
+                    })
+                    .collect(),
+                unacked: BTreeMap::new(),
+                app_waiting: BTreeMap::new(),
+                barriers_out: BTreeMap::new(),
+                reads_out: BTreeMap::new(),
+                rx_pending: BTreeSet::new(),
+                rx_last_seq: 0,
+                barriers_in: VecDeque::new(),
+                last_rx_ms: 0,
+                ping_sent_ms: None,
+            })
+            .collect();
+        Resource {
+            spec,
+            role: Role::Secondary,
+            vols,
+            peers,
+            writes: HashMap::new(),
+            reads: HashMap::new(),
+            next_seq: 1,
+            next_id: 1,
+            flush_ops: HashMap::new(),
+            flusher: FlushBatcher::default(),
+            flush_waiters: HashMap::new(),
+            read_rr: 0,
+            now_ms: 0,
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    pub fn me(&self) -> NodeId {
+        self.spec.me
+    }
+
+    pub fn disk(&self, volume: u16) -> DiskState {
+        self.vols[volume as usize].disk
+    }
+
+    /// Application requests in flight.
+    pub fn app_in_flight(&self) -> usize {
+        self.writes.len()
+            + self.reads.len()
+            + self
+                .flush_ops
+                .values()
+                .map(|f| f.waiters.len())
+                .sum::<usize>()
+    }
+
+    pub fn status(&self) -> Status {
+        Status {
+            role: self.role,
+            volumes: self
+                .vols
+                .iter()
+                .map(|v| VolumeStatus {
+                    disk: v.disk,
+                    size: v.size,
+                    writes_in_flight: v.in_flight.len(),
+                    resync_remaining: v.resync.as_ref().map(|r| {
+                        r.to_pull.count() * r.to_pull.block_size()
+                            + r.outstanding
+                                .values()
+                                .map(|&(_, l)| u64::from(l))
+                                .sum::<u64>()
+                    }),
+                })
+                .collect(),
+            peers: self
+                .peers
+                .iter()
+                .map(|p| PeerStatus {
+                    id: p.id,
+                    connected: p.up,
+                    role: p.role,
+                    unacked: p.unacked.len(),
+                    volumes: p
+                        .vols
+                        .iter()
+                        .map(|pv| PeerVolumeStatus {
+                            disk: pv.disk,
+                            repl: pv.repl,
+                            out_of_sync_bytes: pv.oos.count() * pv.oos.block_size(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            app_in_flight: self.app_in_flight(),
+        }
+    }
+
+    fn peer_index(&self, id: NodeId) -> Option<usize> {
+        self.peers.iter().position(|p| p.id == id)
+    }
+
+    fn bit(&self, idx: usize) -> u32 {
+        1 << idx
+    }
+
+    fn alloc_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    // ------------------------------------------------------------------ roles
+
+    /// Makes this node Primary. Refused while another node is Primary, or when a volume has
+    /// no up-to-date replica within reach. `force` declares this node's own replicas up to
+    /// date first (the administrator's choice of a sync source, as with DRBD's
+    /// `primary --force`).
+    pub fn promote(&mut self, force: bool, out: &mut Vec<RAction>) -> Result<(), String> {
+        if self.role == Role::Primary {
+            return Ok(());
+        }
+        if let Some(p) = self.peers.iter().find(|p| p.up && p.role == Role::Primary) {
+            return Err(format!("node {} is Primary", p.id));
+        }
+        if force {
+            for v in 0..self.vols.len() {
+                let vol = &mut self.vols[v];
+                if vol.diskful && matches!(vol.disk, DiskState::Outdated | DiskState::Inconsistent)
+                {
+                    vol.disk = DiskState::UpToDate;
+                    vol.resync = None;
+                    out.push(RAction::Note(format!(
+                        "volume {v}: forced UpToDate by the administrator"
+                    )));
+                    let size = vol.size;
+                    self.broadcast(
+                        Msg::Volume {
+                            volume: v as u16,
+                            size,
+                            disk: DiskState::UpToDate,
+                        },
+                        out,
+                    );
+                }
+            }
+        }
+        for (v, vol) in self.vols.iter().enumerate() {
+            let local = vol.disk == DiskState::UpToDate;
+            let remote = self
+                .peers
+                .iter()
+                .any(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate));
+            if !local && !remote {
+                return Err(format!("volume {v} has no up-to-date replica within reach"));
+            }
+        }
+        self.role = Role::Primary;
+        out.push(RAction::Note("promoted to Primary".into()));
+        self.broadcast(Msg::Role(Role::Primary), out);
+        Ok(())
+    }
+
+    /// Makes this node Secondary; refused while application requests are in flight.
+    pub fn demote(&mut self, out: &mut Vec<RAction>) -> Result<(), String> {
+        if self.role == Role::Secondary {
+            return Ok(());
+        }
+        if self.app_in_flight() > 0 {
+            return Err(format!(
+                "{} application requests in flight",
+                self.app_in_flight()
+            ));
+        }
+        self.role = Role::Secondary;
+        out.push(RAction::Note("demoted to Secondary".into()));
+        self.broadcast(Msg::Role(Role::Secondary), out);
+        Ok(())
+    }
+
+    /// Whether any connected peer is Primary.
+    pub fn peer_primary(&self) -> Option<NodeId> {
+        self.peers
+            .iter()
+            .find(|p| p.up && p.role == Role::Primary)
+            .map(|p| p.id)
+    }
+
+    fn broadcast(&self, msg: Msg, out: &mut Vec<RAction>) {
+        for p in self.peers.iter().filter(|p| p.up) {
+            out.push(RAction::Send { peer: p.id, msg });
+        }
+    }
+
+    // ------------------------------------------------------------------ application I/O
+
+    /// A new application request on `volume`, already validated by the frontend.
+    pub fn submit(&mut self, req: ReqId, volume: u16, io: Io, out: &mut Vec<RAction>) {
+        if self.role != Role::Primary {
+            return out.push(RAction::Complete {
+                req,
+                result: Err(IoError::ReadOnly),
+                data: None,
+            });
+        }
+        let v = volume as usize;
+        match io {
+            Io::Read { offset, len } => self.start_read(req, volume, offset, len, out),
+            Io::Cache { .. } => out.push(RAction::Complete {
+                req,
+                result: Ok(()),
+                data: None,
+            }),
+            Io::Flush => self.start_barrier(vec![req], out),
+            // No replica can promise that every other one zeroes fast too, and a zero done
+            // on some replicas and refused on others would make them differ.
+            Io::Zero { fast: true, .. } => out.push(RAction::Complete {
+                req,
+                result: Err(IoError::NotFast),
+                data: None,
+            }),
+            Io::Write { offset, len, .. }
+            | Io::Trim { offset, len, .. }
+            | Io::Zero { offset, len, .. } => {
+                if !self.writable(v) {
+                    return out.push(RAction::Complete {
+                        req,
+                        result: Err(IoError::NoData),
+                        data: None,
+                    });
+                }
+                let vol = &mut self.vols[v];
+                let (o, l) = (offset, u64::from(len));
+                if vol.in_flight.overlaps(o, l) || vol.waiting.blocks(o, l) {
+                    if matches!(io, Io::Write { .. }) {
+                        out.push(RAction::Retain {
+                            from: DataRef::Request(req),
+                            key: Token::App(req),
+                        });
+                    }
+                    vol.waiting.push(o, l, (req, io));
+                    return;
+                }
+                self.start_write(req, volume, io, DataRef::Request(req), out);
+            }
+        }
+    }
+
+    /// Writes need a replica that is current somewhere.
+    fn writable(&self, v: usize) -> bool {
+        self.vols[v].disk == DiskState::UpToDate
+            || self
+                .peers
+                .iter()
+                .any(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate))
+    }
+
+    fn start_write(
+        &mut self,
+        req: ReqId,
+        volume: u16,
+        io: Io,
+        data: DataRef,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (offset, len, fua, kind, flags_extra) = match io {
+            Io::Write { offset, len, fua } => {
+                (offset, len, fua, DiskKind::Write { offset, len }, 0)
+            }
+            // TRIM is carried out as zeroing on every replica, so replicas stay identical
+            // whatever each store's hole-punching support.
+            Io::Trim { offset, len, fua } => (
+                offset,
+                len,
+                fua,
+                DiskKind::Zero {
+                    offset,
+                    len,
+                    may_punch: true,
+                    fast: false,
+                },
+                wf::MAY_PUNCH,
+            ),
+            Io::Zero {
+                offset,
+                len,
+                fua,
+                may_punch,
+                fast,
+            } => (
+                offset,
+                len,
+                fua,
+                DiskKind::Zero {
+                    offset,
+                    len,
+                    may_punch,
+                    fast,
+                },
+                if may_punch { wf::MAY_PUNCH } else { 0 },
+            ),
+            _ => unreachable!("not a write"),
+        };
+        let local_writes = self.vols[v].diskful
+            && matches!(
+                self.vols[v].disk,
+                DiskState::UpToDate | DiskState::Inconsistent
+            );
+        let mut w = AppWrite {
+            volume,
+            offset,
+            len,
+            fua,
+            local: if local_writes {
+                Stage::Pending
+            } else {
+                Stage::NotApplicable
+            },
+            peers_pending: 0,
+            peers_ok: 0,
+            barrier: false,
+        };
+        if self.vols[v].diskful && !local_writes {
+            // Our own replica is outdated or failed: it will be resynced; nothing to mark.
+        }
+        if local_writes {
+            let data = matches!(kind, DiskKind::Write { .. }).then_some(data);
+            out.push(RAction::Disk {
+                volume,
+                token: Token::App(req),
+                kind,
+                data,
+            });
+        }
+        let protocol = self.spec.protocol;
+        let now = self.now_ms;
+        for i in 0..self.peers.len() {
+            let bit = self.bit(i);
+            let p = &mut self.peers[i];
+            if !p.vols[v].diskful {
+                continue;
+            }
+            if !p.up {
+                p.vols[v].oos.set_range(offset, u64::from(len));
+                continue;
+            }
+            let mut flags = wf::ACK_WRITE | flags_extra;
+            if fua {
+                flags |= wf::FUA;
+            }
+            if protocol == Protocol::B {
+                flags |= wf::ACK_RECV;
+            }
+            let msg = match kind {
+                DiskKind::Write { .. } => Msg::Write {
+                    volume,
+                    seq,
+                    offset,
+                    len,
+                    flags,
+                    data,
+                },
+                _ => Msg::Zero {
+                    volume,
+                    seq,
+                    offset,
+                    len,
+                    flags,
+                },
+            };
+            out.push(RAction::Send { peer: p.id, msg });
+            p.unacked.insert(seq, (volume, offset, len, now));
+            if protocol == Protocol::A {
+                w.peers_ok |= bit;
+            } else {
+                w.peers_pending |= bit;
+                p.app_waiting.insert(seq, req);
+            }
+        }
+        self.vols[v].in_flight.insert(offset, u64::from(len), req);
+        self.writes.insert(req, w);
+        self.check_write(req, out);
+    }
+
+    fn check_write(&mut self, req: ReqId, out: &mut Vec<RAction>) {
+        let Some(w) = self.writes.get_mut(&req) else {
+            return;
+        };
+        if w.local == Stage::Pending || w.peers_pending != 0 || w.barrier {
+            return;
+        }
+        let ok = w.local == Stage::Done(true) || w.peers_ok != 0;
+        if ok && w.fua {
+            w.barrier = true;
+            return self.start_barrier(vec![req], out);
+        }
+        self.finish_write(
+            req,
+            if ok {
+                Ok(())
+            } else {
+                Err(IoError::Os(EIO as i32))
+            },
+            out,
+        );
+    }
+
+    fn finish_write(&mut self, req: ReqId, result: Result<(), IoError>, out: &mut Vec<RAction>) {
+        let w = self
+            .writes
+            .remove(&req)
+            .expect("finishing an unknown write");
+        let vol = &mut self.vols[w.volume as usize];
+        vol.in_flight.remove(w.offset, req);
+        out.push(RAction::Complete {
+            req,
+            result,
+            data: None,
+        });
+        let ready = vol.waiting.ready(&vol.in_flight);
+        for (r, io) in ready {
+            if self.role != Role::Primary || !self.writable(w.volume as usize) {
+                out.push(RAction::Complete {
+                    req: r,
+                    result: Err(IoError::NoData),
+                    data: None,
+                });
+                continue;
+            }
+            self.start_write(
+                r,
+                w.volume,
+                io,
+                DataRef::Held {
+                    key: Token::App(r),
+                    at: 0,
+                },
+                out,
+            );
+        }
+    }
+
+    fn start_read(
+        &mut self,
+        req: ReqId,
+        volume: u16,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<RAction>,
+    ) {
+        let read = AppRead {
+            volume,
+            offset,
+            len,
+            from: None,
+            tried: 0,
+        };
+        self.reads.insert(req, read);
+        self.route_read(req, out);
+    }
+
+    /// Sends a read to the local replica if it is up to date, else to an up-to-date peer
+    /// (round robin), else fails it.
+    fn route_read(&mut self, req: ReqId, out: &mut Vec<RAction>) {
+        let r = self.reads.get_mut(&req).expect("routing an unknown read");
+        let v = r.volume as usize;
+        if self.vols[v].disk == DiskState::UpToDate {
+            r.from = None;
+            let kind = DiskKind::Read {
+                offset: r.offset,
+                len: r.len,
+            };
+            return out.push(RAction::Disk {
+                volume: r.volume,
+                token: Token::App(req),
+                kind,
+                data: None,
+            });
+        }
+        let candidates: Vec<usize> = (0..self.peers.len())
+            .filter(|&i| {
+                let p = &self.peers[i];
+                p.up && p.vols[v].disk == Some(DiskState::UpToDate) && r.tried & (1 << i) == 0
+            })
+            .collect();
+        if candidates.is_empty() {
+            self.reads.remove(&req);
+            return out.push(RAction::Complete {
+                req,
+                result: Err(IoError::NoData),
+                data: None,
+            });
+        }
+        self.read_rr = self.read_rr.wrapping_add(1);
+        let i = candidates[self.read_rr % candidates.len()];
+        r.tried |= 1 << i;
+        r.from = Some(self.peers[i].id);
+        let (volume, offset, len) = (r.volume, r.offset, r.len);
+        let id = self.alloc_id();
+        let p = &mut self.peers[i];
+        p.reads_out.insert(id, req);
+        out.push(RAction::Send {
+            peer: p.id,
+            msg: Msg::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+        });
+    }
+
+    /// Starts a barrier over every replica for these waiters.
+    fn start_barrier(&mut self, waiters: Vec<ReqId>, out: &mut Vec<RAction>) {
+        let id = self.alloc_id();
+        let mut op = FlushOp {
+            waiters,
+            ..FlushOp::default()
+        };
+        let local = self
+            .vols
+            .iter()
+            .any(|v| v.diskful && matches!(v.disk, DiskState::UpToDate | DiskState::Inconsistent));
+        if local {
+            op.local_pending = true;
+            self.request_local_flush(FlushWaiter::Op(id), out);
+        } else {
+            op.local_ok = false;
+        }
+        for i in 0..self.peers.len() {
+            let bit = self.bit(i);
+            let p = &mut self.peers[i];
+            if p.up && p.vols.iter().any(|pv| pv.diskful) {
+                op.peers_pending |= bit;
+                p.barriers_out.insert(id, id);
+                out.push(RAction::Send {
+                    peer: p.id,
+                    msg: Msg::Barrier { id },
+                });
+            }
+        }
+        self.flush_ops.insert(id, op);
+        self.check_flush(id, out);
+    }
+
+    fn check_flush(&mut self, id: u64, out: &mut Vec<RAction>) {
+        let Some(op) = self.flush_ops.get(&id) else {
+            return;
+        };
+        if op.local_pending || op.peers_pending != 0 {
+            return;
+        }
+        let op = self.flush_ops.remove(&id).expect("checked above");
+        let ok = op.local_ok || op.peers_ok != 0;
+        for req in op.waiters {
+            let result = if ok {
+                Ok(())
+            } else {
+                Err(IoError::Os(EIO as i32))
+            };
+            if self.writes.contains_key(&req) {
+                self.finish_write(req, result, out);
+            } else {
+                out.push(RAction::Complete {
+                    req,
+                    result,
+                    data: None,
+                });
+            }
+        }
+    }
+
+    fn request_local_flush(&mut self, waiter: FlushWaiter, out: &mut Vec<RAction>) {
+        let key = self.alloc_id();
+        self.flush_waiters.insert(key, waiter);
+        if let Some(seq) = self.flusher.request(ReqId(key)) {
+            out.push(RAction::Disk {
+                volume: 0,
+                token: Token::Flush(seq),
+                kind: DiskKind::Flush,
+                data: None,
+            });
+        }
+    }
+
+    // ------------------------------------------------------------------ disk completions
+
+    /// A disk operation issued with [`RAction::Disk`] finished.
+    pub fn disk_done(
+        &mut self,
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        match token {
+            Token::App(req) => {
+                if let Some(r) = self.reads.get(&req) {
+                    debug_assert!(r.from.is_none());
+                    return match result {
+                        Ok(()) => {
+                            self.reads.remove(&req);
+                            out.push(RAction::Complete {
+                                req,
+                                result: Ok(()),
+                                data: Some(DataRef::Disk(token)),
+                            })
+                        }
+                        Err(e) => {
+                            self.local_disk_failed(v, &format!("read failed: {e:?}"), out);
+                            self.route_read(req, out)
+                        }
+                    };
+                }
+                let Some(w) = self.writes.get_mut(&req) else {
+                    return;
+                };
+                w.local = Stage::Done(result.is_ok());
+                if let Err(e) = result {
+                    self.local_disk_failed(v, &format!("write failed: {e:?}"), out);
+                }
+                self.check_write(req, out);
+            }
+            Token::Flush(seq) => {
+                if result.is_err() {
+                    for v in 0..self.vols.len() {
+                        if self.vols[v].diskful {
+                            self.local_disk_failed(v, "fdatasync failed", out);
+                        }
+                    }
+                }
+                let (covered, next) = self.flusher.finished(seq);
+                for key in &covered {
+                    match self.flush_waiters.remove(&key.0) {
+                        Some(FlushWaiter::Op(id)) => {
+                            if let Some(op) = self.flush_ops.get_mut(&id) {
+                                op.local_pending = false;
+                                op.local_ok = result.is_ok();
+                            }
+                            self.check_flush(id, out);
+                        }
+                        Some(FlushWaiter::PeerBarrier { peer, id }) => {
+                            let errno = if result.is_ok() { 0 } else { EIO };
+                            out.push(RAction::Send {
+                                peer,
+                                msg: Msg::BarrierAck { id, errno },
+                            });
+                        }
+                        Some(FlushWaiter::ResyncDone { volume }) => {
+                            self.resync_finished(volume, result.is_ok(), out)
+                        }
+                        None => debug_assert!(false, "unknown flush waiter"),
+                    }
+                }
+                self.flusher.recycle(covered);
+                if let Some(seq) = next {
+                    out.push(RAction::Disk {
+                        volume: 0,
+                        token: Token::Flush(seq),
+                        kind: DiskKind::Flush,
+                        data: None,
+                    });
+                }
+            }
+            Token::PeerWrite { peer, seq } => {
+                self.vols[v].applying.remove(offset_of(kind), token);
+                let msg = match result {
+                    Ok(()) => Msg::WriteAck { seq },
+                    Err(e) => {
+                        self.local_disk_failed(v, &format!("replicated write failed: {e:?}"), out);
+                        Msg::NegAck { seq, errno: EIO }
+                    }
+                };
+                if let Some(i) = self.peer_index(peer) {
+                    self.peers[i].rx_pending.remove(&seq);
+                    if self.peers[i].up {
+                        out.push(RAction::Send { peer, msg });
+                    }
+                    self.process_barriers_in(i, out);
+                }
+                self.release_applying(v, out);
+            }
+            Token::PeerRead { peer, id } | Token::ResyncRead { peer, id } => {
+                let (errno, data) = match result {
+                    Ok(()) => (0, Some(DataRef::Disk(token))),
+                    Err(_) => (EIO, None),
+                };
+                let DiskKind::Read { offset, len } = kind else {
+                    unreachable!("a peer read is a read")
+                };
+                if let (Token::ResyncRead { .. }, Ok(()), Some(i)) =
+                    (token, result, self.peer_index(peer))
+                {
+                    // The peer pulls this range now; if it misses it, it asks again.
+                    self.peers[i].vols[v]
+                        .oos
+                        .clear_range(offset, u64::from(len));
+                }
+                let msg = if matches!(token, Token::PeerRead { .. }) {
+                    Msg::ReadReply {
+                        id,
+                        errno,
+                        len,
+                        data,
+                    }
+                } else {
+                    Msg::ResyncReply {
+                        volume,
+                        id,
+                        offset,
+                        errno,
+                        len,
+                        data,
+                    }
+                };
+                out.push(RAction::Send { peer, msg });
+            }
+            Token::ResyncWrite { .. } => {
+                self.vols[v].applying.remove(offset_of(kind), token);
+                if let Some(rs) = self.vols[v].resync.as_mut() {
+                    rs.writes_pending -= 1;
+                }
+                if result.is_err() {
+                    self.local_disk_failed(v, "resync write failed", out);
+                }
+                self.release_applying(v, out);
+                self.pump_resync(volume, out);
+            }
+        }
+    }
+
+    fn local_disk_failed(&mut self, v: usize, why: &str, out: &mut Vec<RAction>) {
+        if !self.vols[v].diskful || self.vols[v].disk == DiskState::Diskless {
+            return;
+        }
+        // Like DRBD's on-io-error detach: stop using a replica that failed; the application
+        // carries on with the peers.
+        self.vols[v].disk = DiskState::Diskless;
+        self.vols[v].resync = None;
+        out.push(RAction::Note(format!(
+            "volume {v}: local replica failed ({why}); detached"
+        )));
+        let size = self.vols[v].size;
+        self.broadcast(
+            Msg::Volume {
+                volume: v as u16,
+                size,
+                disk: DiskState::Diskless,
+            },
+            out,
+        );
+    }
+
+    /// Starts peer writes (and serves peer reads) that waited for an overlapping one.
+    fn release_applying(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let vol = &mut self.vols[v];
+        let ready = vol.held.ready(&vol.applying);
+        for h in ready {
+            vol.applying.insert(h.offset, u64::from(h.len), h.token);
+            out.push(RAction::Disk {
+                volume: v as u16,
+                token: h.token,
+                kind: h.kind,
+                data: h.data,
+            });
+        }
+        let waiting = std::mem::take(&mut vol.reads_waiting);
+        for (peer, id, offset, len, resync) in waiting {
+            self.serve_read(v as u16, peer, id, offset, len, resync, out);
+        }
+    }
+
+    // ------------------------------------------------------------------ peers
+
+    /// An authenticated connection to `peer` is up.
+    pub fn peer_up(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
+        let Some(i) = self.peer_index(peer) else {
+            return;
+        };
+        let now = self.now_ms;
+        let p = &mut self.peers[i];
+        p.up = true;
+        p.role = Role::Secondary;
+        p.last_rx_ms = now;
+        p.ping_sent_ms = None;
+        p.rx_last_seq = 0;
+        for pv in &mut p.vols {
+            pv.disk = None;
+            pv.repl = Repl::Off;
+        }
+        out.push(RAction::Send {
+            peer,
+            msg: Msg::Role(self.role),
+        });
+        for (v, vol) in self.vols.iter().enumerate() {
+            out.push(RAction::Send {
+                peer,
+                msg: Msg::Volume {
+                    volume: v as u16,
+                    size: vol.size,
+                    disk: vol.disk,
+                },
+            });
+        }
+    }
+
+    /// The connection to `peer` is gone (closed, failed, timed out or dropped by us).
+    pub fn peer_down(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
+        let Some(i) = self.peer_index(peer) else {
+            return;
+        };
+        if !self.peers[i].up {
+            return;
+        }
+        let bit = self.bit(i);
+        let p = &mut self.peers[i];
+        p.up = false;
+        p.role = Role::Secondary;
+        // Everything not confirmed written there may be missing there.
+        for (_, (volume, offset, len, _)) in std::mem::take(&mut p.unacked) {
+            p.vols[volume as usize]
+                .oos
+                .set_range(offset, u64::from(len));
+        }
+        for pv in &mut p.vols {
+            pv.disk = None;
+            pv.repl = Repl::Off;
+        }
+        let waiting = std::mem::take(&mut p.app_waiting);
+        let barriers = std::mem::take(&mut p.barriers_out);
+        let reads = std::mem::take(&mut p.reads_out);
+        p.barriers_in.clear();
+        out.push(RAction::Note(format!("connection to node {peer} lost")));
+        for (_, req) in waiting {
+            if let Some(w) = self.writes.get_mut(&req) {
+                w.peers_pending &= !bit;
+            }
+            self.check_write(req, out);
+        }
+        for (id, _) in barriers {
+            if let Some(op) = self.flush_ops.get_mut(&id) {
+                op.peers_pending &= !bit;
+            }
+            self.check_flush(id, out);
+        }
+        for (_, req) in reads {
+            if self.reads.contains_key(&req) {
+                self.route_read(req, out);
+            }
+        }
+        for v in 0..self.vols.len() {
+            if self.vols[v]
+                .resync
+                .as_ref()
+                .is_some_and(|r| r.source == peer)
+            {
+                // Whatever was requested and not written is still missing.
+                let rs = self.vols[v].resync.as_mut().expect("checked");
+                for (_, (off, len)) in std::mem::take(&mut rs.outstanding) {
+                    rs.to_pull.set_range(off, u64::from(len));
+                }
+                rs.got_list = false;
+                rs.list_complete = false;
+                out.push(RAction::Note(format!(
+                    "volume {v}: resync from node {peer} interrupted"
+                )));
+            }
+        }
+    }
+
+    /// A packet from an authenticated peer. A packet that breaks the protocol drops the
+    /// connection (never the node).
+    pub fn packet(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
+        let Some(i) = self.peer_index(peer) else {
+            return;
+        };
+        if !self.peers[i].up {
+            return;
+        }
+        self.peers[i].last_rx_ms = self.now_ms;
+        if let Err(reason) = self.handle(i, packet, out) {
+            out.push(RAction::Disconnect {
+                peer,
+                reason: reason.clone(),
+            });
+            out.push(RAction::Note(format!(
+                "protocol error from node {peer}: {reason}"
+            )));
+            self.peer_down(peer, out);
+        }
+    }
+
+    fn check_range(&self, volume: u16, offset: u64, len: u64) -> Result<usize, String> {
+        let v = volume as usize;
+        let vol = self
+            .vols
+            .get(v)
+            .ok_or_else(|| format!("unknown volume {volume}"))?;
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > vol.size) {
+            return Err(format!(
+                "range {offset}+{len} outside volume {volume} of {} bytes",
+                vol.size
+            ));
+        }
+        Ok(v)
+    }
+
+    fn handle(
+        &mut self,
+        i: usize,
+        packet: &Packet<'_>,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = self.peers[i].id;
+        match *packet {
+            Packet::Role { role } => {
+                if role == Role::Primary && self.role == Role::Primary {
+                    return Err("both nodes are Primary".into());
+                }
+                self.peers[i].role = role;
+            }
+            Packet::Volume { volume, size, disk } => {
+                let v = volume as usize;
+                let ours = self
+                    .vols
+                    .get(v)
+                    .ok_or_else(|| format!("unknown volume {volume}"))?
+                    .size;
+                if size != ours {
+                    return Err(format!(
+                        "volume {volume}: peer has {size} bytes, we have {ours}"
+                    ));
+                }
+                self.peer_volume(i, v, disk, out)?;
+            }
+            Packet::Write {
+                volume,
+                seq,
+                offset,
+                flags,
+                data,
+            } => {
+                let v = self.check_range(volume, offset, data.len() as u64)?;
+                let len = data.len() as u32;
+                self.receive_write(i, v, seq, flags, DiskKind::Write { offset, len }, out)?;
+            }
+            Packet::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+            } => {
+                let v = self.check_range(volume, offset, u64::from(len))?;
+                let kind = DiskKind::Zero {
+                    offset,
+                    len,
+                    may_punch: flags & wf::MAY_PUNCH != 0,
+                    fast: false,
+                };
+                self.receive_write(i, v, seq, flags, kind, out)?;
+            }
+            Packet::RecvAck { seq } => {
+                if self.spec.protocol == Protocol::B {
+                    self.peer_satisfied(i, seq, true, out);
+                }
+            }
+            Packet::WriteAck { seq } => {
+                if self.peers[i].unacked.remove(&seq).is_none() {
+                    return Err(format!("acknowledgement of unknown write {seq}"));
+                }
+                if self.spec.protocol == Protocol::C {
+                    self.peer_satisfied(i, seq, true, out);
+                }
+            }
+            Packet::NegAck { seq, .. } => {
+                let p = &mut self.peers[i];
+                let Some((volume, offset, len, _)) = p.unacked.remove(&seq) else {
+                    return Err(format!("negative acknowledgement of unknown write {seq}"));
+                };
+                p.vols[volume as usize]
+                    .oos
+                    .set_range(offset, u64::from(len));
+                self.peer_satisfied(i, seq, false, out);
+            }
+            Packet::Barrier { id } => {
+                let last = self.peers[i].rx_last_seq;
+                self.peers[i].barriers_in.push_back((id, last));
+                self.process_barriers_in(i, out);
+            }
+            Packet::BarrierAck { id, errno } => {
+                let bit = self.bit(i);
+                if self.peers[i].barriers_out.remove(&id).is_none() {
+                    return Err(format!("acknowledgement of unknown barrier {id}"));
+                }
+                if let Some(op) = self.flush_ops.get_mut(&id) {
+                    op.peers_pending &= !bit;
+                    if errno == 0 {
+                        op.peers_ok |= bit;
+                    }
+                }
+                self.check_flush(id, out);
+            }
+            Packet::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => {
+                self.check_range(volume, offset, u64::from(len))?;
+                self.serve_read(volume, peer, id, offset, len, false, out);
+            }
+            Packet::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => {
+                self.check_range(volume, offset, u64::from(len))?;
+                self.serve_read(volume, peer, id, offset, len, true, out);
+            }
+            Packet::ReadReply { id, errno, data } => {
+                let Some(req) = self.peers[i].reads_out.remove(&id) else {
+                    return Err(format!("reply to unknown read {id}"));
+                };
+                let Some(r) = self.reads.get(&req) else {
+                    return Ok(());
+                };
+                if errno == 0 {
+                    if data.len() != r.len as usize {
+                        return Err(format!("read reply of {} bytes for {}", data.len(), r.len));
+                    }
+                    self.reads.remove(&req);
+                    out.push(RAction::Complete {
+                        req,
+                        result: Ok(()),
+                        data: Some(DataRef::Incoming { at: 0 }),
+                    });
+                } else {
+                    self.route_read(req, out);
+                }
+            }
+            Packet::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                data,
+            } => {
+                self.resync_reply(i, volume, id, offset, errno, data.len(), out)?;
+            }
+            Packet::OutOfSync {
+                volume,
+                offset,
+                len,
+            } => {
+                let v = self.check_range(volume, offset, u64::from(len))?;
+                if self.vols[v].disk == DiskState::UpToDate && self.peers[i].vols[v].oos.count() > 0
+                {
+                    // Each side wrote what the other lacks: both were Primary while apart.
+                    return Err(format!(
+                        "split brain on volume {v}: both nodes have writes the other lacks"
+                    ));
+                }
+                self.mark_behind(v, peer, offset, u64::from(len), out);
+            }
+            Packet::Ping => out.push(RAction::Send {
+                peer,
+                msg: Msg::PingAck,
+            }),
+            Packet::PingAck => self.peers[i].ping_sent_ms = None,
+            Packet::Error { code, message } => {
+                return Err(format!("peer reported error {code}: {message}"));
+            }
+            Packet::Hello { .. } | Packet::Auth { .. } | Packet::AuthOk => {
+                return Err("handshake packet after the handshake".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn peer_satisfied(&mut self, i: usize, seq: u64, ok: bool, out: &mut Vec<RAction>) {
+        let bit = self.bit(i);
+        if let Some(req) = self.peers[i].app_waiting.remove(&seq) {
+            if let Some(w) = self.writes.get_mut(&req) {
+                w.peers_pending &= !bit;
+                if ok {
+                    w.peers_ok |= bit;
+                }
+            }
+            self.check_write(req, out);
+        }
+    }
+
+    /// The peer told us the state of its replica of volume `v`: decide who syncs whom.
+    fn peer_volume(
+        &mut self,
+        i: usize,
+        v: usize,
+        disk: DiskState,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = self.peers[i].id;
+        let was = self.peers[i].vols[v].disk.replace(disk);
+        let mine = self.vols[v].disk;
+        let pv = &mut self.peers[i].vols[v];
+        if !pv.diskful
+            || !self.vols[v].diskful
+            || disk == DiskState::Diskless
+            || mine == DiskState::Diskless
+        {
+            pv.repl = if pv.diskful && self.vols[v].diskful {
+                Repl::Off
+            } else {
+                Repl::Established
+            };
+            return Ok(());
+        }
+        match (mine, disk) {
+            (DiskState::UpToDate, DiskState::UpToDate) => {
+                if was == Some(DiskState::UpToDate) {
+                    return Ok(()); // a repeat (the end marker of our own list, echoed state)
+                }
+                if pv.oos.count() > 0 {
+                    // It missed writes while away: tell it what, then that the list is done.
+                    pv.repl = Repl::SyncSource;
+                    self.send_out_of_sync(i, v, out);
+                } else {
+                    pv.repl = Repl::Established;
+                }
+            }
+            (DiskState::UpToDate, DiskState::Outdated | DiskState::Inconsistent) => {
+                // Its currency is unknown (it restarted, or was never synced): everything.
+                // (Inconsistent because it is already syncing from us needs no new list.)
+                if pv.repl != Repl::SyncSource {
+                    pv.oos.set_all();
+                    pv.repl = Repl::SyncSource;
+                    self.send_out_of_sync(i, v, out);
+                }
+            }
+            (DiskState::Outdated | DiskState::Inconsistent, DiskState::UpToDate) => {
+                pv.repl = Repl::SyncTarget;
+                if let Some(rs) = self.vols[v].resync.as_mut() {
+                    // Its state after a list of what we lack ends that list.
+                    if rs.source == peer && rs.got_list {
+                        rs.list_complete = true;
+                    }
+                    if rs.source != peer && rs.outstanding.is_empty() {
+                        rs.source = peer;
+                    }
+                    self.pump_resync(v as u16, out);
+                }
+                // Otherwise the peer lists what we lack (OutOfSync), then repeats its state.
+            }
+            _ => pv.repl = Repl::Off,
+        }
+        Ok(())
+    }
+
+    /// Lists the peer's out-of-sync ranges to it, then repeats our state as the end marker.
+    fn send_out_of_sync(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
+        let p = &self.peers[i];
+        let oos = &p.vols[v].oos;
+        let size = self.vols[v].size;
+        let block = oos.block_size();
+        let blocks = size.div_ceil(block);
+        let max_blocks = u64::from(tandem_wire::MAX_DATA) / block;
+        let mut b = 0;
+        while let Some(first) = oos.next_set(b) {
+            let mut end = first + 1;
+            while end < blocks && end - first < max_blocks && oos.is_set(end) {
+                end += 1;
+            }
+            let offset = first * block;
+            let len = ((end - first) * block).min(size - offset) as u32;
+            out.push(RAction::Send {
+                peer: p.id,
+                msg: Msg::OutOfSync {
+                    volume: v as u16,
+                    offset,
+                    len,
+                },
+            });
+            b = end;
+        }
+        let disk = self.vols[v].disk;
+        out.push(RAction::Send {
+            peer: p.id,
+            msg: Msg::Volume {
+                volume: v as u16,
+                size,
+                disk,
+            },
+        });
+    }
+
+    /// We lack this range (a peer says so): become a sync target for it.
+    fn mark_behind(
+        &mut self,
+        v: usize,
+        source: NodeId,
+        offset: u64,
+        len: u64,
+        out: &mut Vec<RAction>,
+    ) {
+        let vol = &mut self.vols[v];
+        if !vol.diskful || vol.disk == DiskState::Diskless {
+            return;
+        }
+        if vol.disk != DiskState::Inconsistent {
+            vol.disk = DiskState::Inconsistent;
+            out.push(RAction::Note(format!(
+                "volume {v}: out of sync with node {source}; resync needed"
+            )));
+            let size = vol.size;
+            self.broadcast(
+                Msg::Volume {
+                    volume: v as u16,
+                    size,
+                    disk: DiskState::Inconsistent,
+                },
+                out,
+            );
+        }
+        let vol = &mut self.vols[v];
+        let rs = vol.resync.get_or_insert_with(|| Resync {
+            source,
+            to_pull: Bitmap::new(vol.size),
+            cursor: 0,
+            outstanding: BTreeMap::new(),
+            writes_pending: 0,
+            fresh: Bitmap::with_block(vol.size, SECTOR),
+            got_list: false,
+            list_complete: false,
+        });
+        rs.source = source;
+        rs.got_list = true;
+        rs.to_pull.set_range(offset, len);
+        rs.cursor = rs.cursor.min(offset / super::bitmap::BLOCK);
+    }
+
+    /// Pulls the next ranges from the sync source, up to the window.
+    fn pump_resync(&mut self, volume: u16, out: &mut Vec<RAction>) {
+        let v = volume as usize;
+        let chunk_blocks = u64::from(self.spec.resync_chunk) / super::bitmap::BLOCK;
+        let window = self.spec.resync_window;
+        let size = self.vols[v].size;
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        let Some(src) = self.peers.iter().position(|p| p.id == rs.source && p.up) else {
+            return;
+        };
+        if self.peers[src].vols[v].disk != Some(DiskState::UpToDate) {
+            return;
+        }
+        while rs.outstanding.len() < window {
+            let Some(first) = rs
+                .to_pull
+                .next_set(rs.cursor)
+                .or_else(|| rs.to_pull.next_set(0))
+            else {
+                break;
+            };
+            let mut end = first + 1;
+            let blocks = size.div_ceil(super::bitmap::BLOCK);
+            while end < blocks && end - first < chunk_blocks && rs.to_pull.is_set(end) {
+                end += 1;
+            }
+            let offset = first * super::bitmap::BLOCK;
+            let len = ((end - first) * super::bitmap::BLOCK).min(size - offset);
+            rs.to_pull.clear_range(offset, len);
+            rs.cursor = end;
+            let id = self.next_id;
+            self.next_id += 1;
+            rs.outstanding.insert(id, (offset, len as u32));
+            out.push(RAction::Send {
+                peer: rs.source,
+                msg: Msg::ResyncReq {
+                    volume,
+                    id,
+                    offset,
+                    len: len as u32,
+                },
+            });
+        }
+        if rs.list_complete
+            && rs.to_pull.count() == 0
+            && rs.outstanding.is_empty()
+            && rs.writes_pending == 0
+        {
+            rs.list_complete = false; // once
+            self.request_local_flush(FlushWaiter::ResyncDone { volume }, out);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn resync_reply(
+        &mut self,
+        i: usize,
+        volume: u16,
+        id: u64,
+        offset: u64,
+        errno: u32,
+        data_len: usize,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let v = volume as usize;
+        let peer = self.peers[i].id;
+        let Some(rs) = self.vols.get_mut(v).and_then(|vol| vol.resync.as_mut()) else {
+            return Err(format!("resync reply {id} without a resync"));
+        };
+        let Some((req_off, req_len)) = rs.outstanding.remove(&id) else {
+            return Err(format!("resync reply to unknown request {id}"));
+        };
+        if req_off != offset || (errno == 0 && data_len != req_len as usize) {
+            return Err(format!("resync reply {id} does not match its request"));
+        }
+        if errno != 0 {
+            rs.to_pull.set_range(req_off, u64::from(req_len));
+            out.push(RAction::Note(format!(
+                "volume {v}: node {peer} could not read {req_off}+{req_len} for resync"
+            )));
+            return Err("sync source failed a resync read".into());
+        }
+        // Write the sectors the application has not overwritten since the resync began.
+        let end = offset + u64::from(req_len);
+        let mut parts = Vec::new();
+        let mut s = offset;
+        while s < end {
+            if rs.fresh.is_set(s / SECTOR) {
+                s += SECTOR;
+                continue;
+            }
+            let mut e = s + SECTOR;
+            while e < end && !rs.fresh.is_set(e / SECTOR) {
+                e += SECTOR;
+            }
+            parts.push((s, e));
+            s = e;
+        }
+        rs.writes_pending += parts.len();
+        let vol = &mut self.vols[v];
+        for (part, (s, e)) in parts.into_iter().enumerate() {
+            let token = Token::ResyncWrite {
+                id,
+                part: part as u32,
+            };
+            let kind = DiskKind::Write {
+                offset: s,
+                len: (e - s) as u32,
+            };
+            let at = (s - offset) as u32;
+            if vol.applying.overlaps(s, e - s) || vol.held.blocks(s, e - s) {
+                out.push(RAction::Retain {
+                    from: DataRef::Incoming { at: 0 },
+                    key: token,
+                });
+                let data = Some(DataRef::Held { key: token, at });
+                vol.held.push(
+                    s,
+                    e - s,
+                    HeldWrite {
+                        token,
+                        offset: s,
+                        len: (e - s) as u32,
+                        kind,
+                        data,
+                    },
+                );
+            } else {
+                vol.applying.insert(s, e - s, token);
+                out.push(RAction::Disk {
+                    volume,
+                    token,
+                    kind,
+                    data: Some(DataRef::Incoming { at }),
+                });
+            }
+        }
+        self.pump_resync(volume, out);
+        Ok(())
+    }
+
+    fn resync_finished(&mut self, volume: u16, ok: bool, out: &mut Vec<RAction>) {
+        let v = volume as usize;
+        let Some(rs) = self.vols[v].resync.take() else {
+            return;
+        };
+        if !ok {
+            return self.local_disk_failed(v, "flush after resync failed", out);
+        }
+        self.vols[v].disk = DiskState::UpToDate;
+        if let Some(i) = self.peer_index(rs.source) {
+            self.peers[i].vols[v].repl = Repl::Established;
+        }
+        out.push(RAction::Note(format!(
+            "volume {v}: resync from node {} finished; UpToDate",
+            rs.source
+        )));
+        let size = self.vols[v].size;
+        self.broadcast(
+            Msg::Volume {
+                volume,
+                size,
+                disk: DiskState::UpToDate,
+            },
+            out,
+        );
+    }
+
+    /// A replicated write (or zeroing) from the Primary.
+    fn receive_write(
+        &mut self,
+        i: usize,
+        v: usize,
+        seq: u64,
+        flags: u32,
+        kind: DiskKind,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = self.peers[i].id;
+        if self.peers[i].role != Role::Primary {
+            return Err("replicated write from a node that is not Primary".into());
+        }
+        if seq <= self.peers[i].rx_last_seq {
+            return Err(format!(
+                "write sequence {seq} not after {}",
+                self.peers[i].rx_last_seq
+            ));
+        }
+        self.peers[i].rx_last_seq = seq;
+        let vol = &mut self.vols[v];
+        if !vol.diskful || vol.disk == DiskState::Diskless {
+            out.push(RAction::Send {
+                peer,
+                msg: Msg::NegAck { seq, errno: EIO },
+            });
+            return Ok(());
+        }
+        if flags & wf::ACK_RECV != 0 {
+            out.push(RAction::Send {
+                peer,
+                msg: Msg::RecvAck { seq },
+            });
+        }
+        let (offset, len) = (offset_of(kind), len_of(kind));
+        if let Some(rs) = vol.resync.as_mut() {
+            rs.fresh.set_range(offset, u64::from(len));
+        }
+        self.peers[i].rx_pending.insert(seq);
+        let token = Token::PeerWrite { peer, seq };
+        let is_write = matches!(kind, DiskKind::Write { .. });
+        if vol.applying.overlaps(offset, u64::from(len)) || vol.held.blocks(offset, u64::from(len))
+        {
+            if is_write {
+                out.push(RAction::Retain {
+                    from: DataRef::Incoming { at: 0 },
+                    key: token,
+                });
+            }
+            let data = is_write.then_some(DataRef::Held { key: token, at: 0 });
+            vol.held.push(
+                offset,
+                u64::from(len),
+                HeldWrite {
+                    token,
+                    offset,
+                    len,
+                    kind,
+                    data,
+                },
+            );
+        } else {
+            vol.applying.insert(offset, u64::from(len), token);
+            let data = is_write.then_some(DataRef::Incoming { at: 0 });
+            out.push(RAction::Disk {
+                volume: v as u16,
+                token,
+                kind,
+                data,
+            });
+        }
+        Ok(())
+    }
+
+    /// Answers barriers whose preceding writes are all written.
+    fn process_barriers_in(&mut self, i: usize, out: &mut Vec<RAction>) {
+        loop {
+            let p = &mut self.peers[i];
+            let Some(&(id, last)) = p.barriers_in.front() else {
+                return;
+            };
+            if p.rx_pending.first().is_some_and(|&s| s <= last) {
+                return;
+            }
+            p.barriers_in.pop_front();
+            let peer = p.id;
+            let has_disk = self
+                .vols
+                .iter()
+                .any(|v| v.diskful && v.disk != DiskState::Diskless);
+            if has_disk {
+                self.request_local_flush(FlushWaiter::PeerBarrier { peer, id }, out);
+            } else {
+                out.push(RAction::Send {
+                    peer,
+                    msg: Msg::BarrierAck { id, errno: EIO },
+                });
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn serve_read(
+        &mut self,
+        volume: u16,
+        peer: NodeId,
+        id: u64,
+        offset: u64,
+        len: u32,
+        resync: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        let vol = &mut self.vols[v];
+        if vol.disk != DiskState::UpToDate {
+            let msg = if resync {
+                Msg::ResyncReply {
+                    volume,
+                    id,
+                    offset,
+                    errno: EIO,
+                    len,
+                    data: None,
+                }
+            } else {
+                Msg::ReadReply {
+                    id,
+                    errno: EIO,
+                    len,
+                    data: None,
+                }
+            };
+            return out.push(RAction::Send { peer, msg });
+        }
+        // A read must see every write that reached us before it: wait for overlapping ones.
+        if vol.applying.overlaps(offset, u64::from(len)) || vol.held.blocks(offset, u64::from(len))
+        {
+            return vol.reads_waiting.push((peer, id, offset, len, resync));
+        }
+        let token = if resync {
+            Token::ResyncRead { peer, id }
+        } else {
+            Token::PeerRead { peer, id }
+        };
+        out.push(RAction::Disk {
+            volume,
+            token,
+            kind: DiskKind::Read { offset, len },
+            data: None,
+        });
+    }
+
+    // ------------------------------------------------------------------ time
+
+    /// Advances the clock: keepalive pings and timeouts.
+    pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
+        self.now_ms = now_ms;
+        let (interval, ping_timeout, timeout) = (
+            self.spec.ping_interval_ms,
+            self.spec.ping_timeout_ms,
+            self.spec.timeout_ms,
+        );
+        let mut drop = Vec::new();
+        for p in self.peers.iter_mut().filter(|p| p.up) {
+            let oldest = p.unacked.values().map(|&(_, _, _, t)| t).min();
+            if oldest.is_some_and(|t| now_ms.saturating_sub(t) > timeout) {
+                drop.push((
+                    p.id,
+                    format!("a replicated write was not acknowledged within {timeout} ms"),
+                ));
+            } else if p
+                .ping_sent_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) > ping_timeout)
+            {
+                drop.push((
+                    p.id,
+                    format!("no answer to a ping within {ping_timeout} ms"),
+                ));
+            } else if p.ping_sent_ms.is_none() && now_ms.saturating_sub(p.last_rx_ms) >= interval {
+                p.ping_sent_ms = Some(now_ms);
+                out.push(RAction::Send {
+                    peer: p.id,
+                    msg: Msg::Ping,
+                });
+            }
+        }
+        for (peer, reason) in drop {
+            out.push(RAction::Disconnect {
+                peer,
+                reason: reason.clone(),
+            });
+            out.push(RAction::Note(format!("node {peer}: {reason}")));
+            self.peer_down(peer, out);
+        }
+    }
+}
+
+fn offset_of(kind: DiskKind) -> u64 {
+    match kind {
+        DiskKind::Read { offset, .. }
+        | DiskKind::Write { offset, .. }
+        | DiskKind::Trim { offset, .. }
+        | DiskKind::Zero { offset, .. }
+        | DiskKind::Cache { offset, .. } => offset,
+        DiskKind::Flush => 0,
+    }
+}
+
+fn len_of(kind: DiskKind) -> u32 {
+    match kind {
+        DiskKind::Read { len, .. }
+        | DiskKind::Write { len, .. }
+        | DiskKind::Trim { len, .. }
+        | DiskKind::Zero { len, .. }
+        | DiskKind::Cache { len, .. } => len,
+        DiskKind::Flush => 0,
+    }
+}
