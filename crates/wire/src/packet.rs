@@ -62,12 +62,15 @@ pub enum Packet<'a> {
         size: u64,
         disk: DiskState,
     },
-    /// A replicated write.
+    /// A replicated write. `targets` has bit n set for every node the write goes to (the
+    /// sender included if it writes it locally): a receiver marks the range out of sync
+    /// towards diskful nodes that do not get it.
     Write {
         volume: u16,
         seq: u64,
         offset: u64,
         flags: u32,
+        targets: u32,
         data: &'a [u8],
     },
     /// A replicated trim or zeroing (MAY_PUNCH set for trim-like zeroing).
@@ -77,6 +80,7 @@ pub enum Packet<'a> {
         offset: u64,
         len: u32,
         flags: u32,
+        targets: u32,
     },
     RecvAck {
         seq: u64,
@@ -252,12 +256,14 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             seq,
             offset,
             flags,
+            targets,
             data,
         } => {
             w.u16(volume);
             w.u64(seq);
             w.u64(offset);
             w.u32(flags);
+            w.u32(targets);
             w.bytes(data);
         }
         Packet::Zero {
@@ -266,12 +272,14 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             offset,
             len,
             flags,
+            targets,
         } => {
             w.u16(volume);
             w.u64(seq);
             w.u64(offset);
             w.u32(len);
             w.u32(flags);
+            w.u32(targets);
         }
         Packet::RecvAck { seq } | Packet::WriteAck { seq } => w.u64(seq),
         Packet::NegAck { seq, errno } => {
@@ -392,7 +400,8 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             },
         },
         WRITE => {
-            let (volume, seq, offset, flags) = (r.u16()?, r.u64()?, r.u64()?, r.flags()?);
+            let (volume, seq, offset, flags, targets) =
+                (r.u16()?, r.u64()?, r.u64()?, r.flags()?, r.u32()?);
             let data = r.rest();
             if data.is_empty() || data.len() > MAX_DATA as usize {
                 return Err(r.bad("write payload must be 1 byte to 32 MiB"));
@@ -402,6 +411,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
                 seq,
                 offset,
                 flags,
+                targets,
                 data,
             }
         }
@@ -411,6 +421,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             offset: r.u64()?,
             len: r.u32()?,
             flags: r.flags()?,
+            targets: r.u32()?,
         },
         RECV_ACK => Packet::RecvAck { seq: r.u64()? },
         WRITE_ACK => Packet::WriteAck { seq: r.u64()? },
@@ -582,6 +593,7 @@ mod tests {
                 seq: 5,
                 offset: 4096,
                 flags: write_flags::ACK_WRITE,
+                targets: 0b110,
                 data: &[7; 4096],
             },
             Packet::Zero {
@@ -590,6 +602,7 @@ mod tests {
                 offset: 0,
                 len: 1 << 20,
                 flags: write_flags::MAY_PUNCH,
+                targets: 0b11,
             },
             Packet::RecvAck { seq: 5 },
             Packet::WriteAck { seq: 5 },
@@ -699,6 +712,7 @@ mod tests {
                 offset: 0,
                 len: 512,
                 flags: 1 << 20,
+                targets: 1,
             },
             &mut b,
         );

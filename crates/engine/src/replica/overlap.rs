@@ -43,10 +43,6 @@ impl<K: Copy + Eq + std::fmt::Debug> InFlight<K> {
         );
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
-
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
@@ -71,6 +67,7 @@ impl<T> Waiting<T> {
         self.queue.push_back((offset, len, item));
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }

@@ -58,12 +58,12 @@ pub enum Token {
     App(ReqId),
     /// A local fdatasync batch.
     Flush(u64),
-    /// Applying a peer's replicated write.
-    PeerWrite { peer: NodeId, seq: u64 },
+    /// Applying a peer's replicated write, received on connection `conn`.
+    PeerWrite { peer: NodeId, conn: u32, seq: u64 },
     /// Serving a peer's read.
-    PeerRead { peer: NodeId, id: u64 },
+    PeerRead { peer: NodeId, conn: u32, id: u64 },
     /// Serving a peer's resync request.
-    ResyncRead { peer: NodeId, id: u64 },
+    ResyncRead { peer: NodeId, conn: u32, id: u64 },
     /// Applying part of a resync reply (we are the sync target).
     ResyncWrite { id: u64, part: u32 },
 }
@@ -97,6 +97,7 @@ pub enum Msg {
         offset: u64,
         len: u32,
         flags: u32,
+        targets: u32,
         data: DataRef,
     },
     Zero {
@@ -105,6 +106,7 @@ pub enum Msg {
         offset: u64,
         len: u32,
         flags: u32,
+        targets: u32,
     },
     RecvAck {
         seq: u64,
@@ -184,6 +186,19 @@ pub enum RAction {
     Note(String),
 }
 
+/// Where our list of what a peer lacks stands, on the current connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListState {
+    NotSent,
+    /// Waiting for in-flight writes that missed the peer to mark their bits.
+    Deferred,
+    /// Sent and complete.
+    Sent,
+    /// Sent, but bits were added after it: they are not cleared when the peer reports
+    /// UpToDate, and are listed again on the next connection.
+    Stale,
+}
+
 /// Replication state towards one peer, per volume (DRBD's vocabulary).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repl {
@@ -204,11 +219,16 @@ enum Stage {
 struct AppWrite {
     volume: u16,
     offset: u64,
-    len: u32,
     fua: bool,
     local: Stage,
     peers_pending: u32,
     peers_ok: u32,
+    /// Diskful peers that did not get it (down, failed, dropped before confirming): their
+    /// out-of-sync bits are set once the write succeeded somewhere. A write that reached
+    /// nobody changed nothing, so it marks nothing (bits set for it would make every
+    /// replica believe it lacks the block).
+    missing: u32,
+    len: u32,
     /// Set once the FUA barrier started.
     barrier: bool,
 }
@@ -249,7 +269,8 @@ enum FlushWaiter {
 
 #[derive(Debug)]
 struct Resync {
-    source: NodeId,
+    /// The up-to-date peer we pull from.
+    source: Option<NodeId>,
     /// Ranges still to pull.
     to_pull: Bitmap,
     cursor: u64,
@@ -259,10 +280,14 @@ struct Resync {
     /// resync data (possibly read before that write reached the source) must not overwrite
     /// them.
     fresh: Bitmap,
-    /// The source sent a list of what we lack on this connection.
-    got_list: bool,
-    /// ... and ended it: once everything listed is pulled, we are up to date.
-    list_complete: bool,
+    /// Peers that started listing what we lack and have not ended their list: until they
+    /// do, we do not know all we lack.
+    lists_open: Vec<NodeId>,
+    /// Everything is pulled; the final flush runs.
+    finishing: bool,
+    /// Peers that lacked a range we asked for, not asked again before `retry_at_ms`.
+    refused: Vec<NodeId>,
+    retry_at_ms: u64,
 }
 
 #[derive(Debug)]
@@ -276,7 +301,8 @@ struct Vol {
     applying: InFlight<Token>,
     held: Waiting<HeldWrite>,
     /// Reads from peers waiting for an overlapping write to finish here.
-    reads_waiting: Vec<(NodeId, u64, u64, u32, bool)>,
+    /// (peer, its connection, id, offset, len, resync?)
+    reads_waiting: Vec<(NodeId, u32, u64, u64, u32, bool)>,
     resync: Option<Resync>,
 }
 
@@ -292,9 +318,26 @@ struct HeldWrite {
 #[derive(Debug)]
 struct PeerVol {
     diskful: bool,
+    /// Our list of what the peer lacks, on this connection.
+    list: ListState,
+    /// The peer ended its list of what we lack, on this connection.
+    listed: bool,
     disk: Option<DiskState>,
     oos: Bitmap,
     repl: Repl,
+}
+
+/// A replicated write the peer has not confirmed written.
+#[derive(Debug, Clone, Copy)]
+struct Unacked {
+    volume: u16,
+    offset: u64,
+    len: u32,
+    sent_ms: u64,
+    /// The application write it belongs to.
+    req: ReqId,
+    /// The peer acknowledged receipt: it applies the write even if the connection drops.
+    received: bool,
 }
 
 #[derive(Debug)]
@@ -304,13 +347,16 @@ struct Peer {
     role: Role,
     vols: Vec<PeerVol>,
     // As sender: writes not yet confirmed written (the transfer log).
-    unacked: BTreeMap<u64, (u16, u64, u32, u64)>,
+    unacked: BTreeMap<u64, Unacked>,
     /// Writes whose protocol acknowledgement an application write waits for.
     app_waiting: BTreeMap<u64, ReqId>,
     barriers_out: BTreeMap<u64, u64>,
     reads_out: BTreeMap<u64, ReqId>,
     // As receiver.
     rx_pending: BTreeSet<u64>,
+    /// Counts connections: answers to requests of an earlier connection are not sent on a
+    /// later one (the peer has forgotten them).
+    conn: u32,
     rx_last_seq: u64,
     barriers_in: VecDeque<(u64, u64)>,
     last_rx_ms: u64,
@@ -370,6 +416,9 @@ pub struct Resource {
 }
 
 const EIO: u32 = 5;
+const EAGAIN: u32 = 11;
+/// How long a sync target waits before asking again peers that lacked what it needs.
+const RESYNC_RETRY_MS: u64 = 20;
 const SECTOR: u64 = 512;
 
 impl Resource {
@@ -424,6 +473,8 @@ impl Resource {
                     .zip(&spec.sizes)
                     .map(|(&d, &size)| PeerVol {
                         diskful: d,
+                        list: ListState::NotSent,
+                        listed: false,
                         disk: None,
                         oos: Bitmap::new(size),
                         repl: Repl::Off,
@@ -434,6 +485,7 @@ impl Resource {
                 barriers_out: BTreeMap::new(),
                 reads_out: BTreeMap::new(),
                 rx_pending: BTreeSet::new(),
+                conn: 0,
                 rx_last_seq: 0,
                 barriers_in: VecDeque::new(),
                 last_rx_ms: 0,
@@ -738,7 +790,6 @@ impl Resource {
         let mut w = AppWrite {
             volume,
             offset,
-            len,
             fua,
             local: if local_writes {
                 Stage::Pending
@@ -747,6 +798,8 @@ impl Resource {
             },
             peers_pending: 0,
             peers_ok: 0,
+            missing: 0,
+            len,
             barrier: false,
         };
         if self.vols[v].diskful && !local_writes {
@@ -761,8 +814,21 @@ impl Resource {
                 data,
             });
         }
-        let protocol = self.spec.protocol;
+        // Protocol A completes a write once it is in the send buffer, which is safe only
+        // because the local replica has it. Without one, wait for receipt (protocol B).
+        let protocol = match self.spec.protocol {
+            Protocol::A if !local_writes => Protocol::B,
+            p => p,
+        };
         let now = self.now_ms;
+        let mut targets = if local_writes {
+            1u32 << self.spec.me
+        } else {
+            0
+        };
+        for p in self.peers.iter().filter(|p| p.up && p.vols[v].diskful) {
+            targets |= 1 << p.id;
+        }
         for i in 0..self.peers.len() {
             let bit = self.bit(i);
             let p = &mut self.peers[i];
@@ -770,16 +836,16 @@ impl Resource {
                 continue;
             }
             if !p.up {
-                p.vols[v].oos.set_range(offset, u64::from(len));
+                w.missing |= bit;
                 continue;
             }
             let mut flags = wf::ACK_WRITE | flags_extra;
             if fua {
                 flags |= wf::FUA;
             }
-            if protocol == Protocol::B {
-                flags |= wf::ACK_RECV;
-            }
+            // Receipt is always acknowledged: a peer that received a write applies it even
+            // if the connection drops, so only writes it never received are out of sync.
+            flags |= wf::ACK_RECV;
             let msg = match kind {
                 DiskKind::Write { .. } => Msg::Write {
                     volume,
@@ -787,6 +853,7 @@ impl Resource {
                     offset,
                     len,
                     flags,
+                    targets,
                     data,
                 },
                 _ => Msg::Zero {
@@ -795,10 +862,21 @@ impl Resource {
                     offset,
                     len,
                     flags,
+                    targets,
                 },
             };
             out.push(RAction::Send { peer: p.id, msg });
-            p.unacked.insert(seq, (volume, offset, len, now));
+            p.unacked.insert(
+                seq,
+                Unacked {
+                    volume,
+                    offset,
+                    len,
+                    sent_ms: now,
+                    req,
+                    received: false,
+                },
+            );
             if protocol == Protocol::A {
                 w.peers_ok |= bit;
             } else {
@@ -839,6 +917,31 @@ impl Resource {
             .writes
             .remove(&req)
             .expect("finishing an unknown write");
+        if result.is_ok() {
+            for (i, p) in self.peers.iter_mut().enumerate() {
+                if w.missing & (1 << i) != 0 {
+                    let pv = &mut p.vols[w.volume as usize];
+                    pv.oos.set_range(w.offset, u64::from(w.len));
+                    if pv.list == ListState::Sent {
+                        pv.list = ListState::Stale;
+                    }
+                }
+            }
+        }
+        // Lists that waited for this write to mark its bits.
+        for i in 0..self.peers.len() {
+            let bit = 1u32 << i;
+            let v = w.volume as usize;
+            if self.peers[i].up
+                && self.peers[i].vols[v].list == ListState::Deferred
+                && !self
+                    .writes
+                    .values()
+                    .any(|o| o.volume == w.volume && o.missing & bit != 0)
+            {
+                self.send_out_of_sync(i, v, out);
+            }
+        }
         let vol = &mut self.vols[w.volume as usize];
         vol.in_flight.remove(w.offset, req);
         out.push(RAction::Complete {
@@ -909,7 +1012,11 @@ impl Resource {
         let candidates: Vec<usize> = (0..self.peers.len())
             .filter(|&i| {
                 let p = &self.peers[i];
-                p.up && p.vols[v].disk == Some(DiskState::UpToDate) && r.tried & (1 << i) == 0
+                // A peer says UpToDate until it hears what it missed: never read from it
+                // where we know it lacks writes.
+                p.up && p.vols[v].disk == Some(DiskState::UpToDate)
+                    && !p.vols[v].oos.any_in(r.offset, u64::from(r.len))
+                    && r.tried & (1 << i) == 0
             })
             .collect();
         if candidates.is_empty() {
@@ -1093,7 +1200,7 @@ impl Resource {
                     });
                 }
             }
-            Token::PeerWrite { peer, seq } => {
+            Token::PeerWrite { peer, conn, seq } => {
                 self.vols[v].applying.remove(offset_of(kind), token);
                 let msg = match result {
                     Ok(()) => Msg::WriteAck { seq },
@@ -1102,7 +1209,10 @@ impl Resource {
                         Msg::NegAck { seq, errno: EIO }
                     }
                 };
-                if let Some(i) = self.peer_index(peer) {
+                if let Some(i) = self
+                    .peer_index(peer)
+                    .filter(|&i| self.peers[i].conn == conn)
+                {
                     self.peers[i].rx_pending.remove(&seq);
                     if self.peers[i].up {
                         out.push(RAction::Send { peer, msg });
@@ -1111,7 +1221,10 @@ impl Resource {
                 }
                 self.release_applying(v, out);
             }
-            Token::PeerRead { peer, id } | Token::ResyncRead { peer, id } => {
+            Token::PeerRead { peer, conn, id } | Token::ResyncRead { peer, conn, id } => {
+                let current = self
+                    .peer_index(peer)
+                    .is_some_and(|i| self.peers[i].up && self.peers[i].conn == conn);
                 let (errno, data) = match result {
                     Ok(()) => (0, Some(DataRef::Disk(token))),
                     Err(_) => (EIO, None),
@@ -1144,7 +1257,9 @@ impl Resource {
                         data,
                     }
                 };
-                out.push(RAction::Send { peer, msg });
+                if current {
+                    out.push(RAction::Send { peer, msg });
+                }
             }
             Token::ResyncWrite { .. } => {
                 self.vols[v].applying.remove(offset_of(kind), token);
@@ -1196,8 +1311,14 @@ impl Resource {
             });
         }
         let waiting = std::mem::take(&mut vol.reads_waiting);
-        for (peer, id, offset, len, resync) in waiting {
-            self.serve_read(v as u16, peer, id, offset, len, resync, out);
+        for (peer, conn, id, offset, len, resync) in waiting {
+            // A request of a connection that has since gone is forgotten by the peer.
+            if self
+                .peer_index(peer)
+                .is_some_and(|i| self.peers[i].up && self.peers[i].conn == conn)
+            {
+                self.serve_read(v as u16, peer, id, offset, len, resync, out);
+            }
         }
     }
 
@@ -1211,6 +1332,8 @@ impl Resource {
         let now = self.now_ms;
         let p = &mut self.peers[i];
         p.up = true;
+        p.conn = p.conn.wrapping_add(1);
+        p.rx_pending.clear();
         p.role = Role::Secondary;
         p.last_rx_ms = now;
         p.ping_sent_ms = None;
@@ -1218,6 +1341,22 @@ impl Resource {
         for pv in &mut p.vols {
             pv.disk = None;
             pv.repl = Repl::Off;
+            pv.listed = false;
+            pv.list = ListState::NotSent;
+        }
+        for (v, vol) in self.vols.iter_mut().enumerate() {
+            if let Some(rs) = vol
+                .resync
+                .as_mut()
+                .filter(|rs| rs.lists_open.contains(&peer))
+            {
+                // Its list was cut off: we cannot know all we lack, so pull everything.
+                rs.lists_open.retain(|&n| n != peer);
+                rs.to_pull.set_all();
+                out.push(RAction::Note(format!(
+                    "volume {v}: list from node {peer} was interrupted; full resync"
+                )));
+            }
         }
         out.push(RAction::Send {
             peer,
@@ -1248,14 +1387,22 @@ impl Resource {
         p.up = false;
         p.role = Role::Secondary;
         // Everything not confirmed written there may be missing there.
-        for (_, (volume, offset, len, _)) in std::mem::take(&mut p.unacked) {
-            p.vols[volume as usize]
-                .oos
-                .set_range(offset, u64::from(len));
+        let unacked = std::mem::take(&mut p.unacked);
+        for u in unacked.into_values().filter(|u| !u.received) {
+            match self.writes.get_mut(&u.req) {
+                Some(w) => w.missing |= bit,
+                // Completed (protocol A/B): it is on some replica, and maybe not on this one.
+                None => self.peers[i].vols[u.volume as usize]
+                    .oos
+                    .set_range(u.offset, u64::from(u.len)),
+            }
         }
+        let p = &mut self.peers[i];
         for pv in &mut p.vols {
             pv.disk = None;
             pv.repl = Repl::Off;
+            pv.listed = false;
+            pv.list = ListState::NotSent;
         }
         let waiting = std::mem::take(&mut p.app_waiting);
         let barriers = std::mem::take(&mut p.barriers_out);
@@ -1283,15 +1430,14 @@ impl Resource {
             if self.vols[v]
                 .resync
                 .as_ref()
-                .is_some_and(|r| r.source == peer)
+                .is_some_and(|r| r.source == Some(peer))
             {
                 // Whatever was requested and not written is still missing.
                 let rs = self.vols[v].resync.as_mut().expect("checked");
                 for (_, (off, len)) in std::mem::take(&mut rs.outstanding) {
                     rs.to_pull.set_range(off, u64::from(len));
                 }
-                rs.got_list = false;
-                rs.list_complete = false;
+                rs.source = None;
                 out.push(RAction::Note(format!(
                     "volume {v}: resync from node {peer} interrupted"
                 )));
@@ -1363,17 +1509,28 @@ impl Resource {
                     ));
                 }
                 self.peer_volume(i, v, disk, out)?;
+                // A new state may end a list, or offer a source to pull from.
+                self.pump_resync(volume, out);
             }
             Packet::Write {
                 volume,
                 seq,
                 offset,
                 flags,
+                targets,
                 data,
             } => {
                 let v = self.check_range(volume, offset, data.len() as u64)?;
                 let len = data.len() as u32;
-                self.receive_write(i, v, seq, flags, DiskKind::Write { offset, len }, out)?;
+                self.receive_write(
+                    i,
+                    v,
+                    seq,
+                    flags,
+                    targets,
+                    DiskKind::Write { offset, len },
+                    out,
+                )?;
             }
             Packet::Zero {
                 volume,
@@ -1381,6 +1538,7 @@ impl Resource {
                 offset,
                 len,
                 flags,
+                targets,
             } => {
                 let v = self.check_range(volume, offset, u64::from(len))?;
                 let kind = DiskKind::Zero {
@@ -1389,29 +1547,41 @@ impl Resource {
                     may_punch: flags & wf::MAY_PUNCH != 0,
                     fast: false,
                 };
-                self.receive_write(i, v, seq, flags, kind, out)?;
+                self.receive_write(i, v, seq, flags, targets, kind, out)?;
             }
             Packet::RecvAck { seq } => {
-                if self.spec.protocol == Protocol::B {
+                if let Some(u) = self.peers[i].unacked.get_mut(&seq) {
+                    u.received = true;
+                }
+                // Satisfies a write waiting under protocol B (including protocol A writes of
+                // a diskless Primary, see start_write); for others nothing waits on it.
+                if self.spec.protocol != Protocol::C {
                     self.peer_satisfied(i, seq, true, out);
                 }
             }
             Packet::WriteAck { seq } => {
-                if self.peers[i].unacked.remove(&seq).is_none() {
+                let Some(u) = self.peers[i].unacked.remove(&seq) else {
                     return Err(format!("acknowledgement of unknown write {seq}"));
-                }
+                };
+                // It now holds the newest data of every block the write covered whole.
+                self.peers[i].vols[u.volume as usize]
+                    .oos
+                    .clear_range(u.offset, u64::from(u.len));
                 if self.spec.protocol == Protocol::C {
                     self.peer_satisfied(i, seq, true, out);
                 }
             }
             Packet::NegAck { seq, .. } => {
                 let p = &mut self.peers[i];
-                let Some((volume, offset, len, _)) = p.unacked.remove(&seq) else {
+                let Some(u) = p.unacked.remove(&seq) else {
                     return Err(format!("negative acknowledgement of unknown write {seq}"));
                 };
-                p.vols[volume as usize]
-                    .oos
-                    .set_range(offset, u64::from(len));
+                match self.writes.get_mut(&u.req) {
+                    Some(w) => w.missing |= 1 << i,
+                    None => self.peers[i].vols[u.volume as usize]
+                        .oos
+                        .set_range(u.offset, u64::from(u.len)),
+                }
                 self.peer_satisfied(i, seq, false, out);
             }
             Packet::Barrier { id } => {
@@ -1485,6 +1655,19 @@ impl Resource {
                 offset,
                 len,
             } => {
+                if len == 0 && offset == 0 {
+                    let v = volume as usize;
+                    let pv = self.peers[i]
+                        .vols
+                        .get_mut(v)
+                        .ok_or_else(|| format!("unknown volume {volume}"))?;
+                    pv.listed = true;
+                    if let Some(rs) = self.vols[v].resync.as_mut() {
+                        rs.lists_open.retain(|&n| n != peer);
+                    }
+                    self.pump_resync(volume, out);
+                    return Ok(());
+                }
                 let v = self.check_range(volume, offset, u64::from(len))?;
                 if self.vols[v].disk == DiskState::UpToDate && self.peers[i].vols[v].oos.count() > 0
                 {
@@ -1494,6 +1677,7 @@ impl Resource {
                     ));
                 }
                 self.mark_behind(v, peer, offset, u64::from(len), out);
+                self.pump_resync(volume, out);
             }
             Packet::Ping => out.push(RAction::Send {
                 peer,
@@ -1531,64 +1715,53 @@ impl Resource {
         disk: DiskState,
         out: &mut Vec<RAction>,
     ) -> Result<(), String> {
-        let peer = self.peers[i].id;
         let was = self.peers[i].vols[v].disk.replace(disk);
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
-        if !pv.diskful
-            || !self.vols[v].diskful
-            || disk == DiskState::Diskless
-            || mine == DiskState::Diskless
-        {
-            pv.repl = if pv.diskful && self.vols[v].diskful {
-                Repl::Off
-            } else {
-                Repl::Established
-            };
+        if !pv.diskful || disk == DiskState::Diskless {
+            pv.repl = Repl::Established;
             return Ok(());
         }
-        match (mine, disk) {
-            (DiskState::UpToDate, DiskState::UpToDate) => {
-                if was == Some(DiskState::UpToDate) {
-                    return Ok(()); // a repeat (the end marker of our own list, echoed state)
-                }
-                if pv.oos.count() > 0 {
-                    // It missed writes while away: tell it what, then that the list is done.
-                    pv.repl = Repl::SyncSource;
-                    self.send_out_of_sync(i, v, out);
-                } else {
-                    pv.repl = Repl::Established;
-                }
+        if disk == DiskState::UpToDate
+            && was.is_some_and(|w| w != DiskState::UpToDate)
+            && pv.list == ListState::Sent
+        {
+            // It finished a resync after our complete list: all of it is there now. (Bits
+            // set after the list stay until a later list or write covers them.)
+            pv.oos.clear_range(0, self.vols[v].size);
+        }
+        let first = was.is_none();
+        if mine == DiskState::UpToDate && disk == DiskState::Outdated {
+            // Its currency is unknown (it restarted): it needs everything.
+            pv.oos.set_all();
+        }
+        if first {
+            // List what it lacks from us (writes made while it was away, or everything),
+            // and end the list even when empty: then it knows all it lacks. Diskless
+            // Primaries list too: they know what they wrote; the peer pulls from a replica.
+            // Writes still in flight that missed it mark their bits when they complete, so
+            // the list waits for them.
+            let bit = 1u32 << i;
+            if self
+                .writes
+                .values()
+                .any(|w| w.volume as usize == v && w.missing & bit != 0)
+            {
+                self.peers[i].vols[v].list = ListState::Deferred;
+            } else {
+                self.send_out_of_sync(i, v, out);
             }
-            (DiskState::UpToDate, DiskState::Outdated | DiskState::Inconsistent) => {
-                // Its currency is unknown (it restarted, or was never synced): everything.
-                // (Inconsistent because it is already syncing from us needs no new list.)
-                if pv.repl != Repl::SyncSource {
-                    pv.oos.set_all();
-                    pv.repl = Repl::SyncSource;
-                    self.send_out_of_sync(i, v, out);
-                }
-            }
-            (DiskState::Outdated | DiskState::Inconsistent, DiskState::UpToDate) => {
-                pv.repl = Repl::SyncTarget;
-                if let Some(rs) = self.vols[v].resync.as_mut() {
-                    // Its state after a list of what we lack ends that list.
-                    if rs.source == peer && rs.got_list {
-                        rs.list_complete = true;
-                    }
-                    if rs.source != peer && rs.outstanding.is_empty() {
-                        rs.source = peer;
-                    }
-                    self.pump_resync(v as u16, out);
-                }
-                // Otherwise the peer lists what we lack (OutOfSync), then repeats its state.
-            }
-            _ => pv.repl = Repl::Off,
+        }
+        if matches!(mine, DiskState::Outdated | DiskState::Inconsistent)
+            && disk == DiskState::UpToDate
+        {
+            self.peers[i].vols[v].repl = Repl::SyncTarget;
+            self.pump_resync(v as u16, out);
         }
         Ok(())
     }
 
-    /// Lists the peer's out-of-sync ranges to it, then repeats our state as the end marker.
+    /// Lists the peer's out-of-sync ranges to it, then ends the list.
     fn send_out_of_sync(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
         let p = &self.peers[i];
         let oos = &p.vols[v].oos;
@@ -1614,14 +1787,21 @@ impl Resource {
             });
             b = end;
         }
-        let disk = self.vols[v].disk;
+        self.peers[i].vols[v].repl = if self.peers[i].vols[v].oos.count() > 0 {
+            Repl::SyncSource
+        } else {
+            Repl::Established
+        };
+        self.peers[i].vols[v].list = ListState::Sent;
+        // The end of the list (possibly empty): the peer now knows all we know it lacks.
+        let end = Msg::OutOfSync {
+            volume: v as u16,
+            offset: 0,
+            len: 0,
+        };
         out.push(RAction::Send {
-            peer: p.id,
-            msg: Msg::Volume {
-                volume: v as u16,
-                size,
-                disk,
-            },
+            peer: self.peers[i].id,
+            msg: end,
         });
     }
 
@@ -1629,7 +1809,7 @@ impl Resource {
     fn mark_behind(
         &mut self,
         v: usize,
-        source: NodeId,
+        lister: NodeId,
         offset: u64,
         len: u64,
         out: &mut Vec<RAction>,
@@ -1641,7 +1821,7 @@ impl Resource {
         if vol.disk != DiskState::Inconsistent {
             vol.disk = DiskState::Inconsistent;
             out.push(RAction::Note(format!(
-                "volume {v}: out of sync with node {source}; resync needed"
+                "volume {v}: node {lister} lists writes we lack; resync needed"
             )));
             let size = vol.size;
             self.broadcast(
@@ -1655,19 +1835,74 @@ impl Resource {
         }
         let vol = &mut self.vols[v];
         let rs = vol.resync.get_or_insert_with(|| Resync {
-            source,
+            source: None,
             to_pull: Bitmap::new(vol.size),
             cursor: 0,
             outstanding: BTreeMap::new(),
             writes_pending: 0,
             fresh: Bitmap::with_block(vol.size, SECTOR),
-            got_list: false,
-            list_complete: false,
+            lists_open: Vec::new(),
+            finishing: false,
+            refused: Vec::new(),
+            retry_at_ms: 0,
         });
-        rs.source = source;
-        rs.got_list = true;
+        if !rs.lists_open.contains(&lister) {
+            rs.lists_open.push(lister);
+        }
         rs.to_pull.set_range(offset, len);
         rs.cursor = rs.cursor.min(offset / super::bitmap::BLOCK);
+    }
+
+    /// Whether our replica holds current data for this range although it is being synced:
+    /// every connected peer has told us all we lack, and this range is not among it.
+    fn has_range(&self, v: usize, offset: u64, len: u64) -> bool {
+        let vol = &self.vols[v];
+        let Some(rs) = vol.resync.as_ref() else {
+            return vol.disk == DiskState::UpToDate;
+        };
+        vol.disk == DiskState::Inconsistent
+            && rs.lists_open.is_empty()
+            && self.peers.iter().all(|p| !p.up || p.vols[v].listed)
+            && !rs.to_pull.any_in(offset, len)
+            && !rs
+                .outstanding
+                .values()
+                .any(|&(o, l)| o < offset + len && offset < o + u64::from(l))
+    }
+
+    /// A peer to pull from: an up-to-date one if any, else a diskful one being synced
+    /// itself (it serves what it has and refuses the rest), skipping those that just
+    /// refused.
+    fn pick_source(&self, v: usize) -> Option<NodeId> {
+        let refused = self.vols[v]
+            .resync
+            .as_ref()
+            .map(|r| r.refused.clone())
+            .unwrap_or_default();
+        let candidate = |want: DiskState| {
+            self.peers
+                .iter()
+                .find(|p| {
+                    p.up && p.vols[v].diskful
+                        && p.vols[v].disk == Some(want)
+                        && !refused.contains(&p.id)
+                })
+                .map(|p| p.id)
+        };
+        let current = self.vols[v]
+            .resync
+            .as_ref()
+            .and_then(|r| r.source)
+            .filter(|&s| {
+                !refused.contains(&s)
+                    && self.peer_index(s).is_some_and(|i| {
+                        let p = &self.peers[i];
+                        p.up && p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate)
+                    })
+            });
+        current
+            .or_else(|| candidate(DiskState::UpToDate))
+            .or_else(|| candidate(DiskState::Inconsistent))
     }
 
     /// Pulls the next ranges from the sync source, up to the window.
@@ -1676,16 +1911,17 @@ impl Resource {
         let chunk_blocks = u64::from(self.spec.resync_chunk) / super::bitmap::BLOCK;
         let window = self.spec.resync_window;
         let size = self.vols[v].size;
+        let source = self.pick_source(v);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
-        let Some(src) = self.peers.iter().position(|p| p.id == rs.source && p.up) else {
-            return;
-        };
-        if self.peers[src].vols[v].disk != Some(DiskState::UpToDate) {
-            return;
+        if rs.source != source && rs.outstanding.is_empty() {
+            rs.source = source;
         }
-        while rs.outstanding.len() < window {
+        while let Some(src) = rs
+            .source
+            .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
+        {
             let Some(first) = rs
                 .to_pull
                 .next_set(rs.cursor)
@@ -1706,7 +1942,7 @@ impl Resource {
             self.next_id += 1;
             rs.outstanding.insert(id, (offset, len as u32));
             out.push(RAction::Send {
-                peer: rs.source,
+                peer: src,
                 msg: Msg::ResyncReq {
                     volume,
                     id,
@@ -1715,12 +1951,18 @@ impl Resource {
                 },
             });
         }
-        if rs.list_complete
+        let all_listed = self.peers.iter().all(|p| !p.up || p.vols[v].listed);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        if all_listed
+            && rs.lists_open.is_empty()
             && rs.to_pull.count() == 0
             && rs.outstanding.is_empty()
             && rs.writes_pending == 0
+            && !rs.finishing
         {
-            rs.list_complete = false; // once
+            rs.finishing = true;
             self.request_local_flush(FlushWaiter::ResyncDone { volume }, out);
         }
     }
@@ -1746,6 +1988,24 @@ impl Resource {
         };
         if req_off != offset || (errno == 0 && data_len != req_len as usize) {
             return Err(format!("resync reply {id} does not match its request"));
+        }
+        if errno == EAGAIN {
+            // The source lacks it too, for now: ask another one, or the same one later.
+            if !rs.refused.contains(&peer) {
+                rs.refused.push(peer);
+            }
+            let rs = self.vols[v].resync.as_mut().expect("checked above");
+            rs.to_pull.set_range(req_off, u64::from(req_len));
+            rs.cursor = rs.cursor.min(req_off / super::bitmap::BLOCK);
+            if !rs.refused.contains(&peer) {
+                rs.refused.push(peer);
+            }
+            rs.retry_at_ms = self.now_ms + RESYNC_RETRY_MS;
+            if rs.outstanding.is_empty() {
+                rs.source = None;
+            }
+            self.pump_resync(volume, out);
+            return Ok(());
         }
         if errno != 0 {
             rs.to_pull.set_range(req_off, u64::from(req_len));
@@ -1815,19 +2075,29 @@ impl Resource {
 
     fn resync_finished(&mut self, volume: u16, ok: bool, out: &mut Vec<RAction>) {
         let v = volume as usize;
-        let Some(rs) = self.vols[v].resync.take() else {
+        let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
+        rs.finishing = false;
+        if !rs.lists_open.is_empty()
+            || rs.to_pull.count() > 0
+            || !rs.outstanding.is_empty()
+            || rs.writes_pending > 0
+        {
+            // More was listed while the final flush ran.
+            return self.pump_resync(volume, out);
+        }
+        let rs = self.vols[v].resync.take().expect("checked above");
         if !ok {
             return self.local_disk_failed(v, "flush after resync failed", out);
         }
         self.vols[v].disk = DiskState::UpToDate;
-        if let Some(i) = self.peer_index(rs.source) {
+        let source = rs.source.map_or("-".to_string(), |s| s.to_string());
+        if let Some(i) = rs.source.and_then(|s| self.peer_index(s)) {
             self.peers[i].vols[v].repl = Repl::Established;
         }
         out.push(RAction::Note(format!(
-            "volume {v}: resync from node {} finished; UpToDate",
-            rs.source
+            "volume {v}: resync from node {source} finished; UpToDate"
         )));
         let size = self.vols[v].size;
         self.broadcast(
@@ -1841,12 +2111,14 @@ impl Resource {
     }
 
     /// A replicated write (or zeroing) from the Primary.
+    #[allow(clippy::too_many_arguments)]
     fn receive_write(
         &mut self,
         i: usize,
         v: usize,
         seq: u64,
         flags: u32,
+        targets: u32,
         kind: DiskKind,
         out: &mut Vec<RAction>,
     ) -> Result<(), String> {
@@ -1861,6 +2133,21 @@ impl Resource {
             ));
         }
         self.peers[i].rx_last_seq = seq;
+        // Diskful nodes the Primary could not send this to lack it: if the Primary fails
+        // before it can tell them, we can (like DRBD's peer acks).
+        let (offset, len) = (offset_of(kind), len_of(kind));
+        for p in self
+            .peers
+            .iter_mut()
+            .filter(|p| p.id != peer && p.vols[v].diskful)
+        {
+            if targets & (1 << p.id) == 0 {
+                p.vols[v].oos.set_range(offset, u64::from(len));
+            } else {
+                // It gets this newer write (or the Primary marks it): our old mark is moot.
+                p.vols[v].oos.clear_range(offset, u64::from(len));
+            }
+        }
         let vol = &mut self.vols[v];
         if !vol.diskful || vol.disk == DiskState::Diskless {
             out.push(RAction::Send {
@@ -1875,12 +2162,15 @@ impl Resource {
                 msg: Msg::RecvAck { seq },
             });
         }
-        let (offset, len) = (offset_of(kind), len_of(kind));
         if let Some(rs) = vol.resync.as_mut() {
             rs.fresh.set_range(offset, u64::from(len));
         }
         self.peers[i].rx_pending.insert(seq);
-        let token = Token::PeerWrite { peer, seq };
+        let token = Token::PeerWrite {
+            peer,
+            conn: self.peers[i].conn,
+            seq,
+        };
         let is_write = matches!(kind, DiskKind::Write { .. });
         if vol.applying.overlaps(offset, u64::from(len)) || vol.held.blocks(offset, u64::from(len))
         {
@@ -1954,14 +2244,16 @@ impl Resource {
         out: &mut Vec<RAction>,
     ) {
         let v = volume as usize;
+        let has_range = self.has_range(v, offset, u64::from(len));
         let vol = &mut self.vols[v];
-        if vol.disk != DiskState::UpToDate {
+        if vol.disk != DiskState::UpToDate && !(resync && has_range) {
             let msg = if resync {
+                // Not an error: we lack it too for now; the target asks elsewhere or later.
                 Msg::ResyncReply {
                     volume,
                     id,
                     offset,
-                    errno: EIO,
+                    errno: EAGAIN,
                     len,
                     data: None,
                 }
@@ -1978,12 +2270,20 @@ impl Resource {
         // A read must see every write that reached us before it: wait for overlapping ones.
         if vol.applying.overlaps(offset, u64::from(len)) || vol.held.blocks(offset, u64::from(len))
         {
-            return vol.reads_waiting.push((peer, id, offset, len, resync));
+            let conn = self
+                .peers
+                .iter()
+                .find(|p| p.id == peer)
+                .map_or(0, |p| p.conn);
+            return self.vols[v]
+                .reads_waiting
+                .push((peer, conn, id, offset, len, resync));
         }
+        let conn = self.peer_index(peer).map_or(0, |i| self.peers[i].conn);
         let token = if resync {
-            Token::ResyncRead { peer, id }
+            Token::ResyncRead { peer, conn, id }
         } else {
-            Token::PeerRead { peer, id }
+            Token::PeerRead { peer, conn, id }
         };
         out.push(RAction::Disk {
             volume,
@@ -1998,6 +2298,16 @@ impl Resource {
     /// Advances the clock: keepalive pings and timeouts.
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
         self.now_ms = now_ms;
+        for v in 0..self.vols.len() {
+            if let Some(rs) = self.vols[v]
+                .resync
+                .as_mut()
+                .filter(|r| !r.refused.is_empty() && now_ms >= r.retry_at_ms)
+            {
+                rs.refused.clear();
+                self.pump_resync(v as u16, out);
+            }
+        }
         let (interval, ping_timeout, timeout) = (
             self.spec.ping_interval_ms,
             self.spec.ping_timeout_ms,
@@ -2005,7 +2315,7 @@ impl Resource {
         );
         let mut drop = Vec::new();
         for p in self.peers.iter_mut().filter(|p| p.up) {
-            let oldest = p.unacked.values().map(|&(_, _, _, t)| t).min();
+            let oldest = p.unacked.values().map(|u| u.sent_ms).min();
             if oldest.is_some_and(|t| now_ms.saturating_sub(t) > timeout) {
                 drop.push((
                     p.id,

@@ -1,0 +1,1067 @@
+//! A deterministic simulator for the replicated engine.
+//!
+//! Several [`Resource`] engines run in one process over a simulated network (per-connection
+//! FIFO links with random delay, cut and healed at random) and simulated disks (operations
+//! complete after random delays, in any order). A seeded workload of overlapping writes,
+//! zeroing, reads and flushes runs on the Primary. Packets really go through the wire codec.
+//!
+//! Checked while running: every read returns, per sector, the latest write completed before
+//! the read began or a write in flight meanwhile; no request fails while an up-to-date
+//! replica is reachable. Checked at the end, after healing every link and letting resync
+//! finish: every diskful replica is up to date and byte-identical to the model (so nothing
+//! acknowledged was lost). The same seed always gives the same run.
+
+mod rng;
+
+use rng::Rng;
+use std::collections::{BinaryHeap, HashMap};
+use tandem_engine::replica::{
+    DataRef, DiskState, Msg, NodeId, Protocol, RAction, Resource, ResourceSpec, Role, Token,
+};
+use tandem_engine::{DiskKind, Io, IoError, ReqId};
+use tandem_wire::packet::{Decoded, Packet};
+
+const SECTOR: u64 = 512;
+
+/// What a run looks like.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    pub protocol: Protocol,
+    /// Node 0 is the Primary; `diskful[i]` says whether node i keeps a replica.
+    pub diskful: Vec<bool>,
+    pub size: u64,
+    pub ops: usize,
+    pub max_in_flight: usize,
+    /// Cut and heal links at random.
+    pub faults: bool,
+    /// Restart (kill -9) secondaries at random: they come back Outdated and resync.
+    pub restarts: bool,
+    /// Inject a fault while an earlier one is still healing. Off: one failure at a time.
+    /// (Overlapping failures of different diskful nodes under a diskless Primary need the
+    /// peer acknowledgements and data generation tags of the metadata work; see the notes.)
+    pub overlapping_faults: bool,
+}
+
+impl Scenario {
+    /// A scenario drawn from the seed: 2–3 nodes, diskful or diskless primary, any protocol.
+    pub fn random(seed: u64) -> Scenario {
+        let mut r = Rng::new(seed ^ 0x5eed);
+        let protocol = [Protocol::A, Protocol::B, Protocol::C][r.below(3) as usize];
+        let nodes = 2 + r.below(2) as usize;
+        let mut diskful = vec![true; nodes];
+        if nodes == 3 && r.chance(0.5) {
+            diskful[0] = false; // a diskless client as Primary
+        }
+        Scenario {
+            seed,
+            protocol,
+            diskful,
+            size: 256 << 10,
+            ops: 200,
+            max_in_flight: 1 + r.below(12) as usize,
+            faults: r.chance(0.7),
+            restarts: r.chance(0.3),
+            overlapping_faults: false,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub completed: usize,
+    pub failed: usize,
+    pub resyncs: usize,
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Deliver { from: NodeId, to: NodeId, conn: u64 },
+    DiskDone { node: NodeId, op: u64 },
+    Tick,
+    Workload,
+    Fault,
+    Heal { a: NodeId, b: NodeId },
+    Restart { node: NodeId },
+    Promote,
+}
+
+struct DiskOpState {
+    token: Token,
+    kind: DiskKind,
+    data: Option<Vec<u8>>,
+    incarnation: u64,
+}
+
+struct Node {
+    engine: Resource,
+    disk: Vec<u8>,
+    held: HashMap<Token, Vec<u8>>,
+    reads: HashMap<Token, Vec<u8>>,
+    ops: HashMap<u64, DiskOpState>,
+    incarnation: u64,
+}
+
+struct Link {
+    up: bool,
+    conn: u64,
+    queue: std::collections::VecDeque<Vec<u8>>,
+    last_delivery: u64,
+}
+
+/// A write as the checker sees it.
+#[derive(Clone, Debug)]
+struct WriteRec {
+    stamp: u64,
+    offset: u64,
+    len: u64,
+    completed: Option<u64>,
+    /// Completion order (several completions share a simulated instant).
+    order: u64,
+    ok: bool,
+    /// Some replica's disk applied it. Under protocol A a diskless Primary acknowledges a
+    /// write once sent, so a write that no replica ever received may be lost: only such
+    /// writes are exempt from the checks.
+    applied: bool,
+    zero: bool,
+}
+
+struct ReadRec {
+    req: ReqId,
+    offset: u64,
+    stamps: Vec<u64>,
+    submitted: u64,
+}
+
+enum Pending {
+    Write {
+        idx: usize,
+    },
+    Read {
+        offset: u64,
+        len: u64,
+        submitted: u64,
+    },
+    Flush,
+}
+
+pub struct Sim {
+    sc: Scenario,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<std::cmp::Reverse<(u64, u64, Ev)>>,
+    nodes: Vec<Node>,
+    links: HashMap<(NodeId, NodeId), Link>,
+    payloads: HashMap<ReqId, Vec<u8>>,
+    pending: HashMap<ReqId, Pending>,
+    writes: Vec<WriteRec>,
+    /// Reads, checked at the end when it is known which writes reached a replica.
+    reads: Vec<ReadRec>,
+    next_req: u64,
+    next_op: u64,
+    next_conn: u64,
+    issued: usize,
+    /// Counts submissions and completions: orders events that share a simulated instant.
+    clock: u64,
+    completed: usize,
+    failed: usize,
+    resyncs: usize,
+    events: u64,
+    log: std::collections::VecDeque<String>,
+}
+
+fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
+    ResourceSpec {
+        me,
+        nodes: sc
+            .diskful
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| (i as NodeId, vec![d]))
+            .collect(),
+        sizes: vec![sc.size],
+        protocol: sc.protocol,
+        ping_interval_ms: 200,
+        ping_timeout_ms: 100,
+        timeout_ms: 2_000,
+        resync_chunk: 16 << 10,
+        resync_window: 4,
+    }
+}
+
+impl Sim {
+    pub fn new(sc: Scenario) -> Sim {
+        let nodes = (0..sc.diskful.len())
+            .map(|i| {
+                let disk = if sc.diskful[i] {
+                    DiskState::UpToDate
+                } else {
+                    DiskState::Diskless
+                };
+                Node {
+                    engine: Resource::new(spec(&sc, i as NodeId), vec![disk]),
+                    disk: vec![0; sc.size as usize],
+                    held: HashMap::new(),
+                    reads: HashMap::new(),
+                    ops: HashMap::new(),
+                    incarnation: 0,
+                }
+            })
+            .collect();
+        let mut sim = Sim {
+            rng: Rng::new(sc.seed),
+            sc,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            nodes,
+            links: HashMap::new(),
+            payloads: HashMap::new(),
+            pending: HashMap::new(),
+            writes: Vec::new(),
+            reads: Vec::new(),
+            next_req: 1,
+            next_op: 1,
+            next_conn: 1,
+            issued: 0,
+            clock: 0,
+            completed: 0,
+            failed: 0,
+            resyncs: 0,
+            events: 0,
+            log: Default::default(),
+        };
+        let n = sim.nodes.len() as NodeId;
+        for a in 0..n {
+            for b in (a + 1)..n {
+                sim.connect(a, b);
+            }
+        }
+        // Promote once the peers have told each other their state.
+        sim.at(5_000, Ev::Promote);
+        sim.at(1, Ev::Tick);
+        if sim.sc.faults || sim.sc.restarts {
+            let t = 1_000 + sim.rng.below(20_000);
+            sim.at(t, Ev::Fault);
+        }
+        sim
+    }
+
+    fn at(&mut self, delay_us: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue
+            .push(std::cmp::Reverse((self.now + delay_us, self.seq, ev)));
+    }
+
+    fn note(&mut self, s: String) {
+        if self.log.len() == 5_000 {
+            self.log.pop_front();
+        }
+        self.log.push_back(format!("{:>10} {s}", self.now));
+    }
+
+    /// The recent history, for a failing seed.
+    pub fn tail_log(&self, n: usize) -> String {
+        let skip = self.log.len().saturating_sub(n);
+        self.log
+            .iter()
+            .skip(skip)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn connect(&mut self, a: NodeId, b: NodeId) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        for (x, y) in [(a, b), (b, a)] {
+            self.links.insert(
+                (x, y),
+                Link {
+                    up: true,
+                    conn,
+                    queue: Default::default(),
+                    last_delivery: self.now,
+                },
+            );
+        }
+        self.note(format!("link {a}<->{b} up"));
+        for (x, y) in [(a, b), (b, a)] {
+            let mut out = Vec::new();
+            self.nodes[x as usize].engine.peer_up(y, &mut out);
+            self.run_actions(x, out, None);
+        }
+    }
+
+    /// Cuts the link; `except` already knows (it dropped the connection itself).
+    fn cut(&mut self, a: NodeId, b: NodeId, except: Option<NodeId>) {
+        if !self.links.get(&(a, b)).is_some_and(|l| l.up) {
+            return;
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            let l = self.links.get_mut(&(x, y)).expect("link exists");
+            l.up = false;
+            l.queue.clear();
+        }
+        self.note(format!("link {a}<->{b} cut"));
+        for (x, y) in [(a, b), (b, a)] {
+            if Some(x) != except {
+                let mut out = Vec::new();
+                self.nodes[x as usize].engine.peer_down(y, &mut out);
+                self.run_actions(x, out, None);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ driver
+
+    fn resolve(&self, node: NodeId, data: DataRef, incoming: Option<&[u8]>, len: usize) -> Vec<u8> {
+        let n = &self.nodes[node as usize];
+        let bytes: &[u8] = match data {
+            DataRef::Request(req) => self.payloads.get(&req).expect("payload of a live write"),
+            DataRef::Incoming { at } => {
+                &incoming.expect("incoming data outside a packet")[at as usize..]
+            }
+            DataRef::Disk(t) => n.reads.get(&t).expect("read buffer"),
+            DataRef::Held { key, at } => &n.held.get(&key).expect("held data")[at as usize..],
+        };
+        bytes[..len].to_vec()
+    }
+
+    fn run_actions(&mut self, node: NodeId, actions: Vec<RAction>, incoming: Option<&[u8]>) {
+        for a in actions {
+            match a {
+                RAction::Disk {
+                    volume: _,
+                    token,
+                    kind,
+                    data,
+                } => {
+                    let bytes =
+                        data.map(|d| self.resolve(node, d, incoming, len_of(kind) as usize));
+                    let op = self.next_op;
+                    self.next_op += 1;
+                    let inc = self.nodes[node as usize].incarnation;
+                    self.nodes[node as usize].ops.insert(
+                        op,
+                        DiskOpState {
+                            token,
+                            kind,
+                            data: bytes,
+                            incarnation: inc,
+                        },
+                    );
+                    let d = 5 + self.rng.below(300);
+                    self.at(d, Ev::DiskDone { node, op });
+                }
+                RAction::Complete { req, result, data } => {
+                    self.complete(node, req, result, data, incoming)
+                }
+                RAction::Send { peer, msg } => self.send(node, peer, msg, incoming),
+                RAction::Retain { from, key } => {
+                    let bytes = match from {
+                        DataRef::Request(req) => self.payloads[&req].clone(),
+                        DataRef::Incoming { at } => {
+                            incoming.expect("retain outside a packet")[at as usize..].to_vec()
+                        }
+                        other => self.resolve(node, other, incoming, 0),
+                    };
+                    self.nodes[node as usize].held.insert(key, bytes);
+                }
+                RAction::Disconnect { peer, reason } => {
+                    self.note(format!("node {node} drops {peer}: {reason}"));
+                    self.cut(node, peer, Some(node));
+                    let t = 50_000 + self.rng.below(50_000);
+                    self.at(
+                        t,
+                        Ev::Heal {
+                            a: node.min(peer),
+                            b: node.max(peer),
+                        },
+                    );
+                }
+                RAction::Note(s) => {
+                    if s.contains("finished; UpToDate") {
+                        self.resyncs += 1;
+                    }
+                    self.note(format!("node {node}: {s}"));
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg, incoming: Option<&[u8]>) {
+        if !self.links.get(&(from, to)).is_some_and(|l| l.up) {
+            return;
+        }
+        let mut buf = Vec::new();
+        let data_of = |s: &Sim, d: Option<DataRef>, len: u32| {
+            d.map(|d| s.resolve(from, d, incoming, len as usize))
+        };
+        let p_data;
+        let packet = match msg {
+            Msg::Role(role) => Packet::Role { role },
+            Msg::Volume { volume, size, disk } => Packet::Volume { volume, size, disk },
+            Msg::Write {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+                data,
+            } => {
+                p_data = data_of(self, Some(data), len).expect("write data");
+                Packet::Write {
+                    volume,
+                    seq,
+                    offset,
+                    flags,
+                    targets,
+                    data: &p_data,
+                }
+            }
+            Msg::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            } => Packet::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            },
+            Msg::RecvAck { seq } => Packet::RecvAck { seq },
+            Msg::WriteAck { seq } => Packet::WriteAck { seq },
+            Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
+            Msg::Barrier { id } => Packet::Barrier { id },
+            Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
+            Msg::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ReadReply {
+                id,
+                errno,
+                len,
+                data,
+            } => {
+                p_data = data_of(self, data, len).unwrap_or_default();
+                Packet::ReadReply {
+                    id,
+                    errno,
+                    data: &p_data,
+                }
+            }
+            Msg::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                len,
+                data,
+            } => {
+                p_data = data_of(self, data, len).unwrap_or_default();
+                Packet::ResyncReply {
+                    volume,
+                    id,
+                    offset,
+                    errno,
+                    data: &p_data,
+                }
+            }
+            Msg::OutOfSync {
+                volume,
+                offset,
+                len,
+            } => Packet::OutOfSync {
+                volume,
+                offset,
+                len,
+            },
+            Msg::Ping => Packet::Ping,
+            Msg::PingAck => Packet::PingAck,
+        };
+        tandem_wire::encode(&packet, &mut buf);
+        let delay = 20 + self.rng.below(200);
+        let link = self.links.get_mut(&(from, to)).expect("link");
+        // FIFO per connection: never deliver before the previous packet.
+        let when = (self.now + delay).max(link.last_delivery);
+        link.last_delivery = when;
+        link.queue.push_back(buf);
+        let conn = link.conn;
+        let d = when - self.now;
+        self.at(d, Ev::Deliver { from, to, conn });
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, conn: u64) {
+        let Some(link) = self.links.get_mut(&(from, to)) else {
+            return;
+        };
+        if !link.up || link.conn != conn {
+            return;
+        }
+        let Some(bytes) = link.queue.pop_front() else {
+            return;
+        };
+        let packet = match tandem_wire::decode(&bytes) {
+            Ok(Decoded::Packet(p, n)) if n == bytes.len() => p,
+            other => panic!("the codec failed on its own packet: {other:?}"),
+        };
+        let data: Option<&[u8]> = match packet {
+            Packet::Write { data, .. }
+            | Packet::ReadReply { data, .. }
+            | Packet::ResyncReply { data, .. } => Some(data),
+            _ => None,
+        };
+        let data = data.map(|d| d.to_vec());
+        let mut out = Vec::new();
+        self.nodes[to as usize]
+            .engine
+            .packet(from, &packet, &mut out);
+        self.run_actions(to, out, data.as_deref());
+    }
+
+    fn disk_done(&mut self, node: NodeId, op: u64) {
+        let n = &mut self.nodes[node as usize];
+        let Some(st) = n.ops.remove(&op) else { return };
+        if st.incarnation != n.incarnation {
+            return; // issued before a restart
+        }
+        match st.kind {
+            DiskKind::Write { offset, len } => {
+                let data = st.data.expect("write data captured at issue");
+                n.disk[offset as usize..(offset + u64::from(len)) as usize]
+                    .copy_from_slice(&data[..len as usize]);
+                let stamp = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+                if let Some(w) = self.writes.iter_mut().find(|w| w.stamp == stamp && !w.zero) {
+                    w.applied = true;
+                }
+            }
+            DiskKind::Zero { offset, len, .. } | DiskKind::Trim { offset, len } => {
+                n.disk[offset as usize..(offset + u64::from(len)) as usize].fill(0);
+                for w in self
+                    .writes
+                    .iter_mut()
+                    .filter(|w| w.zero && w.offset == offset && w.len == u64::from(len))
+                {
+                    w.applied = true;
+                }
+            }
+            DiskKind::Read { offset, len } => {
+                let bytes = n.disk[offset as usize..(offset + u64::from(len)) as usize].to_vec();
+                n.reads.insert(st.token, bytes);
+            }
+            DiskKind::Cache { .. } | DiskKind::Flush => {}
+        }
+        n.held.remove(&st.token);
+        let mut out = Vec::new();
+        self.nodes[node as usize]
+            .engine
+            .disk_done(0, st.token, st.kind, Ok(()), &mut out);
+        self.run_actions(node, out, None);
+        // Read buffers are consumed by the actions above (a reply or a completion).
+        if matches!(st.kind, DiskKind::Read { .. }) {
+            self.nodes[node as usize].reads.remove(&st.token);
+        }
+    }
+
+    // ------------------------------------------------------------------ workload and checks
+
+    fn workload(&mut self) {
+        while self.issued < self.sc.ops && self.pending.len() < self.sc.max_in_flight {
+            if self.nodes[0].engine.role() != Role::Primary {
+                break;
+            }
+            let req = ReqId(self.next_req);
+            self.next_req += 1;
+            self.issued += 1;
+            let sectors = self.sc.size / SECTOR;
+            let offset = self.rng.below(sectors - 16) * SECTOR;
+            let len = (1 + self.rng.below(16)) * SECTOR;
+            let roll = self.rng.below(100);
+            let io = if roll < 55 {
+                let stamp = req.0;
+                let mut data = vec![0u8; len as usize];
+                for chunk in data.chunks_mut(SECTOR as usize) {
+                    chunk[..8].copy_from_slice(&stamp.to_le_bytes());
+                }
+                self.payloads.insert(req, data);
+                self.writes.push(WriteRec {
+                    stamp,
+                    offset,
+                    len,
+                    completed: None,
+                    order: 0,
+                    ok: false,
+                    applied: false,
+                    zero: false,
+                });
+                self.pending.insert(
+                    req,
+                    Pending::Write {
+                        idx: self.writes.len() - 1,
+                    },
+                );
+                Io::Write {
+                    offset,
+                    len: len as u32,
+                    fua: self.rng.chance(0.1),
+                }
+            } else if roll < 62 {
+                self.writes.push(WriteRec {
+                    stamp: 0,
+                    offset,
+                    len,
+                    completed: None,
+                    order: 0,
+                    ok: false,
+                    applied: false,
+                    zero: true,
+                });
+                self.pending.insert(
+                    req,
+                    Pending::Write {
+                        idx: self.writes.len() - 1,
+                    },
+                );
+                let trim = self.rng.chance(0.5);
+                if trim {
+                    Io::Trim {
+                        offset,
+                        len: len as u32,
+                        fua: false,
+                    }
+                } else {
+                    Io::Zero {
+                        offset,
+                        len: len as u32,
+                        fua: false,
+                        may_punch: self.rng.chance(0.5),
+                        fast: false,
+                    }
+                }
+            } else if roll < 92 {
+                self.clock += 1;
+                self.pending.insert(
+                    req,
+                    Pending::Read {
+                        offset,
+                        len,
+                        submitted: self.clock,
+                    },
+                );
+                Io::Read {
+                    offset,
+                    len: len as u32,
+                }
+            } else {
+                self.pending.insert(req, Pending::Flush);
+                Io::Flush
+            };
+            self.note(format!("submit {req:?} {io:?}"));
+            let mut out = Vec::new();
+            self.nodes[0].engine.submit(req, 0, io, &mut out);
+            self.run_actions(0, out, None);
+        }
+        if self.issued < self.sc.ops {
+            let d = 10 + self.rng.below(100);
+            self.at(d, Ev::Workload);
+        }
+    }
+
+    fn complete(
+        &mut self,
+        node: NodeId,
+        req: ReqId,
+        result: Result<(), IoError>,
+        data: Option<DataRef>,
+        incoming: Option<&[u8]>,
+    ) {
+        assert_eq!(node, 0, "only the Primary completes application requests");
+        let p = self
+            .pending
+            .remove(&req)
+            .unwrap_or_else(|| panic!("{req:?} completed twice or never submitted"));
+        self.note(format!("complete {req:?} {result:?}"));
+        if result.is_err() {
+            self.failed += 1;
+            // Failing is allowed only when no up-to-date replica was within reach.
+            let reachable = (0..self.nodes.len()).any(|i| {
+                self.sc.diskful[i]
+                    && (i == 0 || self.links.get(&(0, i as NodeId)).is_some_and(|l| l.up))
+                    && self.nodes[i].engine.disk(0) == DiskState::UpToDate
+            });
+            assert!(
+                !reachable || matches!(p, Pending::Read { .. }),
+                "{req:?} failed with {result:?} while an up-to-date replica was reachable"
+            );
+        } else {
+            self.completed += 1;
+        }
+        match p {
+            Pending::Write { idx } => {
+                self.payloads.remove(&req);
+                self.nodes[0].held.remove(&Token::App(req));
+                self.clock += 1;
+                let order = self.clock;
+                let w = &mut self.writes[idx];
+                w.completed = Some(self.now);
+                w.order = order;
+                w.ok = result.is_ok();
+            }
+            Pending::Read {
+                offset,
+                len,
+                submitted,
+            } => {
+                if result.is_ok() {
+                    let bytes = self.resolve(0, data.expect("read data"), incoming, len as usize);
+                    let stamps = bytes
+                        .chunks(SECTOR as usize)
+                        .map(|c| u64::from_le_bytes(c[..8].try_into().expect("8 bytes")))
+                        .collect();
+                    self.clock += 1;
+                    self.reads.push(ReadRec {
+                        req,
+                        offset,
+                        stamps,
+                        submitted,
+                    });
+                }
+            }
+            Pending::Flush => {}
+        }
+        self.at(1, Ev::Workload);
+    }
+
+    /// A write that counts: it succeeded, and (see `WriteRec::applied`) reached a replica.
+    fn counts(&self, w: &WriteRec) -> bool {
+        w.ok
+    }
+
+    /// Every sector holds the latest write completed before the read began, or a write in
+    /// flight at some point while the read was.
+    fn check_read(&self, r: &ReadRec) {
+        for (k, &got) in r.stamps.iter().enumerate() {
+            let at = r.offset + k as u64 * SECTOR;
+            let covering = self
+                .writes
+                .iter()
+                .filter(|w| w.offset <= at && at < w.offset + w.len);
+            let mut last_done: Option<&WriteRec> = None;
+            let mut allowed = Vec::new();
+            for w in covering {
+                match w.completed {
+                    Some(_) if w.order < r.submitted && self.counts(w) => {
+                        if last_done.is_none_or(|l| l.order < w.order) {
+                            last_done = Some(w);
+                        }
+                    }
+                    // Failed or lost writes may have landed anywhere; others were in flight.
+                    _ => allowed.push(w.stamp),
+                }
+            }
+            allowed.push(last_done.map_or(0, |w| w.stamp));
+            assert!(
+                allowed.contains(&got),
+                "seed {}: read {:?} of sector {at} returned stamp {got}, allowed {allowed:?}\n{:?}\n{}",
+                self.sc.seed,
+                r.req,
+                self.sc,
+                self.tail_log(300)
+            );
+        }
+    }
+
+    fn fault(&mut self) {
+        if !self.sc.overlapping_faults && !self.healthy() {
+            // One failure at a time: the next waits until the last one has healed.
+            self.at(5_000, Ev::Fault);
+            return;
+        }
+        let n = self.nodes.len() as NodeId;
+        let a = self.rng.below(u64::from(n)) as NodeId;
+        let b = (a + 1 + self.rng.below(u64::from(n) - 1) as NodeId) % n;
+        if self.sc.restarts && a != 0 && self.rng.chance(0.4) {
+            self.restart(a);
+        } else if self.sc.faults {
+            self.cut(a.min(b), a.max(b), None);
+            let t = 2_000 + self.rng.below(60_000);
+            self.at(
+                t,
+                Ev::Heal {
+                    a: a.min(b),
+                    b: a.max(b),
+                },
+            );
+        }
+        if self.issued < self.sc.ops {
+            let t = 5_000 + self.rng.below(40_000);
+            self.at(t, Ev::Fault);
+        }
+    }
+
+    /// kill -9 of a secondary: the page cache keeps what was written; the engine's memory is
+    /// gone, so it comes back not knowing whether it is current.
+    fn restart(&mut self, node: NodeId) {
+        self.note(format!("restart node {node}"));
+        for other in 0..self.nodes.len() as NodeId {
+            if other != node {
+                self.cut(node.min(other), node.max(other), None);
+            }
+        }
+        let n = &mut self.nodes[node as usize];
+        n.incarnation += 1;
+        n.ops.clear();
+        n.held.clear();
+        n.reads.clear();
+        let disk = if self.sc.diskful[node as usize] {
+            DiskState::Outdated
+        } else {
+            DiskState::Diskless
+        };
+        n.engine = Resource::new(spec(&self.sc, node), vec![disk]);
+        self.at(30_000, Ev::Restart { node });
+    }
+
+    fn rejoin(&mut self, node: NodeId) {
+        for other in 0..self.nodes.len() as NodeId {
+            if other != node && !self.links.get(&(node, other)).is_some_and(|l| l.up) {
+                self.connect(node.min(other), node.max(other));
+            }
+        }
+    }
+
+    fn step(&mut self) -> bool {
+        let Some(std::cmp::Reverse((t, _, ev))) = self.queue.pop() else {
+            return false;
+        };
+        self.now = t;
+        self.events += 1;
+        match ev {
+            Ev::Deliver { from, to, conn } => self.deliver(from, to, conn),
+            Ev::DiskDone { node, op } => self.disk_done(node, op),
+            Ev::Tick => {
+                for i in 0..self.nodes.len() {
+                    let mut out = Vec::new();
+                    self.nodes[i].engine.tick(self.now / 1000, &mut out);
+                    self.run_actions(i as NodeId, out, None);
+                }
+                if !self.quiet() {
+                    self.at(10_000, Ev::Tick);
+                }
+            }
+            Ev::Workload => self.workload(),
+            Ev::Fault => self.fault(),
+            Ev::Heal { a, b } => {
+                if !self.links.get(&(a, b)).is_some_and(|l| l.up) {
+                    self.connect(a, b);
+                }
+            }
+            Ev::Restart { node } => self.rejoin(node),
+            Ev::Promote => {
+                let mut out = Vec::new();
+                self.nodes[0]
+                    .engine
+                    .promote(false, &mut out)
+                    .expect("node 0 can promote at start");
+                self.run_actions(0, out, None);
+                self.at(1, Ev::Workload);
+            }
+        }
+        true
+    }
+
+    /// Nothing left to do: workload done, all requests answered, every replica in sync.
+    fn quiet(&self) -> bool {
+        self.issued >= self.sc.ops && self.pending.is_empty() && self.in_sync()
+    }
+
+    /// All links up and every diskful replica UpToDate, no known out-of-sync block.
+    fn healthy(&self) -> bool {
+        self.links.values().all(|l| l.up)
+            && (0..self.nodes.len()).all(|i| {
+                let st = self.nodes[i].engine.status();
+                (!self.sc.diskful[i] || st.volumes[0].disk == DiskState::UpToDate)
+                    && st
+                        .peers
+                        .iter()
+                        .all(|p| p.connected && p.volumes[0].out_of_sync_bytes == 0)
+            })
+    }
+
+    /// Every link up and idle, no disk operation pending, every diskful replica UpToDate,
+    /// and no node knowing of a block another lacks.
+    fn in_sync(&self) -> bool {
+        self.links.values().all(|l| l.up && l.queue.is_empty())
+            && self.nodes.iter().all(|n| n.ops.is_empty())
+            && (0..self.nodes.len()).all(|i| {
+                let st = self.nodes[i].engine.status();
+                (!self.sc.diskful[i] || st.volumes[0].disk == DiskState::UpToDate)
+                    && st.volumes[0].resync_remaining.is_none()
+                    && st.peers.iter().all(|p| {
+                        p.connected && p.volumes[0].out_of_sync_bytes == 0 && p.unacked == 0
+                    })
+            })
+    }
+
+    /// Runs the scenario to the end and checks the final state. Panics with the seed and the
+    /// recent history on any violation.
+    pub fn run(mut self) -> Outcome {
+        let limit = 5_000_000u64;
+        while self.step() {
+            if self.events >= limit {
+                let status: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
+                panic!(
+                    "seed {}: no quiescence after {limit} events\n{:?}\n{status:#?}\n{}",
+                    self.sc.seed,
+                    self.sc,
+                    self.tail_log(60)
+                );
+            }
+            if self.issued >= self.sc.ops && self.pending.is_empty() {
+                // Heal everything so the replicas can converge.
+                let cut: Vec<(NodeId, NodeId)> = self
+                    .links
+                    .iter()
+                    .filter(|(&(a, b), l)| a < b && !l.up)
+                    .map(|(&k, _)| k)
+                    .collect();
+                for (a, b) in cut {
+                    self.connect(a, b);
+                }
+                if self.in_sync() {
+                    break;
+                }
+            }
+        }
+        self.check_final();
+        Outcome {
+            completed: self.completed,
+            failed: self.failed,
+            resyncs: self.resyncs,
+            events: self.events,
+        }
+    }
+
+    fn check_final(&self) {
+        let seed = self.sc.seed;
+        assert!(
+            self.pending.is_empty(),
+            "seed {seed}: requests never answered: {}",
+            self.pending.len()
+        );
+        assert!(
+            self.in_sync(),
+            "seed {seed}: replicas never converged\n{}",
+            self.tail_log(80)
+        );
+        // The model: per sector, the latest successful write (writes to one sector never
+        // overlap in flight, so completion order is their order).
+        for r in &self.reads {
+            self.check_read(r);
+        }
+        // Per sector: the last successful write, or a failed one after it (a failed write
+        // may have landed on some replicas; resync must then have spread it to all).
+        let sectors = (self.sc.size / SECTOR) as usize;
+        let mut allowed: Vec<Vec<u64>> = vec![vec![0]; sectors];
+        let mut by_order: Vec<&WriteRec> = self
+            .writes
+            .iter()
+            .filter(|w| w.completed.is_some())
+            .collect();
+        by_order.sort_by_key(|w| w.order);
+        for w in by_order {
+            for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
+                let a = &mut allowed[s as usize];
+                if self.counts(w) {
+                    a.clear();
+                }
+                a.push(w.stamp);
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !self.sc.diskful[i] {
+                continue;
+            }
+            for (s, want) in allowed.iter().enumerate() {
+                let at = s * SECTOR as usize;
+                let got = u64::from_le_bytes(n.disk[at..at + 8].try_into().expect("8 bytes"));
+                assert!(
+                    want.contains(&got),
+                    "seed {seed}: node {i} sector {s}: stamp {got}, allowed (last acknowledged write, then failed ones) {want:?}\n{:?}\n{}",
+                    self.sc,
+                    self.tail_log(3000)
+                );
+            }
+        }
+        let first = self
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(i, _)| self.sc.diskful[*i])
+            .map(|(_, n)| &n.disk);
+        for (i, n) in self.nodes.iter().enumerate() {
+            if self.sc.diskful[i] {
+                assert!(
+                    Some(&n.disk) == first,
+                    "seed {seed}: node {i}'s replica differs from the others"
+                );
+            }
+        }
+    }
+}
+
+fn len_of(kind: DiskKind) -> u32 {
+    match kind {
+        DiskKind::Read { len, .. }
+        | DiskKind::Write { len, .. }
+        | DiskKind::Trim { len, .. }
+        | DiskKind::Zero { len, .. }
+        | DiskKind::Cache { len, .. } => len,
+        DiskKind::Flush => 0,
+    }
+}
+
+/// Runs seeds `from..from + count`; returns the first failing seed's panic message.
+pub fn run_seeds(from: u64, count: u64) -> Result<(), String> {
+    for seed in from..from + count {
+        let sc = Scenario::random(seed);
+        let r = std::panic::catch_unwind(|| Sim::new(sc).run());
+        if let Err(e) = r {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Err(format!("seed {seed} failed: {msg}"));
+        }
+    }
+    Ok(())
+}
