@@ -1,0 +1,293 @@
+//! Direct tests of the replicated engine's refusals. The simulator (crates/sim) covers the
+//! data path under failures; these pin down what a misbehaving peer or operator gets.
+
+use tandem_engine::replica::{DiskState, Msg, Protocol, RAction, Resource, ResourceSpec, Role};
+use tandem_engine::{Io, IoError, ReqId};
+use tandem_wire::packet::{write_flags, Packet};
+
+fn spec(me: u8) -> ResourceSpec {
+    ResourceSpec {
+        me,
+        nodes: vec![(0, vec![true]), (1, vec![true]), (2, vec![false])],
+        sizes: vec![1 << 20],
+        protocol: Protocol::C,
+        ping_interval_ms: 1000,
+        ping_timeout_ms: 500,
+        timeout_ms: 6000,
+        resync_chunk: 64 << 10,
+        resync_window: 4,
+    }
+}
+
+fn node(me: u8) -> Resource {
+    let disk = if me == 2 {
+        DiskState::Diskless
+    } else {
+        DiskState::UpToDate
+    };
+    Resource::new(spec(me), vec![disk])
+}
+
+fn disconnects(out: &[RAction]) -> Vec<String> {
+    out.iter()
+        .filter_map(|a| {
+            if let RAction::Disconnect { reason, .. } = a {
+                Some(reason.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_peer_with_another_volume_size_is_dropped_and_nothing_changes() {
+    let mut n = node(0);
+    let mut out = Vec::new();
+    n.peer_up(1, &mut out);
+    out.clear();
+    n.packet(
+        1,
+        &Packet::Volume {
+            volume: 0,
+            size: 2 << 20,
+            disk: DiskState::UpToDate,
+        },
+        &mut out,
+    );
+    let d = disconnects(&out);
+    assert_eq!(d.len(), 1, "{out:?}");
+    assert!(
+        d[0].contains("2097152") && d[0].contains("1048576"),
+        "{d:?}"
+    );
+    assert_eq!(n.disk(0), DiskState::UpToDate);
+    assert!(!n.status().peers[0].connected);
+}
+
+#[test]
+fn a_second_primary_is_refused() {
+    let mut n = node(1);
+    let mut out = Vec::new();
+    n.peer_up(0, &mut out);
+    n.packet(
+        0,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    let err = n.promote(false, &mut out).unwrap_err();
+    assert!(err.contains("node 0 is Primary"), "{err}");
+    assert_eq!(n.role(), Role::Secondary);
+    // And if both claim it anyway, the connection is dropped rather than both writing.
+    let mut p = node(0);
+    let mut out = Vec::new();
+    p.peer_up(1, &mut out);
+    p.packet(
+        1,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+        },
+        &mut out,
+    );
+    p.promote(false, &mut out).unwrap();
+    out.clear();
+    p.packet(
+        1,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    assert!(
+        disconnects(&out)
+            .iter()
+            .any(|r| r.contains("both nodes are Primary")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn writes_from_a_node_that_is_not_primary_are_a_protocol_error() {
+    let mut n = node(1);
+    let mut out = Vec::new();
+    n.peer_up(0, &mut out);
+    out.clear();
+    let w = Packet::Write {
+        volume: 0,
+        seq: 1,
+        offset: 0,
+        flags: write_flags::ACK_WRITE,
+        targets: 0b11,
+        data: &[1; 512],
+    };
+    n.packet(0, &w, &mut out);
+    assert!(
+        disconnects(&out).iter().any(|r| r.contains("not Primary")),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|a| matches!(a, RAction::Disk { .. })),
+        "nothing written"
+    );
+}
+
+#[test]
+fn a_write_beyond_the_volume_is_a_protocol_error() {
+    let mut n = node(1);
+    let mut out = Vec::new();
+    n.peer_up(0, &mut out);
+    n.packet(
+        0,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    out.clear();
+    let w = Packet::Write {
+        volume: 0,
+        seq: 1,
+        offset: (1 << 20) - 256,
+        flags: 0,
+        targets: 0b11,
+        data: &[1; 512],
+    };
+    n.packet(0, &w, &mut out);
+    assert!(
+        disconnects(&out)
+            .iter()
+            .any(|r| r.contains("outside volume")),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter().any(|a| matches!(a, RAction::Disk { .. })),
+        "nothing written"
+    );
+}
+
+#[test]
+fn a_secondary_refuses_application_io() {
+    let mut n = node(0);
+    let mut out = Vec::new();
+    n.submit(
+        ReqId(1),
+        0,
+        Io::Write {
+            offset: 0,
+            len: 512,
+            fua: false,
+        },
+        &mut out,
+    );
+    assert_eq!(
+        out,
+        vec![RAction::Complete {
+            req: ReqId(1),
+            result: Err(IoError::ReadOnly),
+            data: None
+        }]
+    );
+}
+
+#[test]
+fn a_diskless_node_cannot_promote_without_an_up_to_date_peer() {
+    let mut n = node(2);
+    let mut out = Vec::new();
+    assert!(n
+        .promote(false, &mut out)
+        .unwrap_err()
+        .contains("no up-to-date replica"));
+    n.peer_up(1, &mut out);
+    n.packet(
+        1,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+        },
+        &mut out,
+    );
+    n.promote(false, &mut out).unwrap();
+    assert!(out.iter().any(|a| matches!(
+        a,
+        RAction::Send {
+            peer: 1,
+            msg: Msg::Role(Role::Primary)
+        }
+    )));
+}
+
+#[test]
+fn protocol_c_completes_only_after_every_peer_wrote() {
+    let mut p = node(0);
+    let mut out = Vec::new();
+    p.peer_up(1, &mut out);
+    p.packet(
+        1,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+        },
+        &mut out,
+    );
+    p.promote(false, &mut out).unwrap();
+    out.clear();
+    p.submit(
+        ReqId(7),
+        0,
+        Io::Write {
+            offset: 4096,
+            len: 4096,
+            fua: false,
+        },
+        &mut out,
+    );
+    let local = out
+        .iter()
+        .find_map(|a| {
+            if let RAction::Disk { token, kind, .. } = a {
+                Some((*token, *kind))
+            } else {
+                None
+            }
+        })
+        .unwrap();
+    let seq = out
+        .iter()
+        .find_map(|a| {
+            if let RAction::Send {
+                msg: Msg::Write { seq, .. },
+                ..
+            } = a
+            {
+                Some(*seq)
+            } else {
+                None
+            }
+        })
+        .expect("sent to the peer");
+    out.clear();
+    p.disk_done(0, local.0, local.1, Ok(()), &mut out);
+    p.packet(1, &Packet::RecvAck { seq }, &mut out);
+    assert!(
+        !out.iter().any(|a| matches!(a, RAction::Complete { .. })),
+        "not before the peer wrote it: {out:?}"
+    );
+    p.packet(1, &Packet::WriteAck { seq }, &mut out);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Complete {
+                req: ReqId(7),
+                result: Ok(()),
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+}
