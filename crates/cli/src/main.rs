@@ -1,5 +1,6 @@
 //! `tandem`: replicated block storage in user space.
 
+mod admin;
 mod size;
 
 use anyhow::{bail, Result};
@@ -27,6 +28,79 @@ struct Cli {
 enum Cmd {
     /// Export local files or block devices over NBD (one node, no replication).
     Serve(ServeArgs),
+    /// Run the node daemon: replicate the resources that name this node.
+    Node(NodeArgs),
+    /// Show resources, roles, disks and peers (like `drbdadm status`).
+    Status {
+        resource: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Make this node Primary for a resource.
+    Primary {
+        resource: String,
+        /// Declare this node's replicas up to date first (choose the sync source).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Make this node Secondary for a resource.
+    Secondary {
+        resource: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// (Re)connect to a peer, or to all peers.
+    Connect {
+        resource: String,
+        peer: Option<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Disconnect from a peer, or from all peers, and stay StandAlone.
+    Disconnect {
+        resource: String,
+        peer: Option<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Connect a resource to all its peers.
+    Up {
+        resource: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Disconnect a resource from all its peers.
+    Down {
+        resource: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+}
+
+#[derive(clap::Args)]
+struct ControlArg {
+    /// The node daemon's control socket.
+    #[arg(long, env = "TANDEM_CONTROL", default_value = "/run/tandem/tandem.ctl")]
+    control: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct NodeArgs {
+    /// This node's name in the resource files.
+    #[arg(long)]
+    name: String,
+    /// Directory holding one TOML file per resource.
+    #[arg(long, default_value = "/etc/tandem")]
+    config_dir: PathBuf,
+    #[command(flatten)]
+    control: ControlArg,
+    /// Threads for blocking disk operations (fdatasync).
+    #[arg(long, default_value_t = 4)]
+    disk_threads: usize,
 }
 
 #[derive(clap::Args)]
@@ -75,6 +149,53 @@ fn main() {
         .init();
     let result = match cli.command {
         Cmd::Serve(args) => serve(args),
+        Cmd::Node(a) => tandem_daemon::node::run(tandem_daemon::node::NodeOptions {
+            node: a.name,
+            config_dir: a.config_dir,
+            control: a.control.control,
+            disk_threads: a.disk_threads.max(1),
+        }),
+        Cmd::Status {
+            resource,
+            json,
+            control,
+        } => admin::status(&control.control, resource.as_deref(), json),
+        Cmd::Primary {
+            resource,
+            force,
+            control,
+        } => admin::verb(
+            &control.control,
+            serde_json::json!({"cmd": "primary", "resource": resource, "force": force}),
+        ),
+        Cmd::Secondary { resource, control } => admin::verb(
+            &control.control,
+            serde_json::json!({"cmd": "secondary", "resource": resource}),
+        ),
+        Cmd::Connect {
+            resource,
+            peer,
+            control,
+        } => admin::verb(
+            &control.control,
+            serde_json::json!({"cmd": "connect", "resource": resource, "peer": peer}),
+        ),
+        Cmd::Disconnect {
+            resource,
+            peer,
+            control,
+        } => admin::verb(
+            &control.control,
+            serde_json::json!({"cmd": "disconnect", "resource": resource, "peer": peer}),
+        ),
+        Cmd::Up { resource, control } => admin::verb(
+            &control.control,
+            serde_json::json!({"cmd": "up", "resource": resource}),
+        ),
+        Cmd::Down { resource, control } => admin::verb(
+            &control.control,
+            serde_json::json!({"cmd": "down", "resource": resource}),
+        ),
     };
     if let Err(e) = result {
         eprintln!("tandem: error: {e:#}");

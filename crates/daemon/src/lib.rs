@@ -8,6 +8,7 @@
 mod bufpool;
 mod conn;
 mod listener;
+pub mod node;
 mod reactor;
 pub mod serve;
 mod worker;

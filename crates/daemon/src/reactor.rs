@@ -66,7 +66,7 @@ struct Core {
     exports: Vec<ExportInfo>,
     slots: Slab<Slot>,
     pool: BufPool,
-    workers: Workers,
+    workers: Workers<(usize, DiskOp)>,
     actions: Vec<Action>,
     completions: Vec<(ReqId, Result<(), IoError>)>,
 }
@@ -723,18 +723,19 @@ impl Core {
         self.run_actions(volume, Some((id, current)));
     }
 
-    fn worker_done(&mut self, done: Done) {
-        if let (DiskToken::Req(req), Some(buf)) = (done.op.token, done.buf) {
-            match done.op.kind {
+    fn worker_done(&mut self, done: Done<(usize, DiskOp)>) {
+        let (volume, op) = done.tag;
+        if let (DiskToken::Req(req), Some(buf)) = (op.token, done.buf) {
+            match op.kind {
                 DiskKind::Read { .. } => self.slots[req.0 as usize].data = Some(buf),
                 _ => self.pool.put(buf),
             }
         }
         debug_assert!(self.actions.is_empty());
-        self.volumes[done.volume]
+        self.volumes[volume]
             .engine
-            .disk_done(done.op, done.result, &mut self.actions);
-        self.run_actions(done.volume, None);
+            .disk_done(op, done.result, &mut self.actions);
+        self.run_actions(volume, None);
     }
 
     /// Executes the engine's actions, feeding inline completions straight back.
@@ -840,9 +841,9 @@ impl Core {
         };
         let backing = Arc::clone(&self.volumes[volume].backing);
         self.workers.submit(Job {
-            volume,
+            tag: (volume, op),
             backing,
-            op,
+            kind: op.kind,
             buf,
         });
     }

@@ -4,33 +4,35 @@
 use crate::bufpool::DataBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use tandem_engine::{DiskKind, DiskOp, IoError};
+use tandem_engine::{DiskKind, IoError};
 use tandem_storage::{Backing, ZeroError};
 
-pub struct Job {
-    pub volume: usize,
+/// A disk operation for a worker. `tag` is the driver's own name for it, returned with
+/// the completion.
+pub struct Job<T> {
+    pub tag: T,
     pub backing: Arc<Backing>,
-    pub op: DiskOp,
+    pub kind: DiskKind,
     /// Payload for writes, destination for reads.
     pub buf: Option<DataBuf>,
 }
 
-pub struct Done {
-    pub volume: usize,
-    pub op: DiskOp,
+pub struct Done<T> {
+    pub tag: T,
+    pub kind: DiskKind,
     pub result: Result<(), IoError>,
     pub buf: Option<DataBuf>,
 }
 
-pub struct Workers {
-    jobs: Sender<Job>,
-    pub done: Receiver<Done>,
+pub struct Workers<T> {
+    jobs: Sender<Job<T>>,
+    pub done: Receiver<Done<T>>,
 }
 
-impl Workers {
-    pub fn start(threads: usize, waker: Arc<mio::Waker>) -> Workers {
-        let (job_tx, job_rx) = channel::<Job>();
-        let (done_tx, done_rx) = channel::<Done>();
+impl<T: Send + 'static> Workers<T> {
+    pub fn start(threads: usize, waker: Arc<mio::Waker>) -> Workers<T> {
+        let (job_tx, job_rx) = channel::<Job<T>>();
+        let (done_tx, done_rx) = channel::<Done<T>>();
         let job_rx = Arc::new(Mutex::new(job_rx));
         for i in 0..threads {
             let job_rx = Arc::clone(&job_rx);
@@ -44,11 +46,11 @@ impl Workers {
                         Err(_) => return, // the reactor is gone
                     };
                     let mut buf = job.buf;
-                    let result = execute(&job.backing, job.op.kind, buf.as_deref_mut());
+                    let result = execute(&job.backing, job.kind, buf.as_deref_mut());
                     if done_tx
                         .send(Done {
-                            volume: job.volume,
-                            op: job.op,
+                            tag: job.tag,
+                            kind: job.kind,
                             result,
                             buf,
                         })
@@ -66,7 +68,7 @@ impl Workers {
         }
     }
 
-    pub fn submit(&self, job: Job) {
+    pub fn submit(&self, job: Job<T>) {
         self.jobs
             .send(job)
             .unwrap_or_else(|_| panic!("all disk workers exited"));

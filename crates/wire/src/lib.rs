@@ -7,10 +7,14 @@
 //!
 //! - [`packet`]: the packets and their encoding.
 //! - [`auth`]: HMAC-SHA256 challenge–response over the resource's shared secret.
+//! - [`handshake`]: the sans-IO state machine that takes a connection from connect to
+//!   authenticated.
 
 pub mod auth;
+pub mod handshake;
 pub mod packet;
 
+pub use handshake::{Established, HandshakeConfig, HandshakeError, HandshakeStep, PeerHandshake};
 pub use packet::{decode, encode, Decoded, Packet, WireError};
 
 /// "TNDM".

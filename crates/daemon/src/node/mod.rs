@@ -1,0 +1,1550 @@
+//! `tandem node`: the node daemon. It loads the resources that name this node, keeps a
+//! connection to every other node of each (full mesh: the lower node id dials), serves each
+//! volume over NBD, and answers the administration verbs on a control socket.
+//!
+//! Like `serve`, one event loop owns everything; the replicated engine of each resource
+//! ([`tandem_engine::replica::Resource`]) decides, this module executes.
+
+mod control;
+mod peer;
+
+use crate::bufpool::{BufPool, DataBuf};
+use crate::conn::{Conn, Phase, ReadOutcome};
+use crate::listener::{Listener, Stream};
+use crate::worker::{Done, Job, Workers};
+use anyhow::{bail, Context, Result};
+use mio::{Events, Interest, Poll, Token as MioToken, Waker};
+use peer::PeerConn;
+use slab::Slab;
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem_config::{Endpoint, ResourceConfig};
+use tandem_engine::replica::{
+    DataRef, DiskState, Msg, NodeId, Protocol, RAction, Resource, ResourceSpec, Role, Token,
+};
+use tandem_engine::{DiskKind, Io, IoError, ReqId};
+use tandem_frontend::nbd::{
+    reply, BlockSizes, Command, Decoded, Errno, ExportInfo, HandshakeStep, RequestDecoder,
+    TransmissionParams,
+};
+use tandem_storage::{Backing, OpenOptions};
+use tandem_wire::handshake::{HandshakeConfig, HandshakeStep as PeerStep, PeerHandshake};
+use tandem_wire::packet::{Decoded as Frame, Packet};
+use tracing::{debug, error, info, warn};
+
+/// How the daemon is started.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// This node's name in the resource files.
+    pub node: String,
+    /// Directory of resource files (`*.toml`).
+    pub config_dir: PathBuf,
+    /// The control socket for the administration verbs.
+    pub control: PathBuf,
+    pub disk_threads: usize,
+}
+
+/// Loads the resources naming this node and serves them until SIGTERM/SIGINT.
+pub fn run(opts: NodeOptions) -> Result<()> {
+    let all = tandem_config::load_dir(&opts.config_dir)?;
+    let mine: Vec<ResourceConfig> = all
+        .into_iter()
+        .filter(|c| c.node(&opts.node).is_some())
+        .collect();
+    if mine.is_empty() {
+        bail!(
+            "no resource in {} names node {:?}",
+            opts.config_dir.display(),
+            opts.node
+        );
+    }
+    NodeReactor::new(mine, &opts)?.run()
+}
+
+const WAKER: MioToken = MioToken(usize::MAX - 1);
+const SIGNAL: MioToken = MioToken(usize::MAX - 2);
+const TICK: Duration = Duration::from_millis(100);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One peer of a resource as the daemon sees it.
+struct PeerSlot {
+    id: NodeId,
+    name: String,
+    address: std::net::SocketAddr,
+    /// The entry of its live connection, once authenticated.
+    conn: Option<usize>,
+    /// An outgoing attempt in progress.
+    dialing: Option<usize>,
+    next_dial: Instant,
+    backoff: Duration,
+    /// `tandem disconnect` keeps it StandAlone until `tandem connect`.
+    wanted: bool,
+    /// Why the last connection ended, for status.
+    last_error: Option<String>,
+}
+
+struct ResCtx {
+    cfg: ResourceConfig,
+    me: NodeId,
+    engine: Resource,
+    backings: Vec<Option<Arc<Backing>>>,
+    exports: Vec<ExportInfo>,
+    peers: Vec<PeerSlot>,
+    nbd_clients: usize,
+    auto_promoted: bool,
+}
+
+enum Entry {
+    NbdListener {
+        l: Listener,
+    },
+    Nbd {
+        res: usize,
+        vol: usize,
+        conn: Box<Conn>,
+    },
+    PeerListener {
+        res: usize,
+        l: mio::net::TcpListener,
+    },
+    Peer(Box<PeerConn>),
+    ControlListener(mio::net::UnixListener, PathBuf),
+    Control(Box<control::ControlConn>),
+}
+
+/// An in-flight NBD request.
+struct Slot {
+    entry: usize,
+    cookie: u64,
+    structured: bool,
+    read: Option<(u64, u32)>,
+}
+
+/// Bytes the engine may name while its actions run.
+#[derive(Clone, Copy, Default)]
+struct Ctx<'a> {
+    incoming: Option<&'a [u8]>,
+    payload: Option<(ReqId, &'a [u8])>,
+}
+
+type Tag = (usize, u16, Token);
+
+struct NodeReactor {
+    poll: Poll,
+    entries: Slab<Entry>,
+    /// Which entry is the NBD listener for (resource, volume).
+    nbd_listener_of: HashMap<usize, (usize, usize)>,
+    res: Vec<ResCtx>,
+    slots: Slab<Slot>,
+    workers: Workers<Tag>,
+    pool: BufPool,
+    held: HashMap<(usize, Token), Vec<u8>>,
+    disk_bufs: HashMap<(usize, Token), DataBuf>,
+    dirty: Vec<usize>,
+    /// NBD clients to read from again once the current round of work is done.
+    resume: Vec<usize>,
+    signal_rx: mio::net::UnixStream,
+    shutting_down: bool,
+    started: Instant,
+    next_tick: Instant,
+    next_conn_id: u64,
+}
+
+fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
+    ResourceSpec {
+        me,
+        nodes: cfg
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.node_id,
+                    n.volumes.iter().map(|v| !v.is_diskless()).collect(),
+                )
+            })
+            .collect(),
+        sizes: cfg.volumes.iter().map(|v| v.size).collect(),
+        protocol: match cfg.protocol {
+            tandem_config::Protocol::A => Protocol::A,
+            tandem_config::Protocol::B => Protocol::B,
+            tandem_config::Protocol::C => Protocol::C,
+        },
+        ping_interval_ms: cfg.net.ping_interval.as_millis() as u64,
+        ping_timeout_ms: cfg.net.ping_timeout.as_millis() as u64,
+        timeout_ms: cfg.net.timeout.as_millis() as u64,
+        resync_chunk: 256 << 10,
+        resync_window: 8,
+    }
+}
+
+fn export_name(cfg: &ResourceConfig, vol: usize) -> String {
+    let n = cfg.volumes[vol].number;
+    if n == 0 {
+        cfg.name.clone()
+    } else {
+        format!("{}-{n}", cfg.name)
+    }
+}
+
+fn random_challenge() -> [u8; 32] {
+    let mut c = [0u8; 32];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = io::Read::read_exact(&mut f, &mut c);
+    }
+    c
+}
+
+impl NodeReactor {
+    fn new(configs: Vec<ResourceConfig>, opts: &NodeOptions) -> Result<NodeReactor> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (signal_rx, signal_tx) = std::os::unix::net::UnixStream::pair()?;
+        signal_rx.set_nonblocking(true)?;
+        let mut signal_rx = mio::net::UnixStream::from_std(signal_rx);
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::low_level::pipe::register(sig, signal_tx.try_clone()?)?;
+        }
+        poll.registry()
+            .register(&mut signal_rx, SIGNAL, Interest::READABLE)?;
+        let mut me = NodeReactor {
+            poll,
+            entries: Slab::new(),
+            nbd_listener_of: HashMap::new(),
+            res: Vec::new(),
+            slots: Slab::with_capacity(1024),
+            workers: Workers::start(opts.disk_threads, waker),
+            pool: BufPool::default(),
+            held: HashMap::new(),
+            disk_bufs: HashMap::new(),
+            dirty: Vec::new(),
+            resume: Vec::new(),
+            signal_rx,
+            shutting_down: false,
+            started: Instant::now(),
+            next_tick: Instant::now(),
+            next_conn_id: 0,
+        };
+        for cfg in configs {
+            me.add_resource(cfg, &opts.node)?;
+        }
+        me.listen_control(&opts.control)?;
+        Ok(me)
+    }
+
+    fn add_resource(&mut self, cfg: ResourceConfig, node: &str) -> Result<()> {
+        let r = self.res.len();
+        let my = cfg.node(node).expect("filtered on this node").clone();
+        let mut backings = Vec::new();
+        let mut disks = Vec::new();
+        let mut exports = Vec::new();
+        for (v, vc) in cfg.volumes.iter().enumerate() {
+            let nv = &my.volumes[v];
+            match &nv.disk {
+                None => {
+                    backings.push(None);
+                    disks.push(DiskState::Diskless);
+                }
+                Some(path) => {
+                    let existed = path.exists();
+                    let b = Backing::open(&OpenOptions {
+                        path: path.clone(),
+                        size: Some(vc.size),
+                        direct: false,
+                        read_only: false,
+                    })
+                    .with_context(|| format!("resource {} volume {}", cfg.name, vc.number))?;
+                    // Without persistent metadata (the next step) a replica found on disk
+                    // cannot prove it is current: it starts Outdated and is resynced from an
+                    // up-to-date peer. A replica created now is all zeroes, like every other
+                    // fresh one.
+                    disks.push(if existed {
+                        DiskState::Outdated
+                    } else {
+                        DiskState::UpToDate
+                    });
+                    backings.push(Some(Arc::new(b)));
+                }
+            }
+            exports.push(ExportInfo {
+                name: export_name(&cfg, v),
+                description: format!("tandem resource {} volume {}", cfg.name, vc.number),
+                size: vc.size,
+                read_only: false,
+                block: BlockSizes::new(512),
+            });
+            for ep in &nv.nbd {
+                let l = match ep {
+                    Endpoint::Tcp(a) => Listener::Tcp(
+                        mio::net::TcpListener::bind(*a)
+                            .with_context(|| format!("cannot listen for NBD on {a}"))?,
+                    ),
+                    Endpoint::Unix(p) => {
+                        crate::serve::bind(&[crate::serve::ListenAddr::Unix(p.clone())])?
+                            .pop()
+                            .expect("one listener")
+                    }
+                };
+                let e = self.entries.insert(Entry::NbdListener { l });
+                if let Entry::NbdListener { l } = &mut self.entries[e] {
+                    self.poll
+                        .registry()
+                        .register(l.source(), MioToken(e), Interest::READABLE)?;
+                    info!(resource = %cfg.name, volume = vc.number, "NBD on {}", l.describe());
+                }
+                self.nbd_listener_of.insert(e, (r, v));
+            }
+        }
+        let mut pl = mio::net::TcpListener::bind(my.address).with_context(|| {
+            format!(
+                "resource {}: cannot listen for peers on {}",
+                cfg.name, my.address
+            )
+        })?;
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(&mut pl, MioToken(e), Interest::READABLE)?;
+        self.entries.insert(Entry::PeerListener { res: r, l: pl });
+        let peers = cfg
+            .nodes
+            .iter()
+            .filter(|n| n.node_id != my.node_id)
+            .map(|n| PeerSlot {
+                id: n.node_id,
+                name: n.name.clone(),
+                address: n.address,
+                conn: None,
+                dialing: None,
+                next_dial: Instant::now(),
+                backoff: cfg.net.connect_interval,
+                wanted: true,
+                last_error: None,
+            })
+            .collect();
+        info!(resource = %cfg.name, node = %my.name, node_id = my.node_id, "replication on {}; disks {disks:?}", my.address);
+        let engine = Resource::new(spec_of(&cfg, my.node_id), disks);
+        self.res.push(ResCtx {
+            me: my.node_id,
+            cfg,
+            engine,
+            backings,
+            exports,
+            peers,
+            nbd_clients: 0,
+            auto_promoted: false,
+        });
+        Ok(())
+    }
+
+    fn listen_control(&mut self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).ok();
+        }
+        if path.exists() {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "control socket {} is in use by a running daemon",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path).ok();
+        }
+        let mut l = mio::net::UnixListener::bind(path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(&mut l, MioToken(e), Interest::READABLE)?;
+        self.entries
+            .insert(Entry::ControlListener(l, path.to_path_buf()));
+        info!("control socket {}", path.display());
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn run(mut self) -> Result<()> {
+        let mut events = Events::with_capacity(256);
+        loop {
+            let timeout = self.next_tick.saturating_duration_since(Instant::now());
+            match self.poll.poll(&mut events, Some(timeout)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+            let mut active = Vec::new();
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => self.worker_completions(),
+                    SIGNAL => self.begin_shutdown(),
+                    MioToken(k) => {
+                        if ev.is_writable() {
+                            if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                                pc.connecting = false;
+                            }
+                            self.mark_dirty(k);
+                        }
+                        if ev.is_readable() || ev.is_error() || ev.is_read_closed() {
+                            active.push(k);
+                        }
+                    }
+                }
+            }
+            for k in active {
+                self.on_readable(k);
+            }
+            if Instant::now() >= self.next_tick {
+                self.next_tick = Instant::now() + TICK;
+                self.tick();
+            }
+            self.flush_dirty();
+            while !self.resume.is_empty() {
+                for k in std::mem::take(&mut self.resume) {
+                    self.service_nbd(k);
+                }
+                self.flush_dirty();
+            }
+            if self.shutting_down
+                && self.slots.is_empty()
+                && !self
+                    .entries
+                    .iter()
+                    .any(|(_, e)| matches!(e, Entry::Nbd { .. }))
+            {
+                for r in &self.res {
+                    for b in r.backings.iter().flatten() {
+                        b.sync_data().context("final flush")?;
+                    }
+                }
+                info!("all requests finished and flushed; exiting");
+                return Ok(());
+            }
+        }
+    }
+
+    fn mark_dirty(&mut self, k: usize) {
+        let dirty = match self.entries.get_mut(k) {
+            Some(Entry::Nbd { conn, .. }) => &mut conn.dirty,
+            Some(Entry::Peer(pc)) => &mut pc.dirty,
+            Some(Entry::Control(c)) => &mut c.dirty,
+            _ => return,
+        };
+        if !*dirty {
+            *dirty = true;
+            self.dirty.push(k);
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        let mut buf = [0u8; 64];
+        while matches!(io::Read::read(&mut self.signal_rx, &mut buf), Ok(n) if n > 0) {}
+        if self.shutting_down {
+            return;
+        }
+        info!("shutting down: finishing requests in flight");
+        self.shutting_down = true;
+        let keys: Vec<usize> = self.entries.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            match &mut self.entries[k] {
+                Entry::NbdListener { .. }
+                | Entry::ControlListener(..)
+                | Entry::PeerListener { .. } => {
+                    let e = self.entries.remove(k);
+                    if let Entry::ControlListener(_, p) = &e {
+                        std::fs::remove_file(p).ok();
+                    }
+                }
+                Entry::Nbd { conn, .. } => {
+                    conn.read_closed = true;
+                    self.mark_dirty(k);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ readiness
+
+    fn on_readable(&mut self, k: usize) {
+        let Some(e) = self.entries.get_mut(k) else {
+            return;
+        };
+        match e {
+            Entry::NbdListener { .. } => self.accept_nbd(k),
+            Entry::PeerListener { .. } => self.accept_peer(k),
+            Entry::ControlListener(..) => self.accept_control(k),
+            Entry::Nbd { conn, .. } => {
+                conn.readable = true;
+                self.service_nbd(k);
+            }
+            Entry::Peer(pc) => {
+                pc.readable = true;
+                self.service_peer(k);
+            }
+            Entry::Control(_) => self.service_control(k),
+        }
+    }
+
+    fn accept_nbd(&mut self, k: usize) {
+        let (r, v) = self.nbd_listener_of[&k];
+        loop {
+            let Some(Entry::NbdListener { l }) = self.entries.get(k) else {
+                return;
+            };
+            let (mut stream, peer) = match l.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => return warn!("NBD accept failed: {e}"),
+            };
+            self.next_conn_id += 1;
+            let name = format!("{peer}#{}", self.next_conn_id);
+            let key = self.entries.vacant_key();
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(stream.source(), MioToken(key), Interest::READABLE)
+            {
+                warn!(client = %name, "cannot register: {e}");
+                continue;
+            }
+            let conn = Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT);
+            self.entries.insert(Entry::Nbd {
+                res: r,
+                vol: v,
+                conn: Box::new(conn),
+            });
+            self.dirty.push(key);
+            self.service_nbd(key);
+        }
+    }
+
+    fn accept_peer(&mut self, k: usize) {
+        loop {
+            let Some(Entry::PeerListener { res, l }) = self.entries.get(k) else {
+                return;
+            };
+            let r = *res;
+            let (s, addr) = match l.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => return warn!("peer accept failed: {e}"),
+            };
+            let _ = s.set_nodelay(true);
+            self.new_peer_conn(r, Stream::Tcp(s), format!("{addr}"), None);
+        }
+    }
+
+    fn new_peer_conn(
+        &mut self,
+        r: usize,
+        mut stream: Stream,
+        addr: String,
+        dialed: Option<NodeId>,
+    ) -> Option<usize> {
+        let res = &self.res[r];
+        let cfg = HandshakeConfig {
+            me: res.me,
+            resource: res.cfg.name.clone(),
+            secret: res.cfg.secret.clone(),
+            allowed_peers: res.peers.iter().map(|p| p.id).collect(),
+            expect: dialed,
+            features: 0,
+        };
+        let mut greeting = Vec::new();
+        let hs = PeerHandshake::new(cfg, random_challenge(), &mut greeting);
+        let key = self.entries.vacant_key();
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(stream.source(), MioToken(key), interest)
+        {
+            warn!("cannot register peer connection: {e}");
+            return None;
+        }
+        self.next_conn_id += 1;
+        let name = format!("{addr}#{}", self.next_conn_id);
+        let mut pc = PeerConn::new(stream, r, name, hs, greeting, dialed);
+        pc.write_interest = true;
+        self.entries.insert(Entry::Peer(Box::new(pc)));
+        self.dirty.push(key);
+        Some(key)
+    }
+
+    fn accept_control(&mut self, k: usize) {
+        loop {
+            let Some(Entry::ControlListener(l, _)) = self.entries.get(k) else {
+                return;
+            };
+            let (mut s, _) = match l.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => return warn!("control accept failed: {e}"),
+            };
+            let key = self.entries.vacant_key();
+            if self
+                .poll
+                .registry()
+                .register(&mut s, MioToken(key), Interest::READABLE)
+                .is_ok()
+            {
+                self.entries
+                    .insert(Entry::Control(Box::new(control::ControlConn::new(s))));
+                self.service_control(key);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ NBD clients
+
+    fn service_nbd(&mut self, k: usize) {
+        loop {
+            self.process_nbd(k);
+            let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+                return;
+            };
+            if !conn.wants_input() {
+                break;
+            }
+            match conn.read_some() {
+                ReadOutcome::Data => {}
+                ReadOutcome::WouldBlock => {
+                    conn.readable = false;
+                    break;
+                }
+                ReadOutcome::Eof => conn.eof = true,
+                ReadOutcome::Error(e) => {
+                    debug!(client = %conn.name, "connection failed: {e}");
+                    conn.dead = true;
+                    break;
+                }
+            }
+        }
+        self.mark_dirty(k);
+    }
+
+    fn process_nbd(&mut self, k: usize) {
+        let Some(Entry::Nbd { res, vol, conn }) = self.entries.get_mut(k) else {
+            return;
+        };
+        let (r, v) = (*res, *vol);
+        if conn.dead {
+            return;
+        }
+        if let Phase::Handshake(h) = &mut conn.phase {
+            let exports = std::slice::from_ref(&self.res[r].exports[v]);
+            let (n, step) = h.feed(
+                &conn.inbuf[conn.in_start..conn.in_end],
+                exports,
+                self.shutting_down,
+                &mut conn.out,
+            );
+            conn.consume(n);
+            match step {
+                HandshakeStep::NeedMore => {
+                    if conn.eof {
+                        conn.read_closed = true;
+                    }
+                    return;
+                }
+                HandshakeStep::Close(reason) => {
+                    warn!(client = %conn.name, "handshake refused: {reason}");
+                    conn.read_closed = true;
+                    return;
+                }
+                HandshakeStep::Done(neg) => {
+                    let export = &self.res[r].exports[v];
+                    let params = TransmissionParams {
+                        size: export.size,
+                        read_only: false,
+                        block: export.block,
+                        structured_replies: neg.structured_replies,
+                    };
+                    conn.phase = Phase::Transmission {
+                        volume: v,
+                        decoder: RequestDecoder::new(params),
+                        structured: neg.structured_replies,
+                    };
+                    conn.handshake_deadline = None;
+                    info!(client = %conn.name, export = %export.name, "NBD client attached");
+                    self.client_attached(r);
+                }
+            }
+        }
+        // Take the input so payloads can be borrowed while the engine's actions touch any
+        // entry (replies to this and other clients, packets to peers).
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+            return;
+        };
+        let input = std::mem::take(&mut conn.inbuf);
+        let (mut start, end) = (conn.in_start, conn.in_end);
+        while let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
+            if !conn.has_room() {
+                break;
+            }
+            let Phase::Transmission {
+                decoder,
+                structured,
+                ..
+            } = &mut conn.phase
+            else {
+                break;
+            };
+            let structured = *structured;
+            let (n, decoded) = decoder.decode(&input[start..end]);
+            match decoded {
+                Decoded::NeedMore { need } => {
+                    conn.need = need;
+                    start += n;
+                    if conn.eof || self.shutting_down {
+                        conn.read_closed = true;
+                    }
+                    break;
+                }
+                Decoded::Fatal(e) => {
+                    warn!(client = %conn.name, "protocol error, closing: {e}");
+                    conn.read_closed = true;
+                    break;
+                }
+                Decoded::Rejected(rj) => {
+                    warn!(client = %conn.name, cookie = rj.cookie, errno = ?rj.errno, "request refused: {}", rj.reason);
+                    reply::error(&mut conn.out, structured, rj.cookie, rj.errno, rj.reason);
+                }
+                Decoded::WriteHeader(_) => {
+                    unreachable!("streaming is not enabled for replicated volumes")
+                }
+                Decoded::Request(req, _) if req.command == Command::Disconnect => {
+                    conn.read_closed = true;
+                    start += n;
+                    break;
+                }
+                Decoded::Request(req, _) if self.shutting_down => {
+                    reply::error(
+                        &mut conn.out,
+                        structured,
+                        req.cookie,
+                        Errno::Shutdown,
+                        "server is shutting down",
+                    );
+                }
+                Decoded::Request(req, payload) => {
+                    conn.in_flight += 1;
+                    let io = match req.command {
+                        Command::Read => Io::Read {
+                            offset: req.offset,
+                            len: req.len,
+                        },
+                        Command::Write { fua } => Io::Write {
+                            offset: req.offset,
+                            len: req.len,
+                            fua,
+                        },
+                        Command::Trim { fua } => Io::Trim {
+                            offset: req.offset,
+                            len: req.len,
+                            fua,
+                        },
+                        Command::WriteZeroes { fua, no_hole, fast } => Io::Zero {
+                            offset: req.offset,
+                            len: req.len,
+                            fua,
+                            may_punch: !no_hole,
+                            fast,
+                        },
+                        Command::Flush => Io::Flush,
+                        Command::Cache => Io::Cache {
+                            offset: req.offset,
+                            len: req.len,
+                        },
+                        Command::Disconnect => unreachable!("handled above"),
+                    };
+                    let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
+                    let id = ReqId(self.slots.insert(Slot {
+                        entry: k,
+                        cookie: req.cookie,
+                        structured,
+                        read,
+                    }) as u64);
+                    let mut actions = Vec::new();
+                    self.res[r].engine.submit(id, v as u16, io, &mut actions);
+                    self.run_actions(
+                        r,
+                        actions,
+                        Ctx {
+                            incoming: None,
+                            payload: Some((id, payload)),
+                        },
+                    );
+                }
+            }
+            start += n;
+        }
+        if let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
+            conn.inbuf = input;
+            conn.in_start = start;
+            conn.in_end = end;
+            if conn.in_start == conn.in_end {
+                conn.in_start = 0;
+                conn.in_end = 0;
+            }
+        }
+    }
+
+    /// Auto-promote: the first client of a writable volume makes this node Primary when no
+    /// other node is.
+    fn client_attached(&mut self, r: usize) {
+        let res = &mut self.res[r];
+        res.nbd_clients += 1;
+        if res.engine.role() == Role::Primary || res.engine.peer_primary().is_some() {
+            return;
+        }
+        let mut actions = Vec::new();
+        match res.engine.promote(false, &mut actions) {
+            Ok(()) => {
+                res.auto_promoted = true;
+                info!(resource = %res.cfg.name, "auto-promoted: an NBD client attached");
+            }
+            Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {e}"),
+        }
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    fn client_detached(&mut self, r: usize) {
+        let res = &mut self.res[r];
+        res.nbd_clients = res.nbd_clients.saturating_sub(1);
+        self.maybe_auto_demote(r);
+    }
+
+    fn maybe_auto_demote(&mut self, r: usize) {
+        let res = &mut self.res[r];
+        if res.nbd_clients > 0 || !res.auto_promoted {
+            return;
+        }
+        let mut actions = Vec::new();
+        if res.engine.demote(&mut actions).is_ok() {
+            res.auto_promoted = false;
+            info!(resource = %res.cfg.name, "auto-demoted: the last NBD client left");
+        }
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    // ------------------------------------------------------------------ peers
+
+    fn service_peer(&mut self, k: usize) {
+        loop {
+            self.process_peer(k);
+            let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+                return;
+            };
+            if pc.dead || !pc.readable {
+                break;
+            }
+            match pc.read_some() {
+                Ok(0) => {
+                    debug!(peer = %pc.name, "connection closed by the peer");
+                    pc.dead = true;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    pc.readable = false;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    info!(peer = %pc.name, "connection failed: {e}");
+                    pc.dead = true;
+                }
+            }
+        }
+        self.mark_dirty(k);
+    }
+
+    fn process_peer(&mut self, k: usize) {
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        if pc.dead {
+            return;
+        }
+        let r = pc.res;
+        if let Some(hs) = pc.hs.as_mut() {
+            let (n, step) = hs.feed(&pc.inbuf[pc.in_start..pc.in_end], &mut pc.out);
+            pc.advance(n);
+            match step {
+                PeerStep::NeedMore => return,
+                PeerStep::Failed(e) => {
+                    error!(resource = %self.res[r].cfg.name, peer = %pc.name, "peer handshake failed: {e}");
+                    pc.hs = None;
+                    pc.dead = true;
+                    let reason = e.to_string();
+                    if let Some(d) = pc.dialed {
+                        self.dial_failed(r, d, reason);
+                    }
+                    return;
+                }
+                PeerStep::Established(est) => {
+                    pc.hs = None;
+                    let peer = est.peer;
+                    let res = &mut self.res[r];
+                    let slot = res
+                        .peers
+                        .iter_mut()
+                        .find(|p| p.id == peer)
+                        .expect("the handshake checks the node id");
+                    if pc.dialed.is_some() {
+                        slot.dialing = None;
+                    }
+                    if slot.conn.is_some() || !slot.wanted {
+                        info!(resource = %res.cfg.name, peer = %pc.name, "dropping a second connection to node {peer}");
+                        pc.dead = true;
+                        return;
+                    }
+                    pc.peer = Some(peer);
+                    pc.name = format!("{} (node {} {})", pc.name, peer, slot.name);
+                    slot.conn = Some(k);
+                    slot.backoff = res.cfg.net.connect_interval;
+                    slot.last_error = None;
+                    info!(resource = %res.cfg.name, peer = %pc.name, "connected");
+                    let mut actions = Vec::new();
+                    res.engine.peer_up(peer, &mut actions);
+                    self.run_actions(r, actions, Ctx::default());
+                }
+            }
+        }
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let Some(peer) = pc.peer else { return };
+        let input = std::mem::take(&mut pc.inbuf);
+        let (mut start, end) = (pc.in_start, pc.in_end);
+        let mut failed = None;
+        while start < end {
+            match tandem_wire::decode(&input[start..end]) {
+                Ok(Frame::NeedMore(need)) => {
+                    if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                        pc.need = need;
+                    }
+                    break;
+                }
+                Ok(Frame::Packet(p, n)) => {
+                    let data = match p {
+                        Packet::Write { data, .. }
+                        | Packet::ReadReply { data, .. }
+                        | Packet::ResyncReply { data, .. } => Some(data),
+                        _ => None,
+                    };
+                    let mut actions = Vec::new();
+                    self.res[r].engine.packet(peer, &p, &mut actions);
+                    self.run_actions(
+                        r,
+                        actions,
+                        Ctx {
+                            incoming: data,
+                            payload: None,
+                        },
+                    );
+                    start += n;
+                    if !matches!(self.entries.get(k), Some(Entry::Peer(pc)) if !pc.dead) {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+            pc.inbuf = input;
+            pc.in_start = start;
+            pc.in_end = end;
+            if start == end {
+                pc.in_start = 0;
+                pc.in_end = 0;
+            }
+            if let Some(e) = failed {
+                error!(resource = %self.res[r].cfg.name, peer = %pc.name, "ProtocolError: {e}; dropping the connection");
+                pc.dead = true;
+            }
+        }
+    }
+
+    fn dial_failed(&mut self, r: usize, peer: NodeId, reason: String) {
+        let max = self.res[r].cfg.net.max_connect_interval;
+        if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
+            slot.dialing = None;
+            slot.next_dial = Instant::now() + slot.backoff;
+            slot.backoff = (slot.backoff * 2).min(max);
+            slot.last_error = Some(reason);
+        }
+    }
+
+    /// A peer connection's entry is going away.
+    fn peer_closed(&mut self, k: usize, pc: &PeerConn) {
+        let r = pc.res;
+        if let Some(peer) = pc.peer {
+            let res = &mut self.res[r];
+            if let Some(slot) = res
+                .peers
+                .iter_mut()
+                .find(|p| p.id == peer && p.conn == Some(k))
+            {
+                slot.conn = None;
+                slot.next_dial = Instant::now() + slot.backoff;
+                slot.last_error = Some("connection lost".into());
+                info!(resource = %res.cfg.name, peer = %pc.name, "disconnected");
+                let mut actions = Vec::new();
+                res.engine.peer_down(peer, &mut actions);
+                self.run_actions(r, actions, Ctx::default());
+            }
+        } else if let Some(d) = pc.dialed {
+            let still = self.res[r]
+                .peers
+                .iter()
+                .any(|p| p.id == d && p.dialing == Some(k));
+            if still {
+                self.dial_failed(r, d, "could not connect".into());
+            }
+        }
+    }
+
+    fn dial(&mut self) {
+        let now = Instant::now();
+        for r in 0..self.res.len() {
+            for i in 0..self.res[r].peers.len() {
+                let (me, slot) = (self.res[r].me, &self.res[r].peers[i]);
+                // The lower node id dials; the higher accepts. One connection per pair.
+                if slot.id < me
+                    || slot.conn.is_some()
+                    || slot.dialing.is_some()
+                    || !slot.wanted
+                    || now < slot.next_dial
+                {
+                    continue;
+                }
+                let (addr, id) = (slot.address, slot.id);
+                match mio::net::TcpStream::connect(addr) {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        let key = self.new_peer_conn(r, Stream::Tcp(s), addr.to_string(), Some(id));
+                        self.res[r].peers[i].dialing = key;
+                    }
+                    Err(e) => self.dial_failed(r, id, e.to_string()),
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = self.now_ms();
+        for r in 0..self.res.len() {
+            let mut actions = Vec::new();
+            self.res[r].engine.tick(now, &mut actions);
+            self.run_actions(r, actions, Ctx::default());
+            self.maybe_auto_demote(r);
+        }
+        self.dial();
+        // Handshakes that never finish.
+        let late: Vec<usize> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| match e {
+                Entry::Nbd { conn, .. } => {
+                    conn.handshake_deadline.is_some_and(|d| d <= Instant::now())
+                }
+                _ => false,
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in late {
+            if let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
+                warn!(client = %conn.name, "NBD handshake not finished in time; closing");
+                conn.dead = true;
+            }
+            self.mark_dirty(k);
+        }
+    }
+
+    // ------------------------------------------------------------------ actions
+
+    fn resolve<'a>(&'a self, r: usize, d: DataRef, ctx: &Ctx<'a>) -> Option<&'a [u8]> {
+        match d {
+            DataRef::Request(req) => match ctx.payload {
+                Some((id, p)) if id == req => Some(p),
+                _ => self.held.get(&(r, Token::App(req))).map(|v| v.as_slice()),
+            },
+            DataRef::Incoming { at } => ctx.incoming.map(|b| &b[at as usize..]),
+            DataRef::Disk(t) => self.disk_bufs.get(&(r, t)).map(|b| &b[..]),
+            DataRef::Held { key, at } => self.held.get(&(r, key)).map(|v| &v[at as usize..]),
+        }
+    }
+
+    fn run_actions(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
+        let mut queue: std::collections::VecDeque<RAction> = actions.into();
+        while let Some(a) = queue.pop_front() {
+            match a {
+                RAction::Disk {
+                    volume,
+                    token,
+                    kind,
+                    data,
+                } => {
+                    let mut more = Vec::new();
+                    self.disk(r, volume, token, kind, data, &ctx, &mut more);
+                    queue.extend(more);
+                }
+                RAction::Send { peer, msg } => self.send(r, peer, msg, &ctx),
+                RAction::Complete { req, result, data } => {
+                    self.complete(r, req, result, data, &ctx)
+                }
+                RAction::Retain { from, key } => {
+                    let bytes = self
+                        .resolve(r, from, &ctx)
+                        .map(|b| b.to_vec())
+                        .unwrap_or_default();
+                    self.held.insert((r, key), bytes);
+                }
+                RAction::Disconnect { peer, reason } => {
+                    warn!(resource = %self.res[r].cfg.name, "dropping node {peer}: {reason}");
+                    if let Some(k) = self.res[r]
+                        .peers
+                        .iter()
+                        .find(|p| p.id == peer)
+                        .and_then(|p| p.conn)
+                    {
+                        if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                            pc.dead = true;
+                        }
+                        self.mark_dirty(k);
+                    }
+                }
+                RAction::Note(s) => info!(resource = %self.res[r].cfg.name, "{s}"),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn disk(
+        &mut self,
+        r: usize,
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        data: Option<DataRef>,
+        ctx: &Ctx<'_>,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        // Flushes go to every replica this node keeps; the engine names volume 0.
+        let backing = match kind {
+            DiskKind::Flush => self.res[r].backings.iter().flatten().next().cloned(),
+            _ => self.res[r].backings.get(v).cloned().flatten(),
+        };
+        let Some(backing) = backing else {
+            error!("disk operation on a volume without a local replica");
+            return self.res[r]
+                .engine
+                .disk_done(volume, token, kind, Err(IoError::NoData), out);
+        };
+        let os = |e: io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
+        match kind {
+            DiskKind::Read { offset, len } => {
+                let mut buf = self.pool.get(len as usize);
+                let result = backing.read_at(&mut buf, offset).map_err(os);
+                if result.is_ok() {
+                    self.disk_bufs.insert((r, token), buf);
+                } else {
+                    self.pool.put(buf);
+                }
+                self.res[r]
+                    .engine
+                    .disk_done(volume, token, kind, result, out);
+            }
+            DiskKind::Write { offset, len } => {
+                let bytes = data
+                    .and_then(|d| self.resolve(r, d, ctx))
+                    .map(|b| &b[..len as usize]);
+                let result = match bytes {
+                    Some(b) => backing.write_at(b, offset).map_err(os),
+                    None => {
+                        error!("write without its data ({token:?}); failing it");
+                        Err(IoError::Os(libc::EIO))
+                    }
+                };
+                self.release_held(r, token);
+                self.res[r]
+                    .engine
+                    .disk_done(volume, token, kind, result, out);
+            }
+            _ => {
+                if kind == DiskKind::Flush && self.res[r].backings.iter().flatten().count() > 1 {
+                    // Several local replicas: flush the others inline before the batch one.
+                    for b in self.res[r].backings.iter().flatten().skip(1) {
+                        let _ = b.sync_data();
+                    }
+                }
+                self.workers.submit(Job {
+                    tag: (r, volume, token),
+                    backing,
+                    kind,
+                    buf: None,
+                });
+            }
+        }
+    }
+
+    /// Held bytes for replicated and resync writes live until their disk write is done.
+    fn release_held(&mut self, r: usize, token: Token) {
+        if matches!(token, Token::PeerWrite { .. } | Token::ResyncWrite { .. }) {
+            self.held.remove(&(r, token));
+        }
+    }
+
+    fn worker_completions(&mut self) {
+        while let Ok(Done {
+            tag: (r, volume, token),
+            kind,
+            result,
+            buf,
+        }) = self.workers.done.try_recv()
+        {
+            if let Some(b) = buf {
+                self.pool.put(b);
+            }
+            let mut actions = Vec::new();
+            self.res[r]
+                .engine
+                .disk_done(volume, token, kind, result, &mut actions);
+            self.run_actions(r, actions, Ctx::default());
+        }
+    }
+
+    fn send(&mut self, r: usize, peer: NodeId, msg: Msg, ctx: &Ctx<'_>) {
+        let Some(k) = self.res[r]
+            .peers
+            .iter()
+            .find(|p| p.id == peer)
+            .and_then(|p| p.conn)
+        else {
+            return;
+        };
+        let mut out = match self.entries.get_mut(k) {
+            Some(Entry::Peer(pc)) if !pc.dead => std::mem::take(&mut pc.out),
+            _ => return,
+        };
+        let data = |d: Option<DataRef>, len: u32| -> &[u8] {
+            d.and_then(|d| self.resolve(r, d, ctx))
+                .map(|b| &b[..len as usize])
+                .unwrap_or(&[])
+        };
+        let packet = match msg {
+            Msg::Role(role) => Packet::Role { role },
+            Msg::Volume { volume, size, disk } => Packet::Volume { volume, size, disk },
+            Msg::Write {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+                data: d,
+            } => Packet::Write {
+                volume,
+                seq,
+                offset,
+                flags,
+                targets,
+                data: data(Some(d), len),
+            },
+            Msg::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            } => Packet::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            },
+            Msg::RecvAck { seq } => Packet::RecvAck { seq },
+            Msg::WriteAck { seq } => Packet::WriteAck { seq },
+            Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
+            Msg::Barrier { id } => Packet::Barrier { id },
+            Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
+            Msg::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ReadReply {
+                id,
+                errno,
+                len,
+                data: d,
+            } => Packet::ReadReply {
+                id,
+                errno,
+                data: data(d, len),
+            },
+            Msg::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                len,
+                data: d,
+            } => Packet::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                data: data(d, len),
+            },
+            Msg::OutOfSync {
+                volume,
+                offset,
+                len,
+            } => Packet::OutOfSync {
+                volume,
+                offset,
+                len,
+            },
+            Msg::Ping => Packet::Ping,
+            Msg::PingAck => Packet::PingAck,
+        };
+        tandem_wire::encode(&packet, &mut out);
+        if let Msg::ReadReply {
+            data: Some(DataRef::Disk(t)),
+            ..
+        }
+        | Msg::ResyncReply {
+            data: Some(DataRef::Disk(t)),
+            ..
+        } = msg
+        {
+            if let Some(b) = self.disk_bufs.remove(&(r, t)) {
+                self.pool.put(b);
+            }
+        }
+        if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+            pc.out = out;
+        }
+        self.mark_dirty(k);
+    }
+
+    fn complete(
+        &mut self,
+        r: usize,
+        req: ReqId,
+        result: Result<(), IoError>,
+        data: Option<DataRef>,
+        ctx: &Ctx<'_>,
+    ) {
+        let slot = self.slots.remove(req.0 as usize);
+        self.held.remove(&(r, Token::App(req)));
+        let bytes: Option<Vec<u8>> = match (result, slot.read, data) {
+            (Ok(()), Some((_, len)), Some(d)) => {
+                self.resolve(r, d, ctx).map(|b| b[..len as usize].to_vec())
+            }
+            _ => None,
+        };
+        if let Some(DataRef::Disk(t)) = data {
+            if let Some(b) = self.disk_bufs.remove(&(r, t)) {
+                self.pool.put(b);
+            }
+        }
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
+            return;
+        };
+        if conn.in_flight == crate::conn::MAX_IN_FLIGHT {
+            // It stopped taking requests at the limit: take them again after this round.
+            self.resume.push(slot.entry);
+        }
+        conn.in_flight -= 1;
+        match (result, slot.read, bytes) {
+            (Ok(()), Some((offset, len)), Some(b)) => {
+                if slot.structured {
+                    reply::read_data_chunk(&mut conn.out, slot.cookie, offset, len);
+                } else {
+                    reply::simple(&mut conn.out, slot.cookie, 0);
+                }
+                conn.out.extend_from_slice(&b);
+            }
+            (Ok(()), None, _) => reply::simple(&mut conn.out, slot.cookie, 0),
+            (Ok(()), Some(_), None) => {
+                error!(client = %conn.name, "read completed without data; answering EIO");
+                reply::error(
+                    &mut conn.out,
+                    slot.structured,
+                    slot.cookie,
+                    Errno::Io,
+                    "internal error: read data missing",
+                );
+            }
+            (Err(e), _, _) => {
+                let (errno, msg) = match e {
+                    IoError::ReadOnly => (Errno::Perm, "this node is not Primary".to_string()),
+                    IoError::NoData => {
+                        (Errno::Io, "no up-to-date replica is reachable".to_string())
+                    }
+                    IoError::NotFast => (
+                        Errno::NotSup,
+                        "zeroing would not be fast on every replica".to_string(),
+                    ),
+                    IoError::Os(code) => (
+                        Errno::from_os(code),
+                        format!("I/O error: {}", io::Error::from_raw_os_error(code)),
+                    ),
+                };
+                debug!(client = %conn.name, cookie = slot.cookie, "request failed: {msg}");
+                reply::error(&mut conn.out, slot.structured, slot.cookie, errno, &msg);
+            }
+        }
+        let entry = slot.entry;
+        self.mark_dirty(entry);
+    }
+
+    // ------------------------------------------------------------------ output
+
+    fn flush_dirty(&mut self) {
+        while !self.dirty.is_empty() {
+            let dirty = std::mem::take(&mut self.dirty);
+            for k in dirty {
+                self.flush_entry(k);
+            }
+        }
+    }
+
+    fn flush_entry(&mut self, k: usize) {
+        let mut remove = false;
+        let mut resume = false;
+        match self.entries.get_mut(k) {
+            Some(Entry::Nbd { conn, .. }) => {
+                conn.dirty = false;
+                if !conn.dead && conn.out_pending() {
+                    let was_full = !conn.has_room();
+                    if let Err(e) = conn.flush_out() {
+                        debug!(client = %conn.name, "client went away: {e}");
+                        conn.dead = true;
+                    } else if was_full && conn.has_room() {
+                        resume = true;
+                    }
+                }
+                let stuck = !conn.dead && conn.out_pending();
+                if stuck != conn.write_interest {
+                    let i = if stuck {
+                        Interest::READABLE | Interest::WRITABLE
+                    } else {
+                        Interest::READABLE
+                    };
+                    let _ = self
+                        .poll
+                        .registry()
+                        .reregister(conn.stream.source(), MioToken(k), i);
+                    conn.write_interest = stuck;
+                }
+                remove = conn.finished();
+            }
+            Some(Entry::Peer(pc)) => {
+                pc.dirty = false;
+                if !pc.dead && !pc.connecting && pc.out_pending() {
+                    if let Err(e) = pc.flush_out() {
+                        info!(peer = %pc.name, "connection failed while sending: {e}");
+                        pc.dead = true;
+                    }
+                }
+                let want_write = pc.connecting || pc.out_pending();
+                if !pc.dead && want_write != pc.write_interest {
+                    let i = if want_write {
+                        Interest::READABLE | Interest::WRITABLE
+                    } else {
+                        Interest::READABLE
+                    };
+                    let _ = self
+                        .poll
+                        .registry()
+                        .reregister(pc.stream.source(), MioToken(k), i);
+                    pc.write_interest = want_write;
+                }
+                remove = pc.dead;
+            }
+            Some(Entry::Control(c)) => {
+                c.dirty = false;
+                remove = c.flush_and_finished();
+            }
+            _ => {}
+        }
+        if resume {
+            self.service_nbd(k);
+        }
+        if remove {
+            self.remove_entry(k);
+        }
+    }
+
+    fn remove_entry(&mut self, k: usize) {
+        let Some(e) = self.entries.try_remove(k) else {
+            return;
+        };
+        match e {
+            Entry::Nbd { res, mut conn, .. } => {
+                let _ = self.poll.registry().deregister(conn.stream.source());
+                conn.stream.shutdown();
+                if matches!(conn.phase, Phase::Transmission { .. }) {
+                    info!(client = %conn.name, "NBD client detached");
+                    self.client_detached(res);
+                }
+            }
+            Entry::Peer(mut pc) => {
+                let _ = self.poll.registry().deregister(pc.stream.source());
+                pc.stream.shutdown();
+                self.peer_closed(k, &pc);
+            }
+            Entry::Control(mut c) => {
+                let _ = self.poll.registry().deregister(&mut c.stream);
+            }
+            _ => {}
+        }
+    }
+
+    fn service_control(&mut self, k: usize) {
+        let Some(Entry::Control(c)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let lines = c.read_lines();
+        for line in lines {
+            let response = self.control_command(&line);
+            if let Some(Entry::Control(c)) = self.entries.get_mut(k) {
+                c.queue(response);
+            }
+        }
+        self.mark_dirty(k);
+    }
+}

@@ -1,0 +1,116 @@
+//! A connection to another node of a resource: authenticating handshake, then packets.
+
+use crate::listener::Stream;
+use std::io::{self, Read, Write};
+use tandem_engine::replica::NodeId;
+use tandem_wire::handshake::PeerHandshake;
+
+pub struct PeerConn {
+    pub stream: Stream,
+    pub res: usize,
+    /// "address#id (node N)" for logs.
+    pub name: String,
+    /// Until the handshake ends.
+    pub hs: Option<PeerHandshake>,
+    /// The authenticated peer.
+    pub peer: Option<NodeId>,
+    /// Set for connections we dialed: the node we meant to reach.
+    pub dialed: Option<NodeId>,
+    pub inbuf: Vec<u8>,
+    pub in_start: usize,
+    pub in_end: usize,
+    pub need: usize,
+    pub out: Vec<u8>,
+    pub out_pos: usize,
+    pub dead: bool,
+    pub readable: bool,
+    pub write_interest: bool,
+    pub dirty: bool,
+    /// Still connecting (an outgoing connection not yet writable).
+    pub connecting: bool,
+}
+
+const INITIAL_IN: usize = 256 << 10;
+
+impl PeerConn {
+    pub fn new(
+        stream: Stream,
+        res: usize,
+        name: String,
+        hs: PeerHandshake,
+        greeting: Vec<u8>,
+        dialed: Option<NodeId>,
+    ) -> PeerConn {
+        PeerConn {
+            stream,
+            res,
+            name,
+            hs: Some(hs),
+            peer: None,
+            dialed,
+            inbuf: vec![0; INITIAL_IN],
+            in_start: 0,
+            in_end: 0,
+            need: 0,
+            out: greeting,
+            out_pos: 0,
+            dead: false,
+            readable: true,
+            write_interest: false,
+            dirty: true,
+            connecting: dialed.is_some(),
+        }
+    }
+
+    /// Reads once into the input buffer, growing it for a large packet. `Ok(0)` is EOF.
+    pub fn read_some(&mut self) -> io::Result<usize> {
+        let want = self.need.max(4096);
+        if self.in_start > 0
+            && (self.inbuf.len() - self.in_start < want || self.inbuf.len() - self.in_end < 4096)
+        {
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+        }
+        if self.inbuf.len() < want {
+            self.inbuf.resize(want.next_multiple_of(64 << 10), 0);
+        }
+        let room = self.inbuf.len() - self.in_end;
+        let n = self.stream.read(&mut self.inbuf[self.in_end..])?;
+        self.in_end += n;
+        if n > 0 && n < room {
+            self.readable = false;
+        }
+        Ok(n)
+    }
+
+    pub fn advance(&mut self, n: usize) {
+        self.in_start += n;
+        if self.in_start == self.in_end {
+            self.in_start = 0;
+            self.in_end = 0;
+            if self.inbuf.len() > 4 * INITIAL_IN {
+                self.inbuf = vec![0; INITIAL_IN];
+            }
+        }
+    }
+
+    pub fn out_pending(&self) -> bool {
+        self.out_pos < self.out.len()
+    }
+
+    pub fn flush_out(&mut self) -> io::Result<()> {
+        while self.out_pos < self.out.len() {
+            match self.stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        Ok(())
+    }
+}

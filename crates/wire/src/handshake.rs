@@ -1,0 +1,635 @@
+//! The connection handshake, sans-IO: from connect to "authenticated" for one peer connection.
+//!
+//! Both sides run the same steps; there is no client/server asymmetry on the wire:
+//!
+//! 1. each side sends `Hello` (versions, features, node id, resource, a fresh challenge);
+//! 2. on the peer's `Hello`, a side checks that a protocol version is in common, that the
+//!    resource is the same and that the node id is one it accepts, then answers the peer's
+//!    challenge with `Auth`;
+//! 3. on the peer's `Auth`, a side verifies the response and sends `AuthOk`;
+//! 4. a side is established once it has sent `AuthOk` and received the peer's.
+//!
+//! A side that refuses the peer sends an `Error` packet saying why before it gives up, so both
+//! ends can log the reason; a peer's `Error` ends the handshake with
+//! [`HandshakeError::PeerRefused`].
+//!
+//! [`PeerHandshake`] does no I/O. The daemon writes the bytes it produces to the socket and
+//! feeds it the bytes it reads; after [`HandshakeStep::Established`], bytes that were not
+//! consumed belong to the session and are decoded with [`crate::decode`].
+
+use std::fmt;
+
+use crate::auth::{self, CHALLENGE_LEN, RESPONSE_LEN};
+use crate::packet::{decode, encode, Decoded, Packet, WireError};
+use crate::{HEADER_LEN, MAGIC, VERSION_MAX, VERSION_MIN};
+
+// Codes of the `Error` packets the handshake sends.
+
+/// The peer's response to our challenge did not verify: the shared secrets differ.
+pub const ERR_AUTH: u32 = 1;
+/// The peer asked for another resource.
+pub const ERR_RESOURCE: u32 = 2;
+/// The peer's node id is not acceptable (unknown, ours, or not the node we dialed).
+pub const ERR_NODE: u32 = 3;
+/// No protocol version in common.
+pub const ERR_VERSION: u32 = 4;
+/// The peer broke the protocol (malformed frame, unexpected packet).
+pub const ERR_PROTOCOL: u32 = 5;
+
+/// The message sent with [`ERR_AUTH`].
+pub const AUTH_FAILED_MESSAGE: &str = "authentication failed: the shared secrets differ";
+
+/// Longest string the packet layer carries (longer ones are cut by `encode`).
+const MAX_STRING: usize = 4096;
+/// Longest message this side puts into an `Error` packet.
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// Largest body of a packet exchanged during the handshake (a `Hello` with the longest
+/// resource name). Longer frames are refused from their header, before their body is buffered.
+pub const MAX_HANDSHAKE_BODY: u32 = (2 + 2 + 8 + 1 + 2 + MAX_STRING + CHALLENGE_LEN) as u32;
+
+/// What one side of a connection needs for the handshake.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HandshakeConfig {
+    /// Our node id.
+    pub me: u8,
+    pub resource: String,
+    /// The resource's shared secret.
+    pub secret: Vec<u8>,
+    /// Node ids configured for this resource, not including `me`.
+    pub allowed_peers: Vec<u8>,
+    /// For outgoing connections: the node we dialed.
+    pub expect: Option<u8>,
+    /// Feature bits this side supports.
+    pub features: u64,
+}
+
+impl fmt::Debug for HandshakeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandshakeConfig")
+            .field("me", &self.me)
+            .field("resource", &self.resource)
+            .field("secret", &"<redacted>")
+            .field("allowed_peers", &self.allowed_peers)
+            .field("expect", &self.expect)
+            .field("features", &self.features)
+            .finish()
+    }
+}
+
+/// The outcome of a successful handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Established {
+    /// The peer's (authenticated) node id.
+    pub peer: u8,
+    /// The protocol version of the session: the highest both sides speak.
+    pub version: u16,
+    /// Features both sides support.
+    pub features: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandshakeStep {
+    /// Send what was produced, then feed more bytes.
+    NeedMore,
+    /// Authenticated. Bytes not consumed belong to the session.
+    Established(Established),
+    /// The connection is to be closed (after sending what was produced: it may hold an
+    /// `Error` packet telling the peer why).
+    Failed(HandshakeError),
+}
+
+/// A breach of the protocol by the peer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("malformed frame: {0}")]
+    Wire(#[from] WireError),
+    #[error(
+        "a frame of kind {kind} with {len} bytes during the handshake, where packets have at most {} bytes",
+        MAX_HANDSHAKE_BODY
+    )]
+    FrameTooLarge { kind: u16, len: u32 },
+    #[error("expected {expected}, got {got}")]
+    Unexpected {
+        expected: &'static str,
+        got: &'static str,
+    },
+}
+
+/// Why a handshake failed. The messages name both nodes where they are known and are phrased
+/// so that they read the same on both ends of the connection.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeError {
+    #[error(
+        "no common protocol version: node {peer} speaks versions {peer_min}..={peer_max}, node {me} speaks {our_min}..={our_max}"
+    )]
+    VersionMismatch {
+        me: u8,
+        peer: u8,
+        peer_min: u16,
+        peer_max: u16,
+        our_min: u16,
+        our_max: u16,
+    },
+    #[error(
+        "resource mismatch: node {peer} asked for resource {theirs:?}, node {me} is configured for resource {ours:?}"
+    )]
+    ResourceMismatch {
+        me: u8,
+        peer: u8,
+        ours: String,
+        theirs: String,
+    },
+    #[error(
+        "node id conflict: both ends of the connection claim node id {id} (two nodes configured with the same id, or a node connected to itself)"
+    )]
+    SameNodeId { id: u8 },
+    #[error("node {peer} is not configured as a peer of node {me} for resource {resource:?}")]
+    UnknownPeer { me: u8, peer: u8, resource: String },
+    #[error("node {me} dialed node {expected}, but node {peer} answered")]
+    UnexpectedPeer { me: u8, expected: u8, peer: u8 },
+    #[error(
+        "authentication of node {peer} for resource {resource:?} failed: the shared secrets differ"
+    )]
+    AuthFailed { peer: u8, resource: String },
+    #[error("the peer refused the connection: {} (code {code})", sanitize(.message))]
+    PeerRefused { code: u32, message: String },
+    #[error("protocol violation: {0}")]
+    Protocol(#[from] ProtocolError),
+}
+
+impl HandshakeError {
+    /// The `Error` code that goes with this error: the one this side sends to the peer, or for
+    /// [`HandshakeError::PeerRefused`] the one the peer sent.
+    pub fn code(&self) -> u32 {
+        match self {
+            HandshakeError::VersionMismatch { .. } => ERR_VERSION,
+            HandshakeError::ResourceMismatch { .. } => ERR_RESOURCE,
+            HandshakeError::SameNodeId { .. }
+            | HandshakeError::UnknownPeer { .. }
+            | HandshakeError::UnexpectedPeer { .. } => ERR_NODE,
+            HandshakeError::AuthFailed { .. } => ERR_AUTH,
+            HandshakeError::PeerRefused { code, .. } => *code,
+            HandshakeError::Protocol(_) => ERR_PROTOCOL,
+        }
+    }
+}
+
+/// Escapes control characters of a message that came from the peer, so it cannot forge
+/// log lines.
+fn sanitize(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Cuts `s` to at most `max` bytes, at a character boundary.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+fn packet_name(p: &Packet<'_>) -> &'static str {
+    match p {
+        Packet::Hello { .. } => "Hello",
+        Packet::Auth { .. } => "Auth",
+        Packet::AuthOk => "AuthOk",
+        Packet::Role { .. } => "Role",
+        Packet::Volume { .. } => "Volume",
+        Packet::Write { .. } => "Write",
+        Packet::Zero { .. } => "Zero",
+        Packet::RecvAck { .. } => "RecvAck",
+        Packet::WriteAck { .. } => "WriteAck",
+        Packet::NegAck { .. } => "NegAck",
+        Packet::Barrier { .. } => "Barrier",
+        Packet::BarrierAck { .. } => "BarrierAck",
+        Packet::ReadReq { .. } => "ReadReq",
+        Packet::ReadReply { .. } => "ReadReply",
+        Packet::ResyncReq { .. } => "ResyncReq",
+        Packet::ResyncReply { .. } => "ResyncReply",
+        Packet::OutOfSync { .. } => "OutOfSync",
+        Packet::Ping => "Ping",
+        Packet::PingAck => "PingAck",
+        Packet::Error { .. } => "Error",
+    }
+}
+
+/// What the peer has told us so far (from its `Hello`).
+#[derive(Clone, Copy, Debug)]
+struct Peer {
+    id: u8,
+    version: u16,
+    features: u64,
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Hello sent; waiting for the peer's Hello.
+    AwaitHello,
+    /// Auth sent; waiting for the peer's Auth.
+    AwaitAuth(Peer),
+    /// AuthOk sent; waiting for the peer's AuthOk.
+    AwaitAuthOk(Peer),
+    /// Established or failed; nothing more is consumed.
+    Done(HandshakeStep),
+}
+
+/// The handshake of one peer connection. See the [module documentation](self).
+pub struct PeerHandshake {
+    cfg: HandshakeConfig,
+    challenge: [u8; CHALLENGE_LEN],
+    state: State,
+    /// The part of the next frame received so far (at most one frame, bounded by
+    /// [`MAX_HANDSHAKE_BODY`]).
+    pending: Vec<u8>,
+}
+
+impl fmt::Debug for PeerHandshake {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerHandshake")
+            .field("cfg", &self.cfg)
+            .field("state", &self.state)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PeerHandshake {
+    /// Starts the handshake: appends our `Hello` to `out`. `challenge` must be fresh random
+    /// bytes for every connection.
+    pub fn new(cfg: HandshakeConfig, challenge: [u8; 32], out: &mut Vec<u8>) -> PeerHandshake {
+        debug_assert!(
+            cfg.resource.len() <= MAX_STRING,
+            "resource names are at most {MAX_STRING} bytes on the wire"
+        );
+        encode(
+            &Packet::Hello {
+                version_min: VERSION_MIN,
+                version_max: VERSION_MAX,
+                features: cfg.features,
+                node_id: cfg.me,
+                resource: &cfg.resource,
+                challenge,
+            },
+            out,
+        );
+        PeerHandshake {
+            cfg,
+            challenge,
+            state: State::AwaitHello,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Feeds bytes received from the peer; appends what is to be sent to `out`. Returns how
+    /// many bytes of `input` were consumed and where the handshake stands:
+    ///
+    /// - [`HandshakeStep::NeedMore`]: all of `input` was consumed (a partial frame is kept
+    ///   internally, so `input` may be split anywhere);
+    /// - [`HandshakeStep::Established`]: `input[consumed..]` is the start of the session;
+    /// - [`HandshakeStep::Failed`]: send `out`, then close the connection.
+    ///
+    /// Once established or failed, further calls consume nothing and return the same step.
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> (usize, HandshakeStep) {
+        if let State::Done(step) = &self.state {
+            return (0, step.clone());
+        }
+        let mut used = 0;
+        loop {
+            let need = match self.frame_need() {
+                Ok(n) => n,
+                Err(e) => return (used, self.fail(e, out)),
+            };
+            if self.pending.len() < need {
+                let rest = &input[used..];
+                let take = (need - self.pending.len()).min(rest.len());
+                self.pending.extend_from_slice(&rest[..take]);
+                used += take;
+                if self.pending.len() < need {
+                    return (used, HandshakeStep::NeedMore);
+                }
+                // The header may just have completed: find out how long the frame is.
+                continue;
+            }
+            let frame = std::mem::take(&mut self.pending);
+            let step = self.on_frame(&frame, out);
+            self.pending = frame;
+            self.pending.clear();
+            if let Some(step) = step {
+                return (used, step);
+            }
+        }
+    }
+
+    /// The peer's node id, once its `Hello` was accepted (not yet authenticated before
+    /// [`HandshakeStep::Established`]).
+    pub fn peer(&self) -> Option<u8> {
+        match &self.state {
+            State::AwaitAuth(p) | State::AwaitAuthOk(p) => Some(p.id),
+            State::Done(HandshakeStep::Established(e)) => Some(e.peer),
+            State::AwaitHello | State::Done(_) => None,
+        }
+    }
+
+    /// The final step, once established or failed.
+    pub fn outcome(&self) -> Option<&HandshakeStep> {
+        match &self.state {
+            State::Done(step) => Some(step),
+            _ => None,
+        }
+    }
+
+    /// How many bytes `pending` must hold to make the next step: the header, then the frame.
+    fn frame_need(&self) -> Result<usize, HandshakeError> {
+        let Some(hdr) = self.pending.get(..HEADER_LEN) else {
+            return Ok(HEADER_LEN);
+        };
+        let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        if magic != MAGIC {
+            return Err(ProtocolError::Wire(WireError::BadMagic(magic)).into());
+        }
+        let kind = u16::from_be_bytes([hdr[4], hdr[5]]);
+        let len = u32::from_be_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
+        if len > MAX_HANDSHAKE_BODY {
+            return Err(ProtocolError::FrameTooLarge { kind, len }.into());
+        }
+        Ok(HEADER_LEN + len as usize)
+    }
+
+    /// Handles one complete frame; returns the step if the handshake ended.
+    fn on_frame(&mut self, frame: &[u8], out: &mut Vec<u8>) -> Option<HandshakeStep> {
+        let packet = match decode(frame) {
+            Ok(Decoded::Packet(p, _)) => p,
+            // Cannot happen: `frame` holds as many bytes as its header announces.
+            Ok(Decoded::NeedMore(_)) => {
+                let e = WireError::Malformed {
+                    kind: 0,
+                    what: "incomplete frame",
+                };
+                return Some(self.fail(ProtocolError::Wire(e).into(), out));
+            }
+            Err(e) => return Some(self.fail(ProtocolError::Wire(e).into(), out)),
+        };
+        let result = match (packet, self.state.clone()) {
+            (Packet::Error { code, message }, _) => Err(HandshakeError::PeerRefused {
+                code,
+                message: message.to_owned(),
+            }),
+            (
+                Packet::Hello {
+                    version_min,
+                    version_max,
+                    features,
+                    node_id,
+                    resource,
+                    challenge,
+                },
+                State::AwaitHello,
+            ) => self
+                .check_hello(version_min, version_max, node_id, resource)
+                .map(|version| {
+                    let response = auth::respond(
+                        &self.cfg.secret,
+                        &self.cfg.resource,
+                        self.cfg.me,
+                        &challenge,
+                    );
+                    encode(&Packet::Auth { response }, out);
+                    self.state = State::AwaitAuth(Peer {
+                        id: node_id,
+                        version,
+                        features: features & self.cfg.features,
+                    });
+                }),
+            (Packet::Auth { response }, State::AwaitAuth(peer)) => {
+                self.check_auth(peer.id, &response).map(|()| {
+                    encode(&Packet::AuthOk, out);
+                    self.state = State::AwaitAuthOk(peer);
+                })
+            }
+            (Packet::AuthOk, State::AwaitAuthOk(peer)) => {
+                let step = HandshakeStep::Established(Established {
+                    peer: peer.id,
+                    version: peer.version,
+                    features: peer.features,
+                });
+                self.state = State::Done(step.clone());
+                return Some(step);
+            }
+            (p, state) => Err(ProtocolError::Unexpected {
+                expected: match state {
+                    State::AwaitHello => "Hello",
+                    State::AwaitAuth(_) => "Auth",
+                    State::AwaitAuthOk(_) => "AuthOk",
+                    State::Done(_) => "nothing",
+                },
+                got: packet_name(&p),
+            }
+            .into()),
+        };
+        match result {
+            Ok(()) => None,
+            Err(e) => Some(self.fail(e, out)),
+        }
+    }
+
+    /// Checks the peer's Hello; returns the version of the session.
+    fn check_hello(
+        &self,
+        version_min: u16,
+        version_max: u16,
+        node_id: u8,
+        resource: &str,
+    ) -> Result<u16, HandshakeError> {
+        let me = self.cfg.me;
+        let version = version_max.min(VERSION_MAX);
+        if version < version_min.max(VERSION_MIN) {
+            return Err(HandshakeError::VersionMismatch {
+                me,
+                peer: node_id,
+                peer_min: version_min,
+                peer_max: version_max,
+                our_min: VERSION_MIN,
+                our_max: VERSION_MAX,
+            });
+        }
+        if resource != self.cfg.resource {
+            return Err(HandshakeError::ResourceMismatch {
+                me,
+                peer: node_id,
+                ours: self.cfg.resource.clone(),
+                theirs: resource.to_owned(),
+            });
+        }
+        if node_id == me {
+            return Err(HandshakeError::SameNodeId { id: me });
+        }
+        match self.cfg.expect {
+            Some(expected) if expected != node_id => {
+                return Err(HandshakeError::UnexpectedPeer {
+                    me,
+                    expected,
+                    peer: node_id,
+                });
+            }
+            _ => {}
+        }
+        if !self.cfg.allowed_peers.contains(&node_id) {
+            return Err(HandshakeError::UnknownPeer {
+                me,
+                peer: node_id,
+                resource: self.cfg.resource.clone(),
+            });
+        }
+        Ok(version)
+    }
+
+    fn check_auth(&self, peer: u8, response: &[u8; RESPONSE_LEN]) -> Result<(), HandshakeError> {
+        if auth::verify(
+            &self.cfg.secret,
+            &self.cfg.resource,
+            peer,
+            &self.challenge,
+            response,
+        ) {
+            Ok(())
+        } else {
+            Err(HandshakeError::AuthFailed {
+                peer,
+                resource: self.cfg.resource.clone(),
+            })
+        }
+    }
+
+    /// Ends the handshake with `e`; unless the peer refused us, tells it why first.
+    fn fail(&mut self, e: HandshakeError, out: &mut Vec<u8>) -> HandshakeStep {
+        let message = match &e {
+            HandshakeError::PeerRefused { .. } => None,
+            HandshakeError::AuthFailed { .. } => Some(AUTH_FAILED_MESSAGE.to_owned()),
+            HandshakeError::Protocol(p) => Some(format!(
+                "node {} saw a protocol violation: {p}",
+                self.cfg.me
+            )),
+            other => Some(other.to_string()),
+        };
+        if let Some(message) = message {
+            let message = truncate(message, MAX_ERROR_MESSAGE);
+            encode(
+                &Packet::Error {
+                    code: e.code(),
+                    message: &message,
+                },
+                out,
+            );
+        }
+        let step = HandshakeStep::Failed(e);
+        self.state = State::Done(step.clone());
+        step
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("abc".into(), 5), "abc");
+        assert_eq!(truncate("abcdef".into(), 3), "abc");
+        // 'é' is two bytes: cutting at 2 would split it.
+        assert_eq!(truncate("aé".into(), 2), "a");
+        assert_eq!(truncate("aé".into(), 3), "aé");
+    }
+
+    #[test]
+    fn sanitize_escapes_control_characters() {
+        assert_eq!(sanitize("ok: \"r0\""), "ok: \"r0\"");
+        assert_eq!(sanitize("a\nb\x1b[2J"), "a\\nb\\u{1b}[2J");
+    }
+
+    #[test]
+    fn max_handshake_body_fits_the_largest_hello_and_error() {
+        let long = "x".repeat(MAX_STRING);
+        let mut b = Vec::new();
+        encode(
+            &Packet::Hello {
+                version_min: 1,
+                version_max: 1,
+                features: 0,
+                node_id: 0,
+                resource: &long,
+                challenge: [0; 32],
+            },
+            &mut b,
+        );
+        assert_eq!(b.len() - HEADER_LEN, MAX_HANDSHAKE_BODY as usize);
+        b.clear();
+        encode(
+            &Packet::Error {
+                code: 1,
+                message: &long,
+            },
+            &mut b,
+        );
+        assert!(b.len() - HEADER_LEN <= MAX_HANDSHAKE_BODY as usize);
+    }
+
+    #[test]
+    fn error_messages_we_send_are_bounded_and_valid_utf8() {
+        // A peer with a huge, multi-byte resource name: our refusal must still decode.
+        let theirs = "é".repeat(2000);
+        let mut out = Vec::new();
+        let mut hs = PeerHandshake::new(
+            HandshakeConfig {
+                me: 1,
+                resource: "r0".into(),
+                secret: b"s".to_vec(),
+                allowed_peers: vec![2],
+                expect: None,
+                features: 0,
+            },
+            [1; 32],
+            &mut out,
+        );
+        out.clear();
+        let mut hello = Vec::new();
+        encode(
+            &Packet::Hello {
+                version_min: VERSION_MIN,
+                version_max: VERSION_MAX,
+                features: 0,
+                node_id: 2,
+                resource: &theirs,
+                challenge: [2; 32],
+            },
+            &mut hello,
+        );
+        let (n, step) = hs.feed(&hello, &mut out);
+        assert_eq!(n, hello.len());
+        assert!(matches!(
+            step,
+            HandshakeStep::Failed(HandshakeError::ResourceMismatch { .. })
+        ));
+        match decode(&out).unwrap() {
+            Decoded::Packet(Packet::Error { code, message }, len) => {
+                assert_eq!(len, out.len());
+                assert_eq!(code, ERR_RESOURCE);
+                assert!(message.len() <= MAX_ERROR_MESSAGE);
+                assert!(message.starts_with("resource mismatch: node 2"));
+            }
+            other => panic!("expected an Error packet, got {other:?}"),
+        }
+    }
+}
