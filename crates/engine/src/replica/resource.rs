@@ -620,6 +620,7 @@ impl Resource {
                         },
                         out,
                     );
+                    self.offer_to_outdated(v, out);
                 }
             }
         }
@@ -2108,6 +2109,20 @@ impl Resource {
             },
             out,
         );
+        self.offer_to_outdated(v, out);
+    }
+
+    /// We just became up to date: connected peers whose replica is Outdated (their
+    /// currency unknown) get everything from us.
+    fn offer_to_outdated(&mut self, v: usize, out: &mut Vec<RAction>) {
+        for i in 0..self.peers.len() {
+            let up = self.peers[i].up;
+            let pv = &mut self.peers[i].vols[v];
+            if up && pv.diskful && pv.disk == Some(DiskState::Outdated) {
+                pv.oos.set_all();
+                self.send_out_of_sync(i, v, out);
+            }
+        }
     }
 
     /// A replicated write (or zeroing) from the Primary.
