@@ -106,6 +106,33 @@ pub enum DiskKind {
     Flush,
 }
 
+impl DiskKind {
+    /// Where the operation starts (0 for a flush).
+    pub fn offset(&self) -> u64 {
+        match *self {
+            DiskKind::Read { offset, .. }
+            | DiskKind::Write { offset, .. }
+            | DiskKind::Trim { offset, .. }
+            | DiskKind::Zero { offset, .. }
+            | DiskKind::Cache { offset, .. } => offset,
+            DiskKind::Flush => 0,
+        }
+    }
+
+    /// How many bytes it covers (0 for a flush).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> u32 {
+        match *self {
+            DiskKind::Read { len, .. }
+            | DiskKind::Write { len, .. }
+            | DiskKind::Trim { len, .. }
+            | DiskKind::Zero { len, .. }
+            | DiskKind::Cache { len, .. } => len,
+            DiskKind::Flush => 0,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DiskOp {
     pub token: DiskToken,

@@ -339,8 +339,7 @@ impl Sim {
                     kind,
                     data,
                 } => {
-                    let bytes =
-                        data.map(|d| self.resolve(node, d, incoming, len_of(kind) as usize));
+                    let bytes = data.map(|d| self.resolve(node, d, incoming, kind.len() as usize));
                     let op = self.next_op;
                     self.next_op += 1;
                     let inc = self.nodes[node as usize].incarnation;
@@ -397,116 +396,18 @@ impl Sim {
             return;
         }
         let mut buf = Vec::new();
-        let data_of = |s: &Sim, d: Option<DataRef>, len: u32| {
-            d.map(|d| s.resolve(from, d, incoming, len as usize))
-        };
-        let p_data;
-        let packet = match msg {
-            Msg::Role(role) => Packet::Role { role },
-            Msg::Volume { volume, size, disk } => Packet::Volume { volume, size, disk },
-            Msg::Write {
-                volume,
-                seq,
-                offset,
-                len,
-                flags,
-                targets,
-                data,
-            } => {
-                p_data = data_of(self, Some(data), len).expect("write data");
-                Packet::Write {
-                    volume,
-                    seq,
-                    offset,
-                    flags,
-                    targets,
-                    data: &p_data,
-                }
-            }
-            Msg::Zero {
-                volume,
-                seq,
-                offset,
-                len,
-                flags,
-                targets,
-            } => Packet::Zero {
-                volume,
-                seq,
-                offset,
-                len,
-                flags,
-                targets,
-            },
-            Msg::RecvAck { seq } => Packet::RecvAck { seq },
-            Msg::WriteAck { seq } => Packet::WriteAck { seq },
-            Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
-            Msg::Barrier { id } => Packet::Barrier { id },
-            Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
-            Msg::ReadReq {
-                volume,
-                id,
-                offset,
-                len,
-            } => Packet::ReadReq {
-                volume,
-                id,
-                offset,
-                len,
-            },
+        // Payloads are copied out first: the packet borrows them while `self` is used again.
+        let payload: Option<Vec<u8>> = match msg {
+            Msg::Write { data, len, .. } => Some(self.resolve(from, data, incoming, len as usize)),
             Msg::ReadReply {
-                id,
-                errno,
-                len,
-                data,
-            } => {
-                p_data = data_of(self, data, len).unwrap_or_default();
-                Packet::ReadReply {
-                    id,
-                    errno,
-                    data: &p_data,
-                }
+                data: Some(d), len, ..
             }
-            Msg::ResyncReq {
-                volume,
-                id,
-                offset,
-                len,
-            } => Packet::ResyncReq {
-                volume,
-                id,
-                offset,
-                len,
-            },
-            Msg::ResyncReply {
-                volume,
-                id,
-                offset,
-                errno,
-                len,
-                data,
-            } => {
-                p_data = data_of(self, data, len).unwrap_or_default();
-                Packet::ResyncReply {
-                    volume,
-                    id,
-                    offset,
-                    errno,
-                    data: &p_data,
-                }
-            }
-            Msg::OutOfSync {
-                volume,
-                offset,
-                len,
-            } => Packet::OutOfSync {
-                volume,
-                offset,
-                len,
-            },
-            Msg::Ping => Packet::Ping,
-            Msg::PingAck => Packet::PingAck,
+            | Msg::ResyncReply {
+                data: Some(d), len, ..
+            } => Some(self.resolve(from, d, incoming, len as usize)),
+            _ => None,
         };
+        let packet = msg.to_packet(|_, _| payload.as_deref().unwrap_or(&[]));
         tandem_wire::encode(&packet, &mut buf);
         let delay = 20 + self.rng.below(200);
         let link = self.links.get_mut(&(from, to)).expect("link");
@@ -1035,17 +936,6 @@ impl Sim {
                 );
             }
         }
-    }
-}
-
-fn len_of(kind: DiskKind) -> u32 {
-    match kind {
-        DiskKind::Read { len, .. }
-        | DiskKind::Write { len, .. }
-        | DiskKind::Trim { len, .. }
-        | DiskKind::Zero { len, .. }
-        | DiskKind::Cache { len, .. } => len,
-        DiskKind::Flush => 0,
     }
 }
 

@@ -161,6 +161,110 @@ pub enum Msg {
     PingAck,
 }
 
+impl Msg {
+    /// The wire packet, with payloads taken from `data(reference, len)` (the driver's
+    /// buffers; `None` stands for "no payload", as in an error reply).
+    pub fn to_packet<'a>(&self, data: impl Fn(Option<DataRef>, u32) -> &'a [u8]) -> Packet<'a> {
+        match *self {
+            Msg::Role(role) => Packet::Role { role },
+            Msg::Volume { volume, size, disk } => Packet::Volume { volume, size, disk },
+            Msg::Write {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+                data: d,
+            } => Packet::Write {
+                volume,
+                seq,
+                offset,
+                flags,
+                targets,
+                data: data(Some(d), len),
+            },
+            Msg::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            } => Packet::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            },
+            Msg::RecvAck { seq } => Packet::RecvAck { seq },
+            Msg::WriteAck { seq } => Packet::WriteAck { seq },
+            Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
+            Msg::Barrier { id } => Packet::Barrier { id },
+            Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
+            Msg::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ReadReply {
+                id,
+                errno,
+                len,
+                data: d,
+            } => Packet::ReadReply {
+                id,
+                errno,
+                data: data(d, len),
+            },
+            Msg::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                len,
+                data: d,
+            } => Packet::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                data: data(d, len),
+            },
+            Msg::OutOfSync {
+                volume,
+                offset,
+                len,
+            } => Packet::OutOfSync {
+                volume,
+                offset,
+                len,
+            },
+            Msg::Ping => Packet::Ping,
+            Msg::PingAck => Packet::PingAck,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RAction {
     /// Run a disk operation on a volume's local replica; writes take their bytes from `data`.
@@ -1202,7 +1306,7 @@ impl Resource {
                 }
             }
             Token::PeerWrite { peer, conn, seq } => {
-                self.vols[v].applying.remove(offset_of(kind), token);
+                self.vols[v].applying.remove(kind.offset(), token);
                 let msg = match result {
                     Ok(()) => Msg::WriteAck { seq },
                     Err(e) => {
@@ -1263,7 +1367,7 @@ impl Resource {
                 }
             }
             Token::ResyncWrite { .. } => {
-                self.vols[v].applying.remove(offset_of(kind), token);
+                self.vols[v].applying.remove(kind.offset(), token);
                 if let Some(rs) = self.vols[v].resync.as_mut() {
                     rs.writes_pending -= 1;
                 }
@@ -2150,7 +2254,7 @@ impl Resource {
         self.peers[i].rx_last_seq = seq;
         // Diskful nodes the Primary could not send this to lack it: if the Primary fails
         // before it can tell them, we can (like DRBD's peer acks).
-        let (offset, len) = (offset_of(kind), len_of(kind));
+        let (offset, len) = (kind.offset(), kind.len());
         for p in self
             .peers
             .iter_mut()
@@ -2360,27 +2464,5 @@ impl Resource {
             out.push(RAction::Note(format!("node {peer}: {reason}")));
             self.peer_down(peer, out);
         }
-    }
-}
-
-fn offset_of(kind: DiskKind) -> u64 {
-    match kind {
-        DiskKind::Read { offset, .. }
-        | DiskKind::Write { offset, .. }
-        | DiskKind::Trim { offset, .. }
-        | DiskKind::Zero { offset, .. }
-        | DiskKind::Cache { offset, .. } => offset,
-        DiskKind::Flush => 0,
-    }
-}
-
-fn len_of(kind: DiskKind) -> u32 {
-    match kind {
-        DiskKind::Read { len, .. }
-        | DiskKind::Write { len, .. }
-        | DiskKind::Trim { len, .. }
-        | DiskKind::Zero { len, .. }
-        | DiskKind::Cache { len, .. } => len,
-        DiskKind::Flush => 0,
     }
 }
