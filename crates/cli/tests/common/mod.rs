@@ -579,6 +579,216 @@ impl Drop for Server {
 }
 
 // ---------------------------------------------------------------------------------------
+// The node daemon (`tandem node`) and its administration verbs
+
+/// Runs `tandem ARGS --control CONTROL` (an administration verb) to completion.
+pub fn tandem_admin(control: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new(tandem_bin());
+    cmd.args(args)
+        .arg("--control")
+        .arg(control)
+        .env_remove("TANDEM_CONTROL");
+    run(&mut cmd, Duration::from_secs(15))
+}
+
+/// `tandem status --json` of one node, parsed: the array of its resources.
+pub fn node_status(control: &Path) -> Result<Json, String> {
+    let r = tandem_admin(control, &["status", "--json"]);
+    if !r.success() {
+        return Err(r.describe());
+    }
+    Json::parse(&r.stdout)
+        .map_err(|e| format!("status --json printed invalid JSON ({e}):\n{}", r.stdout))
+}
+
+/// A `tandem node` process. It can be killed and started again with the same command (the
+/// log is appended to, with a marker per start). Dropping it stops it (SIGTERM, then SIGKILL
+/// after 5 s) and, if the test is failing, prints its log.
+pub struct NodeDaemon {
+    pub name: String,
+    pub config_dir: PathBuf,
+    pub control: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+    command: String,
+}
+
+impl NodeDaemon {
+    /// Starts `tandem node --name NAME --config-dir DIR --control CONTROL`, logging to `log`.
+    /// Call [`NodeDaemon::wait_ready`] before talking to it.
+    pub fn start(name: &str, config_dir: &Path, control: &Path, log: &Path) -> NodeDaemon {
+        let mut d = NodeDaemon {
+            name: name.to_string(),
+            config_dir: config_dir.to_owned(),
+            control: control.to_owned(),
+            log: log.to_owned(),
+            child: None,
+            starts: 0,
+            command: String::new(),
+        };
+        d.restart();
+        d
+    }
+
+    /// Starts the daemon (again) with the same command line.
+    #[track_caller]
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "node {} is still running", self.name);
+        self.starts += 1;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", self.log.display()));
+        let _ = writeln!(
+            log,
+            "==== test harness: start #{} of node {} ====",
+            self.starts, self.name
+        );
+        let mut cmd = Command::new(tandem_bin());
+        cmd.arg("node")
+            .arg("--name")
+            .arg(&self.name)
+            .arg("--config-dir")
+            .arg(&self.config_dir)
+            .arg("--control")
+            .arg(&self.control)
+            .env_remove("TANDEM_CONTROL")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        self.command = format!("{cmd:?}");
+        self.child = Some(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.command)),
+        );
+    }
+
+    /// Waits until the control socket answers `status`; panics if the daemon exits first.
+    #[track_caller]
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                panic!(
+                    "node {} exited with {status} before answering on {}",
+                    self.name,
+                    self.control.display()
+                );
+            }
+            if UnixStream::connect(&self.control).is_ok() && node_status(&self.control).is_ok() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "node {} does not answer on {} after {timeout:?}",
+                    self.name,
+                    self.control.display()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The exit status if the daemon has exited (it is then reaped).
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        let status = self
+            .child
+            .as_mut()?
+            .try_wait()
+            .expect("waiting for a node")?;
+        self.child = None;
+        Some(status)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.try_exit();
+        self.child.is_some()
+    }
+
+    #[track_caller]
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.try_exit() {
+            panic!("node {} exited with {status}", self.name);
+        }
+        assert!(self.child.is_some(), "node {} is not running", self.name);
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn status(&self) -> Result<Json, String> {
+        node_status(&self.control)
+    }
+
+    /// Runs an administration verb against this node.
+    pub fn admin(&self, args: &[&str]) -> Run {
+        tandem_admin(&self.control, args)
+    }
+
+    pub fn log(&self) -> String {
+        fs::read(&self.log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// SIGKILL: no flushing, no goodbye to the peers.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then SIGKILL if it is still running after `timeout`. Returns the exit status
+    /// of a daemon that exited by itself (`None` if it had to be killed or was not running).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        signal(&child, libc::SIGTERM);
+        match wait_timeout(&mut child, timeout) {
+            Some(status) => Some(status),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                None
+            }
+        }
+    }
+
+    /// SIGTERM; panics unless the daemon exits 0 within `timeout`.
+    #[track_caller]
+    pub fn stop(&mut self, timeout: Duration) {
+        assert!(self.child.is_some(), "node {} is not running", self.name);
+        match self.terminate(timeout) {
+            Some(status) if status.success() => {}
+            Some(status) => panic!("node {} exited with {status} on SIGTERM", self.name),
+            None => panic!(
+                "node {} did not exit within {timeout:?} of SIGTERM",
+                self.name
+            ),
+        }
+    }
+}
+
+impl Drop for NodeDaemon {
+    fn drop(&mut self) {
+        self.terminate(Duration::from_secs(5));
+        if thread::panicking() {
+            eprintln!(
+                "---- log of node {} ({}; {}) ----\n{}---- end of the log of node {} ----",
+                self.name,
+                self.log.display(),
+                self.command,
+                self.log(),
+                self.name
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Minimal JSON, for nbdinfo and fio output (no serde in a test-only dependency tree).
 
 #[derive(Clone, Debug, PartialEq)]

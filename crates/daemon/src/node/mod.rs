@@ -847,7 +847,12 @@ impl NodeReactor {
             match pc.read_some() {
                 Ok(0) => {
                     debug!(peer = %pc.name, "connection closed by the peer");
-                    pc.dead = true;
+                    // What arrived before the close (often an Error saying why) counts.
+                    self.process_peer(k);
+                    if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                        pc.dead = true;
+                    }
+                    break;
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -874,16 +879,26 @@ impl NodeReactor {
         let r = pc.res;
         if let Some(hs) = pc.hs.as_mut() {
             let (n, step) = hs.feed(&pc.inbuf[pc.in_start..pc.in_end], &mut pc.out);
+            if let Some(id) = hs.peer() {
+                pc.claimed = Some(id);
+            }
+            let claimed = pc.claimed;
             pc.advance(n);
             match step {
                 PeerStep::NeedMore => return,
                 PeerStep::Failed(e) => {
                     error!(resource = %self.res[r].cfg.name, peer = %pc.name, "peer handshake failed: {e}");
                     pc.hs = None;
+                    // Dead, but what is queued (an Error packet telling the peer why) still
+                    // goes out before the close: see flush_entry.
                     pc.dead = true;
                     let reason = e.to_string();
                     if let Some(d) = pc.dialed {
                         self.dial_failed(r, d, reason);
+                    } else if let Some(slot) =
+                        claimed.and_then(|id| self.res[r].peers.iter_mut().find(|p| p.id == id))
+                    {
+                        slot.last_error = Some(reason);
                     }
                     return;
                 }
@@ -996,7 +1011,8 @@ impl NodeReactor {
             {
                 slot.conn = None;
                 slot.next_dial = Instant::now() + slot.backoff;
-                slot.last_error = Some("connection lost".into());
+                slot.last_error
+                    .get_or_insert_with(|| "connection lost".into());
                 info!(resource = %res.cfg.name, peer = %pc.name, "disconnected");
                 let mut actions = Vec::new();
                 res.engine.peer_down(peer, &mut actions);
@@ -1111,6 +1127,9 @@ impl NodeReactor {
                 }
                 RAction::Disconnect { peer, reason } => {
                     warn!(resource = %self.res[r].cfg.name, "dropping node {peer}: {reason}");
+                    if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
+                        slot.last_error = Some(reason);
+                    }
                     if let Some(k) = self.res[r]
                         .peers
                         .iter()
@@ -1378,9 +1397,13 @@ impl NodeReactor {
             }
             Some(Entry::Peer(pc)) => {
                 pc.dirty = false;
-                if !pc.dead && !pc.connecting && pc.out_pending() {
+                if !pc.connecting && pc.out_pending() {
+                    // A connection being dropped still gets one try to send what is queued
+                    // (the Error or state packet that tells the peer why).
                     if let Err(e) = pc.flush_out() {
-                        info!(peer = %pc.name, "connection failed while sending: {e}");
+                        if !pc.dead {
+                            info!(peer = %pc.name, "connection failed while sending: {e}");
+                        }
                         pc.dead = true;
                     }
                 }

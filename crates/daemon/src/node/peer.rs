@@ -16,6 +16,8 @@ pub struct PeerConn {
     pub peer: Option<NodeId>,
     /// Set for connections we dialed: the node we meant to reach.
     pub dialed: Option<NodeId>,
+    /// The node id the peer's Hello claimed (for status if authentication then fails).
+    pub claimed: Option<NodeId>,
     pub inbuf: Vec<u8>,
     pub in_start: usize,
     pub in_end: usize,
@@ -48,6 +50,7 @@ impl PeerConn {
             hs: Some(hs),
             peer: None,
             dialed,
+            claimed: None,
             inbuf: vec![0; INITIAL_IN],
             in_start: 0,
             in_end: 0,

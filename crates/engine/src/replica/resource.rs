@@ -1834,6 +1834,7 @@ impl Resource {
             // It finished a resync after our complete list: all of it is there now. (Bits
             // set after the list stay until a later list or write covers them.)
             pv.oos.clear_range(0, self.vols[v].size);
+            pv.repl = Repl::Established;
         }
         let first = was.is_none();
         if mine == DiskState::UpToDate && disk == DiskState::Outdated {

@@ -1,0 +1,1272 @@
+//! Replication between real `tandem node` daemons on this machine: each node on its own
+//! 127.0.0.X address, NBD on Unix sockets, real NBD clients (fio, qemu-io, the harness's raw
+//! client). Every test compares bytes of the backing files, not just exit codes.
+//!
+//! Tests run in parallel: each cluster gets its own addresses (127.0.0.X, a port derived from
+//! the test process's pid) and its own scratch directory.
+
+mod common;
+
+use std::fs::File;
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Daemons answering and peers connected.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Replicas in sync after a load (a full resync of 256 MiB included).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+const FIO_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long the refusal tests watch two misconfigured nodes fail to connect: with a 200 ms
+/// reconnect interval doubling up to 1 s, about five attempts.
+const REFUSAL_WATCH: Duration = Duration::from_secs(3);
+
+const VOLUME_SIZE: u64 = 256 * MIB;
+const BLOCK: u64 = 4096;
+const RESOURCE: &str = "r0";
+const SECRET: &str = "s3cret";
+
+// ---------------------------------------------------------------------------------------
+// A cluster of node daemons
+
+#[derive(Clone, Copy)]
+struct Spec {
+    name: &'static str,
+    diskful: bool,
+}
+
+const ALPHA: Spec = Spec {
+    name: "alpha",
+    diskful: true,
+};
+const BETA: Spec = Spec {
+    name: "beta",
+    diskful: true,
+};
+const GAMMA: Spec = Spec {
+    name: "gamma",
+    diskful: false,
+};
+
+struct Node {
+    name: &'static str,
+    diskful: bool,
+    /// The backing file (diskful nodes only).
+    disk: PathBuf,
+    nbd: PathBuf,
+    address: String,
+    daemon: NodeDaemon,
+}
+
+impl Node {
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.nbd.display())
+    }
+
+    fn status(&self) -> Json {
+        let all = self
+            .daemon
+            .status()
+            .unwrap_or_else(|e| panic!("status of {}: {e}", self.name));
+        resource_of(&all)
+            .unwrap_or_else(|| panic!("{}'s status has no resource {RESOURCE}: {all:?}", self.name))
+            .clone()
+    }
+}
+
+struct Cluster {
+    test: &'static str,
+    // Declared before `dir`: the daemons stop before their directory is removed.
+    nodes: Vec<Node>,
+    dir: TestDir,
+}
+
+/// The config file as one node sees it (tests edit a node's copy to break things).
+type Tweak<'a> = &'a dyn Fn(&str, String) -> String;
+
+fn no_tweak(_node: &str, text: String) -> String {
+    text
+}
+
+impl Cluster {
+    /// Writes one config directory per node (like separate machines), starts every node and
+    /// waits until each answers on its control socket. Does not wait for connections.
+    fn start(test: &'static str, protocol: &str, specs: &[Spec], tweak: Tweak<'_>) -> Cluster {
+        static NEXT_CLUSTER: AtomicUsize = AtomicUsize::new(0);
+        let c = NEXT_CLUSTER.fetch_add(1, Ordering::SeqCst);
+        assert!(specs.len() <= 4);
+        // 127.0.0.100 .. 127.0.0.251, four addresses per cluster; the port differs between
+        // concurrent runs of this binary.
+        let octet = |i: usize| 100 + (c % 38) * 4 + i;
+        let port = 20000 + std::process::id() % 10000;
+        let dir = TestDir::new(test);
+        let mut text = format!(
+            "# written by {test}\n\
+             [resource]\n\
+             name = \"{RESOURCE}\"\n\
+             protocol = \"{protocol}\"\n\
+             shared-secret = \"{SECRET}\"\n\
+             \n\
+             [net]\n\
+             connect-interval = \"200ms\"\n\
+             max-connect-interval = \"1s\"\n\
+             \n\
+             [[volume]]\n\
+             number = 0\n\
+             size = \"256M\"\n"
+        );
+        let mut layout = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            let home = dir.join(s.name);
+            std::fs::create_dir_all(home.join("cfg")).unwrap();
+            let disk = home.join("r0.img");
+            let nbd = home.join("nbd.sock");
+            let address = format!("127.0.0.{}:{port}", octet(i));
+            let disk_value = if s.diskful {
+                disk.display().to_string()
+            } else {
+                "none".to_string()
+            };
+            text += &format!(
+                "\n[[node]]\n\
+                 name = \"{}\"\n\
+                 node-id = {i}\n\
+                 address = \"{address}\"\n  \
+                   [[node.volume]]\n  \
+                   number = 0\n  \
+                   disk = \"{disk_value}\"\n  \
+                   nbd = [\"unix:{}\"]\n",
+                s.name,
+                nbd.display()
+            );
+            layout.push((*s, home, disk, nbd, address));
+        }
+        let mut nodes = Vec::new();
+        for (s, home, disk, nbd, address) in layout {
+            let cfg = home.join("cfg");
+            std::fs::write(cfg.join("r0.toml"), tweak(s.name, text.clone())).unwrap();
+            let daemon = NodeDaemon::start(s.name, &cfg, &home.join("ctl"), &home.join("node.log"));
+            nodes.push(Node {
+                name: s.name,
+                diskful: s.diskful,
+                disk,
+                nbd,
+                address,
+                daemon,
+            });
+        }
+        let mut cluster = Cluster { test, nodes, dir };
+        for n in &mut cluster.nodes {
+            n.daemon.wait_ready(READY_TIMEOUT);
+        }
+        cluster
+    }
+
+    fn node(&self, name: &str) -> &Node {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+
+    fn diskful(&self) -> Vec<&Node> {
+        self.nodes.iter().filter(|n| n.diskful).collect()
+    }
+
+    /// Panics if a daemon that should run has died.
+    #[track_caller]
+    fn assert_running(&mut self, names: &[&str]) {
+        for n in &mut self.nodes {
+            if names.contains(&n.name) {
+                n.daemon.assert_running();
+            }
+        }
+    }
+
+    fn running(&mut self) -> Vec<&'static str> {
+        self.nodes
+            .iter_mut()
+            .filter_map(|n| n.daemon.is_running().then_some(n.name))
+            .collect()
+    }
+
+    /// Every running node's status, for failure messages.
+    fn describe(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            out += &format!("--- status of {} ---\n", n.name);
+            match tandem_admin(&n.daemon.control, &["status"]) {
+                r if r.success() => out += &r.stdout,
+                r => out += &format!("(no status: {})\n", r.stderr.trim()),
+            }
+        }
+        out
+    }
+
+    /// Polls until `check` (over the running nodes' statuses) passes; panics with the last
+    /// reason and every node's status otherwise. A node that dies meanwhile fails at once.
+    #[track_caller]
+    fn wait_for(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&[(&'static str, Json)]) -> Result<(), String>,
+    ) {
+        let running = self.running();
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.assert_running(&running);
+            let statuses: Result<Vec<(&'static str, Json)>, String> = self
+                .nodes
+                .iter()
+                .filter(|n| running.contains(&n.name))
+                .map(|n| {
+                    let all = n.daemon.status()?;
+                    let r = resource_of(&all)
+                        .ok_or_else(|| format!("{}: no resource {RESOURCE} in {all:?}", n.name))?;
+                    Ok((n.name, r.clone()))
+                })
+                .collect();
+            let last = match statuses.and_then(|s| check(&s)) {
+                Ok(()) => return,
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                panic!(
+                    "{}: not {what} after {timeout:?}: {last}\n{}",
+                    self.test,
+                    self.describe()
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Until every running node sees every other running node Connected.
+    #[track_caller]
+    fn wait_connected(&mut self) {
+        let running = self.running();
+        self.wait_for("connected", READY_TIMEOUT, |statuses| {
+            for (me, st) in statuses {
+                for other in running.iter().filter(|o| *o != me) {
+                    let p = peer_of(st, other)
+                        .ok_or_else(|| format!("{me}'s status lists no peer {other}"))?;
+                    let conn = str_of(p, "connection");
+                    if conn != "Connected" {
+                        return Err(format!("{me} sees {other} {conn}"));
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+
+    /// Until all running nodes are connected, every replica UpToDate, nothing out of sync,
+    /// in flight or unacknowledged: the moment to compare backing files.
+    #[track_caller]
+    fn wait_in_sync(&mut self, timeout: Duration) {
+        let running = self.running();
+        let diskful: Vec<&'static str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.diskful)
+            .map(|n| n.name)
+            .collect();
+        self.wait_for("in sync", timeout, |statuses| {
+            for (me, st) in statuses {
+                let want_disk = if diskful.contains(me) {
+                    "UpToDate"
+                } else {
+                    "Diskless"
+                };
+                if num_of(st, "app_in_flight") != Some(0) {
+                    return Err(format!("{me}: app_in_flight {:?}", st.get("app_in_flight")));
+                }
+                for v in arr_of(st, "volumes") {
+                    let disk = str_of(v, "disk");
+                    if disk != want_disk {
+                        return Err(format!("{me}: disk {disk}"));
+                    }
+                    if !matches!(v.get("resync_remaining_kib"), None | Some(Json::Null))
+                        && num_of(v, "resync_remaining_kib") != Some(0)
+                    {
+                        return Err(format!(
+                            "{me}: resync remaining {:?}",
+                            v.get("resync_remaining_kib")
+                        ));
+                    }
+                    if num_of(v, "writes_in_flight").unwrap_or(0) != 0 {
+                        return Err(format!(
+                            "{me}: writes in flight {:?}",
+                            v.get("writes_in_flight")
+                        ));
+                    }
+                }
+                for other in running.iter().filter(|o| *o != me) {
+                    let p = peer_of(st, other)
+                        .ok_or_else(|| format!("{me}'s status lists no peer {other}"))?;
+                    let conn = str_of(p, "connection");
+                    if conn != "Connected" {
+                        return Err(format!("{me} sees {other} {conn}"));
+                    }
+                    if num_of(p, "unacked").unwrap_or(0) != 0 {
+                        return Err(format!("{me}: {:?} unacked by {other}", p.get("unacked")));
+                    }
+                    let want_peer_disk = if diskful.contains(other) {
+                        "UpToDate"
+                    } else {
+                        "Diskless"
+                    };
+                    let vols = arr_of(p, "volumes");
+                    if vols.is_empty() {
+                        return Err(format!("{me}: no volumes for peer {other}"));
+                    }
+                    for pv in vols {
+                        let oos = num_of(pv, "out_of_sync_kib");
+                        if oos != Some(0) {
+                            return Err(format!("{me}: {oos:?} KiB out of sync with {other}"));
+                        }
+                        // Not the replication state: see `resync_returns_to_established`.
+                        let pd = str_of(pv, "peer_disk");
+                        if pd != want_peer_disk {
+                            return Err(format!("{me} sees {other} peer-disk {pd}"));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+
+    /// Every diskful node's backing file equals the first one's, byte for byte.
+    #[track_caller]
+    fn assert_replicas_identical(&self) {
+        let disks = self.diskful();
+        assert!(disks.len() >= 2, "fewer than two replicas to compare");
+        for other in &disks[1..] {
+            if let Err(e) = compare_files(&disks[0].disk, &other.disk) {
+                panic!(
+                    "{}: the replicas of {} and {} differ: {e}\n{}",
+                    self.test,
+                    disks[0].name,
+                    other.name,
+                    self.describe()
+                );
+            }
+        }
+    }
+
+    /// SIGTERM to every running node; each must exit 0.
+    #[track_caller]
+    fn stop_all(&mut self) {
+        for n in &mut self.nodes {
+            if n.daemon.is_running() {
+                n.daemon.stop(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Status JSON
+
+fn resource_of(all: &Json) -> Option<&Json> {
+    all.as_array()?
+        .iter()
+        .find(|r| r.get("name").and_then(Json::as_str) == Some(RESOURCE))
+}
+
+fn peer_of<'a>(res: &'a Json, name: &str) -> Option<&'a Json> {
+    arr_of(res, "peers")
+        .iter()
+        .find(|p| p.get("name").and_then(Json::as_str) == Some(name))
+}
+
+fn arr_of<'a>(v: &'a Json, key: &str) -> &'a [Json] {
+    v.get(key).and_then(Json::as_array).unwrap_or(&[])
+}
+
+fn str_of<'a>(v: &'a Json, key: &str) -> &'a str {
+    v.get(key).and_then(Json::as_str).unwrap_or("?")
+}
+
+fn num_of(v: &Json, key: &str) -> Option<u64> {
+    v.get(key).and_then(Json::as_u64)
+}
+
+/// The peer's connection is up *and* its volumes were exchanged (the size check passed): a
+/// connection that the daemon drops within the same instant after a failed check does not
+/// count.
+fn replicating_with(res: &Json, peer: &str) -> bool {
+    peer_of(res, peer).is_some_and(|p| {
+        str_of(p, "connection") == "Connected"
+            && arr_of(p, "volumes")
+                .iter()
+                .any(|v| str_of(v, "peer_disk") != "DUnknown" || str_of(v, "replication") != "Off")
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Backing files
+
+/// Byte comparison in 1 MiB steps; names the differing 4 KiB blocks.
+fn compare_files(a: &Path, b: &Path) -> Result<(), String> {
+    let (fa, fb) = (
+        File::open(a).map_err(|e| format!("{}: {e}", a.display()))?,
+        File::open(b).map_err(|e| format!("{}: {e}", b.display()))?,
+    );
+    let (la, lb) = (fa.metadata().unwrap().len(), fb.metadata().unwrap().len());
+    if la != lb {
+        return Err(format!(
+            "{} has {la} bytes, {} has {lb}",
+            a.display(),
+            b.display()
+        ));
+    }
+    let mut ba = vec![0u8; MIB as usize];
+    let mut bb = vec![0u8; MIB as usize];
+    let mut differing = 0u64;
+    let mut first = Vec::new();
+    let mut off = 0;
+    while off < la {
+        let n = (la - off).min(MIB) as usize;
+        fa.read_exact_at(&mut ba[..n], off).unwrap();
+        fb.read_exact_at(&mut bb[..n], off).unwrap();
+        if ba[..n] != bb[..n] {
+            for (i, (x, y)) in ba[..n]
+                .chunks(BLOCK as usize)
+                .zip(bb[..n].chunks(BLOCK as usize))
+                .enumerate()
+            {
+                if x != y {
+                    differing += 1;
+                    if first.len() < 8 {
+                        first.push(off + i as u64 * BLOCK);
+                    }
+                }
+            }
+        }
+        off += n as u64;
+    }
+    if differing == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{differing} of {} blocks of 4 KiB differ, the first at offsets {first:?}",
+            la / BLOCK
+        ))
+    }
+}
+
+/// How many 4 KiB blocks of `[start, end)` hold anything but zeroes.
+fn nonzero_blocks(path: &Path, start: u64, end: u64) -> u64 {
+    let f = File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut buf = vec![0u8; MIB as usize];
+    let mut count = 0;
+    let mut off = start;
+    while off < end {
+        let n = (end - off).min(MIB) as usize;
+        f.read_exact_at(&mut buf[..n], off).unwrap();
+        count += buf[..n]
+            .chunks(BLOCK as usize)
+            .filter(|c| c.iter().any(|&b| b != 0))
+            .count() as u64;
+        off += n as u64;
+    }
+    count
+}
+
+/// The load of the fio tests wrote every block of the first 128 MiB (fio's random map covers
+/// each block once) and nothing past it.
+#[track_caller]
+fn assert_fio_footprint(node: &Node) {
+    let written = nonzero_blocks(&node.disk, 0, 128 * MIB);
+    assert_eq!(
+        written,
+        128 * MIB / BLOCK,
+        "{}'s replica: {written} non-zero blocks of 4 KiB in the first 128 MiB that fio wrote",
+        node.name
+    );
+    let beyond = nonzero_blocks(&node.disk, 128 * MIB, VOLUME_SIZE);
+    assert_eq!(
+        beyond, 0,
+        "{}'s replica: {beyond} non-zero blocks past the 128 MiB that fio wrote",
+        node.name
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// fio
+
+fn nbd_engine(node: &Node) -> Vec<String> {
+    vec!["--ioengine=nbd".into(), format!("--uri={}", node.uri())]
+}
+
+/// fio on a backing file directly, to check a replica without its daemon.
+fn file_engine(path: &Path) -> Vec<String> {
+    vec![
+        "--ioengine=psync".into(),
+        format!("--filename={}", path.display()),
+    ]
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// 4 KiB random writes by two jobs (two NBD connections) on disjoint 64 MiB halves of the
+/// first 128 MiB, each block with a crc32c header that fio checks afterwards.
+fn randwrite_job() -> Vec<String> {
+    strings(&[
+        "--name=replication",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=16",
+        "--numjobs=2",
+        "--size=64M",
+        "--offset_increment=64M",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        // fio would otherwise leave verify state files in the working directory.
+        "--verify_state_save=0",
+        "--group_reporting",
+        "--output-format=json",
+    ])
+}
+
+/// Sequential 64 KiB writes of 32 MiB from 16 MiB on, with verification.
+fn sequential_job() -> Vec<String> {
+    strings(&[
+        "--name=sequential",
+        "--rw=write",
+        "--bs=64k",
+        "--iodepth=8",
+        "--offset=16M",
+        "--size=32M",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--verify_state_save=0",
+        "--group_reporting",
+        "--output-format=json",
+    ])
+}
+
+fn fio(job: Vec<String>, engine: Vec<String>, extra: &[&str]) -> Run {
+    run(tool("fio").args(job).args(engine).args(extra), FIO_TIMEOUT)
+}
+
+/// fio's JSON (it may print notices before it).
+fn fio_json(run: &Run) -> Json {
+    let start = if run.stdout.starts_with('{') {
+        0
+    } else {
+        run.stdout.find("\n{").map(|i| i + 1).unwrap_or(0)
+    };
+    Json::parse(&run.stdout[start..])
+        .unwrap_or_else(|e| panic!("fio printed invalid JSON ({e}): {}", run.describe()))
+}
+
+/// fio succeeded, reported no verify or I/O error, and moved `bytes` in `direction` ("read"
+/// or "write"); `None` accepts any positive amount.
+#[track_caller]
+fn check_fio(run: &Run, direction: &str, bytes: Option<u64>) {
+    assert!(run.success(), "{}", run.describe());
+    for bad in [
+        "verify:",
+        "bad magic",
+        "crc32c: verify failed",
+        "fio: io_u error",
+    ] {
+        assert!(
+            !run.stderr.contains(bad) && !run.stdout.contains(bad),
+            "fio reported {bad:?}: {}",
+            run.describe()
+        );
+    }
+    let json = fio_json(run);
+    let jobs = json
+        .get("jobs")
+        .and_then(Json::as_array)
+        .expect("fio JSON without jobs");
+    for job in jobs {
+        assert_eq!(
+            job.get("error").and_then(Json::as_u64),
+            Some(0),
+            "fio job error: {job:?}"
+        );
+    }
+    let total: u64 = jobs
+        .iter()
+        .filter_map(|j| j.at(&[direction, "io_bytes"]).and_then(Json::as_u64))
+        .sum();
+    match bytes {
+        Some(b) => assert_eq!(total, b, "fio {direction} bytes: {}", run.describe()),
+        None => assert!(total > 0, "fio {direction} nothing: {}", run.describe()),
+    }
+}
+
+/// A child process killed (SIGKILL) when the test ends early.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Log checks
+
+/// True if one line of `log` contains one of `needles` from every group (case-insensitive).
+fn log_line_with(log: &str, groups: &[&[&str]]) -> bool {
+    log.lines().any(|line| {
+        let line = line.to_lowercase();
+        groups
+            .iter()
+            .all(|g| g.iter().any(|n| line.contains(&n.to_lowercase())))
+    })
+}
+
+fn wait_log_line(node: &Node, groups: &[&[&str]], timeout: Duration) -> bool {
+    wait_until(timeout, || log_line_with(&node.daemon.log(), groups))
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests
+
+#[test]
+fn diskless_primary_protocol_c() {
+    const TEST: &str = "replication::diskless_primary_protocol_c";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+
+    // Writes and verifying reads through the diskless node: both go over the network.
+    let load = fio(randwrite_job(), nbd_engine(c.node("gamma")), &[]);
+    check_fio(&load, "write", Some(128 * MIB));
+    check_fio(&load, "read", Some(128 * MIB));
+
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_fio_footprint(c.node("alpha"));
+    // Not just equal: beta's file holds exactly what fio wrote.
+    let check = fio(
+        randwrite_job(),
+        file_engine(&c.node("beta").disk),
+        &["--verify_only"],
+    );
+    check_fio(&check, "read", Some(128 * MIB));
+    c.stop_all();
+}
+
+#[test]
+fn diskful_primary_protocols_a_b_c() {
+    const TEST: &str = "replication::diskful_primary_protocols_a_b_c";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    for protocol in ["A", "B", "C"] {
+        eprintln!("{TEST}: protocol {protocol}");
+        let mut c = Cluster::start(TEST, protocol, &[ALPHA, BETA], &no_tweak);
+        c.wait_connected();
+        let load = fio(randwrite_job(), nbd_engine(c.node("alpha")), &[]);
+        check_fio(&load, "write", Some(128 * MIB));
+        check_fio(&load, "read", Some(128 * MIB));
+
+        c.wait_in_sync(SYNC_TIMEOUT);
+        c.assert_replicas_identical();
+        assert_fio_footprint(c.node("beta"));
+        let check = fio(
+            randwrite_job(),
+            file_engine(&c.node("beta").disk),
+            &["--verify_only"],
+        );
+        check_fio(&check, "read", Some(128 * MIB));
+        c.stop_all();
+    }
+}
+
+#[test]
+fn kill_and_resync() {
+    const TEST: &str = "replication::kill_and_resync";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+
+    // 8 s of random writes through gamma; beta dies (SIGKILL) 2 s in.
+    let fio_out = c.dir.join("fio-load.json");
+    let fio_err = c.dir.join("fio-load.err");
+    let mut cmd = tool("fio");
+    cmd.args(strings(&[
+        "--name=load",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=16",
+        "--numjobs=2",
+        "--size=64M",
+        "--offset_increment=64M",
+        "--time_based",
+        "--runtime=8",
+        "--group_reporting",
+        "--output-format=json",
+    ]))
+    .args(nbd_engine(c.node("gamma")))
+    .stdin(Stdio::null())
+    .stdout(File::create(&fio_out).unwrap())
+    .stderr(File::create(&fio_err).unwrap());
+    let started = Instant::now();
+    let mut load = KillOnDrop(cmd.spawn().expect("starting fio"));
+    thread::sleep(Duration::from_secs(2));
+    if let Some(status) = load.0.try_wait().unwrap() {
+        panic!(
+            "fio ended ({status}) before beta was killed:\n{}{}",
+            std::fs::read_to_string(&fio_out).unwrap_or_default(),
+            std::fs::read_to_string(&fio_err).unwrap_or_default()
+        );
+    }
+    c.node_mut("beta").daemon.kill9();
+    let killed_at = started.elapsed();
+
+    let status = wait_timeout(&mut load.0, Duration::from_secs(60))
+        .expect("fio still running 60 s after its 8 s run time");
+    let load_run = Run {
+        what: "fio (randwrite through gamma while beta is killed)".into(),
+        status,
+        stdout: std::fs::read_to_string(&fio_out).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&fio_err).unwrap_or_default(),
+    };
+    check_fio(&load_run, "write", None);
+    assert!(
+        started.elapsed() > killed_at + Duration::from_secs(3),
+        "fio ended {:?} after the kill: it did not keep writing",
+        started.elapsed() - killed_at
+    );
+
+    // Alpha noticed and kept track of what beta missed.
+    c.wait_for(
+        "aware of beta's absence",
+        Duration::from_secs(10),
+        |statuses| {
+            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
+            let beta = peer_of(alpha, "beta").ok_or("alpha lists no peer beta")?;
+            if str_of(beta, "connection") == "Connected" {
+                return Err("alpha still sees beta Connected".into());
+            }
+            let oos: u64 = arr_of(beta, "volumes")
+                .iter()
+                .filter_map(|v| num_of(v, "out_of_sync_kib"))
+                .sum();
+            if oos == 0 {
+                return Err(
+                    "alpha records nothing out of sync with beta after writes without it".into(),
+                );
+            }
+            Ok(())
+        },
+    );
+
+    // Same command again: the existing file starts Outdated and is resynced from alpha.
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    let first = beta.status();
+    let disk = str_of(&arr_of(&first, "volumes")[0], "disk").to_string();
+    assert_ne!(
+        disk, "UpToDate",
+        "beta's replica missed writes but came back UpToDate before any resync"
+    );
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let written = nonzero_blocks(&c.node("beta").disk, 0, 128 * MIB);
+    assert!(
+        written > 128 * MIB / BLOCK / 2,
+        "beta's replica holds only {written} written blocks after the resync"
+    );
+
+    // And the resynced cluster keeps replicating: a verified pass through gamma.
+    let pass = fio(
+        sequential_job(),
+        nbd_engine(c.node("gamma")),
+        &["--do_verify=1"],
+    );
+    check_fio(&pass, "write", Some(32 * MIB));
+    check_fio(&pass, "read", Some(32 * MIB));
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let check = fio(
+        sequential_job(),
+        file_engine(&c.node("beta").disk),
+        &["--verify_only"],
+    );
+    check_fio(&check, "read", Some(32 * MIB));
+    c.stop_all();
+}
+
+/// After a resync every node's view of every peer is back to replication "Established" (the
+/// data criteria of [`Cluster::wait_in_sync`] hold long before).
+#[test]
+fn resync_returns_to_established() {
+    const TEST: &str = "replication::resync_returns_to_established";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+    let mut client = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    let before = random_bytes(0x1, MIB as usize);
+    client.write(0, &before);
+    client.flush();
+
+    c.node_mut("beta").daemon.kill9();
+    c.wait_for(
+        "aware of beta's absence",
+        Duration::from_secs(10),
+        |statuses| {
+            for (me, st) in statuses {
+                if peer_of(st, "beta").is_some_and(|p| str_of(p, "connection") == "Connected") {
+                    return Err(format!("{me} still sees beta Connected"));
+                }
+            }
+            Ok(())
+        },
+    );
+    let during = random_bytes(0x2, 2 * MIB as usize);
+    client.write(8 * MIB, &during);
+    client.flush();
+    drop(client);
+
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_same_data(
+        "beta's replica after the resync",
+        &during,
+        &read_at(&c.node("beta").disk, 8 * MIB, during.len()),
+    );
+    c.wait_for(
+        "Established everywhere",
+        Duration::from_secs(10),
+        |statuses| {
+            for (me, st) in statuses {
+                for p in arr_of(st, "peers") {
+                    for pv in arr_of(p, "volumes") {
+                        let repl = str_of(pv, "replication");
+                        if repl != "Established" {
+                            return Err(format!(
+                                "{me} sees {} replication {repl}",
+                                str_of(p, "name")
+                            ));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    c.stop_all();
+}
+
+/// Alpha and beta with different shared secrets. `both_ends`: each node says so itself, in its
+/// log and in its status; otherwise one clear line on either side suffices.
+fn wrong_secret(test: &'static str, both_ends: bool) {
+    let tweak = |node: &str, text: String| {
+        if node == "beta" {
+            let changed = text.replace(
+                &format!("shared-secret = \"{SECRET}\""),
+                "shared-secret = \"not-the-same\"",
+            );
+            assert_ne!(changed, text);
+            changed
+        } else {
+            text
+        }
+    };
+    let mut c = Cluster::start(test, "C", &[ALPHA, BETA], &tweak);
+
+    let deadline = Instant::now() + REFUSAL_WATCH;
+    while Instant::now() < deadline {
+        c.assert_running(&["alpha", "beta"]);
+        for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
+            let st = c.node(me).status();
+            let conn = peer_of(&st, other).map(|p| str_of(p, "connection"));
+            assert!(
+                conn.is_some_and(|s| s != "Connected"),
+                "{me} sees {other} {conn:?} although their shared secrets differ\n{}",
+                c.describe()
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
+        let st = c.node(me).status();
+        assert_eq!(
+            peer_of(&st, other).map(|p| str_of(p, "connection")),
+            Some("Connecting"),
+            "{me}'s view of {other}\n{}",
+            c.describe()
+        );
+    }
+
+    let secret: &[&str] = &["shared secret"];
+    let mentions: Vec<&str> = c
+        .nodes
+        .iter()
+        .filter(|n| wait_log_line(n, &[secret], Duration::from_secs(2)))
+        .map(|n| n.name)
+        .collect();
+    if both_ends {
+        assert_eq!(
+            mentions,
+            ["alpha", "beta"],
+            "the logs of these nodes say why they refuse each other (a line with \"shared secret\")"
+        );
+        for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
+            let st = c.node(me).status();
+            let err = peer_of(&st, other)
+                .and_then(|p| p.get("last_error"))
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_lowercase();
+            assert!(
+                err.contains("secret") || err.contains("authentic"),
+                "{me}'s status gives last_error {err:?} for {other}, not the secrets\n{}",
+                c.describe()
+            );
+        }
+    } else {
+        assert!(
+            !mentions.is_empty(),
+            "neither log has a line about the shared secret"
+        );
+    }
+
+    // Alpha works alone (it auto-promotes: no Primary in sight), and nothing reaches beta.
+    let data = random_bytes(0x5ec2e7, MIB as usize);
+    let mut client = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+    client.write(0, &data);
+    client.flush();
+    assert_same_data(
+        "alpha's replica after a write through alpha",
+        &data,
+        &read_at(&c.node("alpha").disk, 0, data.len()),
+    );
+    thread::sleep(Duration::from_secs(1));
+    let leaked = nonzero_blocks(&c.node("beta").disk, 0, VOLUME_SIZE);
+    assert_eq!(
+        leaked, 0,
+        "{leaked} blocks of beta's replica were written although beta never authenticated"
+    );
+    drop(client);
+    c.stop_all();
+}
+
+#[test]
+fn wrong_secret_is_refused() {
+    wrong_secret("replication::wrong_secret_is_refused", false);
+}
+
+#[test]
+fn wrong_secret_is_reported_on_both_ends() {
+    wrong_secret("replication::wrong_secret_is_reported_on_both_ends", true);
+}
+
+#[test]
+fn second_primary_refused() {
+    const TEST: &str = "replication::second_primary_refused";
+    if !require_tools(TEST, &["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+
+    // An NBD client on gamma makes it Primary, and the others learn it.
+    let mut gamma_client = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    c.wait_for(
+        "aware that gamma is Primary",
+        Duration::from_secs(10),
+        |statuses| {
+            for (me, st) in statuses {
+                let role = if *me == "gamma" {
+                    str_of(st, "role")
+                } else {
+                    peer_of(st, "gamma")
+                        .map(|p| str_of(p, "role"))
+                        .unwrap_or("?")
+                };
+                if role != "Primary" {
+                    return Err(format!("{me} sees gamma {role}"));
+                }
+            }
+            Ok(())
+        },
+    );
+
+    for args in [
+        &["primary", RESOURCE][..],
+        &["primary", RESOURCE, "--force"][..],
+    ] {
+        let r = c.node("alpha").daemon.admin(args);
+        assert!(
+            !r.success(),
+            "`tandem {}` on alpha succeeded while gamma is Primary: {}\n{}",
+            args.join(" "),
+            r.describe(),
+            c.describe()
+        );
+        let msg = r.stderr.to_lowercase();
+        assert!(
+            msg.contains("gamma") || msg.contains("node 2"),
+            "`tandem {}` on alpha failed without naming the Primary (gamma, node 2): {}",
+            args.join(" "),
+            r.describe()
+        );
+    }
+    assert_eq!(str_of(&c.node("alpha").status(), "role"), "Secondary");
+
+    // Alpha's own export refuses writes (an attaching client cannot promote it either).
+    let write = run(
+        tool("qemu-io").args([
+            "-f",
+            "raw",
+            &c.node("alpha").uri(),
+            "-c",
+            "write -P 0x5a 0 4k",
+        ]),
+        Duration::from_secs(30),
+    );
+    let out = format!("{}{}", write.stdout, write.stderr);
+    assert!(
+        out.contains("write failed"),
+        "qemu-io's write through alpha did not fail while gamma is Primary: {}",
+        write.describe()
+    );
+    for n in c.diskful() {
+        assert_eq!(
+            nonzero_blocks(&n.disk, 0, MIB),
+            0,
+            "{}'s replica changed after a refused write through alpha",
+            n.name
+        );
+    }
+    let st = c.node("gamma").status();
+    assert_eq!(
+        str_of(&st, "role"),
+        "Primary",
+        "gamma lost its role\n{}",
+        c.describe()
+    );
+
+    // Gamma's writes do go everywhere.
+    let data = random_bytes(0x6a33a, 256 * KIB as usize);
+    gamma_client.write(MIB, &data);
+    gamma_client.flush();
+    for n in c.diskful() {
+        assert_same_data(
+            &format!("{}'s replica after a write through gamma", n.name),
+            &data,
+            &read_at(&n.disk, MIB, data.len()),
+        );
+    }
+
+    // The refusal was about gamma: once its client leaves (auto-demote), alpha may promote.
+    drop(gamma_client);
+    c.wait_for(
+        "aware that gamma is Secondary",
+        Duration::from_secs(10),
+        |statuses| {
+            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
+            match peer_of(alpha, "gamma").map(|p| str_of(p, "role")) {
+                Some("Secondary") => Ok(()),
+                other => Err(format!("alpha sees gamma {other:?}")),
+            }
+        },
+    );
+    c.node("alpha")
+        .daemon
+        .admin(&["primary", RESOURCE])
+        .expect_success();
+    assert_eq!(str_of(&c.node("alpha").status(), "role"), "Primary");
+    c.node("alpha")
+        .daemon
+        .admin(&["secondary", RESOURCE])
+        .expect_success();
+    c.stop_all();
+}
+
+#[test]
+fn garbage_peer_is_dropped() {
+    const TEST: &str = "replication::garbage_peer_is_dropped";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    c.wait_connected();
+    let addr = c.node("alpha").address.clone();
+
+    // Frames: magic "TNDM", kind u16, reserved u16, length u32.
+    let header = |kind: u16, len: u32| {
+        let mut h = b"TNDM".to_vec();
+        h.extend_from_slice(&kind.to_be_bytes());
+        h.extend_from_slice(&0u16.to_be_bytes());
+        h.extend_from_slice(&len.to_be_bytes());
+        h
+    };
+    let mut hello_junk = header(1, 200);
+    hello_junk.extend(random_bytes(3, 200));
+    let mut huge_write = header(10, 32 << 20);
+    huge_write.extend(random_bytes(4, 4096));
+    let payloads: [(&str, Vec<u8>); 4] = [
+        ("4 KiB of random bytes", random_bytes(0x9a5ba6e, 4096)),
+        ("another 4 KiB of random bytes", random_bytes(0xdead, 4096)),
+        ("a Hello frame of random contents", hello_junk),
+        ("a 32 MiB Write frame during the handshake", huge_write),
+    ];
+    for (what, bytes) in &payloads {
+        let s = TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut conn = Conn::Tcp(s);
+        // Alpha may hang up before it has read everything: a failed write is fine.
+        let _ = conn.write_all(bytes);
+        if let Err(e) = conn.wait_closed(Duration::from_secs(10)) {
+            panic!("alpha kept a connection open after {what}: {e}");
+        }
+        c.assert_running(&["alpha", "beta"]);
+    }
+
+    // Alpha is unharmed: it answers, beta is still Connected, and writes still replicate.
+    c.wait_connected();
+    let data = random_bytes(0x6a7ba6e, MIB as usize);
+    let mut client = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+    client.write(4 * MIB, &data);
+    client.flush();
+    drop(client);
+    for n in c.diskful() {
+        assert_same_data(
+            &format!("{}'s replica after the garbage and a write", n.name),
+            &data,
+            &read_at(&n.disk, 4 * MIB, data.len()),
+        );
+    }
+    c.stop_all();
+}
+
+/// Beta's copy of the config says 128M where alpha's says 256M. `both_ends`: both logs name
+/// the sizes and both statuses give them as the last error; otherwise one log line suffices.
+fn size_mismatch(test: &'static str, both_ends: bool) {
+    let tweak = |node: &str, text: String| {
+        if node == "beta" {
+            let changed = text.replace("size = \"256M\"", "size = \"128M\"");
+            assert_ne!(changed, text);
+            changed
+        } else {
+            text
+        }
+    };
+    let mut c = Cluster::start(test, "C", &[ALPHA, BETA], &tweak);
+
+    let deadline = Instant::now() + REFUSAL_WATCH;
+    while Instant::now() < deadline {
+        c.assert_running(&["alpha", "beta"]);
+        for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
+            let st = c.node(me).status();
+            assert!(
+                !replicating_with(&st, other),
+                "{me} replicates with {other} although their volume sizes differ\n{}",
+                c.describe()
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    c.wait_for("disconnected", Duration::from_secs(5), |statuses| {
+        for (me, st) in statuses {
+            let other = if *me == "alpha" { "beta" } else { "alpha" };
+            let conn = peer_of(st, other).map(|p| str_of(p, "connection"));
+            if conn == Some("Connected") {
+                return Err(format!("{me} sees {other} Connected"));
+            }
+        }
+        Ok(())
+    });
+
+    let small: &[&str] = &["134217728", "128M", "128 MiB", "131072 KiB"];
+    let large: &[&str] = &["268435456", "256M", "256 MiB", "262144 KiB"];
+    let mentions: Vec<&str> = c
+        .nodes
+        .iter()
+        .filter(|n| wait_log_line(n, &[small, large], Duration::from_secs(2)))
+        .map(|n| n.name)
+        .collect();
+    if both_ends {
+        assert_eq!(
+            mentions,
+            ["alpha", "beta"],
+            "the logs of these nodes name both sizes on one line"
+        );
+        for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
+            let st = c.node(me).status();
+            let err = peer_of(&st, other)
+                .and_then(|p| p.get("last_error"))
+                .and_then(Json::as_str)
+                .unwrap_or("")
+                .to_string();
+            assert!(
+                log_line_with(&err, &[small, large]) || err.to_lowercase().contains("size"),
+                "{me}'s status gives last_error {err:?} for {other}, not the sizes\n{}",
+                c.describe()
+            );
+        }
+    } else {
+        assert!(
+            !mentions.is_empty(),
+            "neither log has a line naming both sizes (128 MiB and 256 MiB)"
+        );
+    }
+
+    let data = random_bytes(0x512e, MIB as usize);
+    let mut client = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+    client.write(0, &data);
+    client.flush();
+    drop(client);
+    assert_same_data(
+        "alpha's replica after a write through alpha",
+        &data,
+        &read_at(&c.node("alpha").disk, 0, data.len()),
+    );
+    thread::sleep(Duration::from_secs(1));
+    let beta_disk = &c.node("beta").disk;
+    let beta_size = std::fs::metadata(beta_disk).unwrap().len();
+    assert_eq!(beta_size, 128 * MIB, "beta's backing file size");
+    let leaked = nonzero_blocks(beta_disk, 0, beta_size);
+    assert_eq!(
+        leaked, 0,
+        "{leaked} blocks of beta's replica were written although the sizes differ"
+    );
+    c.stop_all();
+}
+
+#[test]
+fn size_mismatch_is_refused() {
+    size_mismatch("replication::size_mismatch_is_refused", false);
+}
+
+#[test]
+fn size_mismatch_is_reported_on_both_ends() {
+    size_mismatch("replication::size_mismatch_is_reported_on_both_ends", true);
+}
