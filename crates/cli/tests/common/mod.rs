@@ -1601,3 +1601,53 @@ impl Nbd {
         Some(reply)
     }
 }
+
+/// fio's JSON (it may print notices before it).
+pub fn fio_json(run: &Run) -> Json {
+    let start = if run.stdout.starts_with('{') {
+        0
+    } else {
+        run.stdout.find("\n{").map(|i| i + 1).unwrap_or(0)
+    };
+    Json::parse(&run.stdout[start..])
+        .unwrap_or_else(|e| panic!("fio printed invalid JSON ({e}): {}", run.describe()))
+}
+
+/// fio succeeded, reported no verify or I/O error, and moved `bytes` in `direction` ("read"
+/// or "write"); `None` accepts any positive amount.
+#[track_caller]
+pub fn check_fio(run: &Run, direction: &str, bytes: Option<u64>) {
+    assert!(run.success(), "{}", run.describe());
+    for bad in [
+        "verify:",
+        "bad magic",
+        "crc32c: verify failed",
+        "fio: io_u error",
+    ] {
+        assert!(
+            !run.stderr.contains(bad) && !run.stdout.contains(bad),
+            "fio reported {bad:?}: {}",
+            run.describe()
+        );
+    }
+    let json = fio_json(run);
+    let jobs = json
+        .get("jobs")
+        .and_then(Json::as_array)
+        .expect("fio JSON without jobs");
+    for job in jobs {
+        assert_eq!(
+            job.get("error").and_then(Json::as_u64),
+            Some(0),
+            "fio job error: {job:?}"
+        );
+    }
+    let total: u64 = jobs
+        .iter()
+        .filter_map(|j| j.at(&[direction, "io_bytes"]).and_then(Json::as_u64))
+        .sum();
+    match bytes {
+        Some(b) => assert_eq!(total, b, "fio {direction} bytes: {}", run.describe()),
+        None => assert!(total > 0, "fio {direction} nothing: {}", run.describe()),
+    }
+}
