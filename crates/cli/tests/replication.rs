@@ -601,6 +601,23 @@ fn wait_log_line(node: &Node, groups: &[&[&str]], timeout: Duration) -> bool {
 // ---------------------------------------------------------------------------------------
 // The tests
 
+/// fio writes and verifies through `through`; then the replicas are identical, `footprint`'s
+/// file shows fio's writes, and beta's file holds exactly what fio wrote.
+fn write_and_verify_replicas(c: &mut Cluster, through: &str, footprint: &str) {
+    let load = fio(randwrite_job(), nbd_engine(c.node(through)), &[]);
+    check_fio(&load, "write", Some(128 * MIB));
+    check_fio(&load, "read", Some(128 * MIB));
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_fio_footprint(c.node(footprint));
+    let check = fio(
+        randwrite_job(),
+        file_engine(&c.node("beta").disk),
+        &["--verify_only"],
+    );
+    check_fio(&check, "read", Some(128 * MIB));
+}
+
 #[test]
 fn diskless_primary_protocol_c() {
     const TEST: &str = "replication::diskless_primary_protocol_c";
@@ -611,20 +628,7 @@ fn diskless_primary_protocol_c() {
     c.wait_connected();
 
     // Writes and verifying reads through the diskless node: both go over the network.
-    let load = fio(randwrite_job(), nbd_engine(c.node("gamma")), &[]);
-    check_fio(&load, "write", Some(128 * MIB));
-    check_fio(&load, "read", Some(128 * MIB));
-
-    c.wait_in_sync(SYNC_TIMEOUT);
-    c.assert_replicas_identical();
-    assert_fio_footprint(c.node("alpha"));
-    // Not just equal: beta's file holds exactly what fio wrote.
-    let check = fio(
-        randwrite_job(),
-        file_engine(&c.node("beta").disk),
-        &["--verify_only"],
-    );
-    check_fio(&check, "read", Some(128 * MIB));
+    write_and_verify_replicas(&mut c, "gamma", "alpha");
     c.stop_all();
 }
 
@@ -638,19 +642,7 @@ fn diskful_primary_protocols_a_b_c() {
         eprintln!("{TEST}: protocol {protocol}");
         let mut c = Cluster::start(TEST, protocol, &[ALPHA, BETA], &no_tweak);
         c.wait_connected();
-        let load = fio(randwrite_job(), nbd_engine(c.node("alpha")), &[]);
-        check_fio(&load, "write", Some(128 * MIB));
-        check_fio(&load, "read", Some(128 * MIB));
-
-        c.wait_in_sync(SYNC_TIMEOUT);
-        c.assert_replicas_identical();
-        assert_fio_footprint(c.node("beta"));
-        let check = fio(
-            randwrite_job(),
-            file_engine(&c.node("beta").disk),
-            &["--verify_only"],
-        );
-        check_fio(&check, "read", Some(128 * MIB));
+        write_and_verify_replicas(&mut c, "alpha", "beta");
         c.stop_all();
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::bufpool::DataBuf;
 use crate::listener::Stream;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::time::Instant;
 use tandem_frontend::nbd::{Handshake, Request, RequestDecoder};
 
@@ -188,18 +188,8 @@ impl Conn {
     /// Writes queued replies until done or the socket is full. Returns false on a socket
     /// error (the connection is then dead).
     pub fn flush_out(&mut self) -> io::Result<()> {
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.out.clear();
-        self.out_pos = 0;
-        if self.out.capacity() > MAX_QUEUED_OUT {
+        self.stream.write_queued(&mut self.out, &mut self.out_pos)?;
+        if self.out.is_empty() && self.out.capacity() > MAX_QUEUED_OUT {
             self.out.shrink_to(64 << 10);
         }
         Ok(())

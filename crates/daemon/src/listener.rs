@@ -61,6 +61,22 @@ impl Stream {
         }
     }
 
+    /// Writes `out[*pos..]` until it is all sent (then clears `out`) or the socket is full.
+    pub fn write_queued(&mut self, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
+        while *pos < out.len() {
+            match self.write(&out[*pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => *pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        out.clear();
+        *pos = 0;
+        Ok(())
+    }
+
     pub fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),

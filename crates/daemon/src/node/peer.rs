@@ -1,7 +1,7 @@
 //! A connection to another node of a resource: authenticating handshake, then packets.
 
 use crate::listener::Stream;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use tandem_engine::replica::NodeId;
 use tandem_wire::handshake::PeerHandshake;
 
@@ -103,17 +103,6 @@ impl PeerConn {
     }
 
     pub fn flush_out(&mut self) -> io::Result<()> {
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        self.out.clear();
-        self.out_pos = 0;
-        Ok(())
+        self.stream.write_queued(&mut self.out, &mut self.out_pos)
     }
 }
