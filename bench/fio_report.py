@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Parse fio JSON output (ioengine=nbd runs) for bench/nbd-peers.sh.
+"""Parse fio JSON output (ioengine=nbd runs) for bench/nbd-peers.sh and
+bench/replicated.sh.
 
 Standard library only.
 
@@ -8,7 +9,7 @@ Subcommands
 summary FIO_JSON
     One human-readable line (IOPS, MiB/s, mean/p99 clat) for progress output.
 
-report RECORDS_TSV [--base SERVER]
+report RECORDS_TSV [--base SERVER] [--targets SPEC]
     Markdown tables for all runs listed in RECORDS_TSV. Each line of that file
     is tab-separated:
 
@@ -24,11 +25,33 @@ report RECORDS_TSV [--base SERVER]
     The ratio table compares --base (default: first server seen) against every
     other server. fio_rc 98 = server died during the job, 99 = skipped.
 
-sample PID OUT [--interval S]
+    If the samples name several processes (see `sample`), a second table
+    splits each server's CPU per I/O by process.
+
+    --targets adds a table of goals checked against the ratios. SPEC is a
+    list separated by ";" (or newlines) of
+
+        JOB METRIC PEER OP VALUE
+
+    e.g. "randwrite16x2 iops nbdkit >= 0.8; randwrite1 lat_mean nbdkit <= 2":
+    the ratio base/PEER of METRIC (iops, mibs, lat_mean, lat_p99, cpu) in
+    JOB must satisfy OP (>=, <=, >, <) VALUE.
+
+sample PID[,PID...] OUT [--interval S] [--labels NAME,NAME...]
     Append "epoch_seconds server_ticks host_busy_ticks" to OUT every S
     seconds until SIGTERM. server_ticks is utime+stime (+cutime+cstime) of
-    PID and its live descendants; /proc/PID/stat covers all threads.
+    the PIDs and their live descendants; /proc/PID/stat covers all threads.
     host_busy_ticks is the machine's non-idle CPU time from /proc/stat.
+    With several PIDs (a server made of several processes, e.g. three
+    replicating node daemons), server_ticks is their sum, each line carries
+    one more column per PID (that PID and its descendants), and the file
+    starts with "# labels NAME..." (--labels, default the PIDs). Sampling
+    stops when any of the PIDs is gone.
+
+diffblocks FILE_A FILE_B [--bs N]
+    Compare two files (replicas) block by block and print
+    "<differing blocks> <blocks compared> <size A> <size B>". Reads with
+    O_DIRECT where possible, so the page cache is left as it was.
 """
 
 import argparse
@@ -162,13 +185,22 @@ def cmd_summary(args):
 MARGIN = 0.25  # seconds trimmed from each end of fio's measured period
 
 
-def load_samples(path):
+def load_samples(path, labels=None):
+    """Rows (t, server_ticks, host_ticks, part_ticks...). If a list is given
+    as labels, it receives the per-process labels of the file (if any)."""
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             v = line.split()
-            if len(v) == 3:
-                out.append((float(v[0]), int(v[1]), int(v[2])))
+            if len(v) >= 2 and v[0] == "#" and v[1] == "labels":
+                if labels is not None:
+                    labels[:] = v[2:]
+                continue
+            if len(v) >= 3 and not v[0].startswith("#"):
+                out.append((float(v[0]),) + tuple(int(x) for x in v[1:]))
+    if labels is not None and labels:
+        n = 3 + len(labels)
+        out = [r for r in out if len(r) == n]
     return out
 
 
@@ -197,7 +229,7 @@ def read_records(path):
                 line.split("\t")
             r = {"job": job, "server": server, "rc": int(rc), "m": None,
                  "cpu_us_per_io": math.nan, "cpu_pct": math.nan,
-                 "host_pct": math.nan, "note": ""}
+                 "host_pct": math.nan, "note": "", "parts": []}
             if r["rc"] == 0:
                 try:
                     r["m"] = metrics(load_fio_json(jpath))
@@ -212,8 +244,9 @@ def read_records(path):
             else:
                 r["note"] = f"fio exit {r['rc']}"
             if r["m"] and spath not in ("-", ""):
+                labels = []
                 try:
-                    samples = load_samples(spath)
+                    samples = load_samples(spath, labels)
                 except OSError:
                     samples = []
                 t1 = float(t_end) - MARGIN
@@ -230,6 +263,13 @@ def read_records(path):
                     ios = r["m"]["iops"] * w
                     if ios > 0:
                         r["cpu_us_per_io"] = cpu_s * 1e6 / ios
+                    for i, lab in enumerate(labels):
+                        p0, p1 = interp(samples, t0, 3 + i), \
+                            interp(samples, t1, 3 + i)
+                        ps = (p1 - p0) / float(clk)
+                        r["parts"].append(
+                            (lab, ps * 1e6 / ios if ios > 0 else math.nan,
+                             100.0 * ps / w))
             recs.append(r)
     return recs
 
@@ -287,6 +327,25 @@ def cmd_report(args):
               f"| {fmt(m['tot_lat_mean_us'] + m['sync_mean_us'])} |")
         w("")
 
+    part_rows = [(job, s) for job in jobs for s in servers
+                 if by.get((job, s)) and by[(job, s)]["m"]
+                 and by[(job, s)]["parts"]]
+    if part_rows:
+        w("### Server CPU by process")
+        w("")
+        w("CPU µs per completed I/O (and % of one core) of each process of "
+          "a multi-process server, over the same window as above; they add "
+          "up to the server's CPU µs/IO.")
+        w("")
+        w("| job | server | CPU µs/IO by process |")
+        w("|---|---|---|")
+        for job, s in part_rows:
+            r = by[(job, s)]
+            w(f"| {job} | {s} | " + ", ".join(
+                f"{lab} {fmt(us)} ({fmt(pct, 0)} %)"
+                for lab, us, pct in r["parts"]) + " |")
+        w("")
+
     base = args.base or servers[0]
     others = [s for s in servers if s != base]
     if base in servers and others:
@@ -327,9 +386,129 @@ def cmd_report(args):
         w("Latency ratios are given for the iodepth-1, single-connection jobs "
           "only (at higher queue depths latency is just depth / IOPS).")
         w("")
+    if args.targets:
+        out += targets_table(args.targets, by, base)
     print("\n".join(out))
     failed = [r for r in recs if r["m"] is None]
     return 1 if failed and args.strict else 0
+
+
+TARGET_METRICS = {
+    "iops": ("IOPS", "iops", None),
+    "mibs": ("MiB/s", "mibs", None),
+    "lat_mean": ("mean latency", "lat_mean_us", None),
+    "lat_p99": ("p99 latency", "lat_p99_us", None),
+    "cpu": ("CPU per I/O", None, "cpu_us_per_io"),
+}
+TARGET_OPS = {
+    ">=": (lambda a, b: a >= b, "≥"),
+    "<=": (lambda a, b: a <= b, "≤"),
+    ">": (lambda a, b: a > b, ">"),
+    "<": (lambda a, b: a < b, "<"),
+}
+
+
+def parse_targets(spec):
+    out = []
+    for item in spec.replace("\n", ";").split(";"):
+        v = item.split()
+        if not v:
+            continue
+        if (len(v) != 5 or v[1] not in TARGET_METRICS
+                or v[3] not in TARGET_OPS):
+            raise ValueError(f"bad target '{item.strip()}' (want: JOB METRIC "
+                             f"PEER OP VALUE; METRIC one of "
+                             f"{', '.join(TARGET_METRICS)}; OP one of "
+                             f"{', '.join(TARGET_OPS)})")
+        out.append((v[0], v[1], v[2], v[3], float(v[4])))
+    return out
+
+
+def _target_value(r, metric):
+    if r is None or r["m"] is None:
+        return math.nan
+    _, mkey, rkey = TARGET_METRICS[metric]
+    return float(r["m"][mkey]) if mkey else float(r[rkey])
+
+
+def targets_table(spec, by, base):
+    out = ["### Against the targets", "",
+           f"| target | {base} | peer | ratio | met? |",
+           "|---|---:|---:|---:|---|"]
+    for job, metric, peer, op, val in parse_targets(spec):
+        if (job, base) not in by and (job, peer) not in by:
+            continue  # job or peer not run
+        name, _, _ = TARGET_METRICS[metric]
+        test, sym = TARGET_OPS[op]
+        a = _target_value(by.get((job, base)), metric)
+        b = _target_value(by.get((job, peer)), metric)
+        ok = "n/a"
+        q = math.nan
+        if not (math.isnan(a) or math.isnan(b)) and b != 0:
+            q = a / b
+            ok = "yes" if test(q, val) else "**no**"
+        out.append(f"| {job} {name} {base}/{peer} {sym} {val:g}× "
+                   f"| {fmt(a)} | {fmt(b)} "
+                   f"| {'n/a' if math.isnan(q) else f'{q:.2f}×'} | {ok} |")
+    out.append("")
+    return out
+
+
+def _open_uncached(path):
+    """Open for reading with O_DIRECT where the filesystem allows it, so a
+    comparison neither fills the page cache (large folios: see
+    BENCHMARKS.md) nor evicts what the servers cached; falls back to
+    buffered reads. Returns (fd, direct)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if flag:
+        try:
+            return os.open(path, os.O_RDONLY | flag), True
+        except OSError:
+            pass
+    return os.open(path, os.O_RDONLY), False
+
+
+def cmd_diffblocks(args):
+    """Count differing --bs blocks of two files (a shorter file is compared
+    over its length; the sizes are printed so the caller sees a mismatch)."""
+    import mmap
+    bs = args.bs
+    chunk = bs * 256
+    diff = total = 0
+    fds = [_open_uncached(args.a), _open_uncached(args.b)]
+    # page-aligned buffers, as O_DIRECT wants
+    bufs = [mmap.mmap(-1, chunk), mmap.mmap(-1, chunk)]
+    off = 0
+    try:
+        while True:
+            ns = []
+            for (fd, _), buf in zip(fds, bufs):
+                n = 0
+                while n < chunk:
+                    r = os.preadv(fd, [memoryview(buf)[n:]], off + n)
+                    if r <= 0:
+                        break
+                    n += r
+                ns.append(n)
+            n = min(ns)
+            if n == 0:
+                break
+            total += (n + bs - 1) // bs
+            x, y = memoryview(bufs[0])[:n], memoryview(bufs[1])[:n]
+            if x != y:
+                for o in range(0, n, bs):
+                    if x[o:o + bs] != y[o:o + bs]:
+                        diff += 1
+            off += n
+            if n < chunk:
+                break
+    finally:
+        for fd, direct in fds:
+            if not direct and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+    print(diff, total, os.path.getsize(args.a), os.path.getsize(args.b))
+    return 0
 
 
 def _proc_ticks(pid):
@@ -356,16 +535,6 @@ def _children_map():
     return kids
 
 
-def _descendants(pid):
-    kids = _children_map()
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
-
-
 def _host_busy():
     with open("/proc/stat", "rb") as f:
         v = f.readline().split()
@@ -373,33 +542,58 @@ def _host_busy():
     return sum(int(x) for x in v[1:4]) + sum(int(x) for x in v[6:9])
 
 
+def _descendants_of(roots):
+    kids = _children_map()
+    out = []
+    for root in roots:
+        tree, todo = [], [root]
+        while todo:
+            p = todo.pop()
+            tree.append(p)
+            todo.extend(kids.get(p, []))
+        out.append(tree)
+    return out
+
+
 def cmd_sample(args):
-    """Write 'epoch_seconds server_ticks host_busy_ticks' every --interval
-    seconds until SIGTERM/SIGINT or until the server process is gone."""
+    """Write 'epoch_seconds server_ticks host_busy_ticks [per-PID ticks...]'
+    every --interval seconds until SIGTERM/SIGINT or until a server process
+    is gone."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-    pids, rescan_at = [args.pid], 0.0
+    roots = [int(p) for p in str(args.pid).split(",") if p.strip()]
+    labels = args.labels.split(",") if args.labels else [str(p) for p in roots]
+    if len(labels) != len(roots):
+        print("sample: --labels must name every PID", file=sys.stderr)
+        return 2
+    trees, rescan_at = [[p] for p in roots], 0.0
     with open(args.out, "w", encoding="utf-8") as out:
+        if len(roots) > 1:
+            out.write("# labels " + " ".join(labels) + "\n")
         while True:
             now = time.time()
             if now >= rescan_at:
                 try:
-                    pids = _descendants(args.pid)
+                    trees = _descendants_of(roots)
                 except OSError:
                     pass
                 rescan_at = now + 1.0
-            total = 0
-            try:
-                total = _proc_ticks(args.pid)
-            except (OSError, ValueError):
-                return 0  # server gone
-            for p in pids[1:]:
+            parts = []
+            for tree in trees:
                 try:
-                    total += _proc_ticks(p)
+                    t = _proc_ticks(tree[0])
                 except (OSError, ValueError):
-                    pass
-            out.write(f"{time.time():.4f} {total} {_host_busy()}\n")
+                    return 0  # a server process is gone
+                for p in tree[1:]:
+                    try:
+                        t += _proc_ticks(p)
+                    except (OSError, ValueError):
+                        pass
+                parts.append(t)
+            extra = "".join(f" {t}" for t in parts) if len(roots) > 1 else ""
+            out.write(f"{time.time():.4f} {sum(parts)} {_host_busy()}"
+                      f"{extra}\n")
             out.flush()
             if stop:
                 return 0
@@ -418,13 +612,22 @@ def main(argv=None):
                    "(default: first server in the records)")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 if any run failed")
+    p.add_argument("--targets", help="goals for the ratios: "
+                   "'JOB METRIC PEER OP VALUE; ...' (see the module doc)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("sample", help="sample a server's CPU ticks "
-                       "periodically (used by nbd-peers.sh)")
-    p.add_argument("pid", type=int)
+                       "periodically (used by nbd-peers.sh, replicated.sh)")
+    p.add_argument("pid", help="PID, or PIDs separated by commas")
     p.add_argument("out")
     p.add_argument("--interval", type=float, default=0.2)
+    p.add_argument("--labels", help="names of the PIDs, separated by commas")
     p.set_defaults(func=cmd_sample)
+    p = sub.add_parser("diffblocks", help="count differing blocks of two "
+                       "replica files")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--bs", type=int, default=4096)
+    p.set_defaults(func=cmd_diffblocks)
     args = ap.parse_args(argv)
     return args.func(args)
 
