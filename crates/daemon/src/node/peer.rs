@@ -98,6 +98,11 @@ impl PeerConn {
         }
     }
 
+    /// Bytes queued for sending.
+    pub fn queued(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
     pub fn out_pending(&self) -> bool {
         self.out_pos < self.out.len()
     }

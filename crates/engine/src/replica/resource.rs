@@ -17,7 +17,8 @@ use super::bitmap::Bitmap;
 use super::overlap::{InFlight, Waiting};
 use crate::flush::FlushBatcher;
 use crate::io::{DiskKind, Io, IoError, ReqId};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tandem_wire::packet::{write_flags as wf, Packet};
 pub use tandem_wire::packet::{DiskState, Role};
 
@@ -601,13 +602,13 @@ impl Resource {
             role: Role::Secondary,
             vols,
             peers,
-            writes: HashMap::new(),
-            reads: HashMap::new(),
+            writes: HashMap::default(),
+            reads: HashMap::default(),
             next_seq: 1,
             next_id: 1,
-            flush_ops: HashMap::new(),
+            flush_ops: HashMap::default(),
             flusher: FlushBatcher::default(),
-            flush_waiters: HashMap::new(),
+            flush_waiters: HashMap::default(),
             read_rr: 0,
             now_ms: 0,
         }
