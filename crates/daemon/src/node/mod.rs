@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_config::{Endpoint, ResourceConfig};
 use tandem_engine::replica::{
-    DataRef, DiskState, Msg, NodeId, Protocol, RAction, Resource, ResourceSpec, Role, Token,
+    DataRef, DiskState, Msg, NodeId, PromoteError, Protocol, RAction, Resource, ResourceSpec, Role,
+    Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_frontend::nbd::{
@@ -101,6 +102,19 @@ struct ResCtx {
     congested: bool,
     /// NBD client entries that stopped reading because of it.
     stalled: Vec<usize>,
+}
+
+impl ResCtx {
+    /// A promotion refusal in the administrator's terms (node names, not ids).
+    fn explain(&self, e: PromoteError) -> String {
+        match e {
+            PromoteError::PeerPrimary(id) => match self.peers.iter().find(|p| p.id == id) {
+                Some(p) => format!("node {} (node-id {id}) is Primary", p.name),
+                None => e.to_string(),
+            },
+            PromoteError::NoUpToDate(_) => e.to_string(),
+        }
+    }
 }
 
 enum Entry {
@@ -831,7 +845,7 @@ impl NodeReactor {
                 res.auto_promoted = true;
                 info!(resource = %res.cfg.name, "auto-promoted: an NBD client attached");
             }
-            Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {e}"),
+            Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {}", res.explain(e)),
         }
         self.run_actions(r, actions, Ctx::default());
     }

@@ -266,6 +266,28 @@ impl Msg {
     }
 }
 
+/// Why this node cannot become Primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromoteError {
+    /// Another node (this id) is Primary.
+    PeerPrimary(NodeId),
+    /// This volume has no UpToDate replica here or on a connected peer.
+    NoUpToDate(u16),
+}
+
+impl std::fmt::Display for PromoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PromoteError::PeerPrimary(id) => write!(f, "node {id} is Primary"),
+            PromoteError::NoUpToDate(v) => {
+                write!(f, "volume {v} has no up-to-date replica within reach")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PromoteError {}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RAction {
     /// Run a disk operation on a volume's local replica; writes take their bytes from `data`.
@@ -699,12 +721,12 @@ impl Resource {
     /// no up-to-date replica within reach. `force` declares this node's own replicas up to
     /// date first (the administrator's choice of a sync source, as with DRBD's
     /// `primary --force`).
-    pub fn promote(&mut self, force: bool, out: &mut Vec<RAction>) -> Result<(), String> {
+    pub fn promote(&mut self, force: bool, out: &mut Vec<RAction>) -> Result<(), PromoteError> {
         if self.role == Role::Primary {
             return Ok(());
         }
         if let Some(p) = self.peers.iter().find(|p| p.up && p.role == Role::Primary) {
-            return Err(format!("node {} is Primary", p.id));
+            return Err(PromoteError::PeerPrimary(p.id));
         }
         if force {
             for v in 0..self.vols.len() {
@@ -736,7 +758,7 @@ impl Resource {
                 .iter()
                 .any(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate));
             if !local && !remote {
-                return Err(format!("volume {v} has no up-to-date replica within reach"));
+                return Err(PromoteError::NoUpToDate(v as u16));
             }
         }
         self.role = Role::Primary;
