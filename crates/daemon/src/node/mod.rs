@@ -105,13 +105,18 @@ struct ResCtx {
 }
 
 impl ResCtx {
+    /// "beta (node-id 1)" for logs.
+    fn peer_name(&self, id: NodeId) -> String {
+        match self.peers.iter().find(|p| p.id == id) {
+            Some(p) => format!("{} (node-id {id})", p.name),
+            None => format!("node-id {id}"),
+        }
+    }
+
     /// A promotion refusal in the administrator's terms (node names, not ids).
     fn explain(&self, e: PromoteError) -> String {
         match e {
-            PromoteError::PeerPrimary(id) => match self.peers.iter().find(|p| p.id == id) {
-                Some(p) => format!("node {} (node-id {id}) is Primary", p.name),
-                None => e.to_string(),
-            },
+            PromoteError::PeerPrimary(id) => format!("node {} is Primary", self.peer_name(id)),
             PromoteError::NoUpToDate(_) => e.to_string(),
         }
     }
@@ -1176,7 +1181,8 @@ impl NodeReactor {
                     self.held.insert((r, key), bytes);
                 }
                 RAction::Disconnect { peer, reason } => {
-                    warn!(resource = %self.res[r].cfg.name, "dropping node {peer}: {reason}");
+                    let name = self.res[r].peer_name(peer);
+                    warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");
                     if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
                         slot.last_error = Some(reason);
                     }
