@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 use tandem_frontend::nbd::request::encode_request;
 use tandem_frontend::nbd::wire::*;
 
+pub mod cluster;
+pub mod ext4;
+pub mod netns;
+
 pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
 
@@ -189,6 +193,27 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Run {
         status,
         stdout,
         stderr,
+    }
+}
+
+/// Runs a cleanup command without panicking (a panic inside a drop during a failing test
+/// would abort the whole test binary).
+pub fn cleanup(cmd: &mut Command) -> bool {
+    let Ok(mut child) = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    match wait_timeout(&mut child, Duration::from_secs(30)) {
+        Some(status) => status.success(),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            false
+        }
     }
 }
 
@@ -608,6 +633,8 @@ pub struct NodeDaemon {
     pub name: String,
     pub config_dir: PathBuf,
     pub control: PathBuf,
+    /// The network namespace (a name under /run/netns) the daemon runs in.
+    pub netns: Option<String>,
     log: PathBuf,
     child: Option<Child>,
     starts: u32,
@@ -618,10 +645,25 @@ impl NodeDaemon {
     /// Starts `tandem node --name NAME --config-dir DIR --control CONTROL`, logging to `log`.
     /// Call [`NodeDaemon::wait_ready`] before talking to it.
     pub fn start(name: &str, config_dir: &Path, control: &Path, log: &Path) -> NodeDaemon {
+        NodeDaemon::start_in(None, name, config_dir, control, log)
+    }
+
+    /// [`NodeDaemon::start`] inside the network namespace `netns` (a name that `ip netns`
+    /// created), if given. The child joins it with setns(2) right before exec, so the pid is
+    /// the daemon's own and, unlike `ip netns exec`, it shares the test's mount namespace:
+    /// later mounts and unmounts of the test are the daemon's too.
+    pub fn start_in(
+        netns: Option<&str>,
+        name: &str,
+        config_dir: &Path,
+        control: &Path,
+        log: &Path,
+    ) -> NodeDaemon {
         let mut d = NodeDaemon {
             name: name.to_string(),
             config_dir: config_dir.to_owned(),
             control: control.to_owned(),
+            netns: netns.map(str::to_string),
             log: log.to_owned(),
             child: None,
             starts: 0,
@@ -658,7 +700,28 @@ impl NodeDaemon {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        self.command = format!("{cmd:?}");
+        let _netns_fd = self.netns.as_ref().map(|ns| {
+            let path = netns::netns_path(ns);
+            let f = File::open(&path)
+                .unwrap_or_else(|e| panic!("opening network namespace {}: {e}", path.display()));
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+            // SAFETY: setns is a plain system call, async-signal-safe, so it may run between
+            // fork and exec; `f` (opened with O_CLOEXEC) outlives the spawn below.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
+            f
+        });
+        self.command = match &self.netns {
+            Some(ns) => format!("(in network namespace {ns}) {cmd:?}"),
+            None => format!("{cmd:?}"),
+        };
         self.child = Some(
             cmd.spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.command)),

@@ -1,0 +1,565 @@
+//! Replication between `tandem node` daemons that each live in their own network namespace,
+//! cabled to a bridge (see `common::netns`): the peers talk over a real (virtual) network,
+//! whose links the tests cut and heal at the network level; clients reach the nodes over Unix
+//! sockets in the filesystem (NBD and control), which every namespace shares.
+//!
+//! Namespaces need root and `ip`. Without them the three-node and the filesystem tests run on
+//! 127.0.0.X loopback addresses instead and say so in the skip list; the cable cuts cannot be
+//! done without namespaces and are skipped (`replication::cut_link_and_heal` covers a cut by
+//! the administrator).
+//!
+//! Tests run in parallel: each has its own namespaces (named after the test process's pid and
+//! a counter), addresses and scratch directory.
+
+mod common;
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::cluster::*;
+use common::ext4::*;
+use common::netns::NetLab;
+use common::*;
+
+const VOLUME_SIZE: u64 = 128 * MIB;
+const PORT: u16 = 7789;
+/// Short keepalives so that a pulled cable is noticed quickly: a peer silent for 700 ms gets a
+/// ping, which must be answered within 500 ms; a replicated write must be acknowledged within
+/// 3 s.
+const NET_OPTS: &str = "ping-interval = \"700ms\"\nping-timeout = \"500ms\"\ntimeout = \"3s\"\n";
+/// The longest a pulled cable may go unnoticed: the keepalive (700 ms + 500 ms) or the write
+/// timeout (3 s), a tick, and slack for a loaded machine. TCP alone would not notice for
+/// minutes.
+const DETECT_LIMIT: Duration = Duration::from_secs(8);
+
+const NODES: [Spec; 3] = [ALPHA, BETA, GAMMA];
+
+/// A cluster and, if namespaces were available, the network it runs on. The cluster is
+/// declared first so its daemons stop before their namespaces go.
+struct Lab {
+    c: Cluster,
+    net: Option<NetLab>,
+}
+
+enum Without {
+    /// Run on loopback addresses, noting it in the skip list.
+    Loopback,
+    /// Skip the test.
+    Skip,
+}
+
+/// Starts alpha, beta (diskful) and gamma (diskless) with protocol C, each in its own
+/// namespace, and waits until they are connected. `None` if the test was skipped.
+fn start(test: &'static str, without: Without) -> Option<Lab> {
+    let net = match NetLab::new(NODES.len()) {
+        Ok(net) => Some(net),
+        Err(e) => match without {
+            Without::Loopback => {
+                skip(
+                    &format!("{test} (network namespaces)"),
+                    &format!("no network namespaces ({e}); ran on 127.0.0.X loopback instead"),
+                );
+                None
+            }
+            Without::Skip => {
+                skip(test, &format!("needs network namespaces: {e}"));
+                return None;
+            }
+        },
+    };
+    let placement = net.as_ref().map(|n| n.placement(PORT)).unwrap_or_default();
+    let c = Cluster::start_with(
+        test,
+        Setup {
+            size: VOLUME_SIZE,
+            net: NET_OPTS,
+            placement,
+            ..Setup::new("C", &NODES)
+        },
+    );
+    let mut lab = Lab { c, net };
+    if let Some(net) = &lab.net {
+        // Each daemon really is in its namespace (not merely configured with its address).
+        for (i, n) in lab.c.nodes.iter().enumerate() {
+            let pid = n.daemon.pid().expect("a node that just started");
+            let want = &net.nodes[i].netns;
+            assert_eq!(
+                &NetLab::netns_of(pid),
+                want,
+                "the network namespace of {} (pid {pid})",
+                n.name
+            );
+        }
+    }
+    lab.c.wait_connected();
+    Some(lab)
+}
+
+fn index_of(name: &str) -> usize {
+    NODES.iter().position(|s| s.name == name).unwrap()
+}
+
+fn status_of<'a>(statuses: &'a [(&'static str, Json)], name: &str) -> &'a Json {
+    &statuses.iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+fn connection(st: &Json, peer: &str) -> String {
+    peer_of(st, peer)
+        .map(|p| str_of(p, "connection").to_string())
+        .unwrap_or_else(|| format!("(no peer {peer})"))
+}
+
+/// KiB that `st`'s node records as out of sync with `peer`.
+fn out_of_sync_kib(st: &Json, peer: &str) -> u64 {
+    peer_of(st, peer)
+        .map(|p| {
+            arr_of(p, "volumes")
+                .iter()
+                .filter_map(|v| num_of(v, "out_of_sync_kib"))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// FNV-1a of a whole file.
+fn file_checksum(path: &std::path::Path) -> u64 {
+    checksum(&fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())))
+}
+
+/// 4 KiB random writes by two jobs (two NBD connections) on disjoint 32 MiB halves of the
+/// first 64 MiB, each block with a crc32c header.
+fn randwrite_job() -> Vec<String> {
+    strings(&[
+        "--name=netns",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=16",
+        "--numjobs=2",
+        "--size=32M",
+        "--offset_increment=32M",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--verify_state_save=0",
+        "--group_reporting",
+        "--output-format=json",
+    ])
+}
+
+/// 64 MiB of 4 KiB random writes at 6 MiB/s (about 11 s), each block with a crc32c header;
+/// verified separately (`--verify_only`).
+fn slow_randwrite_job() -> Vec<String> {
+    strings(&[
+        "--name=cut",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=8",
+        "--size=64M",
+        "--rate=6m",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--do_verify=0",
+        "--verify_state_save=0",
+        "--output-format=json",
+    ])
+}
+
+/// Every block of the first 64 MiB written (fio's random map covers each once), none after.
+#[track_caller]
+fn assert_footprint(node: &Node) {
+    let written = nonzero_blocks(&node.disk, 0, 64 * MIB);
+    assert_eq!(
+        written,
+        64 * MIB / BLOCK,
+        "{}'s replica: {written} non-zero blocks of 4 KiB in the 64 MiB that fio wrote",
+        node.name
+    );
+    let beyond = nonzero_blocks(&node.disk, 64 * MIB, VOLUME_SIZE);
+    assert_eq!(
+        beyond, 0,
+        "{}'s replica: {beyond} non-zero blocks past the 64 MiB that fio wrote",
+        node.name
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests
+
+/// Two diskful nodes and a diskless Primary, each in its own namespace: fio writes and
+/// verifies through the Primary (every byte crosses the virtual network twice), then both
+/// replicas are identical and hold exactly what fio wrote.
+#[test]
+fn three_namespaces_diskless_primary_protocol_c() {
+    const TEST: &str = "netns::three_namespaces_diskless_primary_protocol_c";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let Some(mut lab) = start(TEST, Without::Loopback) else {
+        return;
+    };
+    let c = &mut lab.c;
+    let cables_before: Vec<(u64, u64)> = lab
+        .net
+        .as_ref()
+        .map(|n| (0..NODES.len()).map(|i| n.cable_bytes(i)).collect())
+        .unwrap_or_default();
+
+    let load = fio(randwrite_job(), nbd_engine(c.node("gamma")), &[]);
+    check_fio(&load, "write", Some(64 * MIB));
+    check_fio(&load, "read", Some(64 * MIB));
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    for n in c.diskful() {
+        assert_footprint(n);
+        let check = fio(randwrite_job(), file_engine(&n.disk), &["--verify_only"]);
+        check_fio(&check, "read", Some(64 * MIB));
+    }
+
+    // The data went over the cables: gamma sent every write to both replicas, and each
+    // replica received it.
+    if let Some(net) = &lab.net {
+        let moved: Vec<(u64, u64)> = (0..NODES.len())
+            .map(|i| {
+                let (from, to) = net.cable_bytes(i);
+                (from - cables_before[i].0, to - cables_before[i].1)
+            })
+            .collect();
+        eprintln!(
+            "{TEST}: bytes over the cables (from node, to node): alpha {:?}, beta {:?}, gamma {:?}",
+            moved[0], moved[1], moved[2]
+        );
+        let gamma_sent = moved[index_of("gamma")].0;
+        assert!(
+            gamma_sent >= 2 * 64 * MIB,
+            "only {gamma_sent} bytes left gamma's namespace for 64 MiB written to two replicas"
+        );
+        for name in ["alpha", "beta"] {
+            let received = moved[index_of(name)].1;
+            assert!(
+                received >= 64 * MIB,
+                "only {received} bytes reached {name}'s namespace for 64 MiB of writes"
+            );
+        }
+    }
+    lab.c.stop_all();
+}
+
+/// A diskful node's cable is pulled while fio writes through gamma: the Primary keeps
+/// writing (to the other replica alone), the keepalive tells every node on either side of the
+/// cut that the link is gone, and gamma counts what the cut-off node misses. Plugged back in,
+/// the node reconnects and resyncs while fio still writes; the replicas end identical and fio
+/// verifies every block it wrote, through gamma and on the cut-off node's file.
+fn cut_cable_during_writes_and_heal(test: &'static str, victim: &'static str) {
+    if !require_fio_nbd(test) {
+        return;
+    }
+    let Some(mut lab) = start(test, Without::Skip) else {
+        return;
+    };
+    let net = lab.net.as_ref().unwrap();
+    let c = &mut lab.c;
+    let other = if victim == "alpha" { "beta" } else { "alpha" };
+
+    let fio_out = c.dir.join("fio-load.json");
+    let fio_err = c.dir.join("fio-load.err");
+    let mut cmd = tool("fio");
+    cmd.args(slow_randwrite_job())
+        .args(nbd_engine(c.node("gamma")))
+        .stdin(Stdio::null())
+        .stdout(File::create(&fio_out).unwrap())
+        .stderr(File::create(&fio_err).unwrap());
+    let fio_log = || {
+        format!(
+            "{}{}",
+            fs::read_to_string(&fio_out).unwrap_or_default(),
+            fs::read_to_string(&fio_err).unwrap_or_default()
+        )
+    };
+    let mut load = KillOnDrop(cmd.spawn().expect("starting fio"));
+    thread::sleep(Duration::from_millis(1500));
+    if let Some(status) = load.0.try_wait().unwrap() {
+        panic!("fio ended ({status}) before the cut:\n{}", fio_log());
+    }
+
+    net.cut(index_of(victim));
+    let cut_at = Instant::now();
+    // Every peer of the victim notices, and the victim notices them: nothing but the
+    // keepalive can tell (no error reaches a socket, TCP would retransmit for minutes).
+    c.wait_for("aware of the cut", DETECT_LIMIT, |statuses| {
+        for (me, st) in statuses {
+            let cut_off: Vec<&str> = if *me == victim {
+                NODES.iter().map(|s| s.name).filter(|n| n != me).collect()
+            } else {
+                vec![victim]
+            };
+            for peer in cut_off {
+                let conn = connection(st, peer);
+                if conn == "Connected" {
+                    return Err(format!("{me} still sees {peer} Connected"));
+                }
+            }
+        }
+        let gamma = status_of(statuses, "gamma");
+        if connection(gamma, other) != "Connected" {
+            return Err(format!("gamma lost {other}, whose cable is intact"));
+        }
+        Ok(())
+    });
+    let detected = cut_at.elapsed();
+    eprintln!("{test}: the cut was noticed everywhere {detected:?} after it");
+    for (me, peer) in [(other, victim), ("gamma", victim), (victim, "gamma")] {
+        let st = c.node(me).status();
+        eprintln!(
+            "{test}: {me} gives {peer}'s last error as {:?}",
+            peer_of(&st, peer).and_then(|p| p.get("last_error"))
+        );
+    }
+
+    // The Primary keeps writing, to the other replica alone; gamma counts more and more that
+    // the victim lacks, and nothing reaches the victim.
+    let victim_disk = c.node(victim).disk.clone();
+    let victim_before = file_checksum(&victim_disk);
+    let oos_1 = out_of_sync_kib(&c.node("gamma").status(), victim);
+    thread::sleep(Duration::from_secs(1));
+    let oos_2 = out_of_sync_kib(&c.node("gamma").status(), victim);
+    assert!(
+        oos_1 > 0 && oos_2 > oos_1,
+        "gamma records {oos_1} KiB, then {oos_2} KiB out of sync with {victim} while fio writes without it\n{}\nfio:\n{}",
+        c.describe(),
+        fio_log()
+    );
+    assert!(
+        load.0.try_wait().unwrap().is_none(),
+        "fio ended while {victim} was cut off:\n{}",
+        fio_log()
+    );
+    assert_eq!(
+        file_checksum(&victim_disk),
+        victim_before,
+        "{victim}'s replica changed while its cable was pulled"
+    );
+    c.assert_running(&["alpha", "beta", "gamma"]);
+
+    // Plugged back in while fio still writes: the victim reconnects and resyncs under load.
+    net.heal(index_of(victim));
+    let healed_at = Instant::now();
+    c.wait_connected();
+    eprintln!(
+        "{test}: reconnected {:?} after the heal",
+        healed_at.elapsed()
+    );
+    let still_writing = load.0.try_wait().unwrap().is_none();
+    let status = wait_timeout(&mut load.0, Duration::from_secs(60))
+        .expect("fio still running 60 s after the heal");
+    let load_run = Run {
+        what: format!("fio (randwrite through gamma while {victim}'s cable is cut and healed)"),
+        status,
+        stdout: fs::read_to_string(&fio_out).unwrap_or_default(),
+        stderr: fs::read_to_string(&fio_err).unwrap_or_default(),
+    };
+    check_fio(&load_run, "write", Some(64 * MIB));
+    eprintln!("{test}: fio was still writing when {victim} was back: {still_writing}");
+
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    for n in c.diskful() {
+        assert_footprint(n);
+    }
+    let through_gamma = fio(
+        slow_randwrite_job(),
+        nbd_engine(c.node("gamma")),
+        &["--verify_only", "--do_verify=1", "--rate=0"],
+    );
+    check_fio(&through_gamma, "read", Some(64 * MIB));
+    let on_victim = fio(
+        slow_randwrite_job(),
+        file_engine(&victim_disk),
+        &["--verify_only", "--do_verify=1", "--rate=0"],
+    );
+    check_fio(&on_victim, "read", Some(64 * MIB));
+    lab.c.stop_all();
+}
+
+#[test]
+fn cut_cable_of_beta_during_writes_and_heal() {
+    cut_cable_during_writes_and_heal("netns::cut_cable_of_beta_during_writes_and_heal", "beta");
+}
+
+/// Alpha has the lowest node id: it dials both its peers, so after the heal it is alpha's
+/// reconnection attempts (made while the cable was out) that must succeed.
+#[test]
+fn cut_cable_of_alpha_during_writes_and_heal() {
+    cut_cable_during_writes_and_heal("netns::cut_cable_of_alpha_during_writes_and_heal", "alpha");
+}
+
+/// ext4 through nbdfuse and a loop device on the diskless Primary; beta is killed (SIGKILL)
+/// while files are being written, and writing goes on. The filesystem checks clean, every
+/// file reads back after a remount (with fresh nbdfuse and loop device), and beta, restarted,
+/// resyncs to a byte-identical replica that is itself a clean filesystem.
+#[test]
+fn ext4_on_diskless_primary_survives_secondary_death() {
+    const TEST: &str = "netns::ext4_on_diskless_primary_survives_secondary_death";
+    if !require_ext4_on_nbdfuse(TEST) {
+        return;
+    }
+    let Some(mut lab) = start(TEST, Without::Loopback) else {
+        return;
+    };
+    let c = &mut lab.c;
+    let uri = c.node("gamma").uri();
+
+    // 24 files of 300 KiB to 1.5 MiB and odd lengths, about 22 MiB.
+    let files: Arc<Vec<(String, Vec<u8>)>> = Arc::new(
+        (0..24u64)
+            .map(|i| {
+                let len = (300 * KIB + i * 53 * KIB + i * 7) as usize;
+                (format!("f{i:02}.bin"), random_bytes(7000 + i, len))
+            })
+            .collect(),
+    );
+    let written_before_kill;
+    {
+        let fuse = Nbdfuse::start(&c.dir, 0, &uri, VOLUME_SIZE);
+        let dev = match LoopDevice::attach(&fuse.file()) {
+            Ok(dev) => dev,
+            Err(e) => {
+                skip(
+                    TEST,
+                    &format!(
+                        "cannot set up a loop device here: {}",
+                        e.lines().last().unwrap_or("")
+                    ),
+                );
+                return;
+            }
+        };
+        mkfs(&dev);
+        let mnt = Mount::new(&dev, c.dir.join("mnt0"));
+        let sub = mnt.0.join("sub");
+        fs::create_dir(&sub).unwrap();
+
+        // A writer thread: each file written and fsynced; the first half before the kill.
+        let done = Arc::new(AtomicUsize::new(0));
+        let writer = {
+            let (files, done, sub) = (files.clone(), done.clone(), sub.clone());
+            thread::spawn(move || -> Result<(), String> {
+                for (i, (name, data)) in files.iter().enumerate() {
+                    let path = sub.join(name);
+                    let mut f = File::create(&path).map_err(|e| format!("{name}: {e}"))?;
+                    // In pieces, so the kill can fall in the middle of a file.
+                    for piece in data.chunks(64 * KIB as usize) {
+                        f.write_all(piece).map_err(|e| format!("{name}: {e}"))?;
+                    }
+                    f.sync_all().map_err(|e| format!("fsync {name}: {e}"))?;
+                    done.store(i + 1, Ordering::SeqCst);
+                }
+                Ok(())
+            })
+        };
+        let half = files.len() / 2;
+        let reached = wait_until(Duration::from_secs(60), || {
+            done.load(Ordering::SeqCst) >= half || writer.is_finished()
+        });
+        assert!(reached, "the writer did not write {half} files within 60 s");
+        written_before_kill = done.load(Ordering::SeqCst);
+        assert!(
+            written_before_kill < files.len(),
+            "the writer finished before beta was killed"
+        );
+        c.node_mut("beta").daemon.kill9();
+        match writer.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("writing files after beta's death failed: {e}"),
+            Err(_) => panic!("the writer thread panicked"),
+        }
+        eprintln!(
+            "{TEST}: {written_before_kill} of {} files were written before beta's death",
+            files.len()
+        );
+        // More after the writer: a manifest, a rename, a deletion, then sync.
+        let mut manifest = String::new();
+        for (name, data) in files.iter() {
+            manifest.push_str(&format!("{:016x} {name}\n", checksum(data)));
+        }
+        fs::write(mnt.0.join("MANIFEST"), &manifest).unwrap();
+        fs::write(mnt.0.join("doomed"), random_bytes(99, 100_000)).unwrap();
+        fs::rename(sub.join("f00.bin"), mnt.0.join("f00-moved.bin")).unwrap();
+        fs::remove_file(mnt.0.join("doomed")).unwrap();
+        run(tool("sync").arg("-f").arg(&mnt.0), CMD_TIMEOUT).expect_success();
+
+        // Gamma saw beta go and still has alpha.
+        c.wait_for(
+            "aware of beta's death",
+            Duration::from_secs(10),
+            |statuses| {
+                for me in ["alpha", "gamma"] {
+                    let st = status_of(statuses, me);
+                    if connection(st, "beta") == "Connected" {
+                        return Err(format!("{me} still sees beta Connected"));
+                    }
+                }
+                let gamma = status_of(statuses, "gamma");
+                if connection(gamma, "alpha") != "Connected" {
+                    return Err(format!("gamma sees alpha {}", connection(gamma, "alpha")));
+                }
+                if out_of_sync_kib(gamma, "beta") == 0 {
+                    return Err("gamma records nothing out of sync with beta".into());
+                }
+                Ok(())
+            },
+        );
+        mnt.unmount();
+        fsck(&dev);
+    }
+
+    // Remounted through a new nbdfuse and loop device, so nothing comes from a page cache:
+    // gamma reads from alpha, the only replica left.
+    {
+        let fuse = Nbdfuse::start(&c.dir, 1, &uri, VOLUME_SIZE);
+        let dev = LoopDevice::attach(&fuse.file())
+            .unwrap_or_else(|e| panic!("second losetup failed: {e}"));
+        fsck(&dev);
+        let mnt = Mount::new(&dev, c.dir.join("mnt1"));
+        let manifest =
+            fs::read_to_string(mnt.0.join("MANIFEST")).expect("MANIFEST missing after remount");
+        let mut names: Vec<String> = fs::read_dir(mnt.0.join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let want: Vec<String> = files.iter().skip(1).map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, want, "files in sub/ after remount");
+        assert!(
+            !mnt.0.join("doomed").exists(),
+            "a deleted file is back after remount"
+        );
+        for (i, (name, data)) in files.iter().enumerate() {
+            let path = if i == 0 {
+                mnt.0.join("f00-moved.bin")
+            } else {
+                mnt.0.join("sub").join(name)
+            };
+            let got = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                manifest.contains(&format!("{:016x} {name}", checksum(&got))),
+                "checksum of {name} does not match MANIFEST"
+            );
+            assert_same_data(&format!("{name} after remount"), data, &got);
+        }
+        mnt.unmount();
+    }
+
+    // Beta comes back (Outdated: no metadata yet) and pulls everything from alpha.
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    c.stop_all();
+    // Beta's replica on its own is the same clean filesystem.
+    fsck(&c.node("beta").disk);
+}
