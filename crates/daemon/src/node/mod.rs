@@ -604,7 +604,15 @@ impl NodeReactor {
         }
         self.next_conn_id += 1;
         let name = format!("{addr}#{}", self.next_conn_id);
-        let mut pc = PeerConn::new(stream, r, name, hs, greeting, dialed);
+        let net = &self.res[r].cfg.net;
+        // A dial gives up after the current retry interval (at least a second, at most
+        // `timeout`), so attempts keep the configured pace whatever the kernel does.
+        let patience = match dialed.and_then(|d| self.res[r].peers.iter().find(|p| p.id == d)) {
+            Some(slot) => slot.backoff.max(Duration::from_secs(1)).min(net.timeout),
+            None => net.timeout,
+        };
+        let deadline = Instant::now() + patience;
+        let mut pc = PeerConn::new(stream, r, name, hs, greeting, dialed, deadline);
         pc.write_interest = true;
         self.entries.insert(Entry::Peer(Box::new(pc)));
         self.dirty.push(key);
@@ -945,6 +953,7 @@ impl NodeReactor {
                 }
                 PeerStep::Established(est) => {
                     pc.hs = None;
+                    pc.deadline = None;
                     let peer = est.peer;
                     let res = &mut self.res[r];
                     let slot = res
@@ -1123,6 +1132,31 @@ impl NodeReactor {
             if let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
                 warn!(client = %conn.name, "NBD handshake not finished in time; closing");
                 conn.dead = true;
+            }
+            self.mark_dirty(k);
+        }
+        let late: Vec<usize> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                matches!(e, Entry::Peer(pc) if !pc.dead && pc.deadline.is_some_and(|d| d <= Instant::now()))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in late {
+            let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+                continue;
+            };
+            pc.dead = true;
+            let (r, dialed, connecting) = (pc.res, pc.dialed, pc.connecting);
+            let what = if connecting {
+                "no answer to the connection attempt"
+            } else {
+                "authentication not finished"
+            };
+            info!(peer = %pc.name, "{what} in time; giving up on this connection");
+            if let Some(d) = dialed {
+                self.dial_failed(r, d, format!("{what} in time"));
             }
             self.mark_dirty(k);
         }
