@@ -98,8 +98,8 @@ struct NodeArgs {
     config_dir: PathBuf,
     #[command(flatten)]
     control: ControlArg,
-    /// Threads for blocking disk operations (fdatasync).
-    #[arg(long, default_value_t = 4)]
+    /// Threads for blocking disk operations (fdatasync, reads not in the page cache).
+    #[arg(long, default_value_t = 8)]
     disk_threads: usize,
 }
 
@@ -131,8 +131,9 @@ struct ServeArgs {
     /// Description shown to clients (nbdinfo).
     #[arg(long, default_value = "")]
     description: String,
-    /// Threads for blocking disk operations (fdatasync, O_DIRECT I/O).
-    #[arg(long, default_value_t = 4)]
+    /// Threads for blocking disk operations (fdatasync, reads not in the page cache,
+    /// O_DIRECT I/O).
+    #[arg(long, default_value_t = 8)]
     disk_threads: usize,
 }
 

@@ -223,6 +223,49 @@ fn nbdcopy_round_trip() {
     );
 }
 
+/// Drops a file's (clean) pages from the page cache.
+fn evict_from_page_cache(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: a plain advisory call on an open descriptor.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise(DONTNEED) on {}", path.display());
+}
+
+/// Reads of data that is not in the page cache go to the disk threads (the event loop only
+/// reads what is cached): evict the backing file's pages, then read it all back over
+/// several connections.
+#[test]
+fn reads_of_evicted_data() {
+    const TEST: &str = "interop::reads_of_evicted_data";
+    if !require_tools(TEST, &["nbdcopy"]) {
+        return;
+    }
+    let dir = TestDir::new(TEST);
+    let size = 32 * MIB;
+    let data = random_bytes(7, size as usize);
+    let backing = dir.join("disk.img");
+    fs::write(&backing, &data).unwrap();
+    evict_from_page_cache(&backing);
+    let server = Server::builder(&dir).export("disk", &backing).start();
+    let out = dir.join("out.img");
+    sparse_file(&out, 0);
+    run(
+        tool("nbdcopy")
+            .args(["--connections=4", "--requests=16", "--request-size=65536"])
+            .arg(server.uri("disk"))
+            .arg(&out),
+        TOOL_TIMEOUT,
+    )
+    .expect_success();
+    assert_same_data(
+        "evicted backing file read over NBD",
+        &data,
+        &fs::read(&out).unwrap(),
+    );
+}
+
 #[test]
 fn qemu_img_convert_and_compare() {
     const TEST: &str = "interop::qemu_img_convert_and_compare";

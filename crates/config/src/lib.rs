@@ -29,7 +29,6 @@
 //! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
 //! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
 //! | `max-buffer` | `"64M"` | per-peer bytes queued for sending before writers wait; `>= 1M` |
-//! | `max-epoch-size` | `2048` | writes between barriers; `1..=20000` |
 //!
 //! Durations are strings: a whole number and a unit, `ns`, `us`, `ms`, `s` or `m` (minutes), e.g.
 //! `"500ms"` ([`parse_duration`]); a bare integer is an error. Every duration is `> 0` and
@@ -183,8 +182,6 @@ pub struct NetConfig {
     pub timeout: Duration,
     /// Per-peer bytes queued for sending before writers wait (back-pressure).
     pub max_buffer: u64,
-    /// Writes between barriers.
-    pub max_epoch_size: u32,
 }
 
 impl Default for NetConfig {
@@ -196,7 +193,6 @@ impl Default for NetConfig {
             ping_timeout: Duration::from_millis(500),
             timeout: Duration::from_secs(6),
             max_buffer: 64 << 20,
-            max_epoch_size: 2048,
         }
     }
 }

@@ -36,7 +36,6 @@ pub(crate) struct RawNet {
     pub ping_timeout: Option<Scalar>,
     pub timeout: Option<Scalar>,
     pub max_buffer: Option<Scalar>,
-    pub max_epoch_size: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

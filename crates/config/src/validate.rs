@@ -19,7 +19,6 @@ pub(crate) const MAX_NODE_ID: i64 = 31;
 pub(crate) const MAX_VOLUME_NUMBER: i64 = 65534;
 pub(crate) const BLOCK: u64 = 4096;
 pub(crate) const MIN_MAX_BUFFER: u64 = 1 << 20;
-pub(crate) const MAX_EPOCH_SIZE: i64 = 20000;
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3600);
 const MAX_NAME_LEN: usize = 64;
 
@@ -250,16 +249,6 @@ fn net_config(cx: &Ctx, raw: RawNet) -> Result<NetConfig, ConfigError> {
         max_buffer: match &raw.max_buffer {
             None => d.max_buffer,
             Some(v) => size(v).map_err(|m| cx.err("net.max-buffer", m))?,
-        },
-        max_epoch_size: match raw.max_epoch_size {
-            None => d.max_epoch_size,
-            Some(n) if (1..=MAX_EPOCH_SIZE).contains(&n) => n as u32,
-            Some(n) => {
-                return Err(cx.err(
-                    "net.max-epoch-size",
-                    format!("{n} is out of range 1..={MAX_EPOCH_SIZE}"),
-                ))
-            }
         },
     };
     if net.max_buffer < MIN_MAX_BUFFER {

@@ -129,7 +129,6 @@ fn example_parses_to_expected_structure() {
             ping_timeout: Duration::from_millis(500),
             timeout: Duration::from_secs(6),
             max_buffer: 64 * 1024 * 1024,
-            max_epoch_size: 2048,
         },
         volumes: vec![
             VolumeConfig {
@@ -221,7 +220,6 @@ fn minimal_file_gets_defaults() {
     assert_eq!(cfg.protocol, Protocol::C);
     assert_eq!(cfg.net, NetConfig::default());
     assert_eq!(cfg.net.max_buffer, 64 << 20);
-    assert_eq!(cfg.net.max_epoch_size, 2048);
     assert_eq!(cfg.net.ping_timeout, Duration::from_millis(500));
     assert_eq!(cfg.nodes[1].volumes[0].nbd, vec![]);
     assert_eq!(cfg.volumes[0].size, 4096);
@@ -238,7 +236,6 @@ fn protocols_and_net_overrides() {
     }
     let text = edit("max-buffer = \"64M\"", "max-buffer = 2097152");
     let text = edit_in(&text, "timeout = \"6s\"", "timeout = \"2m\"");
-    let text = edit_in(&text, "max-epoch-size = 2048", "max-epoch-size = 20000");
     let text = edit_in(
         &text,
         "ping-timeout = \"500ms\"",
@@ -247,7 +244,6 @@ fn protocols_and_net_overrides() {
     let cfg = parse_r0(&text).unwrap();
     assert_eq!(cfg.net.max_buffer, 2 << 20);
     assert_eq!(cfg.net.timeout, Duration::from_secs(120));
-    assert_eq!(cfg.net.max_epoch_size, 20000);
     assert_eq!(cfg.net.ping_timeout, Duration::from_millis(250));
 }
 
@@ -558,16 +554,18 @@ fn max_buffer_at_least_1m() {
 }
 
 #[test]
-fn max_epoch_size_range() {
-    for bad in ["0", "20001", "-5"] {
-        assert_invalid(
-            &edit("max-epoch-size = 2048", &format!("max-epoch-size = {bad}")),
-            "net.max-epoch-size",
-            &format!("{bad} is out of range 1..=20000"),
-        );
-    }
-    let ok = parse_r0(&edit("max-epoch-size = 2048", "max-epoch-size = 1")).unwrap();
-    assert_eq!(ok.net.max_epoch_size, 1);
+fn drbd_max_epoch_size_is_refused() {
+    // DRBD's max-epoch-size has no meaning here (every write is acknowledged on its own,
+    // barriers come from flushes): refused rather than silently ignored.
+    let text = edit(
+        "max-buffer = \"64M\"",
+        "max-buffer = \"64M\"\nmax-epoch-size = 2048",
+    );
+    assert_syntax(
+        &text,
+        line_of(&text, "max-epoch-size ="),
+        "unknown field `max-epoch-size`",
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -899,8 +897,8 @@ fn unknown_key_in_resource() {
 #[test]
 fn unknown_key_in_net() {
     let text = edit(
-        "max-epoch-size = 2048",
-        "max-epoch-size = 2048\nping-int = \"1s\"",
+        "max-buffer = \"64M\"",
+        "max-buffer = \"64M\"\nping-int = \"1s\"",
     );
     assert_syntax(
         &text,
@@ -966,7 +964,11 @@ fn wrong_type_and_missing_key() {
         line_of(&text, "name = \"beta\"") - 1,
         "missing field `address`",
     );
-    assert_syntax("[net]\nmax-epoch-size = 1\n", 1, "missing field `resource`");
+    assert_syntax(
+        "[net]\nmax-buffer = \"2M\"\n",
+        1,
+        "missing field `resource`",
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

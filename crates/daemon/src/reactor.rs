@@ -4,7 +4,7 @@
 use crate::bufpool::{BufPool, DataBuf};
 use crate::conn::{Conn, Phase, ReadOutcome, Streaming, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
 use crate::listener::Listener;
-use crate::worker::{self, Done, Job, Workers};
+use crate::worker::{Done, Job, Workers};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 use std::io;
@@ -790,10 +790,15 @@ impl Core {
                 }
                 let data_at = c.out.len();
                 c.out.resize(data_at + len as usize, 0);
-                match v.backing.read_at(&mut c.out[data_at..], offset) {
-                    Ok(()) => {
+                match v.backing.read_cached(&mut c.out[data_at..], offset) {
+                    Ok(true) => {
                         slot.replied = true;
                         Some(Ok(()))
+                    }
+                    // Not in the page cache: a worker waits for the disk, not the loop.
+                    Ok(false) => {
+                        c.out.truncate(start);
+                        None
                     }
                     Err(e) => {
                         c.out.truncate(start);
@@ -801,11 +806,22 @@ impl Core {
                     }
                 }
             }
-            (DiskKind::Read { len, .. }, _) => {
+            (DiskKind::Read { offset, len }, _) => {
                 let mut buf = self.pool.get(len as usize);
-                let r = worker::execute(&v.backing, op.kind, Some(&mut buf));
-                self.slots[id].data = Some(buf);
-                Some(r)
+                match v.backing.read_cached(&mut buf, offset) {
+                    Ok(true) => {
+                        self.slots[id].data = Some(buf);
+                        Some(Ok(()))
+                    }
+                    Ok(false) => {
+                        self.pool.put(buf);
+                        None
+                    }
+                    Err(e) => {
+                        self.pool.put(buf);
+                        Some(Err(os(e)))
+                    }
+                }
             }
             (DiskKind::Write { offset, len }, current) => {
                 let payload: &[u8] = match (&self.slots[id].data, current) {

@@ -1,7 +1,9 @@
 //! Direct tests of the replicated engine's refusals. The simulator (crates/sim) covers the
 //! data path under failures; these pin down what a misbehaving peer or operator gets.
 
-use tandem_engine::replica::{DiskState, Msg, Protocol, RAction, Resource, ResourceSpec, Role};
+use tandem_engine::replica::{
+    DiskState, Msg, PromoteError, Protocol, RAction, Resource, ResourceSpec, Role,
+};
 use tandem_engine::{Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
 
@@ -78,7 +80,7 @@ fn a_second_primary_is_refused() {
         &mut out,
     );
     let err = n.promote(false, &mut out).unwrap_err();
-    assert!(err.contains("node 0 is Primary"), "{err}");
+    assert_eq!(err, PromoteError::PeerPrimary(0), "{err}");
     assert_eq!(n.role(), Role::Secondary);
     // And if both claim it anyway, the connection is dropped rather than both writing.
     let mut p = node(0);
@@ -197,10 +199,10 @@ fn a_secondary_refuses_application_io() {
 fn a_diskless_node_cannot_promote_without_an_up_to_date_peer() {
     let mut n = node(2);
     let mut out = Vec::new();
-    assert!(n
-        .promote(false, &mut out)
-        .unwrap_err()
-        .contains("no up-to-date replica"));
+    assert_eq!(
+        n.promote(false, &mut out).unwrap_err(),
+        PromoteError::NoUpToDate(0)
+    );
     n.peer_up(1, &mut out);
     n.packet(
         1,

@@ -251,6 +251,9 @@ pub struct PeerHandshake {
     cfg: HandshakeConfig,
     challenge: [u8; CHALLENGE_LEN],
     state: State,
+    /// The node id of an accepted `Hello`, kept after a later failure so the caller can
+    /// say which peer failed even when Hello and the bad Auth arrived in one read.
+    claimed: Option<u8>,
     /// The part of the next frame received so far (at most one frame, bounded by
     /// [`MAX_HANDSHAKE_BODY`]).
     pending: Vec<u8>,
@@ -289,6 +292,7 @@ impl PeerHandshake {
             cfg,
             challenge,
             state: State::AwaitHello,
+            claimed: None,
             pending: Vec::new(),
         }
     }
@@ -333,13 +337,12 @@ impl PeerHandshake {
         }
     }
 
-    /// The peer's node id, once its `Hello` was accepted (not yet authenticated before
-    /// [`HandshakeStep::Established`]).
+    /// The peer's node id, once its `Hello` was accepted — also after the handshake failed
+    /// later (it is not authenticated before [`HandshakeStep::Established`]).
     pub fn peer(&self) -> Option<u8> {
         match &self.state {
-            State::AwaitAuth(p) | State::AwaitAuthOk(p) => Some(p.id),
             State::Done(HandshakeStep::Established(e)) => Some(e.peer),
-            State::AwaitHello | State::Done(_) => None,
+            _ => self.claimed,
         }
     }
 
@@ -407,6 +410,7 @@ impl PeerHandshake {
                         &challenge,
                     );
                     encode(&Packet::Auth { response }, out);
+                    self.claimed = Some(node_id);
                     self.state = State::AwaitAuth(Peer {
                         id: node_id,
                         version,

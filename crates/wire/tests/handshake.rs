@@ -419,6 +419,25 @@ fn wrong_secret_fails_on_both_sides() {
 }
 
 #[test]
+fn failed_side_still_names_the_claimed_peer() {
+    // B's Hello and its (wrong) Auth reach A in one read: A still knows who claimed to
+    // call, so the daemon can record the failure against that peer.
+    let (mut a, mut b) = pair(cfg(1, "r0", b"s3cret", &[2]), cfg(2, "r0", b"other", &[1]));
+    let a_hello = std::mem::take(&mut a.out);
+    b.deliver(&a_hello);
+    let b_out = std::mem::take(&mut b.out);
+    a.deliver(&b_out);
+    assert!(matches!(
+        a.failed(),
+        HandshakeError::AuthFailed { peer: 2, .. }
+    ));
+    assert_eq!(a.hs.peer(), Some(2));
+    // Before any Hello nobody is claimed.
+    let (fresh, _) = fresh();
+    assert_eq!(fresh.peer(), None);
+}
+
+#[test]
 fn verifiers_refusal_reaches_the_other_side() {
     // A has the wrong secret and refuses B's response.
     let (mut a, mut b) = pair(cfg(1, "r0", b"wrong", &[2]), cfg(2, "r0", b"s3cret", &[1]));

@@ -137,9 +137,13 @@ impl NodeReactor {
             "primary" => {
                 let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
                 let res = &mut self.res[r];
-                res.engine.promote(force, &mut actions).map(|()| {
-                    res.auto_promoted = false;
-                })
+                match res.engine.promote(force, &mut actions) {
+                    Ok(()) => {
+                        res.auto_promoted = false;
+                        Ok(())
+                    }
+                    Err(e) => Err(res.explain(e)),
+                }
             }
             "secondary" => self.res[r].engine.demote(&mut actions),
             "connect" | "up" => {

@@ -15,15 +15,16 @@ use crate::worker::{Done, Job, Workers};
 use anyhow::{bail, Context, Result};
 use mio::{Events, Interest, Poll, Token as MioToken, Waker};
 use peer::PeerConn;
+use rustc_hash::FxHashMap as HashMap;
 use slab::Slab;
-use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_config::{Endpoint, ResourceConfig};
 use tandem_engine::replica::{
-    DataRef, DiskState, Msg, NodeId, Protocol, RAction, Resource, ResourceSpec, Role, Token,
+    DataRef, DiskState, Msg, NodeId, PromoteError, Protocol, RAction, Resource, ResourceSpec, Role,
+    Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_frontend::nbd::{
@@ -95,6 +96,30 @@ struct ResCtx {
     peers: Vec<PeerSlot>,
     nbd_clients: usize,
     auto_promoted: bool,
+    /// A peer's send queue passed `max-buffer`: NBD clients of this resource are not read
+    /// until every queue is back under half of it (memory stays bounded behind a slow
+    /// peer; applications wait instead).
+    congested: bool,
+    /// NBD client entries that stopped reading because of it.
+    stalled: Vec<usize>,
+}
+
+impl ResCtx {
+    /// "beta (node-id 1)" for logs.
+    fn peer_name(&self, id: NodeId) -> String {
+        match self.peers.iter().find(|p| p.id == id) {
+            Some(p) => format!("{} (node-id {id})", p.name),
+            None => format!("node-id {id}"),
+        }
+    }
+
+    /// A promotion refusal in the administrator's terms (node names, not ids).
+    fn explain(&self, e: PromoteError) -> String {
+        match e {
+            PromoteError::PeerPrimary(id) => format!("node {} is Primary", self.peer_name(id)),
+            PromoteError::NoUpToDate(_) => e.to_string(),
+        }
+    }
 }
 
 enum Entry {
@@ -143,6 +168,12 @@ struct NodeReactor {
     pool: BufPool,
     held: HashMap<(usize, Token), Vec<u8>>,
     disk_bufs: HashMap<(usize, Token), DataBuf>,
+    /// Reads whose completion went to the engine: the engine uses their buffers only in
+    /// the actions of that completion, so whatever is left once those ran goes back to
+    /// the pool (an answer to a connection that dropped meanwhile is never sent).
+    spent_reads: Vec<(usize, Token)>,
+    /// run_actions nesting, so spent buffers are released only by the outermost one.
+    actions_depth: u32,
     dirty: Vec<usize>,
     /// NBD clients to read from again once the current round of work is done.
     resume: Vec<usize>,
@@ -212,13 +243,15 @@ impl NodeReactor {
         let mut me = NodeReactor {
             poll,
             entries: Slab::new(),
-            nbd_listener_of: HashMap::new(),
+            nbd_listener_of: HashMap::default(),
             res: Vec::new(),
             slots: Slab::with_capacity(1024),
             workers: Workers::start(opts.disk_threads, waker),
             pool: BufPool::default(),
-            held: HashMap::new(),
-            disk_bufs: HashMap::new(),
+            held: HashMap::default(),
+            disk_bufs: HashMap::default(),
+            spent_reads: Vec::new(),
+            actions_depth: 0,
             dirty: Vec::new(),
             resume: Vec::new(),
             signal_rx,
@@ -335,6 +368,8 @@ impl NodeReactor {
             peers,
             nbd_clients: 0,
             auto_promoted: false,
+            congested: false,
+            stalled: Vec::new(),
         });
         Ok(())
     }
@@ -569,7 +604,15 @@ impl NodeReactor {
         }
         self.next_conn_id += 1;
         let name = format!("{addr}#{}", self.next_conn_id);
-        let mut pc = PeerConn::new(stream, r, name, hs, greeting, dialed);
+        let net = &self.res[r].cfg.net;
+        // A dial gives up after the current retry interval (at least a second, at most
+        // `timeout`), so attempts keep the configured pace whatever the kernel does.
+        let patience = match dialed.and_then(|d| self.res[r].peers.iter().find(|p| p.id == d)) {
+            Some(slot) => slot.backoff.max(Duration::from_secs(1)).min(net.timeout),
+            None => net.timeout,
+        };
+        let deadline = Instant::now() + patience;
+        let mut pc = PeerConn::new(stream, r, name, hs, greeting, dialed, deadline);
         pc.write_interest = true;
         self.entries.insert(Entry::Peer(Box::new(pc)));
         self.dirty.push(key);
@@ -605,10 +648,10 @@ impl NodeReactor {
     fn service_nbd(&mut self, k: usize) {
         loop {
             self.process_nbd(k);
-            let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+            let Some(Entry::Nbd { conn, res, .. }) = self.entries.get_mut(k) else {
                 return;
             };
-            if !conn.wants_input() {
+            if !conn.wants_input() || self.res[*res].congested {
                 break;
             }
             match conn.read_some() {
@@ -685,6 +728,12 @@ impl NodeReactor {
         let (mut start, end) = (conn.in_start, conn.in_end);
         while let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
             if !conn.has_room() {
+                break;
+            }
+            if self.res[r].congested {
+                if !self.res[r].stalled.contains(&k) {
+                    self.res[r].stalled.push(k);
+                }
                 break;
             }
             let Phase::Transmission {
@@ -809,7 +858,7 @@ impl NodeReactor {
                 res.auto_promoted = true;
                 info!(resource = %res.cfg.name, "auto-promoted: an NBD client attached");
             }
-            Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {e}"),
+            Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {}", res.explain(e)),
         }
         self.run_actions(r, actions, Ctx::default());
     }
@@ -904,6 +953,7 @@ impl NodeReactor {
                 }
                 PeerStep::Established(est) => {
                     pc.hs = None;
+                    pc.deadline = None;
                     let peer = est.peer;
                     let res = &mut self.res[r];
                     let slot = res
@@ -1017,6 +1067,7 @@ impl NodeReactor {
                 let mut actions = Vec::new();
                 res.engine.peer_down(peer, &mut actions);
                 self.run_actions(r, actions, Ctx::default());
+                self.relieve_congestion(r);
             }
         } else if let Some(d) = pc.dialed {
             let still = self.res[r]
@@ -1084,6 +1135,31 @@ impl NodeReactor {
             }
             self.mark_dirty(k);
         }
+        let late: Vec<usize> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                matches!(e, Entry::Peer(pc) if !pc.dead && pc.deadline.is_some_and(|d| d <= Instant::now()))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for k in late {
+            let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+                continue;
+            };
+            pc.dead = true;
+            let (r, dialed, connecting) = (pc.res, pc.dialed, pc.connecting);
+            let what = if connecting {
+                "no answer to the connection attempt"
+            } else {
+                "authentication not finished"
+            };
+            info!(peer = %pc.name, "{what} in time; giving up on this connection");
+            if let Some(d) = dialed {
+                self.dial_failed(r, d, format!("{what} in time"));
+            }
+            self.mark_dirty(k);
+        }
     }
 
     // ------------------------------------------------------------------ actions
@@ -1101,6 +1177,19 @@ impl NodeReactor {
     }
 
     fn run_actions(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
+        self.actions_depth += 1;
+        self.run_actions_inner(r, actions, ctx);
+        self.actions_depth -= 1;
+        if self.actions_depth == 0 {
+            for key in std::mem::take(&mut self.spent_reads) {
+                if let Some(b) = self.disk_bufs.remove(&key) {
+                    self.pool.put(b);
+                }
+            }
+        }
+    }
+
+    fn run_actions_inner(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
         let mut queue: std::collections::VecDeque<RAction> = actions.into();
         while let Some(a) = queue.pop_front() {
             match a {
@@ -1126,7 +1215,8 @@ impl NodeReactor {
                     self.held.insert((r, key), bytes);
                 }
                 RAction::Disconnect { peer, reason } => {
-                    warn!(resource = %self.res[r].cfg.name, "dropping node {peer}: {reason}");
+                    let name = self.res[r].peer_name(peer);
+                    warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");
                     if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
                         slot.last_error = Some(reason);
                     }
@@ -1174,9 +1264,22 @@ impl NodeReactor {
         match kind {
             DiskKind::Read { offset, len } => {
                 let mut buf = self.pool.get(len as usize);
-                let result = backing.read_at(&mut buf, offset).map_err(os);
+                let result = match backing.read_cached(&mut buf, offset) {
+                    Ok(true) => Ok(()),
+                    // Not in the page cache: a worker waits for the disk, not the loop.
+                    Ok(false) => {
+                        return self.workers.submit(Job {
+                            tag: (r, volume, token),
+                            backing,
+                            kind,
+                            buf: Some(buf),
+                        })
+                    }
+                    Err(e) => Err(os(e)),
+                };
                 if result.is_ok() {
                     self.disk_bufs.insert((r, token), buf);
+                    self.spent_reads.push((r, token));
                 } else {
                     self.pool.put(buf);
                 }
@@ -1232,8 +1335,13 @@ impl NodeReactor {
             buf,
         }) = self.workers.done.try_recv()
         {
-            if let Some(b) = buf {
-                self.pool.put(b);
+            match (buf, kind, &result) {
+                (Some(b), DiskKind::Read { .. }, Ok(())) => {
+                    self.disk_bufs.insert((r, token), b);
+                    self.spent_reads.push((r, token));
+                }
+                (Some(b), _, _) => self.pool.put(b),
+                (None, _, _) => {}
             }
             let mut actions = Vec::new();
             self.res[r]
@@ -1278,8 +1386,32 @@ impl NodeReactor {
         }
         if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
             pc.out = out;
+            let max = self.res[r].cfg.net.max_buffer;
+            if pc.queued() as u64 > max && !self.res[r].congested {
+                info!(resource = %self.res[r].cfg.name, peer = %pc.name,
+                    "{} bytes queued for this peer (max-buffer {max}): new requests wait", pc.queued());
+                self.res[r].congested = true;
+            }
         }
         self.mark_dirty(k);
+    }
+
+    /// Lifts the back-pressure once every peer queue of `r` is under half of max-buffer
+    /// (or gone).
+    fn relieve_congestion(&mut self, r: usize) {
+        if !self.res[r].congested {
+            return;
+        }
+        let low = self.res[r].cfg.net.max_buffer / 2;
+        let still = self.res[r].peers.iter().filter_map(|p| p.conn).any(|k| {
+            matches!(self.entries.get(k), Some(Entry::Peer(pc)) if !pc.dead && pc.queued() as u64 > low)
+        });
+        if !still {
+            debug!(resource = %self.res[r].cfg.name, "peer queues drained: reading requests again");
+            self.res[r].congested = false;
+            let stalled = std::mem::take(&mut self.res[r].stalled);
+            self.resume.extend(stalled);
+        }
     }
 
     fn complete(
@@ -1292,18 +1424,26 @@ impl NodeReactor {
     ) {
         let slot = self.slots.remove(req.0 as usize);
         self.held.remove(&(r, Token::App(req)));
-        let bytes: Option<Vec<u8>> = match (result, slot.read, data) {
-            (Ok(()), Some((_, len)), Some(d)) => {
-                self.resolve(r, d, ctx).map(|b| b[..len as usize].to_vec())
-            }
+        // The read's bytes, taken out of the reactor's maps (or borrowed from the packet
+        // being handled) so they are copied once, straight into the reply.
+        let disk_buf = match data {
+            Some(DataRef::Disk(t)) => self.disk_bufs.remove(&(r, t)),
             _ => None,
         };
-        if let Some(DataRef::Disk(t)) = data {
-            if let Some(b) = self.disk_bufs.remove(&(r, t)) {
+        let bytes: Option<&[u8]> = match data {
+            Some(DataRef::Disk(_)) => disk_buf.as_deref(),
+            Some(DataRef::Incoming { at }) => ctx.incoming.map(|b| &b[at as usize..]),
+            Some(DataRef::Held { key, at }) => self.held.get(&(r, key)).map(|v| &v[at as usize..]),
+            Some(DataRef::Request(_)) | None => None,
+        };
+        let bytes = match (result, slot.read) {
+            (Ok(()), Some((_, len))) => bytes.map(|b| &b[..len as usize]),
+            _ => None,
+        };
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
+            if let Some(b) = disk_buf {
                 self.pool.put(b);
             }
-        }
-        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
             return;
         };
         if conn.in_flight == crate::conn::MAX_IN_FLIGHT {
@@ -1318,7 +1458,7 @@ impl NodeReactor {
                 } else {
                     reply::simple(&mut conn.out, slot.cookie, 0);
                 }
-                conn.out.extend_from_slice(&b);
+                conn.out.extend_from_slice(b);
             }
             (Ok(()), None, _) => reply::simple(&mut conn.out, slot.cookie, 0),
             (Ok(()), Some(_), None) => {
@@ -1349,6 +1489,9 @@ impl NodeReactor {
                 debug!(client = %conn.name, cookie = slot.cookie, "request failed: {msg}");
                 reply::error(&mut conn.out, slot.structured, slot.cookie, errno, &msg);
             }
+        }
+        if let Some(b) = disk_buf {
+            self.pool.put(b);
         }
         let entry = slot.entry;
         self.mark_dirty(entry);
@@ -1421,6 +1564,8 @@ impl NodeReactor {
                     pc.write_interest = want_write;
                 }
                 remove = pc.dead;
+                let r = pc.res;
+                self.relieve_congestion(r);
             }
             Some(Entry::Control(c)) => {
                 c.dirty = false;

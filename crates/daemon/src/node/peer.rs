@@ -30,6 +30,10 @@ pub struct PeerConn {
     pub dirty: bool,
     /// Still connecting (an outgoing connection not yet writable).
     pub connecting: bool,
+    /// Connect and authentication must be done by then: a SYN lost to a cut link would
+    /// otherwise stay pending for as long as the kernel retries (minutes), and an accepted
+    /// connection that never speaks would hold its slot forever.
+    pub deadline: Option<std::time::Instant>,
 }
 
 const INITIAL_IN: usize = 256 << 10;
@@ -42,6 +46,7 @@ impl PeerConn {
         hs: PeerHandshake,
         greeting: Vec<u8>,
         dialed: Option<NodeId>,
+        deadline: std::time::Instant,
     ) -> PeerConn {
         PeerConn {
             stream,
@@ -62,6 +67,7 @@ impl PeerConn {
             write_interest: false,
             dirty: true,
             connecting: dialed.is_some(),
+            deadline: Some(deadline),
         }
     }
 
@@ -96,6 +102,11 @@ impl PeerConn {
                 self.inbuf = vec![0; INITIAL_IN];
             }
         }
+    }
+
+    /// Bytes queued for sending.
+    pub fn queued(&self) -> usize {
+        self.out.len() - self.out_pos
     }
 
     pub fn out_pending(&self) -> bool {

@@ -52,6 +52,9 @@ impl Bitmap {
     /// Clears only the blocks entirely inside the byte range: a partial block written is
     /// not known to be in sync.
     pub fn clear_range(&mut self, offset: u64, len: u64) {
+        if self.set == 0 {
+            return; // the common case: a peer in sync
+        }
         let first = offset.div_ceil(self.block);
         let end = ((offset + len) / self.block).min(self.blocks);
         for b in first..end {
@@ -75,7 +78,7 @@ impl Bitmap {
     }
 
     pub fn any_in(&self, offset: u64, len: u64) -> bool {
-        self.blocks_of(offset, len).any(|b| self.is_set(b))
+        self.set != 0 && self.blocks_of(offset, len).any(|b| self.is_set(b))
     }
 
     /// Blocks set.

@@ -17,7 +17,8 @@ use super::bitmap::Bitmap;
 use super::overlap::{InFlight, Waiting};
 use crate::flush::FlushBatcher;
 use crate::io::{DiskKind, Io, IoError, ReqId};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tandem_wire::packet::{write_flags as wf, Packet};
 pub use tandem_wire::packet::{DiskState, Role};
 
@@ -264,6 +265,28 @@ impl Msg {
         }
     }
 }
+
+/// Why this node cannot become Primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromoteError {
+    /// Another node (this id) is Primary.
+    PeerPrimary(NodeId),
+    /// This volume has no UpToDate replica here or on a connected peer.
+    NoUpToDate(u16),
+}
+
+impl std::fmt::Display for PromoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PromoteError::PeerPrimary(id) => write!(f, "node {id} is Primary"),
+            PromoteError::NoUpToDate(v) => {
+                write!(f, "volume {v} has no up-to-date replica within reach")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PromoteError {}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RAction {
@@ -601,13 +624,13 @@ impl Resource {
             role: Role::Secondary,
             vols,
             peers,
-            writes: HashMap::new(),
-            reads: HashMap::new(),
+            writes: HashMap::default(),
+            reads: HashMap::default(),
             next_seq: 1,
             next_id: 1,
-            flush_ops: HashMap::new(),
+            flush_ops: HashMap::default(),
             flusher: FlushBatcher::default(),
-            flush_waiters: HashMap::new(),
+            flush_waiters: HashMap::default(),
             read_rr: 0,
             now_ms: 0,
         }
@@ -698,12 +721,12 @@ impl Resource {
     /// no up-to-date replica within reach. `force` declares this node's own replicas up to
     /// date first (the administrator's choice of a sync source, as with DRBD's
     /// `primary --force`).
-    pub fn promote(&mut self, force: bool, out: &mut Vec<RAction>) -> Result<(), String> {
+    pub fn promote(&mut self, force: bool, out: &mut Vec<RAction>) -> Result<(), PromoteError> {
         if self.role == Role::Primary {
             return Ok(());
         }
         if let Some(p) = self.peers.iter().find(|p| p.up && p.role == Role::Primary) {
-            return Err(format!("node {} is Primary", p.id));
+            return Err(PromoteError::PeerPrimary(p.id));
         }
         if force {
             for v in 0..self.vols.len() {
@@ -735,7 +758,7 @@ impl Resource {
                 .iter()
                 .any(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate));
             if !local && !remote {
-                return Err(format!("volume {v} has no up-to-date replica within reach"));
+                return Err(PromoteError::NoUpToDate(v as u16));
             }
         }
         self.role = Role::Primary;
