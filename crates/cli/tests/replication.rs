@@ -10,6 +10,8 @@ mod common;
 use std::fs::File;
 use std::io::Write;
 use std::net::TcpStream;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -866,5 +868,231 @@ fn stopped_peer_back_pressure() {
         &["--verify_only"],
     );
     check_fio(&check, "read", Some(128 * MIB));
+    c.stop_all();
+}
+
+/// The two volumes of [`two_volumes`]: different sizes, so a mix-up of sizes or offsets shows.
+const TWO_VOLUMES: [u64; 2] = [64 * MIB, 32 * MIB];
+
+/// Random writes over all of volume `v` (fio's random map covers each block once), each
+/// block with a crc32c header. The volumes differ in block size and seed, so no block one
+/// writes matches a block of the other.
+fn volume_job(v: usize) -> Vec<String> {
+    let (bs, seed) = [("4k", 1001), ("16k", 2002)][v];
+    let mut job = strings(&[
+        "--rw=randwrite",
+        "--iodepth=16",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--verify_state_save=0",
+        "--output-format=json",
+    ]);
+    job.extend([
+        format!("--name=volume{v}"),
+        format!("--bs={bs}"),
+        format!("--randseed={seed}"),
+        format!("--size={}M", TWO_VOLUMES[v] / MIB),
+    ]);
+    job
+}
+
+/// 4 KiB blocks at the same offset of two files that are equal (and not all zeroes).
+fn same_blocks(a: &Path, b: &Path, len: u64) -> u64 {
+    let (fa, fb) = (File::open(a).unwrap(), File::open(b).unwrap());
+    let mut ba = vec![0u8; MIB as usize];
+    let mut bb = vec![0u8; MIB as usize];
+    let mut same = 0;
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(MIB) as usize;
+        fa.read_exact_at(&mut ba[..n], off).unwrap();
+        fb.read_exact_at(&mut bb[..n], off).unwrap();
+        same += ba[..n]
+            .chunks(BLOCK as usize)
+            .zip(bb[..n].chunks(BLOCK as usize))
+            .filter(|(x, y)| x == y && x.iter().any(|&b| b != 0))
+            .count() as u64;
+        off += n as u64;
+    }
+    same
+}
+
+/// Each diskful node's file of each volume holds exactly what that volume's fio job wrote:
+/// every block written, all of it verified by fio, nothing of the other volume.
+#[track_caller]
+fn assert_volume_files(c: &Cluster) {
+    for n in c.diskful() {
+        for (v, &size) in TWO_VOLUMES.iter().enumerate() {
+            let len = std::fs::metadata(&n.disks[v]).unwrap().len();
+            assert_eq!(len, size, "{}'s replica of volume {v}: file size", n.name);
+            let written = nonzero_blocks(&n.disks[v], 0, size);
+            assert_eq!(
+                written,
+                size / BLOCK,
+                "{}'s replica of volume {v}: {written} non-zero blocks of 4 KiB of {}",
+                n.name,
+                size / BLOCK
+            );
+            let check = fio(volume_job(v), file_engine(&n.disks[v]), &["--verify_only"]);
+            check_fio(&check, "read", Some(size));
+        }
+        let same = same_blocks(&n.disks[0], &n.disks[1], TWO_VOLUMES[1]);
+        assert_eq!(
+            same, 0,
+            "{}: {same} blocks of volume 1's file equal volume 0's at the same offset",
+            n.name
+        );
+    }
+}
+
+/// A resource of two volumes of different sizes on alpha and beta, used through gamma's two
+/// NBD endpoints at once: each volume's replicas end identical and hold that volume's data
+/// only. Then beta is killed (kill -9) during writes to volume 1, restarted, resynced, and
+/// both volumes compared again.
+#[test]
+fn two_volumes() {
+    const TEST: &str = "replication::two_volumes";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = Cluster::start_volumes(TEST, "C", &[ALPHA, BETA, GAMMA], &TWO_VOLUMES, &no_tweak);
+    c.wait_connected();
+    let st = c.node("alpha").status();
+    let sizes: Vec<Option<u64>> = arr_of(&st, "volumes")
+        .iter()
+        .map(|v| num_of(v, "size"))
+        .collect();
+    assert_eq!(
+        sizes,
+        TWO_VOLUMES.map(Some),
+        "alpha's status lists the volumes' sizes"
+    );
+
+    // One verified fio job per volume, both at once, through the diskless gamma.
+    let engines: Vec<Vec<String>> = (0..2)
+        .map(|v| nbd_volume_engine(c.node("gamma"), v))
+        .collect();
+    let runs: Vec<Run> = thread::scope(|s| {
+        let jobs: Vec<_> = engines
+            .iter()
+            .enumerate()
+            .map(|(v, engine)| s.spawn(move || fio(volume_job(v), engine.clone(), &[])))
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    for (v, run) in runs.iter().enumerate() {
+        check_fio(run, "write", Some(TWO_VOLUMES[v]));
+        check_fio(run, "read", Some(TWO_VOLUMES[v]));
+    }
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_volume_files(&c);
+
+    // 8 s of writes to volume 1 only; beta dies (SIGKILL) 2 s in.
+    let fio_out = c.dir.join("fio-load.json");
+    let fio_err = c.dir.join("fio-load.err");
+    let mut cmd = tool("fio");
+    cmd.args(strings(&[
+        "--name=load",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=16",
+        "--size=32M",
+        "--time_based",
+        "--runtime=8",
+        "--output-format=json",
+    ]))
+    .args(nbd_volume_engine(c.node("gamma"), 1))
+    .stdin(Stdio::null())
+    .stdout(File::create(&fio_out).unwrap())
+    .stderr(File::create(&fio_err).unwrap());
+    let started = Instant::now();
+    let mut load = KillOnDrop(cmd.spawn().expect("starting fio"));
+    thread::sleep(Duration::from_secs(2));
+    if let Some(status) = load.0.try_wait().unwrap() {
+        panic!(
+            "fio ended ({status}) before beta was killed:\n{}{}",
+            std::fs::read_to_string(&fio_out).unwrap_or_default(),
+            std::fs::read_to_string(&fio_err).unwrap_or_default()
+        );
+    }
+    c.node_mut("beta").daemon.kill9();
+    let killed_at = started.elapsed();
+    let status = wait_timeout(&mut load.0, Duration::from_secs(60))
+        .expect("fio still running 60 s after its 8 s run time");
+    let load_run = Run {
+        what: "fio (randwrite to volume 1 through gamma while beta is killed)".into(),
+        status,
+        stdout: std::fs::read_to_string(&fio_out).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&fio_err).unwrap_or_default(),
+    };
+    check_fio(&load_run, "write", None);
+    assert!(
+        started.elapsed() > killed_at + Duration::from_secs(3),
+        "fio ended {:?} after the kill: it did not keep writing",
+        started.elapsed() - killed_at
+    );
+
+    // Alpha knows what beta missed, per volume: only volume 1 was written.
+    c.wait_for(
+        "aware of what beta missed",
+        Duration::from_secs(10),
+        |statuses| {
+            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
+            let beta = peer_of(alpha, "beta").ok_or("alpha lists no peer beta")?;
+            if str_of(beta, "connection") == "Connected" {
+                return Err("alpha still sees beta Connected".into());
+            }
+            let oos: Vec<Option<u64>> = arr_of(beta, "volumes")
+                .iter()
+                .map(|v| num_of(v, "out_of_sync_kib"))
+                .collect();
+            match oos[..] {
+                [Some(0), Some(k)] if k > 0 => Ok(()),
+                _ => Err(format!(
+                    "alpha's out-of-sync KiB with beta per volume: {oos:?} (want [0, > 0])"
+                )),
+            }
+        },
+    );
+
+    // Restarted, beta's replicas of both volumes start Outdated and are resynced in full.
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    let first = beta.status();
+    let disks: Vec<&str> = arr_of(&first, "volumes")
+        .iter()
+        .map(|v| str_of(v, "disk"))
+        .collect();
+    assert_eq!(disks.len(), 2, "beta's status lists two volumes: {first:?}");
+    assert!(
+        !disks.contains(&"UpToDate"),
+        "beta came back with {disks:?} before any resync"
+    );
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    // Volume 0 was not written meanwhile: its files still verify, on beta after a full resync.
+    for n in c.diskful() {
+        let check = fio(volume_job(0), file_engine(&n.disks[0]), &["--verify_only"]);
+        check_fio(&check, "read", Some(TWO_VOLUMES[0]));
+    }
+
+    // And the resynced cluster keeps replicating both volumes.
+    let runs: Vec<Run> = thread::scope(|s| {
+        let jobs: Vec<_> = engines
+            .iter()
+            .enumerate()
+            .map(|(v, engine)| s.spawn(move || fio(volume_job(v), engine.clone(), &[])))
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    for (v, run) in runs.iter().enumerate() {
+        check_fio(run, "write", Some(TWO_VOLUMES[v]));
+        check_fio(run, "read", Some(TWO_VOLUMES[v]));
+    }
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_volume_files(&c);
     c.stop_all();
 }

@@ -861,6 +861,7 @@ impl Core {
             backing,
             kind: op.kind,
             buf,
+            also: Vec::new(),
         });
     }
 }

@@ -15,6 +15,8 @@ pub struct Job<T> {
     pub kind: DiskKind,
     /// Payload for writes, destination for reads.
     pub buf: Option<DataBuf>,
+    /// A flush: further stores it covers (a node's other volumes). It fails if any fails.
+    pub also: Vec<Arc<Backing>>,
 }
 
 pub struct Done<T> {
@@ -46,7 +48,11 @@ impl<T: Send + 'static> Workers<T> {
                         Err(_) => return, // the reactor is gone
                     };
                     let mut buf = job.buf;
-                    let result = execute(&job.backing, job.kind, buf.as_deref_mut());
+                    let mut result = execute(&job.backing, job.kind, buf.as_deref_mut());
+                    for b in &job.also {
+                        let r = execute(b, job.kind, None);
+                        result = result.and(r);
+                    }
                     if done_tx
                         .send(Done {
                             tag: job.tag,

@@ -293,3 +293,90 @@ fn protocol_c_completes_only_after_every_peer_wrote() {
         "{out:?}"
     );
 }
+
+/// The result a request got, if it completed in these actions.
+fn completion(out: &[RAction], req: ReqId) -> Option<Result<(), IoError>> {
+    out.iter().find_map(|a| match a {
+        RAction::Complete { req: r, result, .. } if *r == req => Some(*result),
+        _ => None,
+    })
+}
+
+/// Runs every local disk operation in `out`, and those they lead to, to success; returns
+/// every action produced meanwhile.
+fn run_disk(n: &mut Resource, out: &[RAction]) -> Vec<RAction> {
+    let mut all = Vec::new();
+    let mut todo = out.to_vec();
+    while !todo.is_empty() {
+        let mut more = Vec::new();
+        for a in &todo {
+            if let RAction::Disk {
+                volume,
+                token,
+                kind,
+                ..
+            } = a
+            {
+                n.disk_done(*volume, *token, *kind, Ok(()), &mut more);
+            }
+        }
+        all.extend(more.iter().cloned());
+        todo = more;
+    }
+    all
+}
+
+/// Regression (simulator seeds 47 and 196 with a Primary keeping only volume 0): a FLUSH,
+/// or a FUA write, on volume 1 succeeded on the Primary's own fdatasync, which covers only
+/// the volume it keeps, while no replica of volume 1 flushed.
+#[test]
+fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
+    let spec = ResourceSpec {
+        me: 0,
+        nodes: vec![(0, vec![true, false]), (1, vec![true, true])],
+        sizes: vec![1 << 20, 1 << 20],
+        ..spec(0)
+    };
+    let mut p = Resource::new(spec, vec![DiskState::UpToDate, DiskState::Diskless]);
+    let mut out = Vec::new();
+    p.peer_up(1, &mut out);
+    for volume in 0..2 {
+        p.packet(
+            1,
+            &Packet::Volume {
+                volume,
+                size: 1 << 20,
+                disk: DiskState::UpToDate,
+            },
+            &mut out,
+        );
+    }
+    p.promote(false, &mut out).unwrap();
+    // A write to volume 1 reaches node 1 only.
+    out.clear();
+    let write = Io::Write {
+        offset: 0,
+        len: 4096,
+        fua: false,
+    };
+    p.submit(ReqId(1), 1, write, &mut out);
+    assert!(
+        !out.iter().any(|a| matches!(a, RAction::Disk { .. })),
+        "no local replica of volume 1: {out:?}"
+    );
+    p.packet(1, &Packet::RecvAck { seq: 1 }, &mut out);
+    p.packet(1, &Packet::WriteAck { seq: 1 }, &mut out);
+    assert_eq!(completion(&out, ReqId(1)), Some(Ok(())));
+    // Node 1 goes away before flushing it: only our fdatasync (of volume 0) runs.
+    p.peer_down(1, &mut out);
+    out.clear();
+    p.submit(ReqId(2), 1, Io::Flush, &mut out);
+    p.submit(ReqId(3), 0, Io::Flush, &mut out);
+    let done = run_disk(&mut p, &out);
+    assert_eq!(
+        completion(&done, ReqId(2)),
+        Some(Err(IoError::Os(5))),
+        "volume 1's write is durable nowhere: {done:?}"
+    );
+    assert_eq!(completion(&done, ReqId(3)), Some(Ok(())), "{done:?}");
+}

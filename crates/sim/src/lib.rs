@@ -2,14 +2,19 @@
 //!
 //! Several [`Resource`] engines run in one process over a simulated network (per-connection
 //! FIFO links with random delay, cut and healed at random) and simulated disks (operations
-//! complete after random delays, in any order). A seeded workload of overlapping writes,
-//! zeroing, reads and flushes runs on the Primary. Packets really go through the wire codec.
+//! complete after random delays, in any order). A resource has one to three volumes of
+//! different sizes; a seeded workload of overlapping writes, zeroing, reads and flushes runs
+//! on the Primary, each request on a volume of its own. Packets really go through the wire
+//! codec.
 //!
-//! Checked while running: every read returns, per sector, the latest write completed before
-//! the read began or a write in flight meanwhile; no request fails while an up-to-date
-//! replica is reachable. Checked at the end, after healing every link and letting resync
-//! finish: every diskful replica is up to date and byte-identical to the model (so nothing
-//! acknowledged was lost). The same seed always gives the same run.
+//! Checked while running, per volume: every read returns, per sector, the latest write
+//! completed before the read began or a write in flight meanwhile; no request fails while an
+//! up-to-date replica is reachable; a completed FLUSH has made every volume durable (per
+//! sector, some replica's last fdatasync covered that latest write or a newer one) and a
+//! completed FUA write is durable somewhere. Checked at the end, after healing every link
+//! and letting resync finish: every replica of every volume is up to date and
+//! byte-identical to the model (so nothing acknowledged was lost). The same seed always
+//! gives the same run.
 
 mod rng;
 
@@ -28,9 +33,13 @@ const SECTOR: u64 = 512;
 pub struct Scenario {
     pub seed: u64,
     pub protocol: Protocol,
-    /// Node 0 is the Primary; `diskful[i]` says whether node i keeps a replica.
+    /// Node 0 is the Primary; `diskful[i]` says whether node i keeps replicas.
     pub diskful: Vec<bool>,
-    pub size: u64,
+    /// The volumes' sizes (multiples of 4 KiB, at least 16 KiB); volume numbers 0, 1, ...
+    pub sizes: Vec<u64>,
+    /// Volumes a diskful node keeps no replica of (`disk = "none"` for that volume only):
+    /// `(node, volume)`. Every volume keeps replicas on at least two nodes.
+    pub no_replica: Vec<(NodeId, u16)>,
     pub ops: usize,
     pub max_in_flight: usize,
     /// Cut and heal links at random.
@@ -44,7 +53,10 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// A scenario drawn from the seed: 2–3 nodes, diskful or diskless primary, any protocol.
+    /// A scenario drawn from the seed: 2–3 nodes, diskful or diskless primary, any protocol,
+    /// one volume (half the seeds: these runs are exactly those of the single-volume
+    /// simulator) or two or three of different sizes, sometimes with a node that keeps a
+    /// replica of only some of them.
     pub fn random(seed: u64) -> Scenario {
         let mut r = Rng::new(seed ^ 0x5eed);
         let protocol = [Protocol::A, Protocol::B, Protocol::C][r.below(3) as usize];
@@ -53,17 +65,46 @@ impl Scenario {
         if nodes == 3 && r.chance(0.5) {
             diskful[0] = false; // a diskless client as Primary
         }
-        Scenario {
+        let mut sc = Scenario {
             seed,
             protocol,
             diskful,
-            size: 256 << 10,
+            sizes: vec![256 << 10],
+            no_replica: Vec::new(),
             ops: 200,
             max_in_flight: 1 + r.below(12) as usize,
             faults: r.chance(0.7),
             restarts: r.chance(0.3),
             overlapping_faults: false,
+        };
+        // Drawn after everything else, so single-volume seeds keep their old schedules.
+        let volumes = match r.below(10) {
+            0..=4 => 1,
+            5..=7 => 2,
+            _ => 3,
+        };
+        for _ in 1..volumes {
+            // 100 KiB is no multiple of the resync chunk: a short last chunk.
+            sc.sizes
+                .push([128 << 10, 256 << 10, 100 << 10][r.below(3) as usize]);
         }
+        // With three diskful nodes, one of them may keep only some volumes (each volume
+        // still has two replicas, so one failure at a time never leaves it without one).
+        if volumes > 1 && nodes == 3 && sc.diskful[0] && r.chance(0.3) {
+            sc.no_replica
+                .push((r.below(3) as NodeId, r.below(volumes) as u16));
+        }
+        sc
+    }
+
+    /// Whether `node` keeps a replica of `volume`.
+    pub fn replica(&self, node: usize, volume: usize) -> bool {
+        self.diskful[node] && !self.no_replica.contains(&(node as NodeId, volume as u16))
+    }
+
+    /// Whether `node` keeps a replica of some volume.
+    fn any_replica(&self, node: usize) -> bool {
+        (0..self.sizes.len()).any(|v| self.replica(node, v))
     }
 }
 
@@ -88,15 +129,22 @@ enum Ev {
 }
 
 struct DiskOpState {
+    volume: u16,
     token: Token,
     kind: DiskKind,
     data: Option<Vec<u8>>,
     incarnation: u64,
+    /// A flush: per volume, the stamp of every sector when it was issued (what an
+    /// fdatasync issued then makes durable at least).
+    covers: Option<Vec<Vec<u64>>>,
 }
 
 struct Node {
     engine: Resource,
-    disk: Vec<u8>,
+    /// Per volume; empty where the node keeps no replica.
+    disks: Vec<Vec<u8>>,
+    /// Per volume and sector: the stamp the last completed flush made durable.
+    durable: Vec<Vec<u64>>,
     held: HashMap<Token, Vec<u8>>,
     reads: HashMap<Token, Vec<u8>>,
     ops: HashMap<u64, DiskOpState>,
@@ -114,6 +162,7 @@ struct Link {
 #[derive(Clone, Debug)]
 struct WriteRec {
     stamp: u64,
+    volume: u16,
     offset: u64,
     len: u64,
     completed: Option<u64>,
@@ -125,10 +174,12 @@ struct WriteRec {
     /// writes are exempt from the checks.
     applied: bool,
     zero: bool,
+    fua: bool,
 }
 
 struct ReadRec {
     req: ReqId,
+    volume: u16,
     offset: u64,
     stamps: Vec<u64>,
     submitted: u64,
@@ -139,11 +190,15 @@ enum Pending {
         idx: usize,
     },
     Read {
+        volume: u16,
         offset: u64,
         len: u64,
         submitted: u64,
     },
-    Flush,
+    Flush {
+        volume: u16,
+        submitted: u64,
+    },
 }
 
 pub struct Sim {
@@ -159,6 +214,8 @@ pub struct Sim {
     writes: Vec<WriteRec>,
     /// Reads, checked at the end when it is known which writes reached a replica.
     reads: Vec<ReadRec>,
+    /// Per volume and sector: the stamp and completion order of the last successful write.
+    model: Vec<Vec<(u64, u64)>>,
     next_req: u64,
     next_op: u64,
     next_conn: u64,
@@ -175,13 +232,13 @@ pub struct Sim {
 fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
     ResourceSpec {
         me,
-        nodes: sc
-            .diskful
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| (i as NodeId, vec![d]))
+        nodes: (0..sc.diskful.len())
+            .map(|i| {
+                let replicas = (0..sc.sizes.len()).map(|v| sc.replica(i, v)).collect();
+                (i as NodeId, replicas)
+            })
             .collect(),
-        sizes: vec![sc.size],
+        sizes: sc.sizes.clone(),
         protocol: sc.protocol,
         ping_interval_ms: 200,
         ping_timeout_ms: 100,
@@ -191,18 +248,47 @@ fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
     }
 }
 
+/// The disk states a node's engine starts with: `have` for its replicas.
+fn disks(sc: &Scenario, node: usize, have: DiskState) -> Vec<DiskState> {
+    (0..sc.sizes.len())
+        .map(|v| {
+            if sc.replica(node, v) {
+                have
+            } else {
+                DiskState::Diskless
+            }
+        })
+        .collect()
+}
+
+fn stamp_of(sector: &[u8]) -> u64 {
+    u64::from_le_bytes(sector[..8].try_into().expect("8 bytes"))
+}
+
 impl Sim {
     pub fn new(sc: Scenario) -> Sim {
+        assert!(
+            sc.sizes.iter().all(|&s| s % 4096 == 0 && s >= 16 << 10),
+            "volume sizes are multiples of 4 KiB, at least 16 KiB"
+        );
         let nodes = (0..sc.diskful.len())
             .map(|i| {
-                let disk = if sc.diskful[i] {
-                    DiskState::UpToDate
-                } else {
-                    DiskState::Diskless
+                let size = |v: usize| {
+                    if sc.replica(i, v) {
+                        sc.sizes[v] as usize
+                    } else {
+                        0
+                    }
                 };
                 Node {
-                    engine: Resource::new(spec(&sc, i as NodeId), vec![disk]),
-                    disk: vec![0; sc.size as usize],
+                    engine: Resource::new(
+                        spec(&sc, i as NodeId),
+                        disks(&sc, i, DiskState::UpToDate),
+                    ),
+                    disks: (0..sc.sizes.len()).map(|v| vec![0; size(v)]).collect(),
+                    durable: (0..sc.sizes.len())
+                        .map(|v| vec![0; size(v) / SECTOR as usize])
+                        .collect(),
                     held: HashMap::new(),
                     reads: HashMap::new(),
                     ops: HashMap::new(),
@@ -222,6 +308,7 @@ impl Sim {
             pending: HashMap::new(),
             writes: Vec::new(),
             reads: Vec::new(),
+            model: Vec::new(),
             next_req: 1,
             next_op: 1,
             next_conn: 1,
@@ -233,6 +320,12 @@ impl Sim {
             events: 0,
             log: Default::default(),
         };
+        sim.model = sim
+            .sc
+            .sizes
+            .iter()
+            .map(|&s| vec![(0, 0); (s / SECTOR) as usize])
+            .collect();
         let n = sim.nodes.len() as NodeId;
         for a in 0..n {
             for b in (a + 1)..n {
@@ -334,22 +427,44 @@ impl Sim {
         for a in actions {
             match a {
                 RAction::Disk {
-                    volume: _,
+                    volume,
                     token,
                     kind,
                     data,
                 } => {
+                    let (i, v) = (node as usize, volume as usize);
+                    // The engine names volume 0 for a flush; the driver flushes every
+                    // replica the node keeps.
+                    let has_replica = if kind == DiskKind::Flush {
+                        self.sc.any_replica(i)
+                    } else {
+                        v < self.sc.sizes.len() && self.sc.replica(i, v)
+                    };
+                    assert!(
+                        has_replica,
+                        "seed {}: node {node} issued {kind:?} on volume {volume}, of which it keeps no replica",
+                        self.sc.seed
+                    );
                     let bytes = data.map(|d| self.resolve(node, d, incoming, kind.len() as usize));
+                    let covers = (kind == DiskKind::Flush).then(|| {
+                        self.nodes[i]
+                            .disks
+                            .iter()
+                            .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
+                            .collect()
+                    });
                     let op = self.next_op;
                     self.next_op += 1;
-                    let inc = self.nodes[node as usize].incarnation;
-                    self.nodes[node as usize].ops.insert(
+                    let inc = self.nodes[i].incarnation;
+                    self.nodes[i].ops.insert(
                         op,
                         DiskOpState {
+                            volume,
                             token,
                             kind,
                             data: bytes,
                             incarnation: inc,
+                            covers,
                         },
                     );
                     let d = 5 + self.rng.below(300);
@@ -454,37 +569,40 @@ impl Sim {
         if st.incarnation != n.incarnation {
             return; // issued before a restart
         }
+        let volume = st.volume;
+        let disk = &mut n.disks[volume as usize];
         match st.kind {
             DiskKind::Write { offset, len } => {
                 let data = st.data.expect("write data captured at issue");
-                n.disk[offset as usize..(offset + u64::from(len)) as usize]
+                disk[offset as usize..(offset + u64::from(len)) as usize]
                     .copy_from_slice(&data[..len as usize]);
-                let stamp = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+                let stamp = stamp_of(&data);
                 if let Some(w) = self.writes.iter_mut().find(|w| w.stamp == stamp && !w.zero) {
                     w.applied = true;
                 }
             }
             DiskKind::Zero { offset, len, .. } | DiskKind::Trim { offset, len } => {
-                n.disk[offset as usize..(offset + u64::from(len)) as usize].fill(0);
-                for w in self
-                    .writes
-                    .iter_mut()
-                    .filter(|w| w.zero && w.offset == offset && w.len == u64::from(len))
-                {
+                disk[offset as usize..(offset + u64::from(len)) as usize].fill(0);
+                for w in self.writes.iter_mut().filter(|w| {
+                    w.zero && w.volume == volume && w.offset == offset && w.len == u64::from(len)
+                }) {
                     w.applied = true;
                 }
             }
             DiskKind::Read { offset, len } => {
-                let bytes = n.disk[offset as usize..(offset + u64::from(len)) as usize].to_vec();
+                let bytes = disk[offset as usize..(offset + u64::from(len)) as usize].to_vec();
                 n.reads.insert(st.token, bytes);
             }
-            DiskKind::Cache { .. } | DiskKind::Flush => {}
+            DiskKind::Flush => {
+                n.durable = st.covers.expect("a flush knows what it covers");
+            }
+            DiskKind::Cache { .. } => {}
         }
         n.held.remove(&st.token);
         let mut out = Vec::new();
         self.nodes[node as usize]
             .engine
-            .disk_done(0, st.token, st.kind, Ok(()), &mut out);
+            .disk_done(volume, st.token, st.kind, Ok(()), &mut out);
         self.run_actions(node, out, None);
         // Read buffers are consumed by the actions above (a reply or a completion).
         if matches!(st.kind, DiskKind::Read { .. }) {
@@ -502,7 +620,12 @@ impl Sim {
             let req = ReqId(self.next_req);
             self.next_req += 1;
             self.issued += 1;
-            let sectors = self.sc.size / SECTOR;
+            // No draw with one volume: such seeds run as they did before volumes.
+            let volume = match self.sc.sizes.len() {
+                1 => 0,
+                n => self.rng.below(n as u64) as u16,
+            };
+            let sectors = self.sc.sizes[volume as usize] / SECTOR;
             let offset = self.rng.below(sectors - 16) * SECTOR;
             let len = (1 + self.rng.below(16)) * SECTOR;
             let roll = self.rng.below(100);
@@ -513,8 +636,10 @@ impl Sim {
                     chunk[..8].copy_from_slice(&stamp.to_le_bytes());
                 }
                 self.payloads.insert(req, data);
+                let fua = self.rng.chance(0.1);
                 self.writes.push(WriteRec {
                     stamp,
+                    volume,
                     offset,
                     len,
                     completed: None,
@@ -522,6 +647,7 @@ impl Sim {
                     ok: false,
                     applied: false,
                     zero: false,
+                    fua,
                 });
                 self.pending.insert(
                     req,
@@ -532,11 +658,12 @@ impl Sim {
                 Io::Write {
                     offset,
                     len: len as u32,
-                    fua: self.rng.chance(0.1),
+                    fua,
                 }
             } else if roll < 62 {
                 self.writes.push(WriteRec {
                     stamp: 0,
+                    volume,
                     offset,
                     len,
                     completed: None,
@@ -544,6 +671,7 @@ impl Sim {
                     ok: false,
                     applied: false,
                     zero: true,
+                    fua: false,
                 });
                 self.pending.insert(
                     req,
@@ -572,6 +700,7 @@ impl Sim {
                 self.pending.insert(
                     req,
                     Pending::Read {
+                        volume,
                         offset,
                         len,
                         submitted: self.clock,
@@ -582,12 +711,19 @@ impl Sim {
                     len: len as u32,
                 }
             } else {
-                self.pending.insert(req, Pending::Flush);
+                self.clock += 1;
+                self.pending.insert(
+                    req,
+                    Pending::Flush {
+                        volume,
+                        submitted: self.clock,
+                    },
+                );
                 Io::Flush
             };
-            self.note(format!("submit {req:?} {io:?}"));
+            self.note(format!("submit {req:?} volume {volume} {io:?}"));
             let mut out = Vec::new();
-            self.nodes[0].engine.submit(req, 0, io, &mut out);
+            self.nodes[0].engine.submit(req, volume, io, &mut out);
             self.run_actions(0, out, None);
         }
         if self.issued < self.sc.ops {
@@ -612,15 +748,22 @@ impl Sim {
         self.note(format!("complete {req:?} {result:?}"));
         if result.is_err() {
             self.failed += 1;
-            // Failing is allowed only when no up-to-date replica was within reach.
+            // Failing is allowed only when no up-to-date replica of the request's volume was
+            // within reach.
+            let v = match p {
+                Pending::Write { idx } => self.writes[idx].volume,
+                Pending::Read { volume, .. } | Pending::Flush { volume, .. } => volume,
+            };
             let reachable = (0..self.nodes.len()).any(|i| {
-                self.sc.diskful[i]
+                self.sc.replica(i, v as usize)
                     && (i == 0 || self.links.get(&(0, i as NodeId)).is_some_and(|l| l.up))
-                    && self.nodes[i].engine.disk(0) == DiskState::UpToDate
+                    && self.nodes[i].engine.disk(v) == DiskState::UpToDate
             });
             assert!(
                 !reachable || matches!(p, Pending::Read { .. }),
-                "{req:?} failed with {result:?} while an up-to-date replica was reachable"
+                "seed {}: {req:?} failed with {result:?} while an up-to-date replica was reachable\n{}",
+                self.sc.seed,
+                self.tail_log(300)
             );
         } else {
             self.completed += 1;
@@ -635,30 +778,94 @@ impl Sim {
                 w.completed = Some(self.now);
                 w.order = order;
                 w.ok = result.is_ok();
+                if w.ok {
+                    let w = w.clone();
+                    for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
+                        self.model[w.volume as usize][s as usize] = (w.stamp, w.order);
+                    }
+                    if w.fua {
+                        self.check_fua(&w);
+                    }
+                }
             }
             Pending::Read {
+                volume,
                 offset,
                 len,
                 submitted,
             } => {
                 if result.is_ok() {
                     let bytes = self.resolve(0, data.expect("read data"), incoming, len as usize);
-                    let stamps = bytes
-                        .chunks(SECTOR as usize)
-                        .map(|c| u64::from_le_bytes(c[..8].try_into().expect("8 bytes")))
-                        .collect();
+                    let stamps = bytes.chunks(SECTOR as usize).map(stamp_of).collect();
                     self.clock += 1;
                     self.reads.push(ReadRec {
                         req,
+                        volume,
                         offset,
                         stamps,
                         submitted,
                     });
                 }
             }
-            Pending::Flush => {}
+            Pending::Flush { volume, submitted } => {
+                if result.is_ok() {
+                    self.check_flush(req, volume, submitted);
+                }
+            }
         }
         self.at(1, Ev::Workload);
+    }
+
+    /// Stamps a replica of `volume` holds durably at `sector`, one per node keeping one.
+    fn durable_at(&self, volume: usize, sector: usize) -> impl Iterator<Item = u64> + '_ {
+        (0..self.nodes.len())
+            .filter(move |&i| self.sc.replica(i, volume))
+            .map(move |i| self.nodes[i].durable[volume][sector])
+    }
+
+    /// A FLUSH that succeeded made every write completed before it durable: per sector,
+    /// some replica's last fdatasync covered the latest such write (or a newer one). The
+    /// engine flushes every replica whatever the volume the FLUSH came on, so this holds for
+    /// every volume; but the FLUSH answers for its own volume only (as NBD's FLUSH does for
+    /// its export): with overlapping faults another volume may have lost every replica.
+    fn check_flush(&self, req: ReqId, volume: u16, submitted: u64) {
+        for (v, model) in self.model.iter().enumerate() {
+            if self.sc.overlapping_faults && v != volume as usize {
+                continue;
+            }
+            for (s, &(want, _)) in model.iter().enumerate() {
+                // Fast path: the latest successful write is durable somewhere.
+                if self.durable_at(v, s).any(|got| got == want) {
+                    continue;
+                }
+                let at = s as u64 * SECTOR;
+                let allowed = self.allowed_at(v as u16, at, submitted);
+                assert!(
+                    self.durable_at(v, s).any(|got| allowed.contains(&got)),
+                    "seed {}: flush {req:?} completed, but no replica of volume {v} has sector {s} durable: durable stamps {:?}, allowed {allowed:?}\n{:?}\n{}",
+                    self.sc.seed,
+                    self.durable_at(v, s).collect::<Vec<_>>(),
+                    self.sc,
+                    self.tail_log(300)
+                );
+            }
+        }
+    }
+
+    /// A FUA write that succeeded is durable on some replica.
+    fn check_fua(&self, w: &WriteRec) {
+        let v = w.volume as usize;
+        for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
+            assert!(
+                self.durable_at(v, s as usize).any(|got| got == w.stamp),
+                "seed {}: FUA write {} completed, but no replica of volume {v} has sector {s} durable: durable stamps {:?}\n{:?}\n{}",
+                self.sc.seed,
+                w.stamp,
+                self.durable_at(v, s as usize).collect::<Vec<_>>(),
+                self.sc,
+                self.tail_log(300)
+            );
+        }
     }
 
     /// A write that counts: it succeeded, and (see `WriteRec::applied`) reached a replica.
@@ -666,34 +873,42 @@ impl Sim {
         w.ok
     }
 
+    /// The stamps sector `at` of `volume` may show to a request submitted at clock
+    /// `submitted`: the latest write completed before, or a write in flight meanwhile.
+    fn allowed_at(&self, volume: u16, at: u64, submitted: u64) -> Vec<u64> {
+        let covering = self
+            .writes
+            .iter()
+            .filter(|w| w.volume == volume && w.offset <= at && at < w.offset + w.len);
+        let mut last_done: Option<&WriteRec> = None;
+        let mut allowed = Vec::new();
+        for w in covering {
+            match w.completed {
+                Some(_) if w.order < submitted && self.counts(w) => {
+                    if last_done.is_none_or(|l| l.order < w.order) {
+                        last_done = Some(w);
+                    }
+                }
+                // Failed or lost writes may have landed anywhere; others were in flight.
+                _ => allowed.push(w.stamp),
+            }
+        }
+        allowed.push(last_done.map_or(0, |w| w.stamp));
+        allowed
+    }
+
     /// Every sector holds the latest write completed before the read began, or a write in
     /// flight at some point while the read was.
     fn check_read(&self, r: &ReadRec) {
         for (k, &got) in r.stamps.iter().enumerate() {
             let at = r.offset + k as u64 * SECTOR;
-            let covering = self
-                .writes
-                .iter()
-                .filter(|w| w.offset <= at && at < w.offset + w.len);
-            let mut last_done: Option<&WriteRec> = None;
-            let mut allowed = Vec::new();
-            for w in covering {
-                match w.completed {
-                    Some(_) if w.order < r.submitted && self.counts(w) => {
-                        if last_done.is_none_or(|l| l.order < w.order) {
-                            last_done = Some(w);
-                        }
-                    }
-                    // Failed or lost writes may have landed anywhere; others were in flight.
-                    _ => allowed.push(w.stamp),
-                }
-            }
-            allowed.push(last_done.map_or(0, |w| w.stamp));
+            let allowed = self.allowed_at(r.volume, at, r.submitted);
             assert!(
                 allowed.contains(&got),
-                "seed {}: read {:?} of sector {at} returned stamp {got}, allowed {allowed:?}\n{:?}\n{}",
+                "seed {}: read {:?} of volume {} sector {at} returned stamp {got}, allowed {allowed:?}\n{:?}\n{}",
                 self.sc.seed,
                 r.req,
+                r.volume,
                 self.sc,
                 self.tail_log(300)
             );
@@ -742,12 +957,10 @@ impl Sim {
         n.ops.clear();
         n.held.clear();
         n.reads.clear();
-        let disk = if self.sc.diskful[node as usize] {
-            DiskState::Outdated
-        } else {
-            DiskState::Diskless
-        };
-        n.engine = Resource::new(spec(&self.sc, node), vec![disk]);
+        n.engine = Resource::new(
+            spec(&self.sc, node),
+            disks(&self.sc, node as usize, DiskState::Outdated),
+        );
         self.at(30_000, Ev::Restart { node });
     }
 
@@ -804,30 +1017,33 @@ impl Sim {
         self.issued >= self.sc.ops && self.pending.is_empty() && self.in_sync()
     }
 
-    /// All links up and every diskful replica UpToDate, no known out-of-sync block.
+    /// All links up and every replica of every volume UpToDate, no known out-of-sync block.
     fn healthy(&self) -> bool {
         self.links.values().all(|l| l.up)
             && (0..self.nodes.len()).all(|i| {
                 let st = self.nodes[i].engine.status();
-                (!self.sc.diskful[i] || st.volumes[0].disk == DiskState::UpToDate)
-                    && st
-                        .peers
-                        .iter()
-                        .all(|p| p.connected && p.volumes[0].out_of_sync_bytes == 0)
+                (0..self.sc.sizes.len()).all(|v| {
+                    (!self.sc.replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
+                        && st
+                            .peers
+                            .iter()
+                            .all(|p| p.connected && p.volumes[v].out_of_sync_bytes == 0)
+                })
             })
     }
 
-    /// Every link up and idle, no disk operation pending, every diskful replica UpToDate,
-    /// and no node knowing of a block another lacks.
+    /// Every link up and idle, no disk operation pending, every replica of every volume
+    /// UpToDate, and no node knowing of a block another lacks.
     fn in_sync(&self) -> bool {
         self.links.values().all(|l| l.up && l.queue.is_empty())
             && self.nodes.iter().all(|n| n.ops.is_empty())
             && (0..self.nodes.len()).all(|i| {
                 let st = self.nodes[i].engine.status();
-                (!self.sc.diskful[i] || st.volumes[0].disk == DiskState::UpToDate)
-                    && st.volumes[0].resync_remaining.is_none()
-                    && st.peers.iter().all(|p| {
-                        p.connected && p.volumes[0].out_of_sync_bytes == 0 && p.unacked == 0
+                st.peers.iter().all(|p| p.connected && p.unacked == 0)
+                    && (0..self.sc.sizes.len()).all(|v| {
+                        (!self.sc.replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
+                            && st.volumes[v].resync_remaining.is_none()
+                            && st.peers.iter().all(|p| p.volumes[v].out_of_sync_bytes == 0)
                     })
             })
     }
@@ -888,51 +1104,48 @@ impl Sim {
         for r in &self.reads {
             self.check_read(r);
         }
-        // Per sector: the last successful write, or a failed one after it (a failed write
-        // may have landed on some replicas; resync must then have spread it to all).
-        let sectors = (self.sc.size / SECTOR) as usize;
-        let mut allowed: Vec<Vec<u64>> = vec![vec![0]; sectors];
+        // Per volume and sector: the last successful write, or a failed one after it (a
+        // failed write may have landed on some replicas; resync must then have spread it to
+        // all). Stamps are unique across volumes: a write that landed in the wrong volume
+        // shows.
         let mut by_order: Vec<&WriteRec> = self
             .writes
             .iter()
             .filter(|w| w.completed.is_some())
             .collect();
         by_order.sort_by_key(|w| w.order);
-        for w in by_order {
-            for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
-                let a = &mut allowed[s as usize];
-                if self.counts(w) {
-                    a.clear();
+        for (v, &size) in self.sc.sizes.iter().enumerate() {
+            let mut allowed: Vec<Vec<u64>> = vec![vec![0]; (size / SECTOR) as usize];
+            for w in by_order.iter().filter(|w| w.volume as usize == v) {
+                for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
+                    let a = &mut allowed[s as usize];
+                    if self.counts(w) {
+                        a.clear();
+                    }
+                    a.push(w.stamp);
                 }
-                a.push(w.stamp);
             }
-        }
-        for (i, n) in self.nodes.iter().enumerate() {
-            if !self.sc.diskful[i] {
-                continue;
+            let replicas: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.sc.replica(i, v))
+                .collect();
+            for &i in &replicas {
+                let disk = &self.nodes[i].disks[v];
+                for (s, want) in allowed.iter().enumerate() {
+                    let at = s * SECTOR as usize;
+                    let got = stamp_of(&disk[at..]);
+                    assert!(
+                        want.contains(&got),
+                        "seed {seed}: node {i} volume {v} sector {s}: stamp {got}, allowed (last acknowledged write, then failed ones) {want:?}\n{:?}\n{}",
+                        self.sc,
+                        self.tail_log(3000)
+                    );
+                }
             }
-            for (s, want) in allowed.iter().enumerate() {
-                let at = s * SECTOR as usize;
-                let got = u64::from_le_bytes(n.disk[at..at + 8].try_into().expect("8 bytes"));
+            let first = &self.nodes[replicas[0]].disks[v];
+            for &i in &replicas {
                 assert!(
-                    want.contains(&got),
-                    "seed {seed}: node {i} sector {s}: stamp {got}, allowed (last acknowledged write, then failed ones) {want:?}\n{:?}\n{}",
-                    self.sc,
-                    self.tail_log(3000)
-                );
-            }
-        }
-        let first = self
-            .nodes
-            .iter()
-            .enumerate()
-            .find(|(i, _)| self.sc.diskful[*i])
-            .map(|(_, n)| &n.disk);
-        for (i, n) in self.nodes.iter().enumerate() {
-            if self.sc.diskful[i] {
-                assert!(
-                    Some(&n.disk) == first,
-                    "seed {seed}: node {i}'s replica differs from the others"
+                    &self.nodes[i].disks[v] == first,
+                    "seed {seed}: node {i}'s replica of volume {v} differs from the others"
                 );
             }
         }

@@ -50,9 +50,12 @@ pub const GAMMA: Spec = Spec {
 pub struct Node {
     pub name: &'static str,
     pub diskful: bool,
-    /// The backing file (diskful nodes only).
+    /// Volume 0's backing file (diskful nodes only) and NBD socket.
     pub disk: PathBuf,
     pub nbd: PathBuf,
+    /// Every volume's backing file and NBD socket (`disks[0]` is `disk`).
+    pub disks: Vec<PathBuf>,
+    pub nbds: Vec<PathBuf>,
     pub address: String,
     /// The network namespace the daemon runs in (`None`: the test's own).
     pub netns: Option<String>,
@@ -61,7 +64,11 @@ pub struct Node {
 
 impl Node {
     pub fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.nbd.display())
+        self.uri_of(0)
+    }
+
+    pub fn uri_of(&self, volume: usize) -> String {
+        format!("nbd+unix:///?socket={}", self.nbds[volume].display())
     }
 
     pub fn status(&self) -> Json {
@@ -80,6 +87,8 @@ pub struct Cluster {
     // Declared before `dir`: the daemons stop before their directory is removed.
     pub nodes: Vec<Node>,
     pub dir: TestDir,
+    /// The resource's volume sizes (volume numbers 0, 1, ...).
+    pub sizes: Vec<u64>,
 }
 
 /// The config file as one node sees it (tests edit a node's copy to break things).
@@ -101,8 +110,11 @@ pub struct Setup<'a> {
     pub protocol: &'a str,
     pub specs: &'a [Spec],
     pub tweak: Tweak<'a>,
-    /// The volume's size, a whole number of MiB (written as `"<n>M"`).
+    /// Volume 0's size, a whole number of MiB (written as `"<n>M"`).
     pub size: u64,
+    /// Sizes of volumes 1, 2, ... (whole MiB). Volume 0 keeps the file names of
+    /// single-volume clusters (`r0.img`, `nbd.sock`); volume v > 0 is `r0-v.img`, `nbd-v.sock`.
+    pub more_volumes: &'a [u64],
     /// Extra lines for the `[net]` table (`key = "value"`, one a line).
     pub net: &'a str,
     /// One per spec, in order; empty: each node on its own 127.0.0.X address, in the test's
@@ -118,6 +130,7 @@ impl<'a> Setup<'a> {
             specs,
             tweak: &no_tweak,
             size: 256 * MIB,
+            more_volumes: &[],
             net: "",
             placement: Vec::new(),
         }
@@ -153,6 +166,25 @@ impl Cluster {
         )
     }
 
+    /// [`Cluster::start`] with one volume per entry of `sizes` (whole MiB).
+    pub fn start_volumes(
+        test: &'static str,
+        protocol: &str,
+        specs: &[Spec],
+        sizes: &[u64],
+        tweak: Tweak<'_>,
+    ) -> Cluster {
+        Cluster::start_with(
+            test,
+            Setup {
+                tweak,
+                size: sizes[0],
+                more_volumes: &sizes[1..],
+                ..Setup::new(protocol, specs)
+            },
+        )
+    }
+
     /// Writes one config directory per node (like separate machines), starts every node and
     /// waits until each answers on its control socket. Does not wait for connections.
     pub fn start_with(test: &'static str, setup: Setup<'_>) -> Cluster {
@@ -161,13 +193,19 @@ impl Cluster {
             specs,
             tweak,
             size,
+            more_volumes,
             net,
             mut placement,
         } = setup;
-        assert!(
-            size % MIB == 0,
-            "volume size {size} is not a whole number of MiB"
-        );
+        let sizes: Vec<u64> = std::iter::once(size)
+            .chain(more_volumes.iter().copied())
+            .collect();
+        for size in &sizes {
+            assert!(
+                size % MIB == 0,
+                "volume size {size} is not a whole number of MiB"
+            );
+        }
         if placement.is_empty() {
             placement = loopback_placement(specs.len());
         }
@@ -183,41 +221,55 @@ impl Cluster {
              [net]\n\
              connect-interval = \"200ms\"\n\
              max-connect-interval = \"1s\"\n\
-             {net}\
-             \n\
-             [[volume]]\n\
-             number = 0\n\
-             size = \"{}M\"\n",
-            size / MIB
+             {net}"
         );
+        for (v, size) in sizes.iter().enumerate() {
+            text += &format!(
+                "\n[[volume]]\n\
+                 number = {v}\n\
+                 size = \"{}M\"\n",
+                size / MIB
+            );
+        }
         let mut layout = Vec::new();
         for (i, (s, place)) in specs.iter().zip(placement).enumerate() {
             let home = dir.join(s.name);
             std::fs::create_dir_all(home.join("cfg")).unwrap();
-            let disk = home.join("r0.img");
-            let nbd = home.join("nbd.sock");
-            let disk_value = if s.diskful {
-                disk.display().to_string()
-            } else {
-                "none".to_string()
+            let suffix = |v: usize| match v {
+                0 => String::new(),
+                v => format!("-{v}"),
             };
+            let disks: Vec<PathBuf> = (0..sizes.len())
+                .map(|v| home.join(format!("r0{}.img", suffix(v))))
+                .collect();
+            let nbds: Vec<PathBuf> = (0..sizes.len())
+                .map(|v| home.join(format!("nbd{}.sock", suffix(v))))
+                .collect();
             text += &format!(
                 "\n[[node]]\n\
                  name = \"{}\"\n\
                  node-id = {i}\n\
-                 address = \"{}\"\n  \
-                   [[node.volume]]\n  \
-                   number = 0\n  \
-                   disk = \"{disk_value}\"\n  \
-                   nbd = [\"unix:{}\"]\n",
-                s.name,
-                place.address,
-                nbd.display()
+                 address = \"{}\"\n",
+                s.name, place.address,
             );
-            layout.push((*s, home, disk, nbd, place));
+            for v in 0..sizes.len() {
+                let disk_value = if s.diskful {
+                    disks[v].display().to_string()
+                } else {
+                    "none".to_string()
+                };
+                text += &format!(
+                    "  [[node.volume]]\n  \
+                     number = {v}\n  \
+                     disk = \"{disk_value}\"\n  \
+                     nbd = [\"unix:{}\"]\n",
+                    nbds[v].display()
+                );
+            }
+            layout.push((*s, home, disks, nbds, place));
         }
         let mut nodes = Vec::new();
-        for (s, home, disk, nbd, place) in layout {
+        for (s, home, disks, nbds, place) in layout {
             let cfg = home.join("cfg");
             std::fs::write(cfg.join("r0.toml"), tweak(s.name, text.clone())).unwrap();
             let daemon = NodeDaemon::start_in(
@@ -230,14 +282,21 @@ impl Cluster {
             nodes.push(Node {
                 name: s.name,
                 diskful: s.diskful,
-                disk,
-                nbd,
+                disk: disks[0].clone(),
+                nbd: nbds[0].clone(),
+                disks,
+                nbds,
                 address: place.address,
                 netns: place.netns,
                 daemon,
             });
         }
-        let mut cluster = Cluster { test, nodes, dir };
+        let mut cluster = Cluster {
+            test,
+            nodes,
+            dir,
+            sizes,
+        };
         for n in &mut cluster.nodes {
             n.daemon.wait_ready(READY_TIMEOUT);
         }
@@ -432,15 +491,17 @@ impl Cluster {
     pub fn assert_replicas_identical(&self) {
         let disks = self.diskful();
         assert!(disks.len() >= 2, "fewer than two replicas to compare");
-        for other in &disks[1..] {
-            if let Err(e) = compare_files(&disks[0].disk, &other.disk) {
-                panic!(
-                    "{}: the replicas of {} and {} differ: {e}\n{}",
-                    self.test,
-                    disks[0].name,
-                    other.name,
-                    self.describe()
-                );
+        for v in 0..self.sizes.len() {
+            for other in &disks[1..] {
+                if let Err(e) = compare_files(&disks[0].disks[v], &other.disks[v]) {
+                    panic!(
+                        "{}: the replicas of volume {v} on {} and {} differ: {e}\n{}",
+                        self.test,
+                        disks[0].name,
+                        other.name,
+                        self.describe()
+                    );
+                }
             }
         }
     }
@@ -568,7 +629,14 @@ pub fn nonzero_blocks(path: &Path, start: u64, end: u64) -> u64 {
 // fio
 
 pub fn nbd_engine(node: &Node) -> Vec<String> {
-    vec!["--ioengine=nbd".into(), format!("--uri={}", node.uri())]
+    nbd_volume_engine(node, 0)
+}
+
+pub fn nbd_volume_engine(node: &Node, volume: usize) -> Vec<String> {
+    vec![
+        "--ioengine=nbd".into(),
+        format!("--uri={}", node.uri_of(volume)),
+    ]
 }
 
 /// fio on a backing file directly, to check a replica without its daemon.

@@ -1273,6 +1273,7 @@ impl NodeReactor {
                             backing,
                             kind,
                             buf: Some(buf),
+                            also: Vec::new(),
                         })
                     }
                     Err(e) => Err(os(e)),
@@ -1304,17 +1305,25 @@ impl NodeReactor {
                     .disk_done(volume, token, kind, result, out);
             }
             _ => {
-                if kind == DiskKind::Flush && self.res[r].backings.iter().flatten().count() > 1 {
-                    // Several local replicas: flush the others inline before the batch one.
-                    for b in self.res[r].backings.iter().flatten().skip(1) {
-                        let _ = b.sync_data();
-                    }
-                }
+                // Several local replicas: the worker flushes them all, and the flush fails
+                // if any of them fails (the engine counts it for every volume kept here).
+                let also = if kind == DiskKind::Flush {
+                    self.res[r]
+                        .backings
+                        .iter()
+                        .flatten()
+                        .skip(1)
+                        .cloned()
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 self.workers.submit(Job {
                     tag: (r, volume, token),
                     backing,
                     kind,
                     buf: None,
+                    also,
                 });
             }
         }

@@ -373,12 +373,18 @@ struct AppRead {
 /// A durability barrier over every replica: local fdatasync plus a Barrier per peer.
 #[derive(Debug, Default)]
 struct FlushOp {
-    /// FLUSH requests and FUA writes waiting for it.
-    waiters: Vec<ReqId>,
+    /// FLUSH requests and FUA writes waiting for it, with the volume each is about.
+    waiters: Vec<(ReqId, u16)>,
     local_pending: bool,
     local_ok: bool,
     peers_pending: u32,
     peers_ok: u32,
+    /// Per volume: whether the local fdatasync covers it (we keep a replica that takes
+    /// writes), and the peers whose barrier covers it (they keep a replica of it). A
+    /// replica that flushed says nothing about a volume it does not keep: the barrier
+    /// succeeds for a waiter only if a replica of the waiter's volume flushed.
+    local_vols: Vec<bool>,
+    peer_vols: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -817,7 +823,7 @@ impl Resource {
                 result: Ok(()),
                 data: None,
             }),
-            Io::Flush => self.start_barrier(vec![req], out),
+            Io::Flush => self.start_barrier(vec![(req, volume)], out),
             // No replica can promise that every other one zeroes fast too, and a zero done
             // on some replicas and refused on others would make them differ.
             Io::Zero { fast: true, .. } => out.push(RAction::Complete {
@@ -1027,7 +1033,8 @@ impl Resource {
         let ok = w.local == Stage::Done(true) || w.peers_ok != 0;
         if ok && w.fua {
             w.barrier = true;
-            return self.start_barrier(vec![req], out);
+            let volume = w.volume;
+            return self.start_barrier(vec![(req, volume)], out);
         }
         self.finish_write(
             req,
@@ -1175,16 +1182,30 @@ impl Resource {
     }
 
     /// Starts a barrier over every replica for these waiters.
-    fn start_barrier(&mut self, waiters: Vec<ReqId>, out: &mut Vec<RAction>) {
+    fn start_barrier(&mut self, waiters: Vec<(ReqId, u16)>, out: &mut Vec<RAction>) {
         let id = self.alloc_id();
-        let mut op = FlushOp {
-            waiters,
-            ..FlushOp::default()
-        };
-        let local = self
+        let local_vols: Vec<bool> = self
             .vols
             .iter()
-            .any(|v| v.diskful && matches!(v.disk, DiskState::UpToDate | DiskState::Inconsistent));
+            .map(|v| v.diskful && matches!(v.disk, DiskState::UpToDate | DiskState::Inconsistent))
+            .collect();
+        let peer_vols = (0..self.vols.len())
+            .map(|v| {
+                (0..self.peers.len())
+                    .filter(|&i| {
+                        let pv = &self.peers[i].vols[v];
+                        self.peers[i].up && pv.diskful && pv.disk != Some(DiskState::Diskless)
+                    })
+                    .fold(0, |bits, i| bits | self.bit(i))
+            })
+            .collect();
+        let local = local_vols.iter().any(|&l| l);
+        let mut op = FlushOp {
+            waiters,
+            local_vols,
+            peer_vols,
+            ..FlushOp::default()
+        };
         if local {
             op.local_pending = true;
             self.request_local_flush(FlushWaiter::Op(id), out);
@@ -1215,8 +1236,11 @@ impl Resource {
             return;
         }
         let op = self.flush_ops.remove(&id).expect("checked above");
-        let ok = op.local_ok || op.peers_ok != 0;
-        for req in op.waiters {
+        for (req, volume) in op.waiters {
+            let v = volume as usize;
+            // Only a replica of this volume makes it durable: with volumes kept on different
+            // nodes, our own fdatasync (of volume 0, say) must not answer for volume 1.
+            let ok = (op.local_ok && op.local_vols[v]) || op.peers_ok & op.peer_vols[v] != 0;
             let result = if ok {
                 Ok(())
             } else {
