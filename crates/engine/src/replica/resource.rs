@@ -1986,6 +1986,9 @@ impl Resource {
                 out,
             );
         }
+        let lister_is_primary = self
+            .peer_index(lister)
+            .is_some_and(|i| self.peers[i].role == Role::Primary);
         let vol = &mut self.vols[v];
         let rs = vol.resync.get_or_insert_with(|| Resync {
             source: None,
@@ -2001,6 +2004,14 @@ impl Resource {
         });
         if !rs.lists_open.contains(&lister) {
             rs.lists_open.push(lister);
+        }
+        if lister_is_primary {
+            // Sectors the application wrote here during the resync are protected from
+            // older resync data. A range the Primary lists again holds writes we missed
+            // after those (our link to it dropped and came back), so the protection is
+            // void there. Its newer writes come on the same connection after this list
+            // and mark their sectors again.
+            rs.fresh.clear_range(offset, len);
         }
         rs.to_pull.set_range(offset, len);
         rs.cursor = rs.cursor.min(offset / super::bitmap::BLOCK);
