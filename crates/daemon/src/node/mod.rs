@@ -46,6 +46,9 @@ pub struct NodeOptions {
     /// The control socket for the administration verbs.
     pub control: PathBuf,
     pub disk_threads: usize,
+    /// After handling events, keep polling (without sleeping) this long for more before
+    /// blocking. Zero: always block.
+    pub busy_poll: Duration,
 }
 
 /// Loads the resources naming this node and serves them until SIGTERM/SIGINT.
@@ -182,6 +185,7 @@ struct NodeReactor {
     started: Instant,
     next_tick: Instant,
     next_conn_id: u64,
+    busy_poll: Duration,
 }
 
 fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
@@ -259,6 +263,7 @@ impl NodeReactor {
             started: Instant::now(),
             next_tick: Instant::now(),
             next_conn_id: 0,
+            busy_poll: opts.busy_poll,
         };
         for cfg in configs {
             me.add_resource(cfg, &opts.node)?;
@@ -405,13 +410,39 @@ impl NodeReactor {
 
     fn run(mut self) -> Result<()> {
         let mut events = Events::with_capacity(256);
+        // Busy polling: a replicated write is a chain of hops between processes (client,
+        // Primary, peers and back); each hop into a sleeping process costs a wakeup that,
+        // on virtual machines especially, is slower than the work. Polling a little after
+        // each burst of events keeps the loop awake for the answer it is about to get
+        // (measured here: iodepth-1 replicated writes 111 us -> 48 us). Idle nodes block.
+        let spin = Some(self.busy_poll).filter(|d| !d.is_zero());
+        let mut busy = false;
         loop {
             let timeout = self.next_tick.saturating_duration_since(Instant::now());
-            match self.poll.poll(&mut events, Some(timeout)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+            let mut got = false;
+            if let (Some(spin), true) = (spin, busy) {
+                let until = Instant::now() + spin;
+                loop {
+                    match self.poll.poll(&mut events, Some(Duration::ZERO)) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    if !events.is_empty() || Instant::now() >= until {
+                        got = !events.is_empty();
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
             }
+            if !got {
+                match self.poll.poll(&mut events, Some(timeout)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            busy = !events.is_empty();
             let mut active = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
