@@ -71,6 +71,8 @@ pub fn run(opts: NodeOptions) -> Result<()> {
 const WAKER: MioToken = MioToken(usize::MAX - 1);
 const SIGNAL: MioToken = MioToken(usize::MAX - 2);
 const TICK: Duration = Duration::from_millis(100);
+/// The most written data a Secondary flushes on its event loop (see `disk`).
+const INLINE_SYNC_MAX: u64 = 256 << 10;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One peer of a resource as the daemon sees it.
@@ -105,6 +107,9 @@ struct ResCtx {
     congested: bool,
     /// NBD client entries that stopped reading because of it.
     stalled: Vec<usize>,
+    /// Bytes written to the local replicas since the last flush was issued (saturating;
+    /// zeroing and trims count as "a lot").
+    unsynced: u64,
 }
 
 impl ResCtx {
@@ -375,6 +380,7 @@ impl NodeReactor {
             auto_promoted: false,
             congested: false,
             stalled: Vec::new(),
+            unsynced: 0,
         });
         Ok(())
     }
@@ -1331,11 +1337,37 @@ impl NodeReactor {
                     }
                 };
                 self.release_held(r, token);
+                self.res[r].unsynced = self.res[r].unsynced.saturating_add(u64::from(len));
+                self.res[r]
+                    .engine
+                    .disk_done(volume, token, kind, result, out);
+            }
+            DiskKind::Flush
+                if self.res[r].engine.role() == Role::Secondary
+                    && self.res[r].unsynced <= INLINE_SYNC_MAX =>
+            {
+                // A Secondary's barrier over little written data: the fdatasync costs about
+                // one device cache flush, less than handing it to a thread and back (two
+                // wakeups), and the loop has nothing else to serve but this peer. Larger
+                // ones go to a worker so a long writeback never stalls pings.
+                self.res[r].unsynced = 0;
+                let mut result = Ok(());
+                for b in self.res[r].backings.iter().flatten() {
+                    if let Err(e) = b.sync_data() {
+                        result = Err(os(e));
+                    }
+                }
                 self.res[r]
                     .engine
                     .disk_done(volume, token, kind, result, out);
             }
             _ => {
+                if kind == DiskKind::Flush {
+                    self.res[r].unsynced = 0;
+                } else {
+                    // Zeroing and trims: metadata work of unknown size.
+                    self.res[r].unsynced = u64::MAX;
+                }
                 // Several local replicas: the worker flushes them all, and the flush fails
                 // if any of them fails (the engine counts it for every volume kept here).
                 let also = if kind == DiskKind::Flush {
