@@ -133,16 +133,9 @@ fn diskful_primary_protocols_a_b_c() {
     }
 }
 
-#[test]
-fn kill_and_resync() {
-    const TEST: &str = "replication::kill_and_resync";
-    if !require_fio_nbd(TEST) {
-        return;
-    }
-    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
-    c.wait_connected();
-
-    // 8 s of random writes through gamma; beta dies (SIGKILL) 2 s in.
+/// 8 s of 4 KiB random writes (QD16, plus `extra` fio options) through `engine`; beta is
+/// killed (SIGKILL) 2 s in. The writes must succeed and go on for at least 3 s after the kill.
+fn kill_beta_during_writes(c: &mut Cluster, extra: &[&str], engine: Vec<String>, what: &str) {
     let fio_out = c.dir.join("fio-load.json");
     let fio_err = c.dir.join("fio-load.err");
     let mut cmd = tool("fio");
@@ -151,15 +144,12 @@ fn kill_and_resync() {
         "--rw=randwrite",
         "--bs=4k",
         "--iodepth=16",
-        "--numjobs=2",
-        "--size=64M",
-        "--offset_increment=64M",
         "--time_based",
         "--runtime=8",
-        "--group_reporting",
         "--output-format=json",
     ]))
-    .args(nbd_engine(c.node("gamma")))
+    .args(extra)
+    .args(engine)
     .stdin(Stdio::null())
     .stdout(File::create(&fio_out).unwrap())
     .stderr(File::create(&fio_err).unwrap());
@@ -175,11 +165,10 @@ fn kill_and_resync() {
     }
     c.node_mut("beta").daemon.kill9();
     let killed_at = started.elapsed();
-
     let status = wait_timeout(&mut load.0, Duration::from_secs(60))
         .expect("fio still running 60 s after its 8 s run time");
     let load_run = Run {
-        what: "fio (randwrite through gamma while beta is killed)".into(),
+        what: what.into(),
         status,
         stdout: std::fs::read_to_string(&fio_out).unwrap_or_default(),
         stderr: std::fs::read_to_string(&fio_err).unwrap_or_default(),
@@ -189,6 +178,30 @@ fn kill_and_resync() {
         started.elapsed() > killed_at + Duration::from_secs(3),
         "fio ended {:?} after the kill: it did not keep writing",
         started.elapsed() - killed_at
+    );
+}
+
+#[test]
+fn kill_and_resync() {
+    const TEST: &str = "replication::kill_and_resync";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+
+    // 8 s of random writes through gamma; beta dies (SIGKILL) 2 s in.
+    let engine = nbd_engine(c.node("gamma"));
+    kill_beta_during_writes(
+        &mut c,
+        &[
+            "--numjobs=2",
+            "--size=64M",
+            "--offset_increment=64M",
+            "--group_reporting",
+        ],
+        engine,
+        "fio (randwrite through gamma while beta is killed)",
     );
 
     // Alpha noticed and kept track of what beta missed.
@@ -945,6 +958,26 @@ fn assert_volume_files(c: &Cluster) {
     }
 }
 
+/// One verified fio job per volume, both at once; then the replicas are in sync, identical,
+/// and hold each volume's data only.
+fn write_both_volumes(c: &mut Cluster, engines: &[Vec<String>]) {
+    let runs: Vec<Run> = thread::scope(|s| {
+        let jobs: Vec<_> = engines
+            .iter()
+            .enumerate()
+            .map(|(v, engine)| s.spawn(move || fio(volume_job(v), engine.clone(), &[])))
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    for (v, run) in runs.iter().enumerate() {
+        check_fio(run, "write", Some(TWO_VOLUMES[v]));
+        check_fio(run, "read", Some(TWO_VOLUMES[v]));
+    }
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_volume_files(c);
+}
+
 /// A resource of two volumes of different sizes on alpha and beta, used through gamma's two
 /// NBD endpoints at once: each volume's replicas end identical and hold that volume's data
 /// only. Then beta is killed (kill -9) during writes to volume 1, restarted, resynced, and
@@ -972,65 +1005,15 @@ fn two_volumes() {
     let engines: Vec<Vec<String>> = (0..2)
         .map(|v| nbd_volume_engine(c.node("gamma"), v))
         .collect();
-    let runs: Vec<Run> = thread::scope(|s| {
-        let jobs: Vec<_> = engines
-            .iter()
-            .enumerate()
-            .map(|(v, engine)| s.spawn(move || fio(volume_job(v), engine.clone(), &[])))
-            .collect();
-        jobs.into_iter().map(|j| j.join().unwrap()).collect()
-    });
-    for (v, run) in runs.iter().enumerate() {
-        check_fio(run, "write", Some(TWO_VOLUMES[v]));
-        check_fio(run, "read", Some(TWO_VOLUMES[v]));
-    }
-    c.wait_in_sync(SYNC_TIMEOUT);
-    c.assert_replicas_identical();
-    assert_volume_files(&c);
+    write_both_volumes(&mut c, &engines);
 
     // 8 s of writes to volume 1 only; beta dies (SIGKILL) 2 s in.
-    let fio_out = c.dir.join("fio-load.json");
-    let fio_err = c.dir.join("fio-load.err");
-    let mut cmd = tool("fio");
-    cmd.args(strings(&[
-        "--name=load",
-        "--rw=randwrite",
-        "--bs=4k",
-        "--iodepth=16",
-        "--size=32M",
-        "--time_based",
-        "--runtime=8",
-        "--output-format=json",
-    ]))
-    .args(nbd_volume_engine(c.node("gamma"), 1))
-    .stdin(Stdio::null())
-    .stdout(File::create(&fio_out).unwrap())
-    .stderr(File::create(&fio_err).unwrap());
-    let started = Instant::now();
-    let mut load = KillOnDrop(cmd.spawn().expect("starting fio"));
-    thread::sleep(Duration::from_secs(2));
-    if let Some(status) = load.0.try_wait().unwrap() {
-        panic!(
-            "fio ended ({status}) before beta was killed:\n{}{}",
-            std::fs::read_to_string(&fio_out).unwrap_or_default(),
-            std::fs::read_to_string(&fio_err).unwrap_or_default()
-        );
-    }
-    c.node_mut("beta").daemon.kill9();
-    let killed_at = started.elapsed();
-    let status = wait_timeout(&mut load.0, Duration::from_secs(60))
-        .expect("fio still running 60 s after its 8 s run time");
-    let load_run = Run {
-        what: "fio (randwrite to volume 1 through gamma while beta is killed)".into(),
-        status,
-        stdout: std::fs::read_to_string(&fio_out).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&fio_err).unwrap_or_default(),
-    };
-    check_fio(&load_run, "write", None);
-    assert!(
-        started.elapsed() > killed_at + Duration::from_secs(3),
-        "fio ended {:?} after the kill: it did not keep writing",
-        started.elapsed() - killed_at
+    let engine = nbd_volume_engine(c.node("gamma"), 1);
+    kill_beta_during_writes(
+        &mut c,
+        &["--size=32M"],
+        engine,
+        "fio (randwrite to volume 1 through gamma while beta is killed)",
     );
 
     // Alpha knows what beta missed, per volume: only volume 1 was written.
@@ -1079,20 +1062,6 @@ fn two_volumes() {
     }
 
     // And the resynced cluster keeps replicating both volumes.
-    let runs: Vec<Run> = thread::scope(|s| {
-        let jobs: Vec<_> = engines
-            .iter()
-            .enumerate()
-            .map(|(v, engine)| s.spawn(move || fio(volume_job(v), engine.clone(), &[])))
-            .collect();
-        jobs.into_iter().map(|j| j.join().unwrap()).collect()
-    });
-    for (v, run) in runs.iter().enumerate() {
-        check_fio(run, "write", Some(TWO_VOLUMES[v]));
-        check_fio(run, "read", Some(TWO_VOLUMES[v]));
-    }
-    c.wait_in_sync(SYNC_TIMEOUT);
-    c.assert_replicas_identical();
-    assert_volume_files(&c);
+    write_both_volumes(&mut c, &engines);
     c.stop_all();
 }
