@@ -89,6 +89,22 @@ struct ControlArg {
 }
 
 #[derive(clap::Args)]
+struct BusyPollArg {
+    /// Microseconds to keep polling for more work after handling some, before sleeping:
+    /// trades CPU while busy for latency (a sleeping process is slow to wake, above all in
+    /// virtual machines). 0 turns it off; an idle daemon never spins.
+    #[arg(long, default_value_t = 50, value_name = "MICROSECONDS",
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    busy_poll_us: u64,
+}
+
+impl BusyPollArg {
+    fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.busy_poll_us)
+    }
+}
+
+#[derive(clap::Args)]
 struct NodeArgs {
     /// This node's name in the resource files.
     #[arg(long)]
@@ -101,12 +117,8 @@ struct NodeArgs {
     /// Threads for blocking disk operations (fdatasync, reads not in the page cache).
     #[arg(long, default_value_t = 8)]
     disk_threads: usize,
-    /// Microseconds to keep polling for more work after handling some, before sleeping:
-    /// trades CPU while busy for latency (a sleeping process is slow to wake, above all in
-    /// virtual machines). 0 turns it off; an idle node never spins.
-    #[arg(long, default_value_t = 50, value_name = "MICROSECONDS",
-          value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    busy_poll_us: u64,
+    #[command(flatten)]
+    busy_poll: BusyPollArg,
 }
 
 #[derive(clap::Args)]
@@ -141,6 +153,8 @@ struct ServeArgs {
     /// O_DIRECT I/O).
     #[arg(long, default_value_t = 8)]
     disk_threads: usize,
+    #[command(flatten)]
+    busy_poll: BusyPollArg,
 }
 
 fn main() {
@@ -161,7 +175,7 @@ fn main() {
             config_dir: a.config_dir,
             control: a.control.control,
             disk_threads: a.disk_threads.max(1),
-            busy_poll: std::time::Duration::from_micros(a.busy_poll_us),
+            busy_poll: a.busy_poll.window(),
         }),
         Cmd::Status {
             resource,
@@ -250,5 +264,6 @@ fn serve(args: ServeArgs) -> Result<()> {
         exports,
         listen,
         disk_threads: args.disk_threads,
+        busy_poll: args.busy_poll.window(),
     })
 }

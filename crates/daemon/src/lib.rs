@@ -6,6 +6,7 @@
 //! to the [`worker`] pool and come back through a waker.
 
 mod bufpool;
+mod busy_poll;
 mod conn;
 mod listener;
 pub mod node;

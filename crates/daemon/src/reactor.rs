@@ -2,6 +2,7 @@
 //! submissions, executes the engine's disk actions and writes replies.
 
 use crate::bufpool::{BufPool, DataBuf};
+use crate::busy_poll::Waiter;
 use crate::conn::{Conn, Phase, ReadOutcome, Streaming, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
 use crate::listener::Listener;
 use crate::worker::{Done, Job, Workers};
@@ -80,6 +81,7 @@ pub struct Reactor {
     next_conn_id: u64,
     dirty: Vec<usize>,
     shutting_down: Option<Instant>,
+    busy_poll: std::time::Duration,
 }
 
 impl Reactor {
@@ -87,6 +89,7 @@ impl Reactor {
         volumes: Vec<VolumeCtx>,
         mut listeners: Vec<Listener>,
         workers: usize,
+        busy_poll: std::time::Duration,
     ) -> io::Result<Reactor> {
         let poll = Poll::new()?;
         for (i, l) in listeners.iter_mut().enumerate() {
@@ -121,6 +124,7 @@ impl Reactor {
             next_conn_id: 0,
             dirty: Vec::new(),
             shutting_down: None,
+            busy_poll,
         })
     }
 
@@ -128,13 +132,10 @@ impl Reactor {
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
         let mut active: Vec<usize> = Vec::new();
+        let mut waiter = Waiter::new(self.busy_poll);
         loop {
             let timeout = self.next_timeout();
-            match self.poll.poll(&mut events, timeout) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            waiter.wait(&mut self.poll, &mut events, timeout)?;
             active.clear();
             for ev in events.iter() {
                 match ev.token() {

@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub listen: Vec<ListenAddr>,
     /// Threads for blocking disk operations (fdatasync, O_DIRECT).
     pub disk_threads: usize,
+    /// Busy-poll window after a burst of events (zero: always block).
+    pub busy_poll: std::time::Duration,
 }
 
 /// Opens every export, binds every address, and serves until SIGTERM or SIGINT.
@@ -44,7 +46,7 @@ pub fn run(config: ServeConfig) -> Result<()> {
     for l in &listeners {
         info!("listening on {}", l.describe());
     }
-    Reactor::new(volumes, listeners, config.disk_threads)?.run()?;
+    Reactor::new(volumes, listeners, config.disk_threads, config.busy_poll)?.run()?;
     Ok(())
 }
 

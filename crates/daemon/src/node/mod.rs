@@ -9,6 +9,7 @@ mod control;
 mod peer;
 
 use crate::bufpool::{BufPool, DataBuf};
+use crate::busy_poll::Waiter;
 use crate::conn::{Conn, Phase, ReadOutcome};
 use crate::listener::{Listener, Stream};
 use crate::worker::{Done, Job, Workers};
@@ -416,39 +417,11 @@ impl NodeReactor {
 
     fn run(mut self) -> Result<()> {
         let mut events = Events::with_capacity(256);
-        // Busy polling: a replicated write is a chain of hops between processes (client,
-        // Primary, peers and back); each hop into a sleeping process costs a wakeup that,
-        // on virtual machines especially, is slower than the work. Polling a little after
-        // each burst of events keeps the loop awake for the answer it is about to get
-        // (measured here: iodepth-1 replicated writes 111 us -> 48 us). Idle nodes block.
-        let spin = Some(self.busy_poll).filter(|d| !d.is_zero());
-        let mut busy = false;
+        // Measured here: iodepth-1 replicated writes 101-111 us -> 48-56 us.
+        let mut waiter = Waiter::new(self.busy_poll);
         loop {
             let timeout = self.next_tick.saturating_duration_since(Instant::now());
-            let mut got = false;
-            if let (Some(spin), true) = (spin, busy) {
-                let until = Instant::now() + spin;
-                loop {
-                    match self.poll.poll(&mut events, Some(Duration::ZERO)) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    if !events.is_empty() || Instant::now() >= until {
-                        got = !events.is_empty();
-                        break;
-                    }
-                    std::thread::yield_now();
-                }
-            }
-            if !got {
-                match self.poll.poll(&mut events, Some(timeout)) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            busy = !events.is_empty();
+            waiter.wait(&mut self.poll, &mut events, Some(timeout))?;
             let mut active = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
