@@ -181,6 +181,30 @@ fn kill_beta_during_writes(c: &mut Cluster, extra: &[&str], engine: Vec<String>,
     );
 }
 
+/// Waits until alpha sees beta disconnected and `check` accepts alpha's out-of-sync KiB
+/// with beta, per volume.
+fn alpha_tracks_beta_missing(
+    c: &mut Cluster,
+    check: impl Fn(&[Option<u64>]) -> Result<(), String>,
+) {
+    c.wait_for(
+        "aware of what beta missed",
+        Duration::from_secs(10),
+        |statuses| {
+            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
+            let beta = peer_of(alpha, "beta").ok_or("alpha lists no peer beta")?;
+            if str_of(beta, "connection") == "Connected" {
+                return Err("alpha still sees beta Connected".into());
+            }
+            let oos: Vec<Option<u64>> = arr_of(beta, "volumes")
+                .iter()
+                .map(|v| num_of(v, "out_of_sync_kib"))
+                .collect();
+            check(&oos)
+        },
+    );
+}
+
 #[test]
 fn kill_and_resync() {
     const TEST: &str = "replication::kill_and_resync";
@@ -205,27 +229,10 @@ fn kill_and_resync() {
     );
 
     // Alpha noticed and kept track of what beta missed.
-    c.wait_for(
-        "aware of beta's absence",
-        Duration::from_secs(10),
-        |statuses| {
-            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
-            let beta = peer_of(alpha, "beta").ok_or("alpha lists no peer beta")?;
-            if str_of(beta, "connection") == "Connected" {
-                return Err("alpha still sees beta Connected".into());
-            }
-            let oos: u64 = arr_of(beta, "volumes")
-                .iter()
-                .filter_map(|v| num_of(v, "out_of_sync_kib"))
-                .sum();
-            if oos == 0 {
-                return Err(
-                    "alpha records nothing out of sync with beta after writes without it".into(),
-                );
-            }
-            Ok(())
-        },
-    );
+    alpha_tracks_beta_missing(&mut c, |oos| match oos.iter().flatten().sum::<u64>() {
+        0 => Err("alpha records nothing out of sync with beta after writes without it".into()),
+        _ => Ok(()),
+    });
 
     // Same command again: the existing file starts Outdated and is resynced from alpha.
     let beta = c.node_mut("beta");
@@ -1017,27 +1024,12 @@ fn two_volumes() {
     );
 
     // Alpha knows what beta missed, per volume: only volume 1 was written.
-    c.wait_for(
-        "aware of what beta missed",
-        Duration::from_secs(10),
-        |statuses| {
-            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
-            let beta = peer_of(alpha, "beta").ok_or("alpha lists no peer beta")?;
-            if str_of(beta, "connection") == "Connected" {
-                return Err("alpha still sees beta Connected".into());
-            }
-            let oos: Vec<Option<u64>> = arr_of(beta, "volumes")
-                .iter()
-                .map(|v| num_of(v, "out_of_sync_kib"))
-                .collect();
-            match oos[..] {
-                [Some(0), Some(k)] if k > 0 => Ok(()),
-                _ => Err(format!(
-                    "alpha's out-of-sync KiB with beta per volume: {oos:?} (want [0, > 0])"
-                )),
-            }
-        },
-    );
+    alpha_tracks_beta_missing(&mut c, |oos| match oos {
+        [Some(0), Some(k)] if *k > 0 => Ok(()),
+        _ => Err(format!(
+            "alpha's out-of-sync KiB with beta per volume: {oos:?} (want [0, > 0])"
+        )),
+    });
 
     // Restarted, beta's replicas of both volumes start Outdated and are resynced in full.
     let beta = c.node_mut("beta");
