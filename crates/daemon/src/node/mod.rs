@@ -181,8 +181,6 @@ struct NodeReactor {
     /// the actions of that completion, so whatever is left once those ran goes back to
     /// the pool (an answer to a connection that dropped meanwhile is never sent).
     spent_reads: Vec<(usize, Token)>,
-    /// run_actions nesting, so spent buffers are released only by the outermost one.
-    actions_depth: u32,
     dirty: Vec<usize>,
     /// NBD clients to read from again once the current round of work is done.
     resume: Vec<usize>,
@@ -261,7 +259,6 @@ impl NodeReactor {
             held: HashMap::default(),
             disk_bufs: HashMap::default(),
             spent_reads: Vec::new(),
-            actions_depth: 0,
             dirty: Vec::new(),
             resume: Vec::new(),
             signal_rx,
@@ -1126,47 +1123,38 @@ impl NodeReactor {
             self.maybe_auto_demote(r);
         }
         self.dial();
-        // Handshakes that never finish.
+        // Handshakes (NBD or peer) that never finish.
+        let now = Instant::now();
         let late: Vec<usize> = self
             .entries
             .iter()
             .filter(|(_, e)| match e {
-                Entry::Nbd { conn, .. } => {
-                    conn.handshake_deadline.is_some_and(|d| d <= Instant::now())
-                }
+                Entry::Nbd { conn, .. } => conn.handshake_deadline.is_some_and(|d| d <= now),
+                Entry::Peer(pc) => !pc.dead && pc.deadline.is_some_and(|d| d <= now),
                 _ => false,
             })
             .map(|(k, _)| k)
             .collect();
         for k in late {
-            if let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
-                warn!(client = %conn.name, "NBD handshake not finished in time; closing");
-                conn.dead = true;
-            }
-            self.mark_dirty(k);
-        }
-        let late: Vec<usize> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| {
-                matches!(e, Entry::Peer(pc) if !pc.dead && pc.deadline.is_some_and(|d| d <= Instant::now()))
-            })
-            .map(|(k, _)| k)
-            .collect();
-        for k in late {
-            let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
-                continue;
-            };
-            pc.dead = true;
-            let (r, dialed, connecting) = (pc.res, pc.dialed, pc.connecting);
-            let what = if connecting {
-                "no answer to the connection attempt"
-            } else {
-                "authentication not finished"
-            };
-            info!(peer = %pc.name, "{what} in time; giving up on this connection");
-            if let Some(d) = dialed {
-                self.dial_failed(r, d, format!("{what} in time"));
+            match self.entries.get_mut(k) {
+                Some(Entry::Nbd { conn, .. }) => {
+                    warn!(client = %conn.name, "NBD handshake not finished in time; closing");
+                    conn.dead = true;
+                }
+                Some(Entry::Peer(pc)) => {
+                    pc.dead = true;
+                    let (r, dialed) = (pc.res, pc.dialed);
+                    let what = if pc.connecting {
+                        "no answer to the connection attempt"
+                    } else {
+                        "authentication not finished"
+                    };
+                    info!(peer = %pc.name, "{what} in time; giving up on this connection");
+                    if let Some(d) = dialed {
+                        self.dial_failed(r, d, format!("{what} in time"));
+                    }
+                }
+                _ => {}
             }
             self.mark_dirty(k);
         }
@@ -1186,20 +1174,19 @@ impl NodeReactor {
         }
     }
 
+    /// Carries out the engine's actions (and those of inline disk completions). Never
+    /// nests: nothing it calls runs actions itself, which is what lets it release the spent
+    /// read buffers at the end.
     fn run_actions(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
-        self.actions_depth += 1;
-        self.run_actions_inner(r, actions, ctx);
-        self.actions_depth -= 1;
-        if self.actions_depth == 0 {
-            for key in std::mem::take(&mut self.spent_reads) {
-                if let Some(b) = self.disk_bufs.remove(&key) {
-                    self.pool.put(b);
-                }
+        self.run_action_queue(r, actions, ctx);
+        for key in std::mem::take(&mut self.spent_reads) {
+            if let Some(b) = self.disk_bufs.remove(&key) {
+                self.pool.put(b);
             }
         }
     }
 
-    fn run_actions_inner(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
+    fn run_action_queue(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
         let mut queue: std::collections::VecDeque<RAction> = actions.into();
         while let Some(a) = queue.pop_front() {
             match a {
