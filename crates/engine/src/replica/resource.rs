@@ -739,20 +739,9 @@ impl Resource {
                 let vol = &mut self.vols[v];
                 if vol.diskful && matches!(vol.disk, DiskState::Outdated | DiskState::Inconsistent)
                 {
-                    vol.disk = DiskState::UpToDate;
                     vol.resync = None;
-                    out.push(RAction::Note(format!(
-                        "volume {v}: forced UpToDate by the administrator"
-                    )));
-                    let size = vol.size;
-                    self.broadcast(
-                        Msg::Volume {
-                            volume: v as u16,
-                            size,
-                            disk: DiskState::UpToDate,
-                        },
-                        out,
-                    );
+                    let note = format!("volume {v}: forced UpToDate by the administrator");
+                    self.set_disk(v, DiskState::UpToDate, note, out);
                     self.offer_to_outdated(v, out);
                 }
             }
@@ -1433,17 +1422,21 @@ impl Resource {
         }
         // Like DRBD's on-io-error detach: stop using a replica that failed; the application
         // carries on with the peers.
-        self.vols[v].disk = DiskState::Diskless;
         self.vols[v].resync = None;
-        out.push(RAction::Note(format!(
-            "volume {v}: local replica failed ({why}); detached"
-        )));
+        let note = format!("volume {v}: local replica failed ({why}); detached");
+        self.set_disk(v, DiskState::Diskless, note, out);
+    }
+
+    /// Changes a volume's disk state and tells the log and every connected peer.
+    fn set_disk(&mut self, v: usize, disk: DiskState, note: String, out: &mut Vec<RAction>) {
+        self.vols[v].disk = disk;
+        out.push(RAction::Note(note));
         let size = self.vols[v].size;
         self.broadcast(
             Msg::Volume {
                 volume: v as u16,
                 size,
-                disk: DiskState::Diskless,
+                disk,
             },
             out,
         );
@@ -1972,19 +1965,8 @@ impl Resource {
             return;
         }
         if vol.disk != DiskState::Inconsistent {
-            vol.disk = DiskState::Inconsistent;
-            out.push(RAction::Note(format!(
-                "volume {v}: node {lister} lists writes we lack; resync needed"
-            )));
-            let size = vol.size;
-            self.broadcast(
-                Msg::Volume {
-                    volume: v as u16,
-                    size,
-                    disk: DiskState::Inconsistent,
-                },
-                out,
-            );
+            let note = format!("volume {v}: node {lister} lists writes we lack; resync needed");
+            self.set_disk(v, DiskState::Inconsistent, note, out);
         }
         let lister_is_primary = self
             .peer_index(lister)
@@ -2255,23 +2237,12 @@ impl Resource {
         if !ok {
             return self.local_disk_failed(v, "flush after resync failed", out);
         }
-        self.vols[v].disk = DiskState::UpToDate;
         let source = rs.source.map_or("-".to_string(), |s| s.to_string());
         if let Some(i) = rs.source.and_then(|s| self.peer_index(s)) {
             self.peers[i].vols[v].repl = Repl::Established;
         }
-        out.push(RAction::Note(format!(
-            "volume {v}: resync from node {source} finished; UpToDate"
-        )));
-        let size = self.vols[v].size;
-        self.broadcast(
-            Msg::Volume {
-                volume,
-                size,
-                disk: DiskState::UpToDate,
-            },
-            out,
-        );
+        let note = format!("volume {v}: resync from node {source} finished; UpToDate");
+        self.set_disk(v, DiskState::UpToDate, note, out);
         self.offer_to_outdated(v, out);
     }
 
