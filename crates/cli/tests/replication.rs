@@ -135,6 +135,64 @@ fn diskful_primary_protocols_a_b_c() {
 
 /// 8 s of 4 KiB random writes (QD16, plus `extra` fio options) through `engine`; beta is
 /// killed (SIGKILL) 2 s in. The writes must succeed and go on for at least 3 s after the kill.
+/// A commit-style load: a FLUSH after every write (fio `--fsync=1`), first one writer
+/// through the diskless node, then four through a diskful Primary. The Secondaries see small
+/// flushes and start syncing ahead of the barriers, so flushes find syncs already running,
+/// some of which started before their last write: every flush must still complete, with
+/// the data verified and the replicas identical.
+#[test]
+fn flush_after_every_write() {
+    const TEST: &str = "replication::flush_after_every_write";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+    for (i, (through, iodepth)) in [("gamma", 1), ("alpha", 4)].into_iter().enumerate() {
+        let job = vec![
+            "--name=commits".to_string(),
+            "--rw=randwrite".into(),
+            "--bs=4k".into(),
+            format!("--iodepth={iodepth}"),
+            "--fsync=1".into(),
+            format!("--offset={}M", 4 * i),
+            "--size=4M".into(),
+            "--verify=crc32c".into(),
+            "--verify_fatal=1".into(),
+            "--verify_state_save=0".into(),
+            "--output-format=json".into(),
+        ];
+        let load = fio(job, nbd_engine(c.node(through)), &[]);
+        check_fio(&load, "write", Some(4 * MIB));
+        let flushes = fio_json(&load)
+            .get("jobs")
+            .and_then(Json::as_array)
+            .and_then(|j| j.first()?.at(&["sync", "total_ios"])?.as_u64());
+        // fio counts one flush less than writes (it folds the last into its final sync).
+        assert!(
+            flushes.is_some_and(|n| n >= 1023),
+            "through {through}: fio sent {flushes:?} flushes for 1024 writes"
+        );
+        // The Primary steps down with its last client, so the next writer can promote.
+        c.wait_for(
+            "without a Primary",
+            READY_TIMEOUT,
+            |statuses| match statuses
+                .iter()
+                .find(|(_, st)| str_of(st, "role") == "Primary")
+            {
+                Some((n, _)) => Err(format!("{n} is still Primary")),
+                None => Ok(()),
+            },
+        );
+    }
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let written = nonzero_blocks(&c.node("beta").disk, 0, 8 * MIB);
+    assert_eq!(written, 8 * MIB / BLOCK, "beta's replica: blocks fio wrote");
+    c.stop_all();
+}
+
 fn kill_beta_during_writes(c: &mut Cluster, extra: &[&str], engine: Vec<String>, what: &str) {
     let fio_out = c.dir.join("fio-load.json");
     let fio_err = c.dir.join("fio-load.err");

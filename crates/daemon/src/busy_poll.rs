@@ -34,8 +34,20 @@ impl Waiter {
         events: &mut Events,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
+        self.wait_stretched(poll, events, timeout, 1)
+    }
+
+    /// [`wait`](Self::wait) with the busy window `stretch` times as long: for when the
+    /// caller knows the next event is due after a longer chain of hops than usual.
+    pub fn wait_stretched(
+        &mut self,
+        poll: &mut Poll,
+        events: &mut Events,
+        timeout: Option<Duration>,
+        stretch: u32,
+    ) -> io::Result<()> {
         if let (Some(window), true) = (self.window, self.busy) {
-            let until = Instant::now() + window;
+            let until = Instant::now() + window * stretch;
             loop {
                 poll_once(poll, events, Some(Duration::ZERO))?;
                 if !events.is_empty() {

@@ -7,6 +7,7 @@
 
 mod control;
 mod peer;
+mod sync_plan;
 
 use crate::bufpool::{BufPool, DataBuf};
 use crate::busy_poll::Waiter;
@@ -22,6 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use sync_plan::{FlushPattern, FlushPlan, SyncPlan, SyncStart};
 use tandem_config::{Endpoint, ResourceConfig};
 use tandem_engine::replica::{
     DataRef, DiskState, Msg, NodeId, PromoteError, Protocol, RAction, Resource, ResourceSpec, Role,
@@ -75,6 +77,13 @@ const TICK: Duration = Duration::from_millis(100);
 /// The most written data a Secondary flushes on its event loop (see `disk`).
 const INLINE_SYNC_MAX: u64 = 256 << 10;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times the usual busy-poll window a node polls while its resources see a
+/// flush after every few writes. Between a write and the next one there are then two
+/// round trips (the write's, then the FLUSH's with an fdatasync in the middle): with the
+/// usual window every node went to sleep in between and paid a wakeup per hop. Measured
+/// on this 2-core VM with fio `fsync=1` through the diskless Primary, ×1/×4/×8:
+/// 2,160–2,410 / 2,880–2,990 / 3,050–3,130 IOPS.
+const FLUSH_HEAVY_POLL: u32 = 8;
 
 /// One peer of a resource as the daemon sees it.
 struct PeerSlot {
@@ -108,9 +117,18 @@ struct ResCtx {
     congested: bool,
     /// NBD client entries that stopped reading because of it.
     stalled: Vec<usize>,
-    /// Bytes written to the local replicas since the last flush was issued (saturating;
-    /// zeroing and trims count as "a lot").
-    unsynced: u64,
+    /// Which fdatasync covers which local writes; the engine's flush waiting for one.
+    syncs: SyncPlan<(u16, Token)>,
+    /// Whether this resource's NBD clients flush after every few writes.
+    nbd_flushes: FlushPattern,
+}
+
+impl ResCtx {
+    /// Flushes come after every few small writes, here or at the Primary: the next
+    /// request is due a whole round trip after a barrier (see `FLUSH_HEAVY_POLL`).
+    fn flush_heavy(&self) -> bool {
+        self.syncs.flush_heavy() || self.nbd_flushes.flush_heavy()
+    }
 }
 
 impl ResCtx {
@@ -164,7 +182,15 @@ struct Ctx<'a> {
     payload: Option<(ReqId, &'a [u8])>,
 }
 
-type Tag = (usize, u16, Token);
+/// What a disk worker's job was for.
+#[derive(Clone, Copy, Debug)]
+enum Tag {
+    /// An operation the engine asked for: (resource, volume, token).
+    Op(usize, u16, Token),
+    /// An fdatasync of every local replica of a resource, covering its writes up to `gen`
+    /// (see [`sync_plan`]).
+    Sync { r: usize, gen: u64 },
+}
 
 struct NodeReactor {
     poll: Poll,
@@ -190,6 +216,8 @@ struct NodeReactor {
     next_tick: Instant,
     next_conn_id: u64,
     busy_poll: Duration,
+    /// Syncs ahead of a flush (see [`sync_plan`]), started after this round's sends.
+    syncs_ahead: Vec<(usize, SyncStart)>,
 }
 
 fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
@@ -267,6 +295,7 @@ impl NodeReactor {
             next_tick: Instant::now(),
             next_conn_id: 0,
             busy_poll: opts.busy_poll,
+            syncs_ahead: Vec::new(),
         };
         for cfg in configs {
             me.add_resource(cfg, &opts.node)?;
@@ -378,7 +407,8 @@ impl NodeReactor {
             auto_promoted: false,
             congested: false,
             stalled: Vec::new(),
-            unsynced: 0,
+            syncs: SyncPlan::default(),
+            nbd_flushes: FlushPattern::default(),
         });
         Ok(())
     }
@@ -418,7 +448,12 @@ impl NodeReactor {
         let mut waiter = Waiter::new(self.busy_poll);
         loop {
             let timeout = self.next_tick.saturating_duration_since(Instant::now());
-            waiter.wait(&mut self.poll, &mut events, Some(timeout))?;
+            let stretch = if self.res.iter().any(ResCtx::flush_heavy) {
+                FLUSH_HEAVY_POLL
+            } else {
+                1
+            };
+            waiter.wait_stretched(&mut self.poll, &mut events, Some(timeout), stretch)?;
             let mut active = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
@@ -449,6 +484,10 @@ impl NodeReactor {
                 for k in std::mem::take(&mut self.resume) {
                     self.service_nbd(k);
                 }
+                self.flush_dirty();
+            }
+            if !self.syncs_ahead.is_empty() {
+                self.start_syncs_ahead();
                 self.flush_dirty();
             }
             if self.shutting_down
@@ -790,6 +829,23 @@ impl NodeReactor {
                 }
                 Decoded::Request(req, payload) => {
                     conn.in_flight += 1;
+                    let flushes = &mut self.res[r].nbd_flushes;
+                    match req.command {
+                        Command::Write { fua } | Command::Trim { fua } => {
+                            flushes.wrote(u64::from(req.len));
+                            if fua {
+                                flushes.flushed();
+                            }
+                        }
+                        Command::WriteZeroes { fua, .. } => {
+                            flushes.wrote(u64::from(req.len));
+                            if fua {
+                                flushes.flushed();
+                            }
+                        }
+                        Command::Flush => flushes.flushed(),
+                        _ => {}
+                    }
                     let io = match req.command {
                         Command::Read => Io::Read {
                             offset: req.offset,
@@ -1266,7 +1322,7 @@ impl NodeReactor {
                     // Not in the page cache: a worker waits for the disk, not the loop.
                     Ok(false) => {
                         return self.workers.submit(Job {
-                            tag: (r, volume, token),
+                            tag: Tag::Op(r, volume, token),
                             backing,
                             kind,
                             buf: Some(buf),
@@ -1297,58 +1353,102 @@ impl NodeReactor {
                     }
                 };
                 self.release_held(r, token);
-                self.res[r].unsynced = self.res[r].unsynced.saturating_add(u64::from(len));
+                let ahead = self.res[r].syncs.wrote(u64::from(len));
                 self.res[r]
                     .engine
                     .disk_done(volume, token, kind, result, out);
+                // Started once the ack is on its way, so the sync never delays it.
+                self.syncs_ahead.extend(ahead.map(|s| (r, s)));
             }
-            DiskKind::Flush
-                if self.res[r].engine.role() == Role::Secondary
-                    && self.res[r].unsynced <= INLINE_SYNC_MAX =>
-            {
+            DiskKind::Flush => {
                 // A Secondary's barrier over little written data: the fdatasync costs about
                 // one device cache flush, less than handing it to a thread and back (two
                 // wakeups), and the loop has nothing else to serve but this peer. Larger
                 // ones go to a worker so a long writeback never stalls pings.
-                self.res[r].unsynced = 0;
-                let mut result = Ok(());
-                for b in self.res[r].backings.iter().flatten() {
-                    if let Err(e) = b.sync_data() {
-                        result = Err(os(e));
+                let inline = self.res[r].engine.role() == Role::Secondary
+                    && self.res[r].syncs.unsynced() <= INLINE_SYNC_MAX;
+                match self.res[r].syncs.flush((volume, token)) {
+                    FlushPlan::Answer((volume, token), result) => {
+                        let result = result.map_err(|()| IoError::Os(libc::EIO));
+                        self.res[r]
+                            .engine
+                            .disk_done(volume, token, kind, result, out);
                     }
+                    FlushPlan::Wait => {}
+                    FlushPlan::Start(s) if inline => self.sync_inline(r, s, out),
+                    FlushPlan::Start(s) => self.start_sync(r, s, out),
                 }
-                self.res[r]
-                    .engine
-                    .disk_done(volume, token, kind, result, out);
             }
             _ => {
-                if kind == DiskKind::Flush {
-                    self.res[r].unsynced = 0;
-                } else {
-                    // Zeroing and trims: metadata work of unknown size.
-                    self.res[r].unsynced = u64::MAX;
-                }
-                // Several local replicas: the worker flushes them all, and the flush fails
-                // if any of them fails (the engine counts it for every volume kept here).
-                let also = if kind == DiskKind::Flush {
-                    self.res[r]
-                        .backings
-                        .iter()
-                        .flatten()
-                        .skip(1)
-                        .cloned()
-                        .collect()
-                } else {
-                    Vec::new()
-                };
                 self.workers.submit(Job {
-                    tag: (r, volume, token),
+                    tag: Tag::Op(r, volume, token),
                     backing,
                     kind,
                     buf: None,
-                    also,
+                    also: Vec::new(),
                 });
             }
+        }
+    }
+
+    /// Starts an fdatasync of every local replica of resource `r` on a disk worker.
+    fn start_sync(&mut self, r: usize, s: SyncStart, out: &mut Vec<RAction>) {
+        let mut backings = self.res[r].backings.iter().flatten().cloned();
+        let Some(backing) = backings.next() else {
+            error!("a sync of a resource without local replicas");
+            return self.sync_done(r, s.gen, Err(IoError::NoData), out);
+        };
+        self.workers.submit(Job {
+            tag: Tag::Sync { r, gen: s.gen },
+            backing,
+            kind: DiskKind::Flush,
+            buf: None,
+            also: backings.collect(),
+        });
+    }
+
+    /// Syncs every local replica of resource `r` on the event loop.
+    fn sync_inline(&mut self, r: usize, s: SyncStart, out: &mut Vec<RAction>) {
+        // Every replica is synced even if one fails; the flush fails if any did.
+        let mut result = Ok(());
+        for b in self.res[r].backings.iter().flatten() {
+            if let Err(e) = b.sync_data() {
+                result = Err(IoError::Os(e.raw_os_error().unwrap_or(libc::EIO)));
+            }
+        }
+        self.sync_done(r, s.gen, result, out);
+    }
+
+    fn start_syncs_ahead(&mut self) {
+        for (r, s) in std::mem::take(&mut self.syncs_ahead) {
+            let mut actions = Vec::new();
+            // On a worker: the loop goes on serving writes while it runs (on this machine
+            // the same as running it inline, measured; elsewhere it never delays an ack).
+            self.start_sync(r, s, &mut actions);
+            self.run_actions(r, actions, Ctx::default());
+        }
+    }
+
+    /// A sync of resource `r` covering its writes up to `gen` finished.
+    fn sync_done(
+        &mut self,
+        r: usize,
+        gen: u64,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        if let Err(e) = result {
+            error!(resource = %self.res[r].cfg.name, "fdatasync failed: {e:?}");
+        }
+        let (answer, next) = self.res[r].syncs.sync_done(gen, result.is_ok());
+        if let Some(((volume, token), ok)) = answer {
+            let result = ok.map_err(|()| result.err().unwrap_or(IoError::Os(libc::EIO)));
+            self.res[r]
+                .engine
+                .disk_done(volume, token, DiskKind::Flush, result, out);
+        }
+        if let Some(s) = next {
+            self.start_sync(r, s, out);
         }
     }
 
@@ -1361,24 +1461,38 @@ impl NodeReactor {
 
     fn worker_completions(&mut self) {
         while let Ok(Done {
-            tag: (r, volume, token),
+            tag,
             kind,
             result,
             buf,
         }) = self.workers.done.try_recv()
         {
-            match (buf, kind, &result) {
-                (Some(b), DiskKind::Read { .. }, Ok(())) => {
-                    self.disk_bufs.insert((r, token), b);
-                    self.spent_reads.push((r, token));
-                }
-                (Some(b), _, _) => self.pool.put(b),
-                (None, _, _) => {}
-            }
             let mut actions = Vec::new();
-            self.res[r]
-                .engine
-                .disk_done(volume, token, kind, result, &mut actions);
+            let r = match tag {
+                Tag::Sync { r, gen } => {
+                    self.sync_done(r, gen, result, &mut actions);
+                    r
+                }
+                Tag::Op(r, volume, token) => {
+                    match (buf, kind, &result) {
+                        (Some(b), DiskKind::Read { .. }, Ok(())) => {
+                            self.disk_bufs.insert((r, token), b);
+                            self.spent_reads.push((r, token));
+                        }
+                        (Some(b), _, _) => self.pool.put(b),
+                        (None, _, _) => {}
+                    }
+                    // Zeroing and trims change the replica: metadata work of unknown size.
+                    let ahead = matches!(kind, DiskKind::Zero { .. } | DiskKind::Trim { .. })
+                        .then(|| self.res[r].syncs.wrote(u64::MAX))
+                        .flatten();
+                    self.res[r]
+                        .engine
+                        .disk_done(volume, token, kind, result, &mut actions);
+                    self.syncs_ahead.extend(ahead.map(|s| (r, s)));
+                    r
+                }
+            };
             self.run_actions(r, actions, Ctx::default());
         }
     }
