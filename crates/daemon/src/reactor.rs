@@ -70,6 +70,8 @@ struct Core {
     workers: Workers<(usize, DiskOp)>,
     actions: Vec<Action>,
     completions: Vec<(ReqId, Result<(), IoError>)>,
+    /// Requests submitted since the last wait (see `busy_poll::BURST`).
+    submitted: usize,
 }
 
 pub struct Reactor {
@@ -119,6 +121,7 @@ impl Reactor {
                 workers: Workers::start(workers, waker),
                 actions: Vec::with_capacity(64),
                 completions: Vec::with_capacity(64),
+                submitted: 0,
             },
             signal_rx,
             next_conn_id: 0,
@@ -135,7 +138,8 @@ impl Reactor {
         let mut waiter = Waiter::new(self.busy_poll);
         loop {
             let timeout = self.next_timeout();
-            waiter.wait(&mut self.poll, &mut events, timeout)?;
+            let handled = std::mem::take(&mut self.core.submitted);
+            waiter.wait(&mut self.poll, &mut events, timeout, handled)?;
             active.clear();
             for ev in events.iter() {
                 match ev.token() {
@@ -658,6 +662,7 @@ impl Core {
         current: Current,
         owned: Option<DataBuf>,
     ) {
+        self.submitted += 1;
         let (io, read) = match req.command {
             Command::Read => (
                 Io::Read {

@@ -218,6 +218,8 @@ struct NodeReactor {
     busy_poll: Duration,
     /// Syncs ahead of a flush (see [`sync_plan`]), started after this round's sends.
     syncs_ahead: Vec<(usize, SyncStart)>,
+    /// NBD requests and peer packets handled since the last wait (see `busy_poll::BURST`).
+    handled: usize,
 }
 
 fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
@@ -296,6 +298,7 @@ impl NodeReactor {
             next_conn_id: 0,
             busy_poll: opts.busy_poll,
             syncs_ahead: Vec::new(),
+            handled: 0,
         };
         for cfg in configs {
             me.add_resource(cfg, &opts.node)?;
@@ -453,7 +456,8 @@ impl NodeReactor {
             } else {
                 1
             };
-            waiter.wait_stretched(&mut self.poll, &mut events, Some(timeout), stretch)?;
+            let handled = std::mem::take(&mut self.handled);
+            waiter.wait_stretched(&mut self.poll, &mut events, Some(timeout), handled, stretch)?;
             let mut active = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
@@ -829,6 +833,7 @@ impl NodeReactor {
                 }
                 Decoded::Request(req, payload) => {
                     conn.in_flight += 1;
+                    self.handled += 1;
                     let flushes = &mut self.res[r].nbd_flushes;
                     match req.command {
                         Command::Write { fua } | Command::Trim { fua } => {
@@ -1060,6 +1065,7 @@ impl NodeReactor {
                     break;
                 }
                 Ok(Frame::Packet(p, n)) => {
+                    self.handled += 1;
                     let data = match p {
                         Packet::Write { data, .. }
                         | Packet::ReadReply { data, .. }
