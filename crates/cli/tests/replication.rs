@@ -778,8 +778,10 @@ fn size_mismatch_is_reported_on_both_ends() {
 }
 
 /// A link cut by the administrator (`tandem disconnect`) while the Primary writes, then
-/// healed (`tandem connect`): the cut-off replica is told what it missed, pulls it from the
-/// other replica, and ends byte-identical.
+/// healed (`tandem connect`). The Primary records everything the cut-off replica missed;
+/// the other replica, still connected to it, tells it of each write live and it pulls the
+/// data from there (so it is not left knowingly stale); after the heal the Primary's list
+/// is pulled too, and the replicas end byte-identical.
 #[test]
 fn cut_link_and_heal() {
     const TEST: &str = "replication::cut_link_and_heal";
@@ -823,10 +825,33 @@ fn cut_link_and_heal() {
         oos >= 32 * 1024,
         "gamma records {oos} KiB out of sync with beta after 32 MiB of writes without it"
     );
+    // Beta catches up through alpha while cut off from the Primary.
+    c.wait_for("beta caught up through alpha", SYNC_TIMEOUT, |statuses| {
+        let beta = &statuses.iter().find(|(n, _)| *n == "beta").unwrap().1;
+        let alpha = peer_of(beta, "alpha").ok_or("beta lists no peer alpha")?;
+        match str_of(alpha, "connection") {
+            "Connected" => {}
+            other => return Err(format!("beta sees alpha {other}")),
+        }
+        let disks: Vec<&str> = arr_of(beta, "volumes")
+            .iter()
+            .map(|v| str_of(v, "disk"))
+            .collect();
+        if disks.iter().all(|d| *d == "UpToDate") {
+            Ok(())
+        } else {
+            Err(format!("beta's disks {disks:?}"))
+        }
+    });
+    let gamma = c.node("gamma").status();
+    assert!(
+        peer_of(&gamma, "beta").is_some_and(|p| str_of(p, "connection") == "StandAlone"),
+        "the link stayed cut"
+    );
     assert_eq!(
         nonzero_blocks(&c.node("beta").disk, 16 * MIB, 32 * MIB),
-        0,
-        "beta got writes while cut off"
+        nonzero_blocks(&c.node("alpha").disk, 16 * MIB, 32 * MIB),
+        "beta holds what alpha holds"
     );
 
     let heal = tandem_admin(&gamma_ctl, &["connect", RESOURCE, "beta"]);

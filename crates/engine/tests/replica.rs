@@ -380,3 +380,137 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
     );
     assert_eq!(completion(&done, ReqId(3)), Some(Ok(())), "{done:?}");
 }
+
+/// A diskless Primary (node 2) with both diskful peers connected and up to date.
+fn diskless_primary() -> Resource {
+    let mut p = node(2);
+    let mut out = Vec::new();
+    for peer in [0, 1] {
+        p.peer_up(peer, &mut out);
+        p.packet(
+            peer,
+            &Packet::Volume {
+                volume: 0,
+                size: 1 << 20,
+                disk: DiskState::UpToDate,
+            },
+            &mut out,
+        );
+    }
+    p.promote(false, &mut out).unwrap();
+    p
+}
+
+/// Regression (simulator seed 1891 with overlapping faults): three overlapping writes, the
+/// second and third waiting behind the first, and then every replica goes away. The first
+/// failed, the second failed at once when its turn came, and the third waited forever: its
+/// NBD client hung. Every one must be answered.
+#[test]
+fn writes_queued_behind_each_other_all_fail_when_the_last_replica_goes() {
+    let mut p = diskless_primary();
+    let mut out = Vec::new();
+    for (req, offset) in [(1, 0), (2, 4096), (3, 8192)] {
+        let write = Io::Write {
+            offset,
+            len: 8192,
+            fua: false,
+        };
+        p.submit(ReqId(req), 0, write, &mut out);
+    }
+    let sent = out
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                RAction::Send {
+                    msg: Msg::Write { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(
+        sent, 2,
+        "only the first write goes out (to both peers): {out:?}"
+    );
+    out.clear();
+    p.peer_down(0, &mut out);
+    p.peer_down(1, &mut out);
+    for req in 1..=3 {
+        assert!(
+            matches!(completion(&out, ReqId(req)), Some(Err(_))),
+            "write {req} must fail, not wait: {out:?}"
+        );
+    }
+}
+
+/// Regression (simulator seed 1417 with overlapping faults): a replica that reconnected
+/// says UpToDate before it has heard what it missed; a sync target that pulled from it then
+/// copied stale data and lost an acknowledged write. Until every connected peer has ended
+/// its list of what we lack, resync requests are refused with EAGAIN (the target asks
+/// elsewhere or later).
+#[test]
+fn an_up_to_date_replica_serves_resync_only_once_it_knows_what_it_lacks() {
+    let mut s = node(1);
+    let mut out = Vec::new();
+    let resync_req = Packet::ResyncReq {
+        volume: 0,
+        id: 9,
+        offset: 0,
+        len: 4096,
+    };
+    let answer = |out: &[RAction]| {
+        out.iter().find_map(|a| match a {
+            RAction::Send {
+                msg: Msg::ResyncReply { errno, .. },
+                ..
+            } => Some(*errno),
+            RAction::Disk { .. } => Some(0),
+            _ => None,
+        })
+    };
+    s.peer_up(0, &mut out);
+    s.peer_up(2, &mut out);
+    for peer in [0, 2] {
+        let disk = if peer == 2 {
+            DiskState::Diskless
+        } else {
+            DiskState::Inconsistent
+        };
+        s.packet(
+            peer,
+            &Packet::Volume {
+                volume: 0,
+                size: 1 << 20,
+                disk,
+            },
+            &mut out,
+        );
+    }
+    // Node 2 (the Primary) has not ended its list of what we lack yet.
+    out.clear();
+    s.packet(0, &resync_req, &mut out);
+    assert_eq!(
+        answer(&out),
+        Some(11),
+        "EAGAIN while a list is open: {out:?}"
+    );
+    for peer in [0, 2] {
+        s.packet(
+            peer,
+            &Packet::OutOfSync {
+                volume: 0,
+                offset: 0,
+                len: 0,
+            },
+            &mut out,
+        );
+    }
+    out.clear();
+    s.packet(0, &resync_req, &mut out);
+    assert_eq!(
+        answer(&out),
+        Some(0),
+        "served once every list ended: {out:?}"
+    );
+}

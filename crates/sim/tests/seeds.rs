@@ -15,14 +15,52 @@ fn thousands_of_seeds() {
     }
 }
 
+/// Overlapping faults: a second failure before the first has healed, so a volume may lose
+/// every replica for a while. Some schedules cannot converge until persistent metadata
+/// (no replica provably UpToDate after restarts; two Secondaries that each missed other
+/// writes); those are checked for safety only: every request answered, every read
+/// correct, nothing acknowledged that reached a replica lost.
+#[test]
+fn overlapping_faults_lose_nothing_acknowledged() {
+    let count = std::env::var("TANDEM_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    match tandem_sim::run_seeds_with(0, count, true) {
+        Ok(stuck) => assert!(
+            stuck.len() as u64 * 50 <= count,
+            "more than 2% of overlapping-fault runs never converged: {stuck:?}"
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Regressions found with overlapping faults (seeds 31 and 1891): a write that failed had
+/// landed on one Secondary only, and the other Secondary was never told it lacked it, so
+/// the replicas differed after the heal. (Two more bugs these runs found, a resync source
+/// that did not yet know what it lacked and writes queued behind a failed one left
+/// unanswered, have engine tests in `crates/engine/tests/replica.rs`.)
+#[test]
+fn overlapping_fault_regressions() {
+    for seed in [31, 1891] {
+        let mut sc = Scenario::random(seed);
+        sc.overlapping_faults = true;
+        Sim::new(sc).run();
+    }
+}
+
 #[test]
 fn a_seed_reproduces_exactly() {
-    let a = Sim::new(Scenario::random(42)).run();
-    let b = Sim::new(Scenario::random(42)).run();
-    assert_eq!(
-        (a.completed, a.failed, a.resyncs, a.events),
-        (b.completed, b.failed, b.resyncs, b.events)
-    );
+    for seed in 0..100 {
+        for overlapping in [false, true] {
+            let run = || {
+                let mut sc = Scenario::random(seed);
+                sc.overlapping_faults = overlapping;
+                Sim::new(sc).run()
+            };
+            assert_eq!(run(), run(), "seed {seed}, overlapping {overlapping}");
+        }
+    }
 }
 
 #[test]

@@ -1292,6 +1292,7 @@ impl NodeReactor {
                     }
                 }
                 RAction::Note(s) => info!(resource = %self.res[r].cfg.name, "{s}"),
+                RAction::Detail(s) => debug!(resource = %self.res[r].cfg.name, "{s}"),
             }
         }
     }

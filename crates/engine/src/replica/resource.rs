@@ -311,6 +311,9 @@ pub enum RAction {
     Disconnect { peer: NodeId, reason: String },
     /// Something an operator wants in the log.
     Note(String),
+    /// Routine detail for a debug log: a live catch-up resync (a replica cut off from the
+    /// Primary pulling through another replica) starts and ends once per burst of writes.
+    Detail(String),
 }
 
 /// Where our list of what a peer lacks stands, on the current connection.
@@ -421,6 +424,9 @@ struct Resync {
     /// Peers that lacked a range we asked for, not asked again before `retry_at_ms`.
     refused: Vec<NodeId>,
     retry_at_ms: u64,
+    /// Only live notices (not a list after a connect) made this resync: a routine
+    /// catch-up, logged as detail.
+    live: bool,
 }
 
 #[derive(Debug)]
@@ -1073,26 +1079,36 @@ impl Resource {
             result,
             data: None,
         });
-        let ready = vol.waiting.ready(&vol.in_flight);
-        for (r, io) in ready {
-            if self.role != Role::Primary || !self.writable(w.volume as usize) {
-                out.push(RAction::Complete {
-                    req: r,
-                    result: Err(IoError::NoData),
-                    data: None,
-                });
-                continue;
+        // A waiting write that fails at once never enters the in-flight set, so the writes
+        // queued behind it are free to go too: ask again until nothing more is ready (once
+        // was not enough: the third of three overlapping writes waited forever after the
+        // last replica went away, and its client hung).
+        loop {
+            let vol = &mut self.vols[w.volume as usize];
+            let ready = vol.waiting.ready(&vol.in_flight);
+            if ready.is_empty() {
+                break;
             }
-            self.start_write(
-                r,
-                w.volume,
-                io,
-                DataRef::Held {
-                    key: Token::App(r),
-                    at: 0,
-                },
-                out,
-            );
+            for (r, io) in ready {
+                if self.role != Role::Primary || !self.writable(w.volume as usize) {
+                    out.push(RAction::Complete {
+                        req: r,
+                        result: Err(IoError::NoData),
+                        data: None,
+                    });
+                    continue;
+                }
+                self.start_write(
+                    r,
+                    w.volume,
+                    io,
+                    DataRef::Held {
+                        key: Token::App(r),
+                        at: 0,
+                    },
+                    out,
+                );
+            }
         }
     }
 
@@ -1429,8 +1445,14 @@ impl Resource {
 
     /// Changes a volume's disk state and tells the log and every connected peer.
     fn set_disk(&mut self, v: usize, disk: DiskState, note: String, out: &mut Vec<RAction>) {
+        self.set_disk_noted(v, disk, RAction::Note(note), out);
+    }
+
+    /// `set_disk` with the log line given as a `Note` or a `Detail`.
+    fn set_disk_noted(&mut self, v: usize, disk: DiskState, note: RAction, out: &mut Vec<RAction>) {
+        debug_assert!(matches!(note, RAction::Note(_) | RAction::Detail(_)));
         self.vols[v].disk = disk;
-        out.push(RAction::Note(note));
+        out.push(note);
         let size = self.vols[v].size;
         self.broadcast(
             Msg::Volume {
@@ -1821,7 +1843,9 @@ impl Resource {
                         "split brain on volume {v}: both nodes have writes the other lacks"
                     ));
                 }
-                self.mark_behind(v, peer, offset, u64::from(len), out);
+                // After the end of its list, a peer's notices are live: a write we missed.
+                let live = self.peers[i].vols[v].listed;
+                self.mark_behind(v, peer, offset, u64::from(len), live, out);
                 self.pump_resync(volume, out);
             }
             Packet::Ping => out.push(RAction::Send {
@@ -1958,6 +1982,7 @@ impl Resource {
         lister: NodeId,
         offset: u64,
         len: u64,
+        live: bool,
         out: &mut Vec<RAction>,
     ) {
         let vol = &mut self.vols[v];
@@ -1965,8 +1990,16 @@ impl Resource {
             return;
         }
         if vol.disk != DiskState::Inconsistent {
-            let note = format!("volume {v}: node {lister} lists writes we lack; resync needed");
-            self.set_disk(v, DiskState::Inconsistent, note, out);
+            let note = if live {
+                RAction::Detail(format!(
+                    "volume {v}: node {lister} tells of a write we missed; catching up"
+                ))
+            } else {
+                RAction::Note(format!(
+                    "volume {v}: node {lister} lists writes we lack; resync needed"
+                ))
+            };
+            self.set_disk_noted(v, DiskState::Inconsistent, note, out);
         }
         let lister_is_primary = self
             .peer_index(lister)
@@ -1983,7 +2016,9 @@ impl Resource {
             finishing: false,
             refused: Vec::new(),
             retry_at_ms: 0,
+            live,
         });
+        rs.live &= live;
         if !rs.lists_open.contains(&lister) {
             rs.lists_open.push(lister);
         }
@@ -1999,16 +2034,20 @@ impl Resource {
         rs.cursor = rs.cursor.min(offset / super::bitmap::BLOCK);
     }
 
-    /// Whether our replica holds current data for this range although it is being synced:
-    /// every connected peer has told us all we lack, and this range is not among it.
+    /// Whether our replica holds current data for this range, as far as every connected
+    /// peer has told us what we lack: what a resync may copy from us. An up-to-date replica
+    /// that has not heard every list yet may lack the range without knowing it (it just
+    /// came back, and the Primary's list is on its way).
     fn has_range(&self, v: usize, offset: u64, len: u64) -> bool {
         let vol = &self.vols[v];
+        if !self.peers.iter().all(|p| !p.up || p.vols[v].listed) {
+            return false;
+        }
         let Some(rs) = vol.resync.as_ref() else {
             return vol.disk == DiskState::UpToDate;
         };
         vol.disk == DiskState::Inconsistent
             && rs.lists_open.is_empty()
-            && self.peers.iter().all(|p| !p.up || p.vols[v].listed)
             && !rs.to_pull.any_in(offset, len)
             && !rs
                 .outstanding
@@ -2242,7 +2281,12 @@ impl Resource {
             self.peers[i].vols[v].repl = Repl::Established;
         }
         let note = format!("volume {v}: resync from node {source} finished; UpToDate");
-        self.set_disk(v, DiskState::UpToDate, note, out);
+        let note = if rs.live {
+            RAction::Detail(note)
+        } else {
+            RAction::Note(note)
+        };
+        self.set_disk_noted(v, DiskState::UpToDate, note, out);
         self.offer_to_outdated(v, out);
     }
 
@@ -2283,7 +2327,10 @@ impl Resource {
         }
         self.peers[i].rx_last_seq = seq;
         // Diskful nodes the Primary could not send this to lack it: if the Primary fails
-        // before it can tell them, we can (like DRBD's peer acks).
+        // before it can tell them, we can (like DRBD's peer acks). One we are connected to
+        // and have listed what it lacks hears of it now: the Primary tells it only of writes
+        // that succeeded, and this one may yet fail there (its link to us drops) while we
+        // keep it, so only we know the two replicas differ.
         let (offset, len) = (kind.offset(), kind.len());
         for p in self
             .peers
@@ -2292,6 +2339,18 @@ impl Resource {
         {
             if targets & (1 << p.id) == 0 {
                 p.vols[v].oos.set_range(offset, u64::from(len));
+                if p.up && matches!(p.vols[v].list, ListState::Sent | ListState::Stale) {
+                    for (offset, len) in [(offset, len), (0, 0)] {
+                        out.push(RAction::Send {
+                            peer: p.id,
+                            msg: Msg::OutOfSync {
+                                volume: v as u16,
+                                offset,
+                                len,
+                            },
+                        });
+                    }
+                }
             } else {
                 // It gets this newer write (or the Primary marks it): our old mark is moot.
                 p.vols[v].oos.clear_range(offset, u64::from(len));
@@ -2393,9 +2452,13 @@ impl Resource {
         out: &mut Vec<RAction>,
     ) {
         let v = volume as usize;
-        let has_range = self.has_range(v, offset, u64::from(len));
+        let serve = if resync {
+            self.has_range(v, offset, u64::from(len))
+        } else {
+            self.vols[v].disk == DiskState::UpToDate
+        };
         let vol = &mut self.vols[v];
-        if vol.disk != DiskState::UpToDate && !(resync && has_range) {
+        if !serve {
             let msg = if resync {
                 // Not an error: we lack it too for now; the target asks elsewhere or later.
                 Msg::ResyncReply {
