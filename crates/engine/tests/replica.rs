@@ -514,3 +514,48 @@ fn an_up_to_date_replica_serves_resync_only_once_it_knows_what_it_lacks() {
         "served once every list ended: {out:?}"
     );
 }
+
+/// Regression (simulator seed 26135 with overlapping faults): a FLUSH answered only by a
+/// replica that is being synced. It lacked a write that only the replica gone meanwhile
+/// had, so the FLUSH succeeded with that write durable nowhere. Only an UpToDate replica
+/// answers for a volume; the Inconsistent one is still flushed.
+#[test]
+fn a_flush_answered_only_by_a_replica_being_synced_fails() {
+    let mut p = diskless_primary();
+    let mut out = Vec::new();
+    p.packet(
+        1,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Inconsistent,
+        },
+        &mut out,
+    );
+    out.clear();
+    p.submit(ReqId(7), 0, Io::Flush, &mut out);
+    let barrier = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 1,
+                msg: Msg::Barrier { id },
+            } => Some(*id),
+            _ => None,
+        })
+        .expect("the replica being synced is flushed too");
+    p.peer_down(0, &mut out);
+    out.clear();
+    p.packet(
+        1,
+        &Packet::BarrierAck {
+            id: barrier,
+            errno: 0,
+        },
+        &mut out,
+    );
+    assert!(
+        matches!(completion(&out, ReqId(7)), Some(Err(_))),
+        "the FLUSH fails: {out:?}"
+    );
+}

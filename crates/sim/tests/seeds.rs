@@ -35,14 +35,19 @@ fn overlapping_faults_lose_nothing_acknowledged() {
     }
 }
 
-/// Regressions found with overlapping faults (seeds 31 and 1891): a write that failed had
+/// Regressions found with overlapping faults. Seeds 31 and 1891: a write that failed had
 /// landed on one Secondary only, and the other Secondary was never told it lacked it, so
-/// the replicas differed after the heal. (Two more bugs these runs found, a resync source
+/// the replicas differed after the heal. Seed 5603: a Secondary listed by the diskful
+/// Primary pulled from the other Secondary, which was cut off from the Primary and lacked
+/// an acknowledged write without knowing it (now the Primary is the source whenever it
+/// keeps an up-to-date replica). Seed 26135: a FLUSH answered by a replica being synced
+/// alone, which lacked a write only a replica gone meanwhile had (now only a replica
+/// UpToDate when it acknowledges answers for its volume). (Two more bugs these runs found, a resync source
 /// that did not yet know what it lacked and writes queued behind a failed one left
 /// unanswered, have engine tests in `crates/engine/tests/replica.rs`.)
 #[test]
 fn overlapping_fault_regressions() {
-    for seed in [31, 1891] {
+    for seed in [31, 1891, 5603, 26135] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;
         Sim::new(sc).run();

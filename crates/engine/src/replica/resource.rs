@@ -266,6 +266,18 @@ impl Msg {
     }
 }
 
+/// Tells `peer` it lacks this range of volume `v`; `(0, 0)` ends a list.
+fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAction {
+    RAction::Send {
+        peer,
+        msg: Msg::OutOfSync {
+            volume: v as u16,
+            offset,
+            len,
+        },
+    }
+}
+
 /// Why this node cannot become Primary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PromoteError {
@@ -384,8 +396,9 @@ struct FlushOp {
     peers_ok: u32,
     /// Per volume: whether the local fdatasync covers it (we keep a replica that takes
     /// writes), and the peers whose barrier covers it (they keep a replica of it). A
-    /// replica that flushed says nothing about a volume it does not keep: the barrier
-    /// succeeds for a waiter only if a replica of the waiter's volume flushed.
+    /// replica that flushed says nothing about a volume it does not keep, or lacks writes
+    /// of: the barrier succeeds for a waiter only if a replica of the waiter's volume that
+    /// is UpToDate when the barrier completes flushed.
     local_vols: Vec<bool>,
     peer_vols: Vec<u32>,
 }
@@ -1186,6 +1199,28 @@ impl Resource {
         });
     }
 
+    /// Per volume: whether our replica is UpToDate.
+    fn up_to_date_here(&self) -> Vec<bool> {
+        self.vols
+            .iter()
+            .map(|v| v.diskful && v.disk == DiskState::UpToDate)
+            .collect()
+    }
+
+    /// Per volume: the connected peers whose replica is UpToDate (as bits).
+    fn up_to_date_peers(&self) -> Vec<u32> {
+        (0..self.vols.len())
+            .map(|v| {
+                (0..self.peers.len())
+                    .filter(|&i| {
+                        let pv = &self.peers[i].vols[v];
+                        self.peers[i].up && pv.diskful && pv.disk == Some(DiskState::UpToDate)
+                    })
+                    .fold(0, |bits, i| bits | self.bit(i))
+            })
+            .collect()
+    }
+
     /// Starts a barrier over every replica for these waiters.
     fn start_barrier(&mut self, waiters: Vec<(ReqId, u16)>, out: &mut Vec<RAction>) {
         let id = self.alloc_id();
@@ -1241,11 +1276,17 @@ impl Resource {
             return;
         }
         let op = self.flush_ops.remove(&id).expect("checked above");
+        // A replica being synced is flushed too, but answers for its volume only if it was
+        // UpToDate when it acknowledged (its state reaches us in order with the
+        // acknowledgement): until then it may lack a write that only a replica gone
+        // meanwhile had. One that finished its resync first flushed all it pulled.
+        let (local_now, peers_now) = (self.up_to_date_here(), self.up_to_date_peers());
         for (req, volume) in op.waiters {
             let v = volume as usize;
             // Only a replica of this volume makes it durable: with volumes kept on different
             // nodes, our own fdatasync (of volume 0, say) must not answer for volume 1.
-            let ok = (op.local_ok && op.local_vols[v]) || op.peers_ok & op.peer_vols[v] != 0;
+            let ok = (op.local_ok && op.local_vols[v] && local_now[v])
+                || op.peers_ok & op.peer_vols[v] & peers_now[v] != 0;
             let result = if ok {
                 Ok(())
             } else {
@@ -1947,14 +1988,7 @@ impl Resource {
             }
             let offset = first * block;
             let len = ((end - first) * block).min(size - offset) as u32;
-            out.push(RAction::Send {
-                peer: p.id,
-                msg: Msg::OutOfSync {
-                    volume: v as u16,
-                    offset,
-                    len,
-                },
-            });
+            out.push(out_of_sync(p.id, v, offset, len));
             b = end;
         }
         self.peers[i].vols[v].repl = if self.peers[i].vols[v].oos.count() > 0 {
@@ -1964,15 +1998,7 @@ impl Resource {
         };
         self.peers[i].vols[v].list = ListState::Sent;
         // The end of the list (possibly empty): the peer now knows all we know it lacks.
-        let end = Msg::OutOfSync {
-            volume: v as u16,
-            offset: 0,
-            len: 0,
-        };
-        out.push(RAction::Send {
-            peer: self.peers[i].id,
-            msg: end,
-        });
+        out.push(out_of_sync(self.peers[i].id, v, 0, 0));
     }
 
     /// We lack this range (a peer says so): become a sync target for it.
@@ -2055,9 +2081,10 @@ impl Resource {
                 .any(|&(o, l)| o < offset + len && offset < o + u64::from(l))
     }
 
-    /// A peer to pull from: an up-to-date one if any, else a diskful one being synced
-    /// itself (it serves what it has and refuses the rest), skipping those that just
-    /// refused.
+    /// A peer to pull from: the Primary if it keeps an up-to-date replica (it has every
+    /// write; a Secondary cut off from it may not know what it missed yet would serve it:
+    /// seed 5603 of the overlapping-fault runs), else an up-to-date one, else a diskful one being synced itself (it serves what it
+    /// has and refuses the rest), skipping those that just refused.
     fn pick_source(&self, v: usize) -> Option<NodeId> {
         let refused = self.vols[v]
             .resync
@@ -2085,6 +2112,14 @@ impl Resource {
                         p.up && p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate)
                     })
             });
+        if let Some(p) = self.peers.iter().find(|p| {
+            p.up && p.role == Role::Primary
+                && p.vols[v].diskful
+                && p.vols[v].disk == Some(DiskState::UpToDate)
+        }) {
+            // Refused (it has not heard every list yet): ask it again later, not another.
+            return (!refused.contains(&p.id)).then_some(p.id);
+        }
         current
             .or_else(|| candidate(DiskState::UpToDate))
             .or_else(|| candidate(DiskState::Inconsistent))
@@ -2340,16 +2375,8 @@ impl Resource {
             if targets & (1 << p.id) == 0 {
                 p.vols[v].oos.set_range(offset, u64::from(len));
                 if p.up && matches!(p.vols[v].list, ListState::Sent | ListState::Stale) {
-                    for (offset, len) in [(offset, len), (0, 0)] {
-                        out.push(RAction::Send {
-                            peer: p.id,
-                            msg: Msg::OutOfSync {
-                                volume: v as u16,
-                                offset,
-                                len,
-                            },
-                        });
-                    }
+                    out.push(out_of_sync(p.id, v, offset, len));
+                    out.push(out_of_sync(p.id, v, 0, 0));
                 }
             } else {
                 // It gets this newer write (or the Primary marks it): our old mark is moot.
