@@ -1095,8 +1095,12 @@ impl Sim {
         let mut settled_at: Option<u64> = None;
         let mut converged = true;
         while self.step() {
-            if self.events >= limit && self.sc.overlapping_faults && settled_at.is_some() {
-                // Flapping (a false split brain dropped and redialled) before the deadline.
+            // Overlapping faults: a known gap until persistent metadata (see
+            // `Scenario::overlapping_faults`) can keep a settled run from converging, idle
+            // or flapping (a false split brain dropped and redialled).
+            if self.sc.overlapping_faults
+                && settled_at.is_some_and(|t| self.now - t > STUCK_AFTER_US || self.events >= limit)
+            {
                 self.note("stuck: checking safety only".into());
                 converged = false;
                 break;
@@ -1124,13 +1128,7 @@ impl Sim {
                 if self.in_sync() {
                     break;
                 }
-                let since = *settled_at.get_or_insert(self.now);
-                if self.sc.overlapping_faults && self.now - since > STUCK_AFTER_US {
-                    // Known gap until persistent metadata: see `Scenario::overlapping_faults`.
-                    self.note("stuck: checking safety only".into());
-                    converged = false;
-                    break;
-                }
+                settled_at.get_or_insert(self.now);
             }
         }
         if converged {
@@ -1173,6 +1171,13 @@ impl Sim {
         allowed
     }
 
+    /// The nodes that keep a replica of volume `v`.
+    fn replicas_of(&self, v: usize) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.sc.replica(i, v))
+            .collect()
+    }
+
     /// An overlapping-fault run that could not converge: every request was still answered,
     /// every read returned what it may, and nothing acknowledged that reached a replica is
     /// lost (per sector, some replica holds the last such write or a failed one after it).
@@ -1187,9 +1192,7 @@ impl Sim {
             self.check_read(r);
         }
         for v in 0..self.sc.sizes.len() {
-            let replicas: Vec<usize> = (0..self.nodes.len())
-                .filter(|&i| self.sc.replica(i, v))
-                .collect();
+            let replicas = self.replicas_of(v);
             for (s, want) in self.allowed_final(v, true).iter().enumerate() {
                 let at = s * SECTOR as usize;
                 let got: Vec<u64> = replicas
@@ -1223,9 +1226,7 @@ impl Sim {
         }
         for v in 0..self.sc.sizes.len() {
             let allowed = self.allowed_final(v, false);
-            let replicas: Vec<usize> = (0..self.nodes.len())
-                .filter(|&i| self.sc.replica(i, v))
-                .collect();
+            let replicas = self.replicas_of(v);
             for &i in &replicas {
                 let disk = &self.nodes[i].disks[v];
                 for (s, want) in allowed.iter().enumerate() {

@@ -4,12 +4,17 @@
 use tandem_engine::replica::Protocol;
 use tandem_sim::{Scenario, Sim};
 
-#[test]
-fn thousands_of_seeds() {
-    let count = std::env::var("TANDEM_SIM_SEEDS")
+/// Seeds per run: `TANDEM_SIM_SEEDS`, default 2,000.
+fn seed_count() -> u64 {
+    std::env::var("TANDEM_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(2000)
+}
+
+#[test]
+fn thousands_of_seeds() {
+    let count = seed_count();
     if let Err(e) = tandem_sim::run_seeds(0, count) {
         panic!("{e}");
     }
@@ -22,10 +27,7 @@ fn thousands_of_seeds() {
 /// correct, nothing acknowledged that reached a replica lost.
 #[test]
 fn overlapping_faults_lose_nothing_acknowledged() {
-    let count = std::env::var("TANDEM_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+    let count = seed_count();
     match tandem_sim::run_seeds_with(0, count, true) {
         Ok(stuck) => assert!(
             stuck.len() as u64 * 50 <= count,
@@ -42,9 +44,9 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// an acknowledged write without knowing it (now the Primary is the source whenever it
 /// keeps an up-to-date replica). Seed 26135: a FLUSH answered by a replica being synced
 /// alone, which lacked a write only a replica gone meanwhile had (now only a replica
-/// UpToDate when it acknowledges answers for its volume). (Two more bugs these runs found, a resync source
-/// that did not yet know what it lacked and writes queued behind a failed one left
-/// unanswered, have engine tests in `crates/engine/tests/replica.rs`.)
+/// UpToDate when it acknowledges answers for its volume). Two more bugs these runs found,
+/// a resync source that did not yet know what it lacked and writes queued behind a failed
+/// one left unanswered, have engine tests in `crates/engine/tests/replica.rs`.
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [31, 1891, 5603, 26135] {

@@ -394,13 +394,6 @@ struct FlushOp {
     local_ok: bool,
     peers_pending: u32,
     peers_ok: u32,
-    /// Per volume: whether the local fdatasync covers it (we keep a replica that takes
-    /// writes), and the peers whose barrier covers it (they keep a replica of it). A
-    /// replica that flushed says nothing about a volume it does not keep, or lacks writes
-    /// of: the barrier succeeds for a waiter only if a replica of the waiter's volume that
-    /// is UpToDate when the barrier completes flushed.
-    local_vols: Vec<bool>,
-    peer_vols: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -1199,51 +1192,32 @@ impl Resource {
         });
     }
 
-    /// Per volume: whether our replica is UpToDate.
-    fn up_to_date_here(&self) -> Vec<bool> {
-        self.vols
-            .iter()
-            .map(|v| v.diskful && v.disk == DiskState::UpToDate)
-            .collect()
-    }
-
-    /// Per volume: the connected peers whose replica is UpToDate (as bits).
-    fn up_to_date_peers(&self) -> Vec<u32> {
-        (0..self.vols.len())
-            .map(|v| {
-                (0..self.peers.len())
-                    .filter(|&i| {
-                        let pv = &self.peers[i].vols[v];
-                        self.peers[i].up && pv.diskful && pv.disk == Some(DiskState::UpToDate)
-                    })
-                    .fold(0, |bits, i| bits | self.bit(i))
+    /// Whether a completed barrier makes volume `v` durable. A replica that flushed says
+    /// nothing about a volume it does not keep (with volumes on different nodes, our
+    /// fdatasync of volume 0 must not answer for volume 1), nor about one it is still
+    /// syncing: that one is flushed too, but may lack a write only a replica gone meanwhile
+    /// had. So only a replica UpToDate now answers: a peer's state reaches us in order with
+    /// its acknowledgement, and one that finished its resync first flushed all it pulled.
+    fn barrier_answers_for(&self, v: usize, local_ok: bool, peers_ok: u32) -> bool {
+        let vol = &self.vols[v];
+        (local_ok && vol.diskful && vol.disk == DiskState::UpToDate)
+            || self.peers.iter().enumerate().any(|(i, p)| {
+                peers_ok & self.bit(i) != 0
+                    && p.up
+                    && p.vols[v].diskful
+                    && p.vols[v].disk == Some(DiskState::UpToDate)
             })
-            .collect()
     }
 
     /// Starts a barrier over every replica for these waiters.
     fn start_barrier(&mut self, waiters: Vec<(ReqId, u16)>, out: &mut Vec<RAction>) {
         let id = self.alloc_id();
-        let local_vols: Vec<bool> = self
+        let local = self
             .vols
             .iter()
-            .map(|v| v.diskful && matches!(v.disk, DiskState::UpToDate | DiskState::Inconsistent))
-            .collect();
-        let peer_vols = (0..self.vols.len())
-            .map(|v| {
-                (0..self.peers.len())
-                    .filter(|&i| {
-                        let pv = &self.peers[i].vols[v];
-                        self.peers[i].up && pv.diskful && pv.disk != Some(DiskState::Diskless)
-                    })
-                    .fold(0, |bits, i| bits | self.bit(i))
-            })
-            .collect();
-        let local = local_vols.iter().any(|&l| l);
+            .any(|v| v.diskful && matches!(v.disk, DiskState::UpToDate | DiskState::Inconsistent));
         let mut op = FlushOp {
             waiters,
-            local_vols,
-            peer_vols,
             ..FlushOp::default()
         };
         if local {
@@ -1276,18 +1250,8 @@ impl Resource {
             return;
         }
         let op = self.flush_ops.remove(&id).expect("checked above");
-        // A replica being synced is flushed too, but answers for its volume only if it was
-        // UpToDate when it acknowledged (its state reaches us in order with the
-        // acknowledgement): until then it may lack a write that only a replica gone
-        // meanwhile had. One that finished its resync first flushed all it pulled.
-        let (local_now, peers_now) = (self.up_to_date_here(), self.up_to_date_peers());
         for (req, volume) in op.waiters {
-            let v = volume as usize;
-            // Only a replica of this volume makes it durable: with volumes kept on different
-            // nodes, our own fdatasync (of volume 0, say) must not answer for volume 1.
-            let ok = (op.local_ok && op.local_vols[v] && local_now[v])
-                || op.peers_ok & op.peer_vols[v] & peers_now[v] != 0;
-            let result = if ok {
+            let result = if self.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok) {
                 Ok(())
             } else {
                 Err(IoError::Os(EIO as i32))
@@ -1486,14 +1450,24 @@ impl Resource {
 
     /// Changes a volume's disk state and tells the log and every connected peer.
     fn set_disk(&mut self, v: usize, disk: DiskState, note: String, out: &mut Vec<RAction>) {
-        self.set_disk_noted(v, disk, RAction::Note(note), out);
+        self.set_disk_logged(v, disk, note, false, out);
     }
 
-    /// `set_disk` with the log line given as a `Note` or a `Detail`.
-    fn set_disk_noted(&mut self, v: usize, disk: DiskState, note: RAction, out: &mut Vec<RAction>) {
-        debug_assert!(matches!(note, RAction::Note(_) | RAction::Detail(_)));
+    /// `set_disk`, the line logged as a `Detail` (debug) if `detail`, else as a `Note`.
+    fn set_disk_logged(
+        &mut self,
+        v: usize,
+        disk: DiskState,
+        note: String,
+        detail: bool,
+        out: &mut Vec<RAction>,
+    ) {
         self.vols[v].disk = disk;
-        out.push(note);
+        out.push(if detail {
+            RAction::Detail(note)
+        } else {
+            RAction::Note(note)
+        });
         let size = self.vols[v].size;
         self.broadcast(
             Msg::Volume {
@@ -2017,15 +1991,11 @@ impl Resource {
         }
         if vol.disk != DiskState::Inconsistent {
             let note = if live {
-                RAction::Detail(format!(
-                    "volume {v}: node {lister} tells of a write we missed; catching up"
-                ))
+                format!("volume {v}: node {lister} tells of a write we missed; catching up")
             } else {
-                RAction::Note(format!(
-                    "volume {v}: node {lister} lists writes we lack; resync needed"
-                ))
+                format!("volume {v}: node {lister} lists writes we lack; resync needed")
             };
-            self.set_disk_noted(v, DiskState::Inconsistent, note, out);
+            self.set_disk_logged(v, DiskState::Inconsistent, note, live, out);
         }
         let lister_is_primary = self
             .peer_index(lister)
@@ -2060,13 +2030,18 @@ impl Resource {
         rs.cursor = rs.cursor.min(offset / super::bitmap::BLOCK);
     }
 
+    /// Every connected peer has ended its list of what we lack in volume `v`.
+    fn all_listed(&self, v: usize) -> bool {
+        self.peers.iter().all(|p| !p.up || p.vols[v].listed)
+    }
+
     /// Whether our replica holds current data for this range, as far as every connected
     /// peer has told us what we lack: what a resync may copy from us. An up-to-date replica
     /// that has not heard every list yet may lack the range without knowing it (it just
     /// came back, and the Primary's list is on its way).
     fn has_range(&self, v: usize, offset: u64, len: u64) -> bool {
         let vol = &self.vols[v];
-        if !self.peers.iter().all(|p| !p.up || p.vols[v].listed) {
+        if !self.all_listed(v) {
             return false;
         }
         let Some(rs) = vol.resync.as_ref() else {
@@ -2083,8 +2058,9 @@ impl Resource {
 
     /// A peer to pull from: the Primary if it keeps an up-to-date replica (it has every
     /// write; a Secondary cut off from it may not know what it missed yet would serve it:
-    /// seed 5603 of the overlapping-fault runs), else an up-to-date one, else a diskful one being synced itself (it serves what it
-    /// has and refuses the rest), skipping those that just refused.
+    /// seed 5603 of the overlapping-fault runs), else an up-to-date one, else a diskful one
+    /// being synced itself (it serves what it has and refuses the rest), skipping those
+    /// that just refused.
     fn pick_source(&self, v: usize) -> Option<NodeId> {
         let refused = self.vols[v]
             .resync
@@ -2171,7 +2147,7 @@ impl Resource {
                 },
             });
         }
-        let all_listed = self.peers.iter().all(|p| !p.up || p.vols[v].listed);
+        let all_listed = self.all_listed(v);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
@@ -2316,12 +2292,7 @@ impl Resource {
             self.peers[i].vols[v].repl = Repl::Established;
         }
         let note = format!("volume {v}: resync from node {source} finished; UpToDate");
-        let note = if rs.live {
-            RAction::Detail(note)
-        } else {
-            RAction::Note(note)
-        };
-        self.set_disk_noted(v, DiskState::UpToDate, note, out);
+        self.set_disk_logged(v, DiskState::UpToDate, note, rs.live, out);
         self.offer_to_outdated(v, out);
     }
 
