@@ -59,6 +59,9 @@ impl FlushPattern {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncStart {
     pub gen: u64,
+    /// Bytes written since the previous sync started: what this one may have to write
+    /// back (saturating; zeroing and trims count as "a lot").
+    pub bytes: u64,
 }
 
 /// A flush and whether it is durable (`Err`: a sync failed).
@@ -122,11 +125,6 @@ impl<F> SyncPlan<F> {
         self.pattern.flush_heavy()
     }
 
-    /// Bytes written since the last sync started.
-    pub fn unsynced(&self) -> u64 {
-        self.unsynced
-    }
-
     /// The engine asks for a flush covering every write completed so far.
     pub fn flush(&mut self, f: F) -> FlushPlan<F> {
         assert!(
@@ -180,8 +178,10 @@ impl<F> SyncPlan<F> {
     fn start(&mut self) -> SyncStart {
         assert!(self.running.is_none(), "syncs never overlap");
         self.running = Some(self.written);
-        self.unsynced = 0;
-        SyncStart { gen: self.written }
+        SyncStart {
+            gen: self.written,
+            bytes: std::mem::take(&mut self.unsynced),
+        }
     }
 }
 
@@ -285,6 +285,25 @@ mod tests {
             FlushPlan::Start(s) => s.gen,
             other => panic!("expected a sync to start, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_sync_knows_how_much_it_may_write_back() {
+        let mut p = SyncPlan::<u32>::default();
+        p.wrote(4096);
+        p.wrote(8192);
+        let FlushPlan::Start(s) = p.flush(1) else {
+            panic!("expected a sync")
+        };
+        assert_eq!(s.bytes, 12288);
+        // Written while it runs: for the next one.
+        p.wrote(u64::MAX); // a zeroing: size unknown
+        p.wrote(4096);
+        assert_eq!(p.sync_done(s.gen, true), (Some((1, Ok(()))), None));
+        let FlushPlan::Start(s) = p.flush(2) else {
+            panic!("expected a sync")
+        };
+        assert_eq!(s.bytes, u64::MAX, "saturates");
     }
 
     #[test]
