@@ -1461,8 +1461,10 @@ impl NodeReactor {
                 .engine
                 .disk_done(volume, token, DiskKind::Flush, result, out);
         }
+        // Same rule as any sync. Never recurses more than once: nothing is written while
+        // a sync runs on the loop, so the one after it covers every write.
         if let Some(s) = next {
-            self.start_sync(r, s, out);
+            self.sync(r, s, out);
         }
     }
 
