@@ -22,7 +22,7 @@ def main():
     if len(sys.argv) != 5:
         sys.exit(__doc__.strip().splitlines()[-1])
     path, primary, *secondaries = sys.argv[1:]
-    cycles, cur, cpu, same = [], None, {}, 0
+    cycles, cur, cpu = [], None, {}
     for line in open(path):
         m = LINE.match(line)
         if not m:
@@ -34,8 +34,8 @@ def main():
         if pid == primary and ev == "syscalls:sys_exit_recvfrom" and rest.strip() == "0x101c":
             if cur:
                 cycles.append(cur)
-            cur = {"t0": t, "enter": [], "write": [], "flush": [], "exit": []}
-            same += len({cpu.get(p) for p in secondaries}) == 1
+            one_cpu = len({cpu.get(p) for p in secondaries}) == 1
+            cur = {"t0": t, "one_cpu": one_cpu, "enter": [], "write": [], "flush": [], "exit": []}
             continue
         if cur is None:
             continue
@@ -52,6 +52,7 @@ def main():
     if not whole:
         sys.exit("no complete cycle found (wrong pids, or not a fsync=1 run?)")
     print(f"cycles: {len(cycles)}, with two syncs and two data writes: {len(whole)}")
+    same = sum(c["one_cpu"] for c in cycles)
     print(f"both Secondaries on one CPU when the write arrived: {same} of {len(cycles)}")
 
     def med(key, i):
