@@ -2,7 +2,7 @@
 //! data path under failures; these pin down what a misbehaving peer or operator gets.
 
 use tandem_engine::replica::{
-    DiskState, Msg, PromoteError, Protocol, RAction, Resource, ResourceSpec, Role,
+    DiskState, Msg, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec, Role,
 };
 use tandem_engine::{Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
@@ -23,9 +23,9 @@ fn spec(me: u8) -> ResourceSpec {
 
 fn node(me: u8) -> Resource {
     let disk = if me == 2 {
-        DiskState::Diskless
+        ReplicaAtStart::None
     } else {
-        DiskState::UpToDate
+        ReplicaAtStart::UpToDate
     };
     Resource::new(spec(me), vec![disk])
 }
@@ -54,6 +54,7 @@ fn a_peer_with_another_volume_size_is_dropped_and_nothing_changes() {
             volume: 0,
             size: 2 << 20,
             disk: DiskState::UpToDate,
+            flags: 0,
         },
         &mut out,
     );
@@ -92,6 +93,7 @@ fn a_second_primary_is_refused() {
             volume: 0,
             size: 1 << 20,
             disk: DiskState::UpToDate,
+            flags: 0,
         },
         &mut out,
     );
@@ -210,6 +212,7 @@ fn a_diskless_node_cannot_promote_without_an_up_to_date_peer() {
             volume: 0,
             size: 1 << 20,
             disk: DiskState::UpToDate,
+            flags: 0,
         },
         &mut out,
     );
@@ -234,6 +237,7 @@ fn protocol_c_completes_only_after_every_peer_wrote() {
             volume: 0,
             size: 1 << 20,
             disk: DiskState::UpToDate,
+            flags: 0,
         },
         &mut out,
     );
@@ -337,7 +341,7 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
         sizes: vec![1 << 20, 1 << 20],
         ..spec(0)
     };
-    let mut p = Resource::new(spec, vec![DiskState::UpToDate, DiskState::Diskless]);
+    let mut p = Resource::new(spec, vec![ReplicaAtStart::UpToDate, ReplicaAtStart::None]);
     let mut out = Vec::new();
     p.peer_up(1, &mut out);
     for volume in 0..2 {
@@ -347,6 +351,7 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
                 volume,
                 size: 1 << 20,
                 disk: DiskState::UpToDate,
+                flags: 0,
             },
             &mut out,
         );
@@ -393,6 +398,7 @@ fn diskless_primary() -> Resource {
                 volume: 0,
                 size: 1 << 20,
                 disk: DiskState::UpToDate,
+                flags: 0,
             },
             &mut out,
         );
@@ -483,6 +489,7 @@ fn an_up_to_date_replica_serves_resync_only_once_it_knows_what_it_lacks() {
                 volume: 0,
                 size: 1 << 20,
                 disk,
+                flags: 0,
             },
             &mut out,
         );
@@ -529,6 +536,7 @@ fn a_flush_answered_only_by_a_replica_being_synced_fails() {
             volume: 0,
             size: 1 << 20,
             disk: DiskState::Inconsistent,
+            flags: 0,
         },
         &mut out,
     );
@@ -558,4 +566,182 @@ fn a_flush_answered_only_by_a_replica_being_synced_fails() {
         matches!(completion(&out, ReqId(7)), Some(Err(_))),
         "the FLUSH fails: {out:?}"
     );
+}
+
+// ------------------------------------------------------------------ replicas created at start
+
+/// Two-node spec (both keep a replica) plus the diskless node 2.
+fn started(me: u8, found: ReplicaAtStart) -> Resource {
+    let found = if me == 2 { ReplicaAtStart::None } else { found };
+    Resource::new(spec(me), vec![found])
+}
+
+/// Delivers every control packet `from` queued for `to` (payloads are not needed here).
+fn deliver(from: u8, out: &mut Vec<RAction>, to: u8, dst: &mut Resource) -> Vec<RAction> {
+    let mut answers = Vec::new();
+    for a in std::mem::take(out) {
+        if let RAction::Send { peer, msg } = a {
+            if peer == to {
+                dst.packet(from, &msg.to_packet(|_, _| &[]), &mut answers);
+            }
+        }
+    }
+    answers
+}
+
+/// Connects two engines and lets them exchange packets until both are quiet.
+fn connect(a: (u8, &mut Resource), b: (u8, &mut Resource)) {
+    let (ia, ea) = a;
+    let (ib, eb) = b;
+    let mut out_a = Vec::new();
+    let mut out_b = Vec::new();
+    ea.peer_up(ib, &mut out_a);
+    eb.peer_up(ia, &mut out_b);
+    for _ in 0..10 {
+        let to_a = deliver(ib, &mut out_b, ia, ea);
+        let to_b = deliver(ia, &mut out_a, ib, eb);
+        out_a = to_a;
+        out_b = to_b;
+    }
+}
+
+fn resync_requests(out: &[RAction]) -> Vec<(u64, u32)> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                msg: Msg::ResyncReq { offset, len, .. },
+                ..
+            } => Some((*offset, *len)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_replica_created_at_start_is_inconsistent_and_synced_in_full() {
+    // Beta's backing file was deleted while it was down: it comes back created, empty.
+    let mut alpha = started(0, ReplicaAtStart::UpToDate);
+    let mut beta = started(1, ReplicaAtStart::Created);
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
+    connect((0, &mut alpha), (1, &mut beta));
+    // Still Inconsistent (it holds nothing), and alpha counts all of it as out of sync.
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
+    let oos = alpha.status().peers[0].volumes[0].out_of_sync_bytes;
+    assert_eq!(oos, 1 << 20, "alpha must list the created replica in full");
+    // Its resync covers the whole volume.
+    assert_eq!(beta.status().volumes[0].resync_remaining, Some(1 << 20));
+    // It never serves a read, and cannot make its node Primary on its own.
+    let mut lone = started(1, ReplicaAtStart::Created);
+    let mut out = Vec::new();
+    assert_eq!(
+        lone.promote(false, &mut out),
+        Err(PromoteError::NoUpToDate(0))
+    );
+}
+
+#[test]
+fn a_created_replica_pulls_everything_even_if_no_peer_lists_it() {
+    // Alpha is UpToDate but has not yet heard that beta is new; beta pulls the whole
+    // volume by itself, in block order, from the first byte.
+    let mut beta = started(1, ReplicaAtStart::Created);
+    let mut out = Vec::new();
+    beta.peer_up(0, &mut out);
+    for p in [
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        beta.packet(0, &p, &mut out);
+    }
+    let reqs = resync_requests(&out);
+    assert_eq!(reqs.first(), Some(&(0, 64 << 10)), "{out:?}");
+    assert_eq!(reqs.len(), 4, "a window of requests: {out:?}");
+}
+
+#[test]
+fn a_new_cluster_is_up_to_date_without_a_sync() {
+    let mut alpha = started(0, ReplicaAtStart::Created);
+    let mut beta = started(1, ReplicaAtStart::Created);
+    assert_eq!(alpha.disk(0), DiskState::Inconsistent);
+    connect((0, &mut alpha), (1, &mut beta));
+    for n in [&alpha, &beta] {
+        assert_eq!(n.disk(0), DiskState::UpToDate);
+        let st = n.status();
+        assert_eq!(st.volumes[0].resync_remaining, None);
+        assert!(st.peers.iter().all(|p| p.volumes[0].out_of_sync_bytes == 0));
+    }
+}
+
+#[test]
+fn the_only_replica_created_at_start_is_a_new_cluster_of_one() {
+    let spec = ResourceSpec {
+        nodes: vec![(0, vec![true]), (1, vec![false])],
+        ..spec(0)
+    };
+    let n = Resource::new(spec, vec![ReplicaAtStart::Created]);
+    assert_eq!(n.disk(0), DiskState::UpToDate);
+}
+
+#[test]
+fn a_created_replica_next_to_one_that_holds_data_is_no_new_cluster() {
+    // Alpha restarted with its file (Outdated, maybe the only copy of acknowledged
+    // writes); beta's file is gone. Neither may call itself current.
+    let mut alpha = started(0, ReplicaAtStart::Existing);
+    let mut beta = started(1, ReplicaAtStart::Created);
+    connect((0, &mut alpha), (1, &mut beta));
+    assert_eq!(alpha.disk(0), DiskState::Outdated);
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
+    // The administrator picks alpha: beta is then synced in full from it.
+    let mut out = Vec::new();
+    alpha.promote(true, &mut out).unwrap();
+    let oos = alpha.status().peers[0].volumes[0].out_of_sync_bytes;
+    assert_eq!(oos, 1 << 20);
+}
+
+#[test]
+fn a_created_replica_that_received_data_no_longer_counts_as_new() {
+    // Beta was created while alpha was UpToDate and received replicated writes; later
+    // alpha also comes back created. Beta holds part of the data: no new cluster.
+    let mut alpha = started(0, ReplicaAtStart::UpToDate);
+    let mut beta = started(1, ReplicaAtStart::Created);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    alpha.promote(false, &mut out).unwrap();
+    deliver(0, &mut out, 1, &mut beta);
+    alpha.submit(
+        ReqId(1),
+        0,
+        Io::Write {
+            offset: 0,
+            len: 4096,
+            fua: false,
+        },
+        &mut out,
+    );
+    let mut to_beta = Vec::new();
+    for a in out.drain(..) {
+        if let RAction::Send { peer: 1, msg } = a {
+            let data = [7u8; 4096];
+            beta.packet(0, &msg.to_packet(|_, _| &data), &mut to_beta);
+        }
+    }
+    assert!(
+        to_beta.iter().any(|a| matches!(a, RAction::Disk { .. })),
+        "beta writes the replicated block: {to_beta:?}"
+    );
+    // Alpha is replaced by a node whose file was lost too.
+    let mut out = Vec::new();
+    beta.peer_down(0, &mut out);
+    let mut alpha = started(0, ReplicaAtStart::Created);
+    connect((0, &mut alpha), (1, &mut beta));
+    assert_eq!(alpha.disk(0), DiskState::Inconsistent);
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
 }

@@ -21,7 +21,8 @@ mod rng;
 use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
 use tandem_engine::replica::{
-    DataRef, DiskState, Msg, NodeId, Protocol, RAction, Resource, ResourceSpec, Role, Token,
+    DataRef, DiskState, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
+    Role, Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{Decoded, Packet};
@@ -50,6 +51,14 @@ pub struct Scenario {
     /// (Overlapping failures of different diskful nodes under a diskless Primary need the
     /// peer acknowledgements and data generation tags of the metadata work; see the notes.)
     pub overlapping_faults: bool,
+    /// Every replica starts created empty (a new cluster): none is UpToDate until all
+    /// diskful nodes have met.
+    pub fresh_start: bool,
+    /// A restart may lose the node's whole disk (a replaced disk, a deleted backing file):
+    /// it comes back created empty and must be synced in full before it counts. Only with
+    /// one failure at a time (a lost disk while the only other replica lags loses data no
+    /// engine can bring back).
+    pub lose_disks: bool,
 }
 
 impl Scenario {
@@ -76,6 +85,8 @@ impl Scenario {
             faults: r.chance(0.7),
             restarts: r.chance(0.3),
             overlapping_faults: false,
+            fresh_start: false,
+            lose_disks: false,
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
         let volumes = match r.below(10) {
@@ -94,6 +105,9 @@ impl Scenario {
             sc.no_replica
                 .push((r.below(3) as NodeId, r.below(volumes) as u16));
         }
+        // Drawn last, so older seeds keep their schedules.
+        sc.fresh_start = r.chance(0.2);
+        sc.lose_disks = sc.restarts && r.chance(0.5);
         sc
     }
 
@@ -113,6 +127,8 @@ pub struct Outcome {
     pub completed: usize,
     pub failed: usize,
     pub resyncs: usize,
+    /// Restarts that lost the node's disks (see [`Scenario::lose_disks`]).
+    pub disks_lost: usize,
     pub events: u64,
     /// Every replica ended UpToDate and identical. Only overlapping-fault runs may end
     /// without: they then stop after [`STUCK_AFTER_US`] and are checked for safety only.
@@ -233,6 +249,7 @@ pub struct Sim {
     completed: usize,
     failed: usize,
     resyncs: usize,
+    disks_lost: usize,
     events: u64,
     log: std::collections::VecDeque<String>,
     /// `TANDEM_SIM_TRACE=1`: every delivered packet and disk completion goes to the log
@@ -259,14 +276,14 @@ fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
     }
 }
 
-/// The disk states a node's engine starts with: `have` for its replicas.
-fn disks(sc: &Scenario, node: usize, have: DiskState) -> Vec<DiskState> {
+/// What a node's engine finds at start: `have` for its replicas.
+fn disks(sc: &Scenario, node: usize, have: ReplicaAtStart) -> Vec<ReplicaAtStart> {
     (0..sc.sizes.len())
         .map(|v| {
             if sc.replica(node, v) {
                 have
             } else {
-                DiskState::Diskless
+                ReplicaAtStart::None
             }
         })
         .collect()
@@ -294,7 +311,15 @@ impl Sim {
                 Node {
                     engine: Resource::new(
                         spec(&sc, i as NodeId),
-                        disks(&sc, i, DiskState::UpToDate),
+                        disks(
+                            &sc,
+                            i,
+                            if sc.fresh_start {
+                                ReplicaAtStart::Created
+                            } else {
+                                ReplicaAtStart::UpToDate
+                            },
+                        ),
                     ),
                     disks: (0..sc.sizes.len()).map(|v| vec![0; size(v)]).collect(),
                     durable: (0..sc.sizes.len())
@@ -328,6 +353,7 @@ impl Sim {
             completed: 0,
             failed: 0,
             resyncs: 0,
+            disks_lost: 0,
             events: 0,
             log: Default::default(),
             trace: std::env::var_os("TANDEM_SIM_TRACE").is_some(),
@@ -347,7 +373,10 @@ impl Sim {
         // Promote once the peers have told each other their state.
         sim.at(5_000, Ev::Promote);
         sim.at(1, Ev::Tick);
-        if sim.sc.faults || sim.sc.restarts {
+        // A new cluster's faults start once it is up (see `Ev::Promote`): a node restarted
+        // before the replicas met finds a file it cannot prove current, next to created
+        // ones, and no replica may then call itself UpToDate until an administrator says.
+        if (sim.sc.faults || sim.sc.restarts) && !sim.sc.fresh_start {
             let t = 1_000 + sim.rng.below(20_000);
             sim.at(t, Ev::Fault);
         }
@@ -991,15 +1020,30 @@ impl Sim {
                 self.cut(node.min(other), node.max(other), None);
             }
         }
+        let lost = self.sc.lose_disks && !self.sc.overlapping_faults && self.rng.chance(0.5);
         let n = &mut self.nodes[node as usize];
         n.incarnation += 1;
         n.ops.clear();
         n.held.clear();
         n.reads.clear();
-        n.engine = Resource::new(
-            spec(&self.sc, node),
-            disks(&self.sc, node as usize, DiskState::Outdated),
-        );
+        if lost {
+            for d in &mut n.disks {
+                d.fill(0);
+            }
+            for d in &mut n.durable {
+                d.fill(0);
+            }
+        }
+        let found = if lost {
+            ReplicaAtStart::Created
+        } else {
+            ReplicaAtStart::Existing
+        };
+        n.engine = Resource::new(spec(&self.sc, node), disks(&self.sc, node as usize, found));
+        if lost {
+            self.disks_lost += 1;
+            self.note(format!("node {node} lost its disks"));
+        }
         self.at(30_000, Ev::Restart { node });
     }
 
@@ -1040,12 +1084,25 @@ impl Sim {
             Ev::Restart { node } => self.rejoin(node),
             Ev::Promote => {
                 let mut out = Vec::new();
-                self.nodes[0]
-                    .engine
-                    .promote(false, &mut out)
-                    .expect("node 0 can promote at start");
+                match self.nodes[0].engine.promote(false, &mut out) {
+                    Ok(()) => {}
+                    // A new cluster is UpToDate once all its replicas have met.
+                    Err(_) if self.sc.fresh_start && self.now < 1_000_000 => {
+                        self.at(5_000, Ev::Promote);
+                        return true;
+                    }
+                    Err(e) => panic!(
+                        "seed {}: node 0 cannot promote at start: {e:?}\n{}",
+                        self.sc.seed,
+                        self.tail_log(300)
+                    ),
+                }
                 self.run_actions(0, out, None);
                 self.at(1, Ev::Workload);
+                if self.sc.fresh_start && (self.sc.faults || self.sc.restarts) {
+                    let t = 1_000 + self.rng.below(20_000);
+                    self.at(t, Ev::Fault);
+                }
             }
         }
         true
@@ -1140,6 +1197,7 @@ impl Sim {
             completed: self.completed,
             failed: self.failed,
             resyncs: self.resyncs,
+            disks_lost: self.disks_lost,
             events: self.events,
             converged,
         }

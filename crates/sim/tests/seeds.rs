@@ -56,6 +56,30 @@ fn overlapping_fault_regressions() {
     }
 }
 
+/// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
+/// comes back with an empty replica it created, which must be synced in full before it
+/// serves a read or counts as a copy. Every read and the final contents are checked, so
+/// an empty replica taken for UpToDate fails here. New clusters (every replica created
+/// at start) are UpToDate once their nodes meet, without a sync.
+#[test]
+fn restarts_that_lose_the_disk_lose_nothing() {
+    let (mut lost, mut fresh) = (0, 0);
+    for seed in 0..3000 {
+        let mut sc = Scenario::random(seed);
+        if !sc.restarts {
+            continue;
+        }
+        sc.lose_disks = true;
+        fresh += usize::from(sc.fresh_start);
+        let out = Sim::new(sc).run();
+        assert!(out.converged, "seed {seed}");
+        lost += out.disks_lost;
+    }
+    eprintln!("{lost} disks lost, {fresh} new clusters");
+    assert!(lost >= 20, "only {lost} restarts lost their disks");
+    assert!(fresh >= 5, "only {fresh} new clusters");
+}
+
 #[test]
 fn a_seed_reproduces_exactly() {
     for seed in 0..100 {
@@ -89,6 +113,8 @@ fn every_protocol_and_shape_without_faults() {
                 faults: false,
                 restarts: false,
                 overlapping_faults: false,
+                fresh_start: false,
+                lose_disks: false,
             };
             let out = Sim::new(sc).run();
             assert_eq!(out.failed, 0, "{protocol:?}: nothing fails without faults");
@@ -117,6 +143,8 @@ fn several_volumes_of_different_sizes_without_faults() {
                 faults: false,
                 restarts: false,
                 overlapping_faults: false,
+                fresh_start: false,
+                lose_disks: false,
             };
             let out = Sim::new(sc).run();
             assert_eq!(out.failed, 0, "{protocol:?}: nothing fails without faults");
@@ -158,6 +186,8 @@ fn a_flush_is_answered_only_by_replicas_of_its_volume() {
             faults: true,
             restarts,
             overlapping_faults: true,
+            fresh_start: false,
+            lose_disks: false,
         };
         Sim::new(sc).run();
     }
@@ -197,6 +227,8 @@ fn a_resync_interrupted_by_a_flapping_link_pulls_what_was_listed_again() {
             faults: true,
             restarts,
             overlapping_faults: true,
+            fresh_start: false,
+            lose_disks: false,
         };
         Sim::new(sc).run();
     }

@@ -22,6 +22,15 @@ pub enum DiskState {
     UpToDate,
 }
 
+/// Flags of a `Volume` packet.
+pub mod volume_flags {
+    /// The replica was created empty when its node started and has received no data since:
+    /// it holds nothing. Only if every replica of the volume says so is the cluster new
+    /// (all zeroes everywhere, nothing to sync).
+    pub const CREATED: u8 = 1 << 0;
+    pub const ALL: u8 = CREATED;
+}
+
 /// Flags of replicated writes.
 pub mod write_flags {
     /// The application asked for durability before completion.
@@ -57,10 +66,12 @@ pub enum Packet<'a> {
         role: Role,
     },
     /// The sender's view of one of its volumes; sent after authentication and on changes.
+    /// `flags`: [`volume_flags`].
     Volume {
         volume: u16,
         size: u64,
         disk: DiskState,
+        flags: u8,
     },
     /// A replicated write. `targets` has bit n set for every node the write goes to (the
     /// sender included if it writes it locally): a receiver marks the range out of sync
@@ -246,10 +257,16 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
         Packet::Auth { response } => w.bytes(&response),
         Packet::AuthOk | Packet::Ping | Packet::PingAck => {}
         Packet::Role { role } => w.u8(role as u8),
-        Packet::Volume { volume, size, disk } => {
+        Packet::Volume {
+            volume,
+            size,
+            disk,
+            flags,
+        } => {
             w.u16(volume);
             w.u64(size);
             w.u8(disk as u8);
+            w.u8(flags);
         }
         Packet::Write {
             volume,
@@ -397,6 +414,10 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
                 2 => DiskState::Outdated,
                 3 => DiskState::UpToDate,
                 _ => return Err(r.bad("unknown disk state")),
+            },
+            flags: match r.u8()? {
+                f if f & !volume_flags::ALL == 0 => f,
+                _ => return Err(r.bad("unknown volume flags")),
             },
         },
         WRITE => {
@@ -587,6 +608,7 @@ mod tests {
                 volume: 0,
                 size: 1 << 30,
                 disk: DiskState::UpToDate,
+                flags: volume_flags::CREATED,
             },
             Packet::Write {
                 volume: 0,

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use sync_plan::{FlushPattern, FlushPlan, SyncPlan, SyncStart};
 use tandem_config::{Endpoint, ResourceConfig};
 use tandem_engine::replica::{
-    DataRef, DiskState, Msg, NodeId, PromoteError, Protocol, RAction, Resource, ResourceSpec, Role,
-    Token,
+    DataRef, Msg, NodeId, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
+    Role, Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_frontend::nbd::{
@@ -318,7 +318,7 @@ impl NodeReactor {
             match &nv.disk {
                 None => {
                     backings.push(None);
-                    disks.push(DiskState::Diskless);
+                    disks.push(ReplicaAtStart::None);
                 }
                 Some(path) => {
                     let existed = path.exists();
@@ -329,14 +329,14 @@ impl NodeReactor {
                         read_only: false,
                     })
                     .with_context(|| format!("resource {} volume {}", cfg.name, vc.number))?;
-                    // Without persistent metadata (the next step) a replica found on disk
-                    // cannot prove it is current: it starts Outdated and is resynced from an
-                    // up-to-date peer. A replica created now is all zeroes, like every other
-                    // fresh one.
+                    // The engine decides what each may be trusted with (ReplicaAtStart).
                     disks.push(if existed {
-                        DiskState::Outdated
+                        ReplicaAtStart::Existing
                     } else {
-                        DiskState::UpToDate
+                        warn!(resource = %cfg.name, volume = vc.number,
+                            "backing file {} did not exist: created it empty. It holds no data, so it starts Inconsistent and is synced in full from an up-to-date peer before it serves reads, unless every node's replica of this volume is new (a new cluster)",
+                            path.display());
+                        ReplicaAtStart::Created
                     });
                     backings.push(Some(Arc::new(b)));
                 }
@@ -397,8 +397,11 @@ impl NodeReactor {
                 last_error: None,
             })
             .collect();
-        info!(resource = %cfg.name, node = %my.name, node_id = my.node_id, "replication on {}; disks {disks:?}", my.address);
         let engine = Resource::new(spec_of(&cfg, my.node_id), disks);
+        let states: Vec<_> = (0..cfg.volumes.len())
+            .map(|v| engine.disk(v as u16))
+            .collect();
+        info!(resource = %cfg.name, node = %my.name, node_id = my.node_id, "replication on {}; disks {states:?}", my.address);
         self.res.push(ResCtx {
             me: my.node_id,
             cfg,

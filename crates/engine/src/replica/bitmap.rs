@@ -81,6 +81,14 @@ impl Bitmap {
         self.set != 0 && self.blocks_of(offset, len).any(|b| self.is_set(b))
     }
 
+    /// Bytes of the range in blocks not set: what the range adds to the bitmap's count.
+    pub fn bytes_clear_in(&self, offset: u64, len: u64) -> u64 {
+        self.blocks_of(offset, len)
+            .filter(|&b| !self.is_set(b))
+            .count() as u64
+            * self.block
+    }
+
     /// Blocks set.
     pub fn count(&self) -> u64 {
         self.set

@@ -19,7 +19,7 @@ use crate::flush::FlushBatcher;
 use crate::io::{DiskKind, Io, IoError, ReqId};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use tandem_wire::packet::{write_flags as wf, Packet};
+use tandem_wire::packet::{volume_flags, write_flags as wf, Packet};
 pub use tandem_wire::packet::{DiskState, Role};
 
 pub type NodeId = u8;
@@ -50,6 +50,25 @@ pub struct ResourceSpec {
     /// Bytes per resync request and requests in flight per resync.
     pub resync_chunk: u32,
     pub resync_window: usize,
+}
+
+/// What the driver found of a volume's local replica when the node started. The engine
+/// decides from it what the replica may be trusted with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaAtStart {
+    /// The node keeps no replica of this volume.
+    None,
+    /// The backing file did not exist and was created now: it holds nothing (all zeroes).
+    /// Inconsistent, pulled in full from an up-to-date peer, unless every replica of the
+    /// volume was created at its start (a new cluster: all zeroes everywhere, nothing to
+    /// sync). A deleted file or a typo in a `disk` path must never pass for a current
+    /// replica.
+    Created,
+    /// The backing store existed: without persistent metadata its currency is unknown, so
+    /// it is Outdated and resynced from an up-to-date peer.
+    Existing,
+    /// Known to be current (tests; later, persistent metadata that proves it).
+    UpToDate,
 }
 
 /// Names a disk operation so its completion finds its way back.
@@ -91,6 +110,8 @@ pub enum Msg {
         volume: u16,
         size: u64,
         disk: DiskState,
+        /// The replica was created empty at start and has received no data since.
+        created: bool,
     },
     Write {
         volume: u16,
@@ -168,7 +189,17 @@ impl Msg {
     pub fn to_packet<'a>(&self, data: impl Fn(Option<DataRef>, u32) -> &'a [u8]) -> Packet<'a> {
         match *self {
             Msg::Role(role) => Packet::Role { role },
-            Msg::Volume { volume, size, disk } => Packet::Volume { volume, size, disk },
+            Msg::Volume {
+                volume,
+                size,
+                disk,
+                created,
+            } => Packet::Volume {
+                volume,
+                size,
+                disk,
+                flags: if created { volume_flags::CREATED } else { 0 },
+            },
             Msg::Write {
                 volume,
                 seq,
@@ -440,6 +471,8 @@ struct Vol {
     size: u64,
     disk: DiskState,
     diskful: bool,
+    /// Created empty at start, no data received since (see [`ReplicaAtStart::Created`]).
+    created: bool,
     in_flight: InFlight<ReqId>,
     waiting: Waiting<(ReqId, Io)>,
     /// Writes applied here for peers (replication and resync), in flight on the disk.
@@ -468,8 +501,18 @@ struct PeerVol {
     /// The peer ended its list of what we lack, on this connection.
     listed: bool,
     disk: Option<DiskState>,
+    /// It said its replica was created empty at start and has received nothing since.
+    created: bool,
     oos: Bitmap,
     repl: Repl,
+}
+
+impl PeerVol {
+    /// Its replica must be listed in full: it restarted without proof of being current
+    /// (Outdated), or it was created empty at its start.
+    fn needs_everything(&self) -> bool {
+        self.disk == Some(DiskState::Outdated) || self.created
+    }
 }
 
 /// A replicated write the peer has not confirmed written.
@@ -566,15 +609,36 @@ const EAGAIN: u32 = 11;
 const RESYNC_RETRY_MS: u64 = 20;
 const SECTOR: u64 = 512;
 
+impl Resync {
+    fn new(size: u64, live: bool) -> Resync {
+        Resync {
+            source: None,
+            to_pull: Bitmap::new(size),
+            cursor: 0,
+            outstanding: BTreeMap::new(),
+            writes_pending: 0,
+            fresh: Bitmap::with_block(size, SECTOR),
+            lists_open: Vec::new(),
+            finishing: false,
+            refused: Vec::new(),
+            retry_at_ms: 0,
+            live,
+        }
+    }
+}
+
 impl Resource {
-    /// `disks` is the local replica's state per volume at start: `UpToDate` for a store
-    /// this node just created (all zeroes, like every fresh replica), `Outdated` for an
-    /// existing one whose currency is unknown, `Diskless` where the node keeps no replica.
-    pub fn new(spec: ResourceSpec, disks: Vec<DiskState>) -> Resource {
+    /// `found` says per volume what the driver found of the local replica at start; the
+    /// engine derives the initial disk state from it (see [`ReplicaAtStart`]).
+    pub fn new(spec: ResourceSpec, found: Vec<ReplicaAtStart>) -> Resource {
         assert_eq!(
-            disks.len(),
+            found.len(),
             spec.sizes.len(),
-            "one initial disk state per volume"
+            "one initial replica state per volume"
+        );
+        assert!(
+            spec.nodes.iter().all(|(id, _)| u32::from(*id) < 32),
+            "node ids are below 32"
         );
         let me = spec
             .nodes
@@ -584,24 +648,42 @@ impl Resource {
         let vols = spec
             .sizes
             .iter()
-            .zip(&disks)
+            .zip(&found)
             .enumerate()
-            .map(|(v, (&size, &disk))| {
+            .map(|(v, (&size, &found))| {
                 assert_eq!(
                     me.1[v],
-                    disk != DiskState::Diskless,
-                    "volume {v}: diskless exactly when no replica"
+                    found != ReplicaAtStart::None,
+                    "volume {v}: no replica exactly when the node keeps none"
                 );
+                // The only replica of the volume, created now: a new cluster of one.
+                let alone = !spec
+                    .nodes
+                    .iter()
+                    .any(|(id, replicas)| *id != spec.me && replicas[v]);
+                let (disk, created, resync) = match found {
+                    ReplicaAtStart::None => (DiskState::Diskless, false, None),
+                    ReplicaAtStart::Created if alone => (DiskState::UpToDate, false, None),
+                    ReplicaAtStart::Created => {
+                        // It lacks everything, whatever the peers list.
+                        let mut rs = Resync::new(size, false);
+                        rs.to_pull.set_all();
+                        (DiskState::Inconsistent, true, Some(rs))
+                    }
+                    ReplicaAtStart::Existing => (DiskState::Outdated, false, None),
+                    ReplicaAtStart::UpToDate => (DiskState::UpToDate, false, None),
+                };
                 Vol {
                     size,
                     disk,
+                    created,
                     diskful: me.1[v],
                     in_flight: InFlight::default(),
                     waiting: Waiting::default(),
                     applying: InFlight::default(),
                     held: Waiting::default(),
                     reads_waiting: Vec::new(),
-                    resync: None,
+                    resync,
                 }
             })
             .collect();
@@ -621,6 +703,7 @@ impl Resource {
                         list: ListState::NotSent,
                         listed: false,
                         disk: None,
+                        created: false,
                         oos: Bitmap::new(size),
                         repl: Repl::Off,
                     })
@@ -687,11 +770,13 @@ impl Resource {
                     disk: v.disk,
                     size: v.size,
                     writes_in_flight: v.in_flight.len(),
+                    // A range asked for may be listed again (a newer write at the
+                    // source) while its reply is on the way: count it once.
                     resync_remaining: v.resync.as_ref().map(|r| {
                         r.to_pull.count() * r.to_pull.block_size()
                             + r.outstanding
                                 .values()
-                                .map(|&(_, l)| u64::from(l))
+                                .map(|&(o, l)| r.to_pull.bytes_clear_in(o, u64::from(l)))
                                 .sum::<u64>()
                     }),
                 })
@@ -937,10 +1022,8 @@ impl Resource {
             len,
             barrier: false,
         };
-        if self.vols[v].diskful && !local_writes {
-            // Our own replica is outdated or failed: it will be resynced; nothing to mark.
-        }
         if local_writes {
+            self.data_arrives(v, out);
             let data = matches!(kind, DiskKind::Write { .. }).then_some(data);
             out.push(RAction::Disk {
                 volume,
@@ -1463,20 +1546,70 @@ impl Resource {
         out: &mut Vec<RAction>,
     ) {
         self.vols[v].disk = disk;
+        if disk != DiskState::Inconsistent {
+            self.vols[v].created = false;
+        }
         out.push(if detail {
             RAction::Detail(note)
         } else {
             RAction::Note(note)
         });
-        let size = self.vols[v].size;
-        self.broadcast(
-            Msg::Volume {
-                volume: v as u16,
-                size,
-                disk,
-            },
-            out,
+        self.broadcast(self.volume_msg(v), out);
+    }
+
+    /// What we tell peers of volume `v`.
+    fn volume_msg(&self, v: usize) -> Msg {
+        let vol = &self.vols[v];
+        Msg::Volume {
+            volume: v as u16,
+            size: vol.size,
+            disk: vol.disk,
+            created: vol.created,
+        }
+    }
+
+    /// Data reaches a replica created empty at start: it no longer holds nothing, so it
+    /// must not count towards a new cluster (see [`Resource::fresh_cluster`]).
+    fn data_arrives(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if self.vols[v].created {
+            self.vols[v].created = false;
+            self.broadcast(self.volume_msg(v), out);
+        }
+    }
+
+    /// A new cluster: our replica of `v` and every other one were created empty at their
+    /// nodes' start and have received nothing, and every node keeping one is connected
+    /// and has said so. Then all are equal (zeroes) and all are UpToDate without a sync.
+    /// Anything less (a node keeping a replica that is down, or one that holds data) and
+    /// the created replicas are pulled in full from an up-to-date one instead.
+    fn fresh_cluster(&self, v: usize) -> bool {
+        self.vols[v].created
+            && self.peers.iter().all(|p| {
+                !p.vols[v].diskful
+                    || (p.up
+                        && p.vols[v].created
+                        && p.vols[v].disk == Some(DiskState::Inconsistent))
+            })
+    }
+
+    /// Applies the new-cluster rule once its condition holds.
+    fn check_fresh_cluster(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if !self.fresh_cluster(v) {
+            return;
+        }
+        self.vols[v].resync = None;
+        for p in &mut self.peers {
+            let pv = &mut p.vols[v];
+            if pv.diskful {
+                // They make the same decision from the same facts.
+                pv.oos.clear_range(0, self.vols[v].size);
+                pv.repl = Repl::Established;
+            }
+        }
+        let note = format!(
+            "volume {v}: every replica was created empty at its node's start (a new cluster): UpToDate without a sync"
         );
+        self.set_disk(v, DiskState::UpToDate, note, out);
     }
 
     /// Starts peer writes (and serves peer reads) that waited for an overlapping one.
@@ -1522,6 +1655,7 @@ impl Resource {
         p.rx_last_seq = 0;
         for pv in &mut p.vols {
             pv.disk = None;
+            pv.created = false;
             pv.repl = Repl::Off;
             pv.listed = false;
             pv.list = ListState::NotSent;
@@ -1544,14 +1678,10 @@ impl Resource {
             peer,
             msg: Msg::Role(self.role),
         });
-        for (v, vol) in self.vols.iter().enumerate() {
+        for v in 0..self.vols.len() {
             out.push(RAction::Send {
                 peer,
-                msg: Msg::Volume {
-                    volume: v as u16,
-                    size: vol.size,
-                    disk: vol.disk,
-                },
+                msg: self.volume_msg(v),
             });
         }
     }
@@ -1582,6 +1712,7 @@ impl Resource {
         let p = &mut self.peers[i];
         for pv in &mut p.vols {
             pv.disk = None;
+            pv.created = false;
             pv.repl = Repl::Off;
             pv.listed = false;
             pv.list = ListState::NotSent;
@@ -1678,7 +1809,12 @@ impl Resource {
                 }
                 self.peers[i].role = role;
             }
-            Packet::Volume { volume, size, disk } => {
+            Packet::Volume {
+                volume,
+                size,
+                disk,
+                flags,
+            } => {
                 let v = volume as usize;
                 let ours = self
                     .vols
@@ -1690,7 +1826,8 @@ impl Resource {
                         "volume {volume}: peer has {size} bytes, we have {ours}"
                     ));
                 }
-                self.peer_volume(i, v, disk, out)?;
+                let created = flags & volume_flags::CREATED != 0;
+                self.peer_volume(i, v, disk, created, out)?;
                 // A new state may end a list, or offer a source to pull from.
                 self.pump_resync(volume, out);
             }
@@ -1897,11 +2034,13 @@ impl Resource {
         i: usize,
         v: usize,
         disk: DiskState,
+        created: bool,
         out: &mut Vec<RAction>,
     ) -> Result<(), String> {
         let was = self.peers[i].vols[v].disk.replace(disk);
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
+        pv.created = created && pv.diskful && disk == DiskState::Inconsistent;
         if !pv.diskful || disk == DiskState::Diskless {
             pv.repl = Repl::Established;
             return Ok(());
@@ -1916,8 +2055,9 @@ impl Resource {
             pv.repl = Repl::Established;
         }
         let first = was.is_none();
-        if mine == DiskState::UpToDate && disk == DiskState::Outdated {
-            // Its currency is unknown (it restarted): it needs everything.
+        if mine == DiskState::UpToDate && pv.needs_everything() {
+            // Its currency is unknown (it restarted), or it holds nothing (created empty):
+            // it needs everything.
             pv.oos.set_all();
         }
         if first {
@@ -1943,6 +2083,7 @@ impl Resource {
             self.peers[i].vols[v].repl = Repl::SyncTarget;
             self.pump_resync(v as u16, out);
         }
+        self.check_fresh_cluster(v, out);
         Ok(())
     }
 
@@ -2001,19 +2142,9 @@ impl Resource {
             .peer_index(lister)
             .is_some_and(|i| self.peers[i].role == Role::Primary);
         let vol = &mut self.vols[v];
-        let rs = vol.resync.get_or_insert_with(|| Resync {
-            source: None,
-            to_pull: Bitmap::new(vol.size),
-            cursor: 0,
-            outstanding: BTreeMap::new(),
-            writes_pending: 0,
-            fresh: Bitmap::with_block(vol.size, SECTOR),
-            lists_open: Vec::new(),
-            finishing: false,
-            refused: Vec::new(),
-            retry_at_ms: 0,
-            live,
-        });
+        let rs = vol
+            .resync
+            .get_or_insert_with(|| Resync::new(vol.size, live));
         rs.live &= live;
         if !rs.lists_open.contains(&lister) {
             rs.lists_open.push(lister);
@@ -2210,6 +2341,10 @@ impl Resource {
             )));
             return Err("sync source failed a resync read".into());
         }
+        self.data_arrives(v, out);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            unreachable!("checked above; data_arrives keeps the resync")
+        };
         // Write the sectors the application has not overwritten since the resync began.
         let end = offset + u64::from(req_len);
         let mut parts = Vec::new();
@@ -2297,12 +2432,12 @@ impl Resource {
     }
 
     /// We just became up to date: connected peers whose replica is Outdated (their
-    /// currency unknown) get everything from us.
+    /// currency unknown) or created empty get everything from us.
     fn offer_to_outdated(&mut self, v: usize, out: &mut Vec<RAction>) {
         for i in 0..self.peers.len() {
             let up = self.peers[i].up;
             let pv = &mut self.peers[i].vols[v];
-            if up && pv.diskful && pv.disk == Some(DiskState::Outdated) {
+            if up && pv.diskful && pv.needs_everything() {
                 pv.oos.set_all();
                 self.send_out_of_sync(i, v, out);
             }
@@ -2368,6 +2503,8 @@ impl Resource {
                 msg: Msg::RecvAck { seq },
             });
         }
+        self.data_arrives(v, out);
+        let vol = &mut self.vols[v];
         if let Some(rs) = vol.resync.as_mut() {
             rs.fresh.set_range(offset, u64::from(len));
         }
