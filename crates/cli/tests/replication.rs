@@ -1140,3 +1140,72 @@ fn two_volumes() {
     write_both_volumes(&mut c, &engines);
     c.stop_all();
 }
+
+/// Issue 12's reproducer: a Secondary whose backing file vanished while it was down (a
+/// replaced disk, a typo in `disk =`) comes back with an empty file it created. That replica
+/// holds nothing: it must start Inconsistent, be synced in full, and never serve a read
+/// before, or reads through the Primary return zeroes where acknowledged data was.
+#[test]
+fn a_secondary_whose_file_was_deleted_is_synced_in_full() {
+    const TEST: &str = "replication::a_secondary_whose_file_was_deleted_is_synced_in_full";
+    if !require_tools(TEST, &["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let qemu_io = |uri: &str, cmds: &[&str]| {
+        let mut cmd = tool("qemu-io");
+        cmd.args(["-f", "raw", uri]);
+        for c in cmds {
+            cmd.args(["-c", c]);
+        }
+        let r = run(&mut cmd, Duration::from_secs(60));
+        let bad = ["failed", "error", "Error"]
+            .iter()
+            .any(|b| r.stdout.contains(b) || r.stderr.contains(b));
+        (r.success() && !bad, r)
+    };
+    let gamma = c.node("gamma").uri();
+    let (ok, r) = qemu_io(&gamma, &["write -P 0x5a 100M 1M"]);
+    assert!(ok, "write through gamma: {}", r.describe());
+    c.wait_in_sync(SYNC_TIMEOUT);
+
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    std::fs::remove_file(&beta.disk).unwrap();
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    let first = beta.status();
+    let disk = str_of(&arr_of(&first, "volumes")[0], "disk").to_string();
+    assert_eq!(
+        disk, "Inconsistent",
+        "beta's replica was created empty at this start but reports {disk}"
+    );
+    assert!(
+        wait_log_line(
+            c.node("beta"),
+            &[&["did not exist", "created it empty"], &["synced in full"]],
+            Duration::from_secs(5)
+        ),
+        "beta's log does not say its file was created and why it is synced:\n{}",
+        c.node("beta").daemon.log()
+    );
+    // Reads alternate between the replicas: many reads, all must see the data, while the
+    // resync runs and after.
+    for round in 0..8 {
+        let (ok, r) = qemu_io(&gamma, &["read -P 0x5a 100M 1M"]);
+        assert!(ok, "read {round} through gamma: {}", r.describe());
+    }
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_eq!(
+        read_at(&c.node("beta").disk, 100 * MIB, MIB as usize),
+        vec![0x5a; MIB as usize],
+        "beta's replica lacks the acknowledged write after the resync"
+    );
+    for round in 0..8 {
+        let (ok, r) = qemu_io(&gamma, &["read -P 0x5a 100M 1M"]);
+        assert!(ok, "read {round} after the resync: {}", r.describe());
+    }
+    c.stop_all();
+}
