@@ -47,9 +47,13 @@ enum Cmd {
         #[command(flatten)]
         control: ControlArg,
     },
-    /// Make this node Secondary for a resource.
+    /// Make this node Secondary for a resource (refused while NBD clients are attached).
     Secondary {
         resource: String,
+        /// Even with NBD clients attached: their requests in flight and later ones fail
+        /// with EIO.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         control: ControlArg,
     },
@@ -190,9 +194,13 @@ fn main() {
             &control.control,
             serde_json::json!({"cmd": "primary", "resource": resource, "force": force}),
         ),
-        Cmd::Secondary { resource, control } => admin::verb(
+        Cmd::Secondary {
+            resource,
+            force,
+            control,
+        } => admin::verb(
             &control.control,
-            serde_json::json!({"cmd": "secondary", "resource": resource}),
+            serde_json::json!({"cmd": "secondary", "resource": resource, "force": force}),
         ),
         Cmd::Connect {
             resource,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::*;
+use tandem_frontend::nbd::wire::{CMD_READ, CMD_WRITE};
 
 /// How long the refusal tests watch two misconfigured nodes fail to connect: with a 200 ms
 /// reconnect interval doubling up to 1 s, about five attempts.
@@ -1207,5 +1208,103 @@ fn a_secondary_whose_file_was_deleted_is_synced_in_full() {
         let (ok, r) = qemu_io(&gamma, &["read -P 0x5a 100M 1M"]);
         assert!(ok, "read {round} after the resync: {}", r.describe());
     }
+    c.stop_all();
+}
+
+/// Issue 12: `tandem secondary` on a Primary whose volume a client holds open used to
+/// succeed, and the client's next write failed with EPERM. Like DRBD it is refused, naming
+/// the clients; `--force` takes the volume away: the clients' requests in flight and later
+/// ones fail with EIO, and the log says so.
+#[test]
+fn secondary_is_refused_while_a_client_is_attached() {
+    const TEST: &str = "replication::secondary_is_refused_while_a_client_is_attached";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let gamma_sock = c.node("gamma").nbd.clone();
+    let mut first = Nbd::go(Conn::unix(&gamma_sock), RESOURCE, true);
+    first.write(0, &[0x11; 4096]);
+    assert_eq!(str_of(&c.node("gamma").status(), "role"), "Primary");
+
+    let mut second = Nbd::go(Conn::unix(&gamma_sock), RESOURCE, true);
+    second.flush();
+    let refused = |c: &Cluster, expect: &str| {
+        let r = c.node("gamma").daemon.admin(&["secondary", RESOURCE]);
+        assert!(
+            !r.success(),
+            "`tandem secondary` succeeded with NBD clients attached: {}",
+            r.describe()
+        );
+        assert!(
+            r.stderr.contains(expect) && r.stderr.contains("--force"),
+            "the refusal does not say {expect:?} and the way out: {}",
+            r.describe()
+        );
+        assert_eq!(
+            str_of(&c.node("gamma").status(), "role"),
+            "Primary",
+            "a refused demotion changed the role"
+        );
+    };
+    refused(&c, "2 NBD clients attached");
+    second.write(4096, &[0x22; 4096]);
+    drop(second);
+    thread::sleep(Duration::from_millis(300));
+    refused(&c, "1 NBD client attached");
+    first.write(8192, &[0x33; 4096]);
+    let mut second = Nbd::go(Conn::unix(&gamma_sock), RESOURCE, true);
+    second.flush();
+
+    // --force with a write in flight: beta is frozen (protocol C waits for it), so the
+    // write is still unanswered when the administrator acts.
+    let beta_pid = c.node("beta").daemon.pid().expect("beta runs") as i32;
+    unsafe { libc::kill(beta_pid, libc::SIGSTOP) };
+    let cookie = first.send(0, CMD_WRITE, 12288, 4096, &[0x44; 4096]);
+    thread::sleep(Duration::from_millis(100));
+    let forced = c
+        .node("gamma")
+        .daemon
+        .admin(&["secondary", RESOURCE, "--force"]);
+    unsafe { libc::kill(beta_pid, libc::SIGCONT) };
+    forced.expect_success();
+    let r = first.recv();
+    assert_eq!(r.cookie, cookie);
+    assert_eq!(
+        r.error,
+        5,
+        "the write in flight at the forced demotion did not fail with EIO: {}",
+        r.describe()
+    );
+    for client in [&mut first, &mut second] {
+        let r = client.request(0, CMD_WRITE, 16384, 4096, &[0x55; 4096]);
+        assert_eq!(r.error, 5, "a later write: {}", r.describe());
+        let r = client.request(0, CMD_READ, 0, 4096, &[]);
+        assert_eq!(r.error, 5, "a later read: {}", r.describe());
+    }
+    c.wait_for("gamma Secondary", Duration::from_secs(20), |statuses| {
+        let gamma = &statuses.iter().find(|(n, _)| *n == "gamma").unwrap().1;
+        match str_of(gamma, "role") {
+            "Secondary" => Ok(()),
+            other => Err(format!("gamma is {other}")),
+        }
+    });
+    assert!(
+        wait_log_line(
+            c.node("gamma"),
+            &[&["secondary forced"], &["EIO"]],
+            Duration::from_secs(5)
+        ),
+        "gamma's log does not say the clients' requests fail:\n{}",
+        c.node("gamma").daemon.log()
+    );
+    // Nothing written after the demotion reached a replica.
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    assert_eq!(
+        nonzero_blocks(&c.node("alpha").disk, 16384, 20480),
+        0,
+        "a write refused after the forced demotion reached alpha"
+    );
+    drop(first);
+    drop(second);
     c.stop_all();
 }

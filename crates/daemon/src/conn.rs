@@ -62,6 +62,9 @@ pub struct Conn {
     /// Queued on the reactor's list of connections with replies to send.
     pub dirty: bool,
     pub streaming: Option<Streaming>,
+    /// The volume was taken from this client (`tandem secondary --force`): every request
+    /// it has in flight or sends later is answered EIO.
+    pub fenced: bool,
 }
 
 pub enum ReadOutcome {
@@ -95,6 +98,7 @@ impl Conn {
             handshake_deadline: Some(deadline),
             dirty: true,
             streaming: None,
+            fenced: false,
         }
     }
 

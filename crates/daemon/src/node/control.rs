@@ -145,7 +145,10 @@ impl NodeReactor {
                     Err(e) => Err(res.explain(e)),
                 }
             }
-            "secondary" => self.res[r].engine.demote(&mut actions),
+            "secondary" => {
+                let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+                self.secondary(r, force, &mut actions)
+            }
             "connect" | "up" => {
                 for s in self.res[r]
                     .peers

@@ -77,6 +77,8 @@ const TICK: Duration = Duration::from_millis(100);
 /// The most written data a Secondary flushes on its event loop (see `disk`).
 const INLINE_SYNC_MAX: u64 = 256 << 10;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a client fenced by `tandem secondary --force` is told for each request.
+const FENCED: &str = "the administrator made this node Secondary (--force): the volume is no longer served to this client";
 /// How many times the usual busy-poll window a node polls while its resources see a
 /// flush after every few writes. Between a write and the next one there are then two
 /// round trips (the write's, then the FLUSH's with an fdatasync in the middle): with the
@@ -111,6 +113,9 @@ struct ResCtx {
     peers: Vec<PeerSlot>,
     nbd_clients: usize,
     auto_promoted: bool,
+    /// `tandem secondary --force` with requests in flight: the clients are fenced, and the
+    /// engine is demoted once those requests are answered.
+    demote_pending: bool,
     /// A peer's send queue passed `max-buffer`: NBD clients of this resource are not read
     /// until every queue is back under half of it (memory stays bounded behind a slow
     /// peer; applications wait instead).
@@ -410,6 +415,7 @@ impl NodeReactor {
             exports,
             peers,
             nbd_clients: 0,
+            demote_pending: false,
             auto_promoted: false,
             congested: false,
             stalled: Vec::new(),
@@ -767,6 +773,8 @@ impl NodeReactor {
                         structured: neg.structured_replies,
                     };
                     conn.handshake_deadline = None;
+                    // Attaching while a forced demotion waits: no longer served here.
+                    conn.fenced = self.res[r].demote_pending;
                     info!(client = %conn.name, export = %export.name, "NBD client attached");
                     self.client_attached(r);
                 }
@@ -824,6 +832,9 @@ impl NodeReactor {
                     conn.read_closed = true;
                     start += n;
                     break;
+                }
+                Decoded::Request(req, _) if conn.fenced => {
+                    reply::error(&mut conn.out, structured, req.cookie, Errno::Io, FENCED);
                 }
                 Decoded::Request(req, _) if self.shutting_down => {
                     reply::error(
@@ -930,6 +941,84 @@ impl NodeReactor {
                 info!(resource = %res.cfg.name, "auto-promoted: an NBD client attached");
             }
             Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {}", res.explain(e)),
+        }
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    /// The NBD clients of resource `r` past their handshake and not fenced: "peer#id" names.
+    fn attached_clients(&self, r: usize) -> Vec<&str> {
+        self.entries
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Entry::Nbd { res, conn, .. }
+                    if *res == r
+                        && !conn.fenced
+                        && matches!(conn.phase, Phase::Transmission { .. }) =>
+                {
+                    Some(conn.name.as_str())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `tandem secondary`: like DRBD, a volume in use is not taken from its clients (their
+    /// next write would fail) unless the administrator insists; then their requests, in
+    /// flight and later, fail with EIO, and the demotion completes once the engine has
+    /// answered the ones in flight (a replicated write cannot be recalled half-way).
+    fn secondary(&mut self, r: usize, force: bool, out: &mut Vec<RAction>) -> Result<(), String> {
+        let clients: Vec<String> = self
+            .attached_clients(r)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let res = &mut self.res[r];
+        if res.engine.role() != Role::Primary || clients.is_empty() {
+            res.engine.demote(out)?;
+            res.auto_promoted = false;
+            return Ok(());
+        }
+        let n = clients.len();
+        let list = clients.join(", ");
+        if !force {
+            return Err(format!(
+                "{} is in use: {n} NBD client{} attached ({list}); their next request would fail. \
+                 Disconnect them first, or `tandem secondary {} --force` fails their requests in \
+                 flight and later ones with EIO",
+                res.cfg.name,
+                if n == 1 { "" } else { "s" },
+                res.cfg.name
+            ));
+        }
+        let in_flight = res.engine.app_in_flight();
+        warn!(resource = %res.cfg.name, clients = %list,
+            "administrator: Secondary forced with {n} NBD client(s) attached: their {in_flight} request(s) in flight and all later ones fail with EIO");
+        for (_, e) in self.entries.iter_mut() {
+            if let Entry::Nbd { res, conn, .. } = e {
+                if *res == r && matches!(conn.phase, Phase::Transmission { .. }) {
+                    conn.fenced = true;
+                }
+            }
+        }
+        let res = &mut self.res[r];
+        res.auto_promoted = false;
+        if in_flight > 0 {
+            res.demote_pending = true;
+            return Ok(());
+        }
+        res.engine.demote(out)
+    }
+
+    /// The forced demotion waiting for the engine's requests in flight, once they are done.
+    fn finish_forced_demote(&mut self, r: usize) {
+        let res = &mut self.res[r];
+        if !res.demote_pending || res.engine.app_in_flight() > 0 {
+            return;
+        }
+        res.demote_pending = false;
+        let mut actions = Vec::new();
+        if let Err(e) = res.engine.demote(&mut actions) {
+            error!(resource = %res.cfg.name, "forced demotion failed: {e}");
         }
         self.run_actions(r, actions, Ctx::default());
     }
@@ -1244,6 +1333,9 @@ impl NodeReactor {
     /// read buffers at the end.
     fn run_actions(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
         self.run_action_queue(r, actions, ctx);
+        if self.res[r].demote_pending {
+            self.finish_forced_demote(r);
+        }
         for key in std::mem::take(&mut self.spent_reads) {
             if let Some(b) = self.disk_bufs.remove(&key) {
                 self.pool.put(b);
@@ -1617,6 +1709,16 @@ impl NodeReactor {
         }
         conn.in_flight -= 1;
         match (result, slot.read, bytes) {
+            // Whatever became of it, a fenced client hears that the volume was taken away.
+            _ if conn.fenced => {
+                reply::error(
+                    &mut conn.out,
+                    slot.structured,
+                    slot.cookie,
+                    Errno::Io,
+                    FENCED,
+                );
+            }
             (Ok(()), Some((offset, len)), Some(b)) => {
                 if slot.structured {
                     reply::read_data_chunk(&mut conn.out, slot.cookie, offset, len);
