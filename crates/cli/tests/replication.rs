@@ -1308,3 +1308,116 @@ fn secondary_is_refused_while_a_client_is_attached() {
     drop(second);
     c.stop_all();
 }
+
+/// Issue 12: alpha is cut off by `tandem disconnect`, a client on alpha's own socket
+/// promotes it and writes, while gamma goes on writing through beta. On reconnect every
+/// pair that diverged finds the split brain on both sides, logs it once, shows
+/// `SplitBrain` in status and stops retrying; alpha keeps its data (it used to go
+/// Inconsistent while beta dropped it every second). Then the README's manual resolution:
+/// discard alpha's writes by giving it an empty file.
+#[test]
+fn split_brain_is_reported_on_both_sides_and_not_retried() {
+    const TEST: &str = "replication::split_brain_is_reported_on_both_sides_and_not_retried";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    gamma.write(0, &[0x11; 4096]);
+    c.node("alpha")
+        .daemon
+        .admin(&["disconnect", RESOURCE])
+        .expect_success();
+    c.wait_for("alpha cut off", Duration::from_secs(10), |statuses| {
+        for (me, st) in statuses.iter().filter(|(n, _)| *n != "alpha") {
+            let conn = peer_of(st, "alpha").map(|p| str_of(p, "connection"));
+            if conn == Some("Connected") {
+                return Err(format!("{me} still sees alpha connected"));
+            }
+        }
+        Ok(())
+    });
+    {
+        let mut alpha = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+        alpha.write(MIB, &[0xaa; 8192]);
+        alpha.flush();
+    }
+    gamma.write(2 * MIB, &[0xbb; 4096]);
+    gamma.flush();
+    thread::sleep(Duration::from_millis(300));
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", RESOURCE])
+        .expect_success();
+
+    let pairs = [
+        ("alpha", "beta"),
+        ("beta", "alpha"),
+        ("alpha", "gamma"),
+        ("gamma", "alpha"),
+    ];
+    c.wait_for("split brain seen", Duration::from_secs(15), |statuses| {
+        for (me, other) in pairs {
+            let st = &statuses.iter().find(|(n, _)| *n == me).unwrap().1;
+            let p = peer_of(st, other).ok_or_else(|| format!("{me}: no peer {other}"))?;
+            if str_of(p, "connection") != "SplitBrain" {
+                return Err(format!("{me} sees {other} {}", str_of(p, "connection")));
+            }
+            if !str_of(p, "split_brain").contains("blocks") {
+                return Err(format!("{me}: no reason for the split brain with {other}"));
+            }
+        }
+        Ok(())
+    });
+    // No retries: a few seconds later still one log line per node and pair.
+    thread::sleep(Duration::from_secs(3));
+    for (me, other) in pairs {
+        let log = c.node(me).daemon.log();
+        let lines = log
+            .lines()
+            .filter(|l| l.contains("split brain") && l.contains(other))
+            .count();
+        assert_eq!(
+            lines, 1,
+            "{me}'s log mentions the split brain with {other} {lines} times:\n{log}"
+        );
+    }
+    let beta_log = c.node("beta").daemon.log();
+    assert!(
+        beta_log.contains("this node has 1 blocks") && beta_log.contains("it has 2 blocks"),
+        "beta's log does not count the blocks each side changed:\n{beta_log}"
+    );
+    assert_eq!(
+        str_of(&arr_of(&c.node("alpha").status(), "volumes")[0], "disk"),
+        "UpToDate",
+        "alpha gave up its own writes without an administrator"
+    );
+    assert_eq!(read_at(&c.node("alpha").disk, MIB, 8192), vec![0xaa; 8192]);
+    // Gamma and beta go on serving.
+    gamma.write(3 * MIB, &[0xcc; 4096]);
+
+    // Resolution (README): discard alpha's writes. Stop it, move its file aside, let the
+    // survivors accept it again, start it: its empty replica is synced in full.
+    let alpha = c.node_mut("alpha");
+    alpha.daemon.stop(Duration::from_secs(10));
+    std::fs::rename(&alpha.disk, alpha.disk.with_extension("split-brain")).unwrap();
+    for n in ["beta", "gamma"] {
+        c.node(n)
+            .daemon
+            .admin(&["connect", RESOURCE, "alpha"])
+            .expect_success();
+    }
+    let alpha = c.node_mut("alpha");
+    alpha.daemon.restart();
+    alpha.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let alpha_disk = &c.node("alpha").disk;
+    assert_eq!(read_at(alpha_disk, 2 * MIB, 4096), vec![0xbb; 4096]);
+    assert_eq!(read_at(alpha_disk, 3 * MIB, 4096), vec![0xcc; 4096]);
+    assert_eq!(
+        read_at(alpha_disk, MIB, 8192),
+        vec![0; 8192],
+        "alpha's discarded writes"
+    );
+    drop(gamma);
+    c.stop_all();
+}

@@ -537,6 +537,12 @@ impl Sim {
                         },
                     );
                 }
+                // Only node 0 is ever Primary: no two Primaries, so no split brain.
+                RAction::SplitBrain { peer, volume, .. } => panic!(
+                    "seed {}: node {node} reports a split brain with node {peer} on volume {volume}, but only node 0 was ever Primary\n{}",
+                    self.sc.seed,
+                    self.tail_log(300)
+                ),
                 RAction::Note(s) | RAction::Detail(s) => {
                     if s.contains("finished; UpToDate") {
                         self.resyncs += 1;

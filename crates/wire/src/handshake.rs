@@ -222,6 +222,7 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::OutOfSync { .. } => "OutOfSync",
         Packet::Ping => "Ping",
         Packet::PingAck => "PingAck",
+        Packet::SplitBrain { .. } => "SplitBrain",
         Packet::Error { .. } => "Error",
     }
 }

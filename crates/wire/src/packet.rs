@@ -28,7 +28,11 @@ pub mod volume_flags {
     /// it holds nothing. Only if every replica of the volume says so is the cluster new
     /// (all zeroes everywhere, nothing to sync).
     pub const CREATED: u8 = 1 << 0;
-    pub const ALL: u8 = CREATED;
+    /// The sender was Primary and completed writes while the receiver was not connected
+    /// (or missed them): if the receiver was Primary apart from it too, or holds writes
+    /// the sender lacks, the two diverged (split brain).
+    pub const WROTE_APART: u8 = 1 << 1;
+    pub const ALL: u8 = CREATED | WROTE_APART;
 }
 
 /// Flags of replicated writes.
@@ -146,6 +150,15 @@ pub enum Packet<'a> {
     },
     Ping,
     PingAck,
+    /// The sender found that its replica of `volume` and the receiver's diverged: each
+    /// has writes the other lacks (`mine` blocks the sender has, `yours` the receiver
+    /// has, 4 KiB each). It stops replicating with the receiver until an administrator
+    /// acts; the receiver should too.
+    SplitBrain {
+        volume: u16,
+        mine: u64,
+        yours: u64,
+    },
     /// The sender gives up on the connection for this reason.
     Error {
         code: u32,
@@ -173,6 +186,7 @@ mod kind {
     pub const OUT_OF_SYNC: u16 = 24;
     pub const PING: u16 = 30;
     pub const PING_ACK: u16 = 31;
+    pub const SPLIT_BRAIN: u16 = 32;
     pub const ERROR: u16 = 40;
 }
 
@@ -218,6 +232,7 @@ impl Packet<'_> {
             Packet::OutOfSync { .. } => OUT_OF_SYNC,
             Packet::Ping => PING,
             Packet::PingAck => PING_ACK,
+            Packet::SplitBrain { .. } => SPLIT_BRAIN,
             Packet::Error { .. } => ERROR,
         }
     }
@@ -351,6 +366,15 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u16(volume);
             w.u64(offset);
             w.u32(len);
+        }
+        Packet::SplitBrain {
+            volume,
+            mine,
+            yours,
+        } => {
+            w.u16(volume);
+            w.u64(mine);
+            w.u64(yours);
         }
         Packet::Error { code, message } => {
             w.u32(code);
@@ -486,6 +510,11 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         },
         PING => Packet::Ping,
         PING_ACK => Packet::PingAck,
+        SPLIT_BRAIN => Packet::SplitBrain {
+            volume: r.u16()?,
+            mine: r.u64()?,
+            yours: r.u64()?,
+        },
         ERROR => Packet::Error {
             code: r.u32()?,
             message: r.str()?,
@@ -662,6 +691,11 @@ mod tests {
             },
             Packet::Ping,
             Packet::PingAck,
+            Packet::SplitBrain {
+                volume: 1,
+                mine: 3,
+                yours: 70000,
+            },
             Packet::Error {
                 code: 1,
                 message: "wrong secret",

@@ -156,6 +156,7 @@ impl NodeReactor {
                     .filter(|s| peer_name.is_none_or(|p| p == s.name))
                 {
                     s.wanted = true;
+                    s.split_brain = None;
                     s.next_dial = std::time::Instant::now();
                 }
                 Ok(())
@@ -219,6 +220,8 @@ impl NodeReactor {
                     let ps = st.peers.iter().find(|p| p.id == slot.id);
                     let connection = if ps.is_some_and(|p| p.connected) {
                         "Connected"
+                    } else if slot.split_brain.is_some() {
+                        "SplitBrain"
                     } else if !slot.wanted {
                         "StandAlone"
                     } else {
@@ -247,6 +250,7 @@ impl NodeReactor {
                         "role": ps.filter(|p| p.connected).map(|p| role_name(p.role)).unwrap_or("Unknown"),
                         "unacked": ps.map(|p| p.unacked).unwrap_or(0),
                         "last_error": slot.last_error,
+                        "split_brain": slot.split_brain,
                         "volumes": vols,
                     })
                 })

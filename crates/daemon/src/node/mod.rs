@@ -102,6 +102,9 @@ struct PeerSlot {
     wanted: bool,
     /// Why the last connection ended, for status.
     last_error: Option<String>,
+    /// Our replicas diverged (two Primaries while apart): not reconnected (`wanted` is
+    /// off) until `tandem connect`; what happened, for status.
+    split_brain: Option<String>,
 }
 
 struct ResCtx {
@@ -399,6 +402,7 @@ impl NodeReactor {
                 next_dial: Instant::now(),
                 backoff: cfg.net.connect_interval,
                 wanted: true,
+                split_brain: None,
                 last_error: None,
             })
             .collect();
@@ -1023,6 +1027,45 @@ impl NodeReactor {
         self.run_actions(r, actions, Ctx::default());
     }
 
+    /// Stops replicating with a peer whose replica diverged from ours, once: logged, shown
+    /// in status, not redialled (nor accepted) until an administrator runs `tandem connect`.
+    fn split_brain(
+        &mut self,
+        r: usize,
+        peer: NodeId,
+        volume: u16,
+        mine: u64,
+        theirs: u64,
+        reported: bool,
+    ) {
+        let res = &mut self.res[r];
+        let name = res.peer_name(peer);
+        let number = res.cfg.volumes[volume as usize].number;
+        let Some(slot) = res.peers.iter_mut().find(|p| p.id == peer) else {
+            return;
+        };
+        if slot.split_brain.is_none() {
+            let reason = format!(
+                "split brain on volume {number}: both nodes were Primary while apart; this node has {mine} blocks ({} KiB) {} lacks, it has {theirs} blocks ({} KiB) this node lacks{}",
+                mine * 4,
+                slot.name,
+                theirs * 4,
+                if reported { " (found by the peer)" } else { "" }
+            );
+            error!(resource = %res.cfg.name, peer = %name,
+                "{reason}. Replication with it stopped until an administrator discards one side's writes (README: Split brain)");
+            slot.split_brain = Some(reason.clone());
+            slot.last_error = Some(reason);
+        }
+        slot.wanted = false;
+        if let Some(k) = slot.conn.or(slot.dialing) {
+            if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                pc.dead = true;
+            }
+            self.mark_dirty(k);
+        }
+    }
+
     fn client_detached(&mut self, r: usize) {
         let res = &mut self.res[r];
         res.nbd_clients = res.nbd_clients.saturating_sub(1);
@@ -1386,6 +1429,13 @@ impl NodeReactor {
                         self.mark_dirty(k);
                     }
                 }
+                RAction::SplitBrain {
+                    peer,
+                    volume,
+                    mine,
+                    theirs,
+                    reported,
+                } => self.split_brain(r, peer, volume, mine, theirs, reported),
                 RAction::Note(s) => info!(resource = %self.res[r].cfg.name, "{s}"),
                 RAction::Detail(s) => debug!(resource = %self.res[r].cfg.name, "{s}"),
             }

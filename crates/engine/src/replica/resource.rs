@@ -112,6 +112,14 @@ pub enum Msg {
         disk: DiskState,
         /// The replica was created empty at start and has received no data since.
         created: bool,
+        /// We were Primary and completed writes the receiver missed.
+        wrote_apart: bool,
+    },
+    /// Our replica of `volume` and the receiver's diverged (see [`RAction::SplitBrain`]).
+    SplitBrain {
+        volume: u16,
+        mine: u64,
+        yours: u64,
     },
     Write {
         volume: u16,
@@ -194,11 +202,26 @@ impl Msg {
                 size,
                 disk,
                 created,
+                wrote_apart,
             } => Packet::Volume {
                 volume,
                 size,
                 disk,
-                flags: if created { volume_flags::CREATED } else { 0 },
+                flags: if created { volume_flags::CREATED } else { 0 }
+                    | if wrote_apart {
+                        volume_flags::WROTE_APART
+                    } else {
+                        0
+                    },
+            },
+            Msg::SplitBrain {
+                volume,
+                mine,
+                yours,
+            } => Packet::SplitBrain {
+                volume,
+                mine,
+                yours,
             },
             Msg::Write {
                 volume,
@@ -352,6 +375,18 @@ pub enum RAction {
     Retain { from: DataRef, key: Token },
     /// Drop the connection to this peer.
     Disconnect { peer: NodeId, reason: String },
+    /// Our replica of `volume` and the peer's diverged: both were written by a Primary
+    /// while the two were apart (two Primaries), so each has writes the other lacks —
+    /// `mine` blocks (4 KiB) the peer lacks, `theirs` we lack. No resync direction is
+    /// right: drop the connection and do not reconnect until an administrator decides
+    /// which replica's writes to discard. `reported`: the peer found it and told us.
+    SplitBrain {
+        peer: NodeId,
+        volume: u16,
+        mine: u64,
+        theirs: u64,
+        reported: bool,
+    },
     /// Something an operator wants in the log.
     Note(String),
     /// Routine detail for a debug log: a live catch-up resync (a replica cut off from the
@@ -505,9 +540,23 @@ struct PeerVol {
     created: bool,
     oos: Bitmap,
     repl: Repl,
+    /// Blocks we wrote as Primary that it missed (it was away, or its link dropped), kept
+    /// until its next list shows whether it was Primary apart from us too (allocated only
+    /// then: the common case is none).
+    apart: Option<Bitmap>,
+    /// It said it wrote as Primary while apart from us ([`volume_flags::WROTE_APART`]).
+    peer_wrote_apart: bool,
+    /// Blocks its list says we lack while we hold writes it lacks and one of us wrote as
+    /// Primary apart from the other: counted, not pulled, until its list ends (then it is
+    /// a split brain).
+    claimed: u64,
 }
 
 impl PeerVol {
+    fn wrote_apart(&self) -> bool {
+        self.apart.as_ref().is_some_and(|b| b.count() > 0)
+    }
+
     /// Its replica must be listed in full: it restarted without proof of being current
     /// (Outdated), or it was created empty at its start.
     fn needs_everything(&self) -> bool {
@@ -706,6 +755,9 @@ impl Resource {
                         created: false,
                         oos: Bitmap::new(size),
                         repl: Repl::Off,
+                        apart: None,
+                        peer_wrote_apart: false,
+                        claimed: 0,
                     })
                     .collect(),
                 unacked: BTreeMap::new(),
@@ -1137,9 +1189,19 @@ impl Resource {
             .remove(&req)
             .expect("finishing an unknown write");
         if result.is_ok() {
+            let size = self.vols[w.volume as usize].size;
             for (i, p) in self.peers.iter_mut().enumerate() {
+                let up = p.up;
+                let pv = &mut p.vols[w.volume as usize];
+                // Written as Primary without it: if it was Primary apart from us too, this
+                // is half of a split brain (a diskless one holds none of it, but its own
+                // writes went to replicas that lack ours).
+                if w.missing & (1 << i) != 0 || (!pv.diskful && !up) {
+                    pv.apart
+                        .get_or_insert_with(|| Bitmap::new(size))
+                        .set_range(w.offset, u64::from(w.len));
+                }
                 if w.missing & (1 << i) != 0 {
-                    let pv = &mut p.vols[w.volume as usize];
                     pv.oos.set_range(w.offset, u64::from(w.len));
                     if pv.list == ListState::Sent {
                         pv.list = ListState::Stale;
@@ -1554,17 +1616,28 @@ impl Resource {
         } else {
             RAction::Note(note)
         });
-        self.broadcast(self.volume_msg(v), out);
+        self.broadcast_volume(v, out);
     }
 
     /// What we tell peers of volume `v`.
-    fn volume_msg(&self, v: usize) -> Msg {
+    /// Our state of volume `v`, as told to the peer at index `i`.
+    fn volume_msg(&self, i: usize, v: usize) -> Msg {
         let vol = &self.vols[v];
         Msg::Volume {
             volume: v as u16,
             size: vol.size,
             disk: vol.disk,
             created: vol.created,
+            wrote_apart: self.peers[i].vols[v].wrote_apart(),
+        }
+    }
+
+    fn broadcast_volume(&self, v: usize, out: &mut Vec<RAction>) {
+        for (i, p) in self.peers.iter().enumerate().filter(|(_, p)| p.up) {
+            out.push(RAction::Send {
+                peer: p.id,
+                msg: self.volume_msg(i, v),
+            });
         }
     }
 
@@ -1573,7 +1646,7 @@ impl Resource {
     fn data_arrives(&mut self, v: usize, out: &mut Vec<RAction>) {
         if self.vols[v].created {
             self.vols[v].created = false;
-            self.broadcast(self.volume_msg(v), out);
+            self.broadcast_volume(v, out);
         }
     }
 
@@ -1659,6 +1732,8 @@ impl Resource {
             pv.repl = Repl::Off;
             pv.listed = false;
             pv.list = ListState::NotSent;
+            pv.peer_wrote_apart = false;
+            pv.claimed = 0;
         }
         for (v, vol) in self.vols.iter_mut().enumerate() {
             if let Some(rs) = vol
@@ -1681,7 +1756,7 @@ impl Resource {
         for v in 0..self.vols.len() {
             out.push(RAction::Send {
                 peer,
-                msg: self.volume_msg(v),
+                msg: self.volume_msg(i, v),
             });
         }
     }
@@ -1827,6 +1902,7 @@ impl Resource {
                     ));
                 }
                 let created = flags & volume_flags::CREATED != 0;
+                self.peers[i].vols[v].peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
                 self.peer_volume(i, v, disk, created, out)?;
                 // A new state may end a list, or offer a source to pull from.
                 self.pump_resync(volume, out);
@@ -1980,6 +2056,33 @@ impl Resource {
                         .vols
                         .get_mut(v)
                         .ok_or_else(|| format!("unknown volume {volume}"))?;
+                    if pv.claimed > 0 || (pv.wrote_apart() && pv.peer_wrote_apart) {
+                        let (mine, theirs) = (
+                            pv.oos
+                                .count()
+                                .max(pv.apart.as_ref().map_or(0, Bitmap::count)),
+                            pv.claimed,
+                        );
+                        out.push(RAction::Send {
+                            peer,
+                            msg: Msg::SplitBrain {
+                                volume,
+                                mine,
+                                yours: theirs,
+                            },
+                        });
+                        out.push(RAction::SplitBrain {
+                            peer,
+                            volume,
+                            mine,
+                            theirs,
+                            reported: false,
+                        });
+                        return Ok(());
+                    }
+                    // Not both Primary apart: what we wrote without it is in its list now
+                    // (diskful) or needs no tracking (diskless).
+                    pv.apart = None;
                     pv.listed = true;
                     if let Some(rs) = self.vols[v].resync.as_mut() {
                         rs.lists_open.retain(|&n| n != peer);
@@ -1988,11 +2091,22 @@ impl Resource {
                     return Ok(());
                 }
                 let v = self.check_range(volume, offset, u64::from(len))?;
-                if self.vols[v].disk == DiskState::UpToDate && self.peers[i].vols[v].oos.count() > 0
+                let pv = &mut self.peers[i].vols[v];
+                if self.vols[v].disk == DiskState::UpToDate
+                    && (pv.oos.count() > 0 || pv.wrote_apart())
                 {
-                    // Each side wrote what the other lacks: both were Primary while apart.
+                    if pv.wrote_apart() || pv.peer_wrote_apart {
+                        // Each has writes the other lacks, and one of us made them as
+                        // Primary apart from the other: two Primaries. Count what it
+                        // lists; at the end of its list, stop (see `SplitBrain`).
+                        pv.claimed += u64::from(len).div_ceil(super::bitmap::BLOCK);
+                        return Ok(());
+                    }
+                    // Each lacks writes of a third node, the Primary, which it missed
+                    // while apart from it: only that Primary knows which is newer where
+                    // they overlap. Retry later (the Primary's lists settle it).
                     return Err(format!(
-                        "split brain on volume {v}: both nodes have writes the other lacks"
+                        "volume {v}: each replica lacks writes of the Primary that the other has; reconnecting"
                     ));
                 }
                 // After the end of its list, a peer's notices are live: a write we missed.
@@ -2005,6 +2119,22 @@ impl Resource {
                 msg: Msg::PingAck,
             }),
             Packet::PingAck => self.peers[i].ping_sent_ms = None,
+            Packet::SplitBrain {
+                volume,
+                mine,
+                yours,
+            } => {
+                if volume as usize >= self.vols.len() {
+                    return Err(format!("unknown volume {volume}"));
+                }
+                out.push(RAction::SplitBrain {
+                    peer,
+                    volume,
+                    mine: yours,
+                    theirs: mine,
+                    reported: true,
+                });
+            }
             Packet::Error { code, message } => {
                 return Err(format!("peer reported error {code}: {message}"));
             }
