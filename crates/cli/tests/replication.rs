@@ -467,7 +467,13 @@ fn wrong_secret(test: &'static str, both_ends: bool) {
         );
     }
 
-    // Alpha works alone (it auto-promotes: no Primary in sight), and nothing reaches beta.
+    // Alpha works alone, and nothing reaches beta. Its replica was created at this start
+    // and it never met beta: it cannot tell a new cluster from a lost disk, so the
+    // administrator declares it current (as for any new DRBD resource).
+    c.node("alpha")
+        .daemon
+        .admin(&["primary", RESOURCE, "--force"])
+        .expect_success();
     let data = random_bytes(0x5ec2e7, MIB as usize);
     let mut client = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
     client.write(0, &data);
@@ -746,6 +752,11 @@ fn size_mismatch(test: &'static str, both_ends: bool) {
         );
     }
 
+    // A replica created at this start that never met its peer: declared current by hand.
+    c.node("alpha")
+        .daemon
+        .admin(&["primary", RESOURCE, "--force"])
+        .expect_success();
     let data = random_bytes(0x512e, MIB as usize);
     let mut client = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
     client.write(0, &data);
