@@ -3,6 +3,7 @@
 
 use tandem_engine::replica::{
     DiskState, Msg, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec, Role,
+    Token,
 };
 use tandem_engine::{Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
@@ -876,4 +877,91 @@ fn one_primary_apart_is_a_plain_resync() {
     assert!(split_brains(&a).is_empty() && split_brains(&b).is_empty());
     assert_eq!(beta.disk(0), DiskState::UpToDate, "beta synced: {b:?}");
     assert_eq!(alpha.status().peers[0].volumes[0].out_of_sync_bytes, 0);
+}
+
+/// A Primary whose own replica is still being synced (a new node made Primary next to an
+/// UpToDate one): an application write to a range whose resync data is on its way to the
+/// disk waits for it. Disks complete in any order, so issuing both let the older resync
+/// data land last and the acknowledged write vanish (simulator seed 40014553).
+#[test]
+fn a_primary_being_synced_writes_after_the_resync_write_to_the_same_range() {
+    let mut alpha = started(0, ReplicaAtStart::Created);
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut out_a);
+    beta.peer_up(0, &mut out_b);
+    for _ in 0..5 {
+        let first = out_a.iter().find_map(|a| match a {
+            RAction::Send {
+                msg: Msg::ResyncReq {
+                    id, offset, len, ..
+                },
+                ..
+            } => Some((*id, *offset, *len)),
+            _ => None,
+        });
+        let to_a = deliver(1, &mut out_b, 0, &mut alpha);
+        let to_b = deliver(0, &mut out_a, 1, &mut beta);
+        out_a = to_a;
+        out_b = to_b;
+        if let Some((id, offset, len)) = first {
+            // Beta's answer to alpha's first request.
+            let data = vec![0u8; len as usize];
+            let mut out = Vec::new();
+            alpha.packet(
+                1,
+                &Packet::ResyncReply {
+                    volume: 0,
+                    id,
+                    offset,
+                    errno: 0,
+                    data: &data,
+                },
+                &mut out,
+            );
+            let resync_write = out
+                .iter()
+                .find_map(|a| match a {
+                    RAction::Disk {
+                        token: token @ Token::ResyncWrite { .. },
+                        kind,
+                        ..
+                    } => Some((*token, *kind)),
+                    _ => None,
+                })
+                .expect("the resync data goes to the disk");
+            alpha.promote(false, &mut out).unwrap();
+            out.clear();
+            alpha.submit(
+                ReqId(1),
+                0,
+                Io::Write {
+                    offset: offset + 4096,
+                    len: 4096,
+                    fua: false,
+                },
+                &mut out,
+            );
+            let app_disk = |out: &[RAction]| {
+                out.iter().any(|a| {
+                    matches!(
+                        a,
+                        RAction::Disk {
+                            token: Token::App(ReqId(1)),
+                            ..
+                        }
+                    )
+                })
+            };
+            assert!(
+                !app_disk(&out),
+                "the write went to the disk while resync data for its range was in flight: {out:?}"
+            );
+            let mut done = Vec::new();
+            alpha.disk_done(0, resync_write.0, resync_write.1, Ok(()), &mut done);
+            assert!(app_disk(&done), "the write waits forever: {done:?}");
+            return;
+        }
+    }
+    panic!("alpha never asked beta for resync data");
 }

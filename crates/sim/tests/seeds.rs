@@ -80,6 +80,19 @@ fn restarts_that_lose_the_disk_lose_nothing() {
     assert!(fresh >= 5, "only {fresh} new clusters");
 }
 
+/// Regression of a new cluster (every replica created at start): seed 40014553 found the
+/// nodes dropping each other over resync replies to a resync the new-cluster rule had
+/// just dropped, then a Primary still being synced losing a write to older resync data
+/// that reached its disk last (engine test
+/// `a_primary_being_synced_writes_after_the_resync_write_to_the_same_range`).
+#[test]
+fn new_cluster_regressions() {
+    for seed in [40014553] {
+        let out = Sim::new(Scenario::random(seed)).run();
+        assert!(out.converged, "seed {seed}");
+    }
+}
+
 #[test]
 fn a_seed_reproduces_exactly() {
     for seed in 0..100 {

@@ -43,6 +43,11 @@ impl<K: Copy + Eq + std::fmt::Debug> InFlight<K> {
         );
     }
 
+    /// Whether `key` is in flight at `offset`.
+    pub fn holds(&self, offset: u64, key: K) -> bool {
+        self.ranges.get(&offset).is_some_and(|&(_, k)| k == key)
+    }
+
     pub fn len(&self) -> usize {
         self.ranges.len()
     }

@@ -517,6 +517,9 @@ struct Vol {
     /// (peer, its connection, id, offset, len, resync?)
     reads_waiting: Vec<(NodeId, u32, u64, u64, u32, bool)>,
     resync: Option<Resync>,
+    /// Resync requests still unanswered when their resync was dropped (a new cluster
+    /// found meanwhile): their replies are ignored.
+    abandoned: BTreeSet<u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -560,7 +563,8 @@ impl PeerVol {
     /// Its replica must be listed in full: it restarted without proof of being current
     /// (Outdated), or it was created empty at its start.
     fn needs_everything(&self) -> bool {
-        self.disk == Some(DiskState::Outdated) || self.created
+        self.disk == Some(DiskState::Outdated)
+            || (self.created && self.disk == Some(DiskState::Inconsistent))
     }
 }
 
@@ -733,6 +737,7 @@ impl Resource {
                     held: Waiting::default(),
                     reads_waiting: Vec::new(),
                     resync,
+                    abandoned: BTreeSet::new(),
                 }
             })
             .collect();
@@ -1077,12 +1082,43 @@ impl Resource {
         if local_writes {
             self.data_arrives(v, out);
             let data = matches!(kind, DiskKind::Write { .. }).then_some(data);
-            out.push(RAction::Disk {
-                volume,
-                token: Token::App(req),
-                kind,
-                data,
-            });
+            let token = Token::App(req);
+            let vol = &mut self.vols[v];
+            let (o, l) = (kind.offset(), u64::from(kind.len()));
+            if vol.applying.overlaps(o, l) || vol.held.blocks(o, l) {
+                // A Primary being synced: a resync write to this range is on its way to
+                // the disk, and disks complete in any order, so this newer write waits
+                // for it (else the older resync data may land last: simulator seed
+                // 40014553, a new cluster's Primary still pulling).
+                let data = data.map(|d| match d {
+                    DataRef::Held { .. } => d,
+                    _ => {
+                        out.push(RAction::Retain {
+                            from: d,
+                            key: token,
+                        });
+                        DataRef::Held { key: token, at: 0 }
+                    }
+                });
+                vol.held.push(
+                    o,
+                    l,
+                    HeldWrite {
+                        token,
+                        offset: o,
+                        len: kind.len(),
+                        kind,
+                        data,
+                    },
+                );
+            } else {
+                out.push(RAction::Disk {
+                    volume,
+                    token,
+                    kind,
+                    data,
+                });
+            }
         }
         // Protocol A completes a write once it is in the send buffer, which is safe only
         // because the local replica has it. Without one, wait for receipt (protocol B).
@@ -1457,6 +1493,11 @@ impl Resource {
                         }
                     };
                 }
+                if self.vols[v].applying.holds(kind.offset(), token) {
+                    // It had waited for a resync write (see `start_write`).
+                    self.vols[v].applying.remove(kind.offset(), token);
+                    self.release_applying(v, out);
+                }
                 let Some(w) = self.writes.get_mut(&req) else {
                     return;
                 };
@@ -1608,7 +1649,10 @@ impl Resource {
         out: &mut Vec<RAction>,
     ) {
         self.vols[v].disk = disk;
-        if disk != DiskState::Inconsistent {
+        // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
+        // but zeroes) until data arrives, so nodes that meet later still see a new
+        // cluster; any other UpToDate came with data, which cleared it.
+        if !matches!(disk, DiskState::Inconsistent | DiskState::UpToDate) {
             self.vols[v].created = false;
         }
         out.push(if detail {
@@ -1657,20 +1701,21 @@ impl Resource {
     /// the created replicas are pulled in full from an up-to-date one instead.
     fn fresh_cluster(&self, v: usize) -> bool {
         self.vols[v].created
-            && self.peers.iter().all(|p| {
-                !p.vols[v].diskful
-                    || (p.up
-                        && p.vols[v].created
-                        && p.vols[v].disk == Some(DiskState::Inconsistent))
-            })
+            && self
+                .peers
+                .iter()
+                .all(|p| !p.vols[v].diskful || (p.up && p.vols[v].created))
     }
 
     /// Applies the new-cluster rule once its condition holds.
     fn check_fresh_cluster(&mut self, v: usize, out: &mut Vec<RAction>) {
-        if !self.fresh_cluster(v) {
+        if self.vols[v].disk == DiskState::UpToDate || !self.fresh_cluster(v) {
             return;
         }
-        self.vols[v].resync = None;
+        if let Some(rs) = self.vols[v].resync.take() {
+            // Replies to what we asked for may still come: they are moot, not errors.
+            self.vols[v].abandoned.extend(rs.outstanding.keys());
+        }
         for p in &mut self.peers {
             let pv = &mut p.vols[v];
             if pv.diskful {
@@ -2170,7 +2215,8 @@ impl Resource {
         let was = self.peers[i].vols[v].disk.replace(disk);
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
-        pv.created = created && pv.diskful && disk == DiskState::Inconsistent;
+        pv.created =
+            created && pv.diskful && matches!(disk, DiskState::Inconsistent | DiskState::UpToDate);
         if !pv.diskful || disk == DiskState::Diskless {
             pv.repl = Repl::Established;
             return Ok(());
@@ -2437,6 +2483,13 @@ impl Resource {
     ) -> Result<(), String> {
         let v = volume as usize;
         let peer = self.peers[i].id;
+        if self
+            .vols
+            .get_mut(v)
+            .is_some_and(|vol| vol.abandoned.remove(&id))
+        {
+            return Ok(());
+        }
         let Some(rs) = self.vols.get_mut(v).and_then(|vol| vol.resync.as_mut()) else {
             return Err(format!("resync reply {id} without a resync"));
         };
