@@ -70,6 +70,10 @@ pub fn human(resources: &Value) -> String {
             if let Some(kib) = v["resync_remaining_kib"].as_u64() {
                 out += &format!(" resync-remaining:{kib} KiB");
             }
+            if v["up_to_date_within_reach"] == false {
+                out += " (no up-to-date replica within reach: I/O fails until one returns; \
+                        README \"No up-to-date replica\")";
+            }
             out += "\n";
         }
         for p in r["peers"].as_array().into_iter().flatten() {

@@ -5,7 +5,7 @@ use tandem_engine::replica::{
     DiskState, Msg, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec, Role,
     Token,
 };
-use tandem_engine::{Io, IoError, ReqId};
+use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
 
 fn spec(me: u8) -> ResourceSpec {
@@ -964,4 +964,375 @@ fn a_primary_being_synced_writes_after_the_resync_write_to_the_same_range() {
         }
     }
     panic!("alpha never asked beta for resync data");
+}
+
+// ------------------------------------------------------------------ resync endings
+
+/// Runs the packets of two connected engines back and forth (payloads of the right
+/// length) and their disk operations to success, except `held`'s flushes, which are kept
+/// back and returned.
+fn sync_holding_flushes(
+    a: (u8, &mut Resource),
+    b: (u8, &mut Resource),
+    mut out_a: Vec<RAction>,
+    mut out_b: Vec<RAction>,
+) -> Vec<(Token, DiskKind)> {
+    static DATA: [u8; 1 << 16] = [7; 1 << 16];
+    let (ia, ea) = a;
+    let (ib, eb) = b;
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        let mut to_a = Vec::new();
+        let mut to_b = Vec::new();
+        for act in std::mem::take(&mut out_b) {
+            if let RAction::Send { peer, msg } = act {
+                if peer == ia {
+                    let p = msg.to_packet(|_, len| &DATA[..len as usize]);
+                    ea.packet(ib, &p, &mut to_a);
+                }
+            }
+        }
+        for act in std::mem::take(&mut out_a) {
+            match act {
+                RAction::Send { peer, msg } if peer == ib => {
+                    let p = msg.to_packet(|_, len| &DATA[..len as usize]);
+                    eb.packet(ia, &p, &mut to_b);
+                }
+                RAction::Disk { token, kind, .. } if kind == DiskKind::Flush => {
+                    held.push((token, kind));
+                }
+                RAction::Disk {
+                    volume,
+                    token,
+                    kind,
+                    ..
+                } => ea.disk_done(volume, token, kind, Ok(()), &mut to_a),
+                _ => {}
+            }
+        }
+        to_b.extend(run_disk(eb, &to_b.clone()));
+        out_a = to_a;
+        out_b = to_b;
+    }
+    held
+}
+
+/// Regression (simulator seed 2001780 with overlapping faults): a replica ending its
+/// resync (the final flush running) when the diskless Primary reconnected called itself
+/// UpToDate before the Primary had ended its list of writes it lacked. The Primary, hearing
+/// UpToDate after its list, took the list as served and forgot those blocks: an
+/// acknowledged write was lost. The resync ends only once every connected peer listed.
+#[test]
+fn a_resync_ends_only_after_every_connected_peer_listed_what_we_lack() {
+    let mut alpha = started(0, ReplicaAtStart::UpToDate);
+    let mut beta = started(1, ReplicaAtStart::Existing);
+    assert_eq!(beta.disk(0), DiskState::Outdated);
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    beta.peer_up(0, &mut out_b);
+    alpha.peer_up(1, &mut out_a);
+    let held = sync_holding_flushes((1, &mut beta), (0, &mut alpha), out_b, out_a);
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
+    assert_eq!(beta.status().volumes[0].resync_remaining, Some(0));
+    assert!(!held.is_empty(), "the final flush of the resync runs");
+    // The diskless Primary connects while that flush runs; its list has not ended.
+    let mut out = Vec::new();
+    beta.peer_up(2, &mut out);
+    beta.packet(
+        2,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    beta.packet(
+        2,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Diskless,
+            flags: 0,
+        },
+        &mut out,
+    );
+    for (token, kind) in held {
+        beta.disk_done(0, token, kind, Ok(()), &mut out);
+    }
+    assert_eq!(
+        beta.disk(0),
+        DiskState::Inconsistent,
+        "UpToDate before the Primary's list ended"
+    );
+    // Its list names a block we lack: pulled, and only then UpToDate.
+    beta.packet(
+        2,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 8192,
+            len: 4096,
+        },
+        &mut out,
+    );
+    beta.packet(
+        2,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
+    assert_eq!(resync_requests(&out), vec![(8192, 4096)], "{out:?}");
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
+}
+
+/// Regression (simulator seed 2021338 with overlapping faults): the diskless Primary
+/// reconnected to a Secondary and sent a new write before its list of what the Secondary
+/// missed (the list waited for older writes in flight). The list named the block of that
+/// write, the Secondary pulled the block from the other replica, which had been cut off
+/// from the Primary and lacked the write, and the resync data overwrote it: an
+/// acknowledged write was lost. What the Primary wrote on this connection is newer than
+/// anything its list is about.
+#[test]
+fn a_write_sent_before_the_primarys_list_is_not_overwritten_by_resync() {
+    let mut alpha = started(0, ReplicaAtStart::UpToDate);
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    connect((0, &mut alpha), (1, &mut beta));
+    assert_eq!(beta.disk(0), DiskState::UpToDate);
+    let mut out = Vec::new();
+    beta.peer_up(2, &mut out);
+    beta.packet(
+        2,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    beta.packet(
+        2,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Diskless,
+            flags: 0,
+        },
+        &mut out,
+    );
+    // A new write to sector 17, then a list naming its block (8192..12288).
+    beta.packet(
+        2,
+        &Packet::Write {
+            volume: 0,
+            seq: 1,
+            offset: 8704,
+            flags: write_flags::ACK_WRITE,
+            targets: 0b11,
+            data: &[5; 512],
+        },
+        &mut out,
+    );
+    out.extend(run_disk(&mut beta, &out.clone()));
+    for (offset, len) in [(8192, 4096), (0, 0)] {
+        beta.packet(
+            2,
+            &Packet::OutOfSync {
+                volume: 0,
+                offset,
+                len,
+            },
+            &mut out,
+        );
+    }
+    let reqs: Vec<_> = out
+        .iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                peer: 0,
+                msg: Msg::ResyncReq {
+                    id, offset, len, ..
+                },
+            } => Some((*id, *offset, *len)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reqs.len(), 1, "{out:?}");
+    let (id, offset, len) = reqs[0];
+    assert_eq!((offset, len), (8192, 4096));
+    out.clear();
+    beta.packet(
+        0,
+        &Packet::ResyncReply {
+            volume: 0,
+            id,
+            offset,
+            errno: 0,
+            data: &[0; 4096],
+        },
+        &mut out,
+    );
+    let written: Vec<(u64, u32)> = out
+        .iter()
+        .filter_map(|a| match a {
+            RAction::Disk {
+                token: Token::ResyncWrite { .. },
+                kind: DiskKind::Write { offset, len },
+                ..
+            } => Some((*offset, *len)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !written.is_empty(),
+        "the rest of the block is written: {out:?}"
+    );
+    for (o, l) in written {
+        assert!(
+            o + u64::from(l) <= 8704 || o >= 9216,
+            "resync data overwrote the Primary's newer write: {o}+{l}"
+        );
+    }
+}
+
+/// Regression (simulator seed 5001807 with overlapping faults): a replica acknowledged
+/// receipt of a write, then its link dropped because it died before writing it. The
+/// Primary took receipt for "written" and never marked the block for it; that replica
+/// later served the block to the only other one, and an acknowledged write was lost.
+/// Like DRBD, only a write acknowledgement counts.
+#[test]
+fn a_write_received_but_not_acknowledged_as_written_is_out_of_sync_when_the_link_drops() {
+    let mut p = diskless_primary();
+    let mut out = Vec::new();
+    p.submit(
+        ReqId(1),
+        0,
+        Io::Write {
+            offset: 4096,
+            len: 4096,
+            fua: false,
+        },
+        &mut out,
+    );
+    let seq = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 0,
+                msg: Msg::Write { seq, .. },
+            } => Some(*seq),
+            _ => None,
+        })
+        .expect("replicated to node 0");
+    p.packet(0, &Packet::RecvAck { seq }, &mut out);
+    p.packet(1, &Packet::RecvAck { seq }, &mut out);
+    p.packet(1, &Packet::WriteAck { seq }, &mut out);
+    p.peer_down(0, &mut out);
+    assert_eq!(completion(&out, ReqId(1)), Some(Ok(())), "{out:?}");
+    let st = p.status();
+    let oos = st.peers.iter().find(|q| q.id == 0).unwrap().volumes[0].out_of_sync_bytes;
+    assert_eq!(oos, 4096, "node 0 may lack the write it only received");
+}
+
+/// Simulator seed 1006061: no replica within reach was UpToDate (one Inconsistent, one
+/// being synced), and the sync target asked the other every 20 ms, forever, for blocks it
+/// lacked too. Until metadata can prove which replica is current, such a cluster must sit
+/// still and say why: requests back off (at most one per peer every 2 s), status says no
+/// up-to-date replica is within reach, and the log says so once.
+#[test]
+fn without_an_up_to_date_replica_a_resync_waits_quietly() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    beta.tick(0, &mut out);
+    beta.peer_up(0, &mut out);
+    beta.packet(
+        0,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Inconsistent,
+            flags: 0,
+        },
+        &mut out,
+    );
+    beta.peer_up(2, &mut out);
+    beta.packet(
+        2,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    beta.packet(
+        2,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Diskless,
+            flags: 0,
+        },
+        &mut out,
+    );
+    for (offset, len) in [(8192, 4096), (0, 0)] {
+        beta.packet(
+            2,
+            &Packet::OutOfSync {
+                volume: 0,
+                offset,
+                len,
+            },
+            &mut out,
+        );
+    }
+    assert_eq!(beta.disk(0), DiskState::Inconsistent);
+    assert!(!beta.status().volumes[0].up_to_date_within_reach);
+    let (mut asked, mut notes) = (0, Vec::new());
+    for now in (0..20_000).step_by(10) {
+        beta.tick(now, &mut out);
+        for a in std::mem::take(&mut out) {
+            match a {
+                RAction::Send {
+                    peer: 0,
+                    msg: Msg::ResyncReq { id, offset, .. },
+                } => {
+                    asked += 1;
+                    let refusal = Packet::ResyncReply {
+                        volume: 0,
+                        id,
+                        offset,
+                        errno: 11,
+                        data: &[],
+                    };
+                    beta.packet(0, &refusal, &mut out);
+                }
+                RAction::Send {
+                    peer,
+                    msg: Msg::Ping,
+                } => beta.packet(peer, &Packet::PingAck, &mut out),
+                RAction::Note(n) => notes.push(n),
+                _ => {}
+            }
+        }
+    }
+    assert!(beta.status().peers.iter().all(|p| p.connected));
+    assert!(asked >= 2, "it asks again: {asked}");
+    assert!(
+        asked <= 20,
+        "{asked} resync requests in 20 s to a peer that lacks it too"
+    );
+    let waits: Vec<_> = notes
+        .iter()
+        .filter(|n| n.contains("no up-to-date replica"))
+        .collect();
+    assert_eq!(waits.len(), 1, "said once: {notes:?}");
+    // The peer becomes UpToDate: asked again at once, and the data ends the wait.
+    beta.packet(
+        0,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+        },
+        &mut out,
+    );
+    assert_eq!(resync_requests(&out), vec![(8192, 4096)], "{out:?}");
+    assert!(beta.status().volumes[0].up_to_date_within_reach);
 }

@@ -250,6 +250,8 @@ pub struct Sim {
     failed: usize,
     resyncs: usize,
     disks_lost: usize,
+    /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
+    resync_reqs: u64,
     events: u64,
     log: std::collections::VecDeque<String>,
     /// `TANDEM_SIM_TRACE=1`: every delivered packet and disk completion goes to the log
@@ -354,6 +356,7 @@ impl Sim {
             failed: 0,
             resyncs: 0,
             disks_lost: 0,
+            resync_reqs: 0,
             events: 0,
             log: Default::default(),
             trace: std::env::var_os("TANDEM_SIM_TRACE").is_some(),
@@ -561,6 +564,9 @@ impl Sim {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg, incoming: Option<&[u8]>) {
         if !self.links.get(&(from, to)).is_some_and(|l| l.up) {
             return;
+        }
+        if matches!(msg, Msg::ResyncReq { .. }) {
+            self.resync_reqs += 1;
         }
         let mut buf = Vec::new();
         // Payloads are copied out first: the packet borrows them while `self` is used again.
@@ -1124,6 +1130,16 @@ impl Sim {
         self.issued >= self.sc.ops && self.pending.is_empty() && self.in_sync()
     }
 
+    /// Some volume has no UpToDate replica on any node: until persistent metadata proves
+    /// which one is current, nothing can converge it.
+    fn no_up_to_date_replica(&self) -> bool {
+        let st: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
+        (0..self.sc.sizes.len()).any(|v| {
+            (0..self.nodes.len())
+                .all(|i| !self.sc.replica(i, v) || st[i].volumes[v].disk != DiskState::UpToDate)
+        })
+    }
+
     /// All links up and every replica of every volume UpToDate, no known out-of-sync block.
     fn healthy(&self) -> bool {
         self.links.values().all(|l| l.up)
@@ -1162,14 +1178,40 @@ impl Sim {
         // Since when the workload is done, every request answered and every link healed.
         let mut settled_at: Option<u64> = None;
         let mut converged = true;
+        // Resync requests sent by the middle of the stuck window.
+        let mut reqs_at_half: Option<u64> = None;
         while self.step() {
+            if let Some(t) = settled_at {
+                if self.now - t > STUCK_AFTER_US / 2 {
+                    reqs_at_half.get_or_insert(self.resync_reqs);
+                }
+            }
             // Overlapping faults: a known gap until persistent metadata (see
             // `Scenario::overlapping_faults`) can keep a settled run from converging, idle
-            // or flapping (a false split brain dropped and redialled).
-            if self.sc.overlapping_faults
-                && settled_at.is_some_and(|t| self.now - t > STUCK_AFTER_US || self.events >= limit)
-            {
+            // or flapping (a false split brain dropped and redialled). So can a volume
+            // whose every replica is Outdated or Inconsistent (restarts without metadata
+            // outdate replicas), with single faults too: then the cluster must sit still,
+            // not spin on resync requests no peer can answer.
+            let overdue =
+                settled_at.is_some_and(|t| self.now - t > STUCK_AFTER_US || self.events >= limit);
+            let no_current = overdue && self.no_up_to_date_replica();
+            if overdue && (self.sc.overlapping_faults || no_current) {
                 self.note("stuck: checking safety only".into());
+                if self.trace {
+                    for n in &self.nodes {
+                        eprintln!("{:?}", n.engine.status());
+                    }
+                }
+                if no_current {
+                    let spun = self.resync_reqs - reqs_at_half.unwrap_or(self.resync_reqs);
+                    assert!(
+                        spun <= 100,
+                        "seed {}: {spun} resync requests in {} s without an up-to-date replica\n{}",
+                        self.sc.seed,
+                        STUCK_AFTER_US / 2_000_000,
+                        self.tail_log(80)
+                    );
+                }
                 converged = false;
                 break;
             }
@@ -1330,14 +1372,16 @@ impl Sim {
     }
 }
 
-/// Runs seeds `from..from + count`; returns the first failing seed's panic message.
-pub fn run_seeds(from: u64, count: u64) -> Result<(), String> {
-    run_seeds_with(from, count, false).map(|_| ())
+/// Runs seeds `from..from + count` with single faults; returns the seeds that ended
+/// without an up-to-date replica (see [`run_seeds_with`]), or the first failing seed's
+/// panic message.
+pub fn run_seeds(from: u64, count: u64) -> Result<Vec<u64>, String> {
+    run_seeds_with(from, count, false)
 }
 
 /// Runs seeds `from..from + count`, with overlapping faults if asked; returns the seeds
-/// that ended unconverged (only possible with overlapping faults: checked for safety
-/// only), or the first failing seed's panic message.
+/// that ended unconverged (checked for safety only: with overlapping faults, or when no
+/// replica of a volume was left up to date), or the first failing seed's panic message.
 pub fn run_seeds_with(from: u64, count: u64, overlapping: bool) -> Result<Vec<u64>, String> {
     let mut stuck = Vec::new();
     for seed in from..from + count {

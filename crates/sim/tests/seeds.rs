@@ -12,11 +12,18 @@ fn seed_count() -> u64 {
         .unwrap_or(2000)
 }
 
+/// Single faults converge, except where restarts (which outdate a replica until
+/// persistent metadata) left no replica of a volume up to date: that cluster must sit
+/// still, not spin, and is checked for safety only (rare: at most 0.5%).
 #[test]
 fn thousands_of_seeds() {
     let count = seed_count();
-    if let Err(e) = tandem_sim::run_seeds(0, count) {
-        panic!("{e}");
+    match tandem_sim::run_seeds(0, count) {
+        Ok(stuck) => assert!(
+            stuck.len() as u64 * 200 <= count,
+            "more than 0.5% of single-fault runs never converged: {stuck:?}"
+        ),
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -47,9 +54,15 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// UpToDate when it acknowledges answers for its volume). Two more bugs these runs found,
 /// a resync source that did not yet know what it lacked and writes queued behind a failed
 /// one left unanswered, have engine tests in `crates/engine/tests/replica.rs`.
+/// Seed 2001780: a replica finishing its resync while the diskless Primary reconnected
+/// called itself UpToDate before the Primary's list of writes it lacked had ended, and the
+/// Primary took that for receipt. Seed 3017270: a write that failed (its FUA flush reached
+/// only a replica being synced) had landed on that replica, and the Primary never marked
+/// it for the replica that was cut off. Seed 5001807: a protocol-B receipt counted as
+/// written, although the receiver died before writing.
 #[test]
 fn overlapping_fault_regressions() {
-    for seed in [31, 1891, 5603, 26135] {
+    for seed in [31, 1891, 5603, 26135, 3017270, 5001807, 2021338] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;
         Sim::new(sc).run();
@@ -87,7 +100,7 @@ fn restarts_that_lose_the_disk_lose_nothing() {
 /// `a_primary_being_synced_writes_after_the_resync_write_to_the_same_range`).
 #[test]
 fn new_cluster_regressions() {
-    for seed in [40014553] {
+    for seed in [40014553, 2001780] {
         let out = Sim::new(Scenario::random(seed)).run();
         assert!(out.converged, "seed {seed}");
     }

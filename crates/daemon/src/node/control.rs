@@ -210,6 +210,7 @@ impl NodeReactor {
                         "size": v.size,
                         "writes_in_flight": v.writes_in_flight,
                         "resync_remaining_kib": v.resync_remaining.map(|b| b / 1024),
+                        "up_to_date_within_reach": v.up_to_date_within_reach,
                     })
                 })
                 .collect();

@@ -432,7 +432,8 @@ struct AppWrite {
     peers_pending: u32,
     peers_ok: u32,
     /// Diskful peers that did not get it (down, failed, dropped before confirming): their
-    /// out-of-sync bits are set once the write succeeded somewhere. A write that reached
+    /// out-of-sync bits are set once the write landed somewhere, even if it then failed
+    /// (its FUA flush not vouched for by an up-to-date replica). A write that reached
     /// nobody changed nothing, so it marks nothing (bits set for it would make every
     /// replica believe it lacks the block).
     missing: u32,
@@ -496,6 +497,13 @@ struct Resync {
     /// Peers that lacked a range we asked for, not asked again before `retry_at_ms`.
     refused: Vec<NodeId>,
     retry_at_ms: u64,
+    /// Wait before asking again: doubles while every peer keeps refusing (no replica
+    /// within reach has the data: a steady state until a current one returns, which must
+    /// not cost a request every few milliseconds), back to the minimum once data arrives.
+    retry_ms: u64,
+    /// No up-to-date replica is within reach and every peer asked lacked the data: said
+    /// once in the log, until data arrives again.
+    stalled: bool,
     /// Only live notices (not a list after a connect) made this resync: a routine
     /// catch-up, logged as detail.
     live: bool,
@@ -538,6 +546,10 @@ struct PeerVol {
     list: ListState,
     /// The peer ended its list of what we lack, on this connection.
     listed: bool,
+    /// Ranges it wrote here (as Primary) on this connection before its list ended: newer
+    /// than any resync data, even where its list then says a block is out of sync (see
+    /// [`Resource::mark_behind`]).
+    written_before_list: Vec<(u64, u64)>,
     disk: Option<DiskState>,
     /// It said its replica was created empty at start and has received nothing since.
     created: bool,
@@ -577,8 +589,6 @@ struct Unacked {
     sent_ms: u64,
     /// The application write it belongs to.
     req: ReqId,
-    /// The peer acknowledged receipt: it applies the write even if the connection drops.
-    received: bool,
 }
 
 #[derive(Debug)]
@@ -628,6 +638,9 @@ pub struct VolumeStatus {
     pub writes_in_flight: usize,
     /// Bytes still to pull while we are a sync target.
     pub resync_remaining: Option<u64>,
+    /// This replica or a connected peer's is UpToDate. When not, reads fail, writes fail
+    /// (no up-to-date replica vouches for them) and a resync waits for one to return.
+    pub up_to_date_within_reach: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -658,8 +671,10 @@ pub struct Resource {
 
 const EIO: u32 = 5;
 const EAGAIN: u32 = 11;
-/// How long a sync target waits before asking again peers that lacked what it needs.
+/// How long a sync target waits before asking again peers that lacked what it needs,
+/// at first and at most (see [`Resync::retry_ms`]).
 const RESYNC_RETRY_MS: u64 = 20;
+const RESYNC_RETRY_MAX_MS: u64 = 2_000;
 const SECTOR: u64 = 512;
 
 impl Resync {
@@ -675,6 +690,8 @@ impl Resync {
             finishing: false,
             refused: Vec::new(),
             retry_at_ms: 0,
+            retry_ms: RESYNC_RETRY_MS,
+            stalled: false,
             live,
         }
     }
@@ -756,6 +773,7 @@ impl Resource {
                         diskful: d,
                         list: ListState::NotSent,
                         listed: false,
+                        written_before_list: Vec::new(),
                         disk: None,
                         created: false,
                         oos: Bitmap::new(size),
@@ -818,7 +836,7 @@ impl Resource {
     }
 
     pub fn status(&self) -> Status {
-        Status {
+        let mut st = Status {
             role: self.role,
             volumes: self
                 .vols
@@ -836,6 +854,7 @@ impl Resource {
                                 .map(|&(o, l)| r.to_pull.bytes_clear_in(o, u64::from(l)))
                                 .sum::<u64>()
                     }),
+                    up_to_date_within_reach: false,
                 })
                 .collect(),
             peers: self
@@ -858,7 +877,22 @@ impl Resource {
                 })
                 .collect(),
             app_in_flight: self.app_in_flight(),
+        };
+        for (v, vs) in st.volumes.iter_mut().enumerate() {
+            vs.up_to_date_within_reach = self.up_to_date_within_reach(v);
         }
+        st
+    }
+
+    /// This node's replica of volume `v` or a connected peer's is UpToDate: reads can be
+    /// served and writes vouched for.
+    fn up_to_date_within_reach(&self, v: usize) -> bool {
+        let vol = &self.vols[v];
+        (vol.diskful && vol.disk == DiskState::UpToDate)
+            || self
+                .peers
+                .iter()
+                .any(|p| p.up && p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
     }
 
     fn peer_index(&self, id: NodeId) -> Option<usize> {
@@ -1149,8 +1183,8 @@ impl Resource {
             if fua {
                 flags |= wf::FUA;
             }
-            // Receipt is always acknowledged: a peer that received a write applies it even
-            // if the connection drops, so only writes it never received are out of sync.
+            // Receipt is always acknowledged (protocol B completes on it); it does not make
+            // the write in sync there: the peer may die before writing it (see peer_down).
             flags |= wf::ACK_RECV;
             let msg = match kind {
                 DiskKind::Write { .. } => Msg::Write {
@@ -1180,7 +1214,6 @@ impl Resource {
                     len,
                     sent_ms: now,
                     req,
-                    received: false,
                 },
             );
             if protocol == Protocol::A {
@@ -1224,24 +1257,26 @@ impl Resource {
             .writes
             .remove(&req)
             .expect("finishing an unknown write");
-        if result.is_ok() {
-            let size = self.vols[w.volume as usize].size;
-            for (i, p) in self.peers.iter_mut().enumerate() {
-                let up = p.up;
-                let pv = &mut p.vols[w.volume as usize];
-                // Written as Primary without it: if it was Primary apart from us too, this
-                // is half of a split brain (a diskless one holds none of it, but its own
-                // writes went to replicas that lack ours).
-                if w.missing & (1 << i) != 0 || (!pv.diskful && !up) {
-                    pv.apart
-                        .get_or_insert_with(|| Bitmap::new(size))
-                        .set_range(w.offset, u64::from(w.len));
-                }
-                if w.missing & (1 << i) != 0 {
-                    pv.oos.set_range(w.offset, u64::from(w.len));
-                    if pv.list == ListState::Sent {
-                        pv.list = ListState::Stale;
-                    }
+        let size = self.vols[w.volume as usize].size;
+        let landed = w.local == Stage::Done(true) || w.peers_ok != 0;
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            let up = p.up;
+            let pv = &mut p.vols[w.volume as usize];
+            // Written as Primary without it: if it was Primary apart from us too, this
+            // is half of a split brain (a diskless one holds none of it, but its own
+            // writes went to replicas that lack ours).
+            if result.is_ok() && (w.missing & (1 << i) != 0 || (!pv.diskful && !up)) {
+                pv.apart
+                    .get_or_insert_with(|| Bitmap::new(size))
+                    .set_range(w.offset, u64::from(w.len));
+            }
+            // A failed write may still have landed on some replica (simulator seed
+            // 3017270: written on a Secondary being synced, whose flush could not vouch
+            // for it, while the other was cut off), so the replicas that missed it differ.
+            if landed && w.missing & (1 << i) != 0 {
+                pv.oos.set_range(w.offset, u64::from(w.len));
+                if pv.list == ListState::Sent {
+                    pv.list = ListState::Stale;
                 }
             }
         }
@@ -1776,6 +1811,7 @@ impl Resource {
             pv.created = false;
             pv.repl = Repl::Off;
             pv.listed = false;
+            pv.written_before_list.clear();
             pv.list = ListState::NotSent;
             pv.peer_wrote_apart = false;
             pv.claimed = 0;
@@ -1818,9 +1854,13 @@ impl Resource {
         let p = &mut self.peers[i];
         p.up = false;
         p.role = Role::Secondary;
-        // Everything not confirmed written there may be missing there.
+        // Everything not confirmed written there may be missing there: even a write it
+        // received (protocol B's acknowledgement) is lost if the link dropped because the
+        // node died before writing it (simulator seed 5001807: the only other replica
+        // then pulled the range back from the one that had lost it, and an acknowledged
+        // write was gone). Like DRBD, only a write acknowledgement counts.
         let unacked = std::mem::take(&mut p.unacked);
-        for u in unacked.into_values().filter(|u| !u.received) {
+        for u in unacked.into_values() {
             match self.writes.get_mut(&u.req) {
                 Some(w) => w.missing |= bit,
                 // Completed (protocol A/B): it is on some replica, and maybe not on this one.
@@ -1835,6 +1875,7 @@ impl Resource {
             pv.created = false;
             pv.repl = Repl::Off;
             pv.listed = false;
+            pv.written_before_list.clear();
             pv.list = ListState::NotSent;
         }
         let waiting = std::mem::take(&mut p.app_waiting);
@@ -1948,7 +1989,18 @@ impl Resource {
                 }
                 let created = flags & volume_flags::CREATED != 0;
                 self.peers[i].vols[v].peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
+                let before = self.peers[i].vols[v].disk;
                 self.peer_volume(i, v, disk, created, out)?;
+                // A peer that refused may have what we lack now: ask it again soon.
+                let id = self.peers[i].id;
+                if let Some(rs) = self.vols[v]
+                    .resync
+                    .as_mut()
+                    .filter(|_| before != Some(disk))
+                {
+                    rs.refused.retain(|&r| r != id);
+                    rs.retry_ms = RESYNC_RETRY_MS;
+                }
                 // A new state may end a list, or offer a source to pull from.
                 self.pump_resync(volume, out);
             }
@@ -1990,9 +2042,6 @@ impl Resource {
                 self.receive_write(i, v, seq, flags, targets, kind, out)?;
             }
             Packet::RecvAck { seq } => {
-                if let Some(u) = self.peers[i].unacked.get_mut(&seq) {
-                    u.received = true;
-                }
                 // Satisfies a write waiting under protocol B (including protocol A writes of
                 // a diskless Primary, see start_write); for others nothing waits on it.
                 if self.spec.protocol != Protocol::C {
@@ -2129,6 +2178,7 @@ impl Resource {
                     // (diskful) or needs no tracking (diskless).
                     pv.apart = None;
                     pv.listed = true;
+                    pv.written_before_list = Vec::new();
                     if let Some(rs) = self.vols[v].resync.as_mut() {
                         rs.lists_open.retain(|&n| n != peer);
                     }
@@ -2314,9 +2364,9 @@ impl Resource {
             };
             self.set_disk_logged(v, DiskState::Inconsistent, note, live, out);
         }
-        let lister_is_primary = self
+        let primary = self
             .peer_index(lister)
-            .is_some_and(|i| self.peers[i].role == Role::Primary);
+            .filter(|&i| self.peers[i].role == Role::Primary);
         let vol = &mut self.vols[v];
         let rs = vol
             .resync
@@ -2325,13 +2375,22 @@ impl Resource {
         if !rs.lists_open.contains(&lister) {
             rs.lists_open.push(lister);
         }
-        if lister_is_primary {
+        if let Some(i) = primary {
             // Sectors the application wrote here during the resync are protected from
             // older resync data. A range the Primary lists again holds writes we missed
             // after those (our link to it dropped and came back), so the protection is
-            // void there. Its newer writes come on the same connection after this list
-            // and mark their sectors again.
+            // void there, except for what it wrote on this connection: those writes are
+            // newer than whatever its list is about, even when they came before the list
+            // (simulator seed 2021338: the list waited for writes in flight, a new write
+            // went out first, and a resync from a replica cut off from the Primary
+            // overwrote it).
             rs.fresh.clear_range(offset, len);
+            for &(o, l) in &self.peers[i].vols[v].written_before_list {
+                let (a, b) = (o.max(offset), (o + l).min(offset + len));
+                if a < b {
+                    rs.fresh.set_range(a, b - a);
+                }
+            }
         }
         rs.to_pull.set_range(offset, len);
         rs.cursor = rs.cursor.min(offset / super::bitmap::BLOCK);
@@ -2455,9 +2514,22 @@ impl Resource {
             });
         }
         let all_listed = self.all_listed(v);
+        let reach = self.up_to_date_within_reach(v);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
+        if rs.source.is_none()
+            && rs.outstanding.is_empty()
+            && rs.to_pull.count() > 0
+            && !reach
+            && !rs.stalled
+        {
+            rs.stalled = true;
+            out.push(RAction::Note(format!(
+                "volume {v}: no up-to-date replica within reach, and no peer has the blocks \
+                 we lack; the resync waits for one to return (I/O that needs one fails)"
+            )));
+        }
         if all_listed
             && rs.lists_open.is_empty()
             && rs.to_pull.count() == 0
@@ -2510,7 +2582,8 @@ impl Resource {
             if !rs.refused.contains(&peer) {
                 rs.refused.push(peer);
             }
-            rs.retry_at_ms = self.now_ms + RESYNC_RETRY_MS;
+            rs.retry_at_ms = self.now_ms + rs.retry_ms;
+            rs.retry_ms = (rs.retry_ms * 2).min(RESYNC_RETRY_MAX_MS);
             if rs.outstanding.is_empty() {
                 rs.source = None;
             }
@@ -2528,6 +2601,12 @@ impl Resource {
         let Some(rs) = self.vols[v].resync.as_mut() else {
             unreachable!("checked above; data_arrives keeps the resync")
         };
+        rs.retry_ms = RESYNC_RETRY_MS;
+        if std::mem::take(&mut rs.stalled) {
+            out.push(RAction::Note(format!(
+                "volume {v}: node {peer} has blocks we lack; the resync goes on"
+            )));
+        }
         // Write the sectors the application has not overwritten since the resync began.
         let end = offset + u64::from(req_len);
         let mut parts = Vec::new();
@@ -2593,7 +2672,17 @@ impl Resource {
             return;
         };
         rs.finishing = false;
-        if !rs.lists_open.is_empty()
+        // A peer that connected while the final flush ran has not ended its list yet: it
+        // may name writes we lack (simulator seed 2001780: the diskless Primary came back
+        // during the flush, and the replica called itself UpToDate without its list; the
+        // Primary, hearing UpToDate after sending that list, took it as received and
+        // forgot the block; an acknowledged write was lost).
+        let all_listed = self.all_listed(v);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        if !all_listed
+            || !rs.lists_open.is_empty()
             || rs.to_pull.count() > 0
             || !rs.outstanding.is_empty()
             || rs.writes_pending > 0
@@ -2690,6 +2779,10 @@ impl Resource {
         let vol = &mut self.vols[v];
         if let Some(rs) = vol.resync.as_mut() {
             rs.fresh.set_range(offset, u64::from(len));
+        }
+        let pv = &mut self.peers[i].vols[v];
+        if !pv.listed {
+            pv.written_before_list.push((offset, u64::from(len)));
         }
         self.peers[i].rx_pending.insert(seq);
         let token = Token::PeerWrite {
