@@ -1336,3 +1336,54 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
     assert_eq!(resync_requests(&out), vec![(8192, 4096)], "{out:?}");
     assert!(beta.status().volumes[0].up_to_date_within_reach);
 }
+
+/// Regression (simulator seed 30028803 with overlapping faults): a resync read for a peer
+/// completed after its connection dropped. The source cleared the range from the peer's
+/// out-of-sync blocks as if the reply went out, forgetting a write the peer had missed
+/// meanwhile; on the next connection the range was not listed and the peer kept old data.
+#[test]
+fn a_resync_read_for_a_dropped_connection_forgets_nothing() {
+    let mut alpha = started(0, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    alpha.peer_up(1, &mut out);
+    for p in [
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Outdated,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        alpha.packet(1, &p, &mut out);
+    }
+    let oos = |n: &Resource| n.status().peers[0].volumes[0].out_of_sync_bytes;
+    assert_eq!(oos(&alpha), 1 << 20, "an Outdated peer lacks everything");
+    out.clear();
+    let req = Packet::ResyncReq {
+        volume: 0,
+        id: 1,
+        offset: 0,
+        len: 16384,
+    };
+    alpha.packet(1, &req, &mut out);
+    let (token, kind) = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Disk { token, kind, .. } => Some((*token, *kind)),
+            _ => None,
+        })
+        .expect("the range is read for the peer");
+    alpha.peer_down(1, &mut out);
+    out.clear();
+    alpha.disk_done(0, token, kind, Ok(()), &mut out);
+    assert!(
+        !out.iter().any(|a| matches!(a, RAction::Send { .. })),
+        "nothing goes to a dropped connection: {out:?}"
+    );
+    assert_eq!(oos(&alpha), 1 << 20, "the range is still out of sync");
+}

@@ -35,6 +35,10 @@ pub const ERR_NODE: u32 = 3;
 pub const ERR_VERSION: u32 = 4;
 /// The peer broke the protocol (malformed frame, unexpected packet).
 pub const ERR_PROTOCOL: u32 = 5;
+/// The peer authenticated, but this side is StandAlone towards it (an administrator's
+/// `tandem disconnect`, or a split brain): it accepts no session until `tandem connect`.
+/// Not a fault: the dialer retries at its longest interval and says so once.
+pub const ERR_STANDALONE: u32 = 6;
 
 /// The message sent with [`ERR_AUTH`].
 pub const AUTH_FAILED_MESSAGE: &str = "authentication failed: the shared secrets differ";
@@ -62,6 +66,9 @@ pub struct HandshakeConfig {
     pub expect: Option<u8>,
     /// Feature bits this side supports.
     pub features: u64,
+    /// Peers this side is StandAlone towards: refused with [`ERR_STANDALONE`] once they
+    /// proved they know the secret (an unauthenticated caller learns nothing of our state).
+    pub standalone_towards: Vec<u8>,
 }
 
 impl fmt::Debug for HandshakeConfig {
@@ -73,6 +80,7 @@ impl fmt::Debug for HandshakeConfig {
             .field("allowed_peers", &self.allowed_peers)
             .field("expect", &self.expect)
             .field("features", &self.features)
+            .field("standalone_towards", &self.standalone_towards)
             .finish()
     }
 }
@@ -152,6 +160,10 @@ pub enum HandshakeError {
         "authentication of node {peer} for resource {resource:?} failed: the shared secrets differ"
     )]
     AuthFailed { peer: u8, resource: String },
+    #[error(
+        "node {me} is StandAlone towards node {peer} for resource {resource:?}: no connection until `tandem connect` on node {me}"
+    )]
+    StandAlone { me: u8, peer: u8, resource: String },
     #[error("the peer refused the connection: {} (code {code})", sanitize(.message))]
     PeerRefused { code: u32, message: String },
     #[error("protocol violation: {0}")]
@@ -169,6 +181,7 @@ impl HandshakeError {
             | HandshakeError::UnknownPeer { .. }
             | HandshakeError::UnexpectedPeer { .. } => ERR_NODE,
             HandshakeError::AuthFailed { .. } => ERR_AUTH,
+            HandshakeError::StandAlone { .. } => ERR_STANDALONE,
             HandshakeError::PeerRefused { code, .. } => *code,
             HandshakeError::Protocol(_) => ERR_PROTOCOL,
         }
@@ -419,9 +432,17 @@ impl PeerHandshake {
                     });
                 }),
             (Packet::Auth { response }, State::AwaitAuth(peer)) => {
-                self.check_auth(peer.id, &response).map(|()| {
+                self.check_auth(peer.id, &response).and_then(|()| {
+                    if self.cfg.standalone_towards.contains(&peer.id) {
+                        return Err(HandshakeError::StandAlone {
+                            me: self.cfg.me,
+                            peer: peer.id,
+                            resource: self.cfg.resource.clone(),
+                        });
+                    }
                     encode(&Packet::AuthOk, out);
                     self.state = State::AwaitAuthOk(peer);
+                    Ok(())
                 })
             }
             (Packet::AuthOk, State::AwaitAuthOk(peer)) => {
@@ -604,6 +625,7 @@ mod tests {
                 allowed_peers: vec![2],
                 expect: None,
                 features: 0,
+                standalone_towards: Vec::new(),
             },
             [1; 32],
             &mut out,

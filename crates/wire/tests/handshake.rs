@@ -5,8 +5,8 @@ use proptest::prelude::*;
 use tandem_wire::auth;
 use tandem_wire::handshake::{
     Established, HandshakeConfig, HandshakeError, HandshakeStep, PeerHandshake, ProtocolError,
-    AUTH_FAILED_MESSAGE, ERR_AUTH, ERR_NODE, ERR_PROTOCOL, ERR_RESOURCE, ERR_VERSION,
-    MAX_HANDSHAKE_BODY,
+    AUTH_FAILED_MESSAGE, ERR_AUTH, ERR_NODE, ERR_PROTOCOL, ERR_RESOURCE, ERR_STANDALONE,
+    ERR_VERSION, MAX_HANDSHAKE_BODY,
 };
 use tandem_wire::packet::Role;
 use tandem_wire::{
@@ -24,6 +24,7 @@ fn cfg(me: u8, resource: &str, secret: &[u8], allowed: &[u8]) -> HandshakeConfig
         allowed_peers: allowed.to_vec(),
         expect: None,
         features: u64::MAX,
+        standalone_towards: Vec::new(),
     }
 }
 
@@ -988,4 +989,63 @@ proptest! {
             prop_assert_eq!(e.peer, 1);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// StandAlone
+
+#[test]
+fn a_standalone_side_refuses_an_authenticated_peer_with_a_code_of_its_own() {
+    let mut ca = cfg(1, "r0", b"s3cret", &[2]);
+    ca.standalone_towards = vec![2];
+    let mut cb = cfg(2, "r0", b"s3cret", &[1]);
+    cb.expect = Some(1);
+    let (mut a, mut b) = pair(ca, cb);
+    pump(&mut a, &mut b, whole);
+    assert_eq!(
+        *a.failed(),
+        HandshakeError::StandAlone {
+            me: 1,
+            peer: 2,
+            resource: "r0".into()
+        }
+    );
+    assert!(!packets(&a.out).contains(&Packet::AuthOk));
+    let (code, message) = last_error(&a.out);
+    assert_eq!(code, ERR_STANDALONE);
+    assert!(message.contains("StandAlone"), "{message}");
+    match b.failed() {
+        HandshakeError::PeerRefused { code, message } => {
+            assert_eq!(*code, ERR_STANDALONE);
+            assert!(message.contains("tandem connect"), "{message}");
+        }
+        other => panic!("expected the peer's refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_standalone_side_tells_an_unauthenticated_caller_nothing_of_it() {
+    let mut ca = cfg(1, "r0", b"s3cret", &[2]);
+    ca.standalone_towards = vec![2];
+    let (mut a, mut b) = pair(ca, cfg(2, "r0", b"guess", &[1]));
+    pump(&mut a, &mut b, whole);
+    assert_eq!(a.failed().code(), ERR_AUTH);
+    assert_eq!(last_error(&a.out).0, ERR_AUTH);
+    assert!(!matches!(
+        b.failed(),
+        HandshakeError::PeerRefused {
+            code: ERR_STANDALONE,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn standalone_towards_one_peer_accepts_the_others() {
+    let mut ca = cfg(1, "r0", b"s3cret", &[2, 3]);
+    ca.standalone_towards = vec![3];
+    let (mut a, mut b) = pair(ca, cfg(2, "r0", b"s3cret", &[1, 3]));
+    pump(&mut a, &mut b, whole);
+    assert_eq!(a.established().peer, 2);
+    assert_eq!(b.established().peer, 1);
 }

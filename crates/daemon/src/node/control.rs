@@ -157,7 +157,7 @@ impl NodeReactor {
                 {
                     s.wanted = true;
                     s.split_brain = None;
-                    s.next_dial = std::time::Instant::now();
+                    s.link.dial_now(std::time::Instant::now());
                 }
                 Ok(())
             }

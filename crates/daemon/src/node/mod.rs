@@ -6,6 +6,7 @@
 //! ([`tandem_engine::replica::Resource`]) decides, this module executes.
 
 mod control;
+mod links;
 mod peer;
 mod sync_plan;
 
@@ -15,6 +16,7 @@ use crate::conn::{Conn, Phase, ReadOutcome};
 use crate::listener::{Listener, Stream};
 use crate::worker::{Done, Job, Workers};
 use anyhow::{bail, Context, Result};
+use links::{Attempt, Link};
 use mio::{Events, Interest, Poll, Token as MioToken, Waker};
 use peer::PeerConn;
 use rustc_hash::FxHashMap as HashMap;
@@ -35,7 +37,9 @@ use tandem_frontend::nbd::{
     TransmissionParams,
 };
 use tandem_storage::{Backing, OpenOptions};
-use tandem_wire::handshake::{HandshakeConfig, HandshakeStep as PeerStep, PeerHandshake};
+use tandem_wire::handshake::{
+    HandshakeConfig, HandshakeError, HandshakeStep as PeerStep, PeerHandshake,
+};
 use tandem_wire::packet::{Decoded as Frame, Packet};
 use tracing::{debug, error, info, warn};
 
@@ -96,8 +100,7 @@ struct PeerSlot {
     conn: Option<usize>,
     /// An outgoing attempt in progress.
     dialing: Option<usize>,
-    next_dial: Instant,
-    backoff: Duration,
+    link: Link,
     /// `tandem disconnect` keeps it StandAlone until `tandem connect`.
     wanted: bool,
     /// Why the last connection ended, for status.
@@ -110,6 +113,8 @@ struct PeerSlot {
 struct ResCtx {
     cfg: ResourceConfig,
     me: NodeId,
+    /// Our replication address: outgoing peer connections come from its IP.
+    my_address: std::net::SocketAddr,
     engine: Resource,
     backings: Vec<Option<Arc<Backing>>>,
     exports: Vec<ExportInfo>,
@@ -266,6 +271,30 @@ fn export_name(cfg: &ResourceConfig, vol: usize) -> String {
     }
 }
 
+/// Starts a non-blocking connection to `to` from `from` (the node's configured address,
+/// so firewalls and multi-homed hosts see the right source; any port). An unspecified
+/// address (0.0.0.0, ::) leaves the choice to the kernel.
+fn connect_from(
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> io::Result<mio::net::TcpStream> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(to),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_nonblocking(true)?;
+    if !from.is_unspecified() {
+        socket.bind(&std::net::SocketAddr::new(from, 0).into())?;
+    }
+    match socket.connect(&to.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(mio::net::TcpStream::from_std(socket.into()))
+}
+
 fn random_challenge() -> [u8; 32] {
     let mut c = [0u8; 32];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
@@ -399,8 +428,11 @@ impl NodeReactor {
                 address: n.address,
                 conn: None,
                 dialing: None,
-                next_dial: Instant::now(),
-                backoff: cfg.net.connect_interval,
+                link: Link::new(
+                    cfg.net.connect_interval,
+                    cfg.net.max_connect_interval,
+                    Instant::now(),
+                ),
                 wanted: true,
                 split_brain: None,
                 last_error: None,
@@ -413,6 +445,7 @@ impl NodeReactor {
         info!(resource = %cfg.name, node = %my.name, node_id = my.node_id, "replication on {}; disks {states:?}", my.address);
         self.res.push(ResCtx {
             me: my.node_id,
+            my_address: my.address,
             cfg,
             engine,
             backings,
@@ -652,6 +685,12 @@ impl NodeReactor {
             allowed_peers: res.peers.iter().map(|p| p.id).collect(),
             expect: dialed,
             features: 0,
+            standalone_towards: res
+                .peers
+                .iter()
+                .filter(|p| !p.wanted)
+                .map(|p| p.id)
+                .collect(),
         };
         let mut greeting = Vec::new();
         let hs = PeerHandshake::new(cfg, random_challenge(), &mut greeting);
@@ -668,10 +707,10 @@ impl NodeReactor {
         self.next_conn_id += 1;
         let name = format!("{addr}#{}", self.next_conn_id);
         let net = &self.res[r].cfg.net;
-        // A dial gives up after the current retry interval (at least a second, at most
+        // A dial gives up after the retry interval (at least a second, at most
         // `timeout`), so attempts keep the configured pace whatever the kernel does.
         let patience = match dialed.and_then(|d| self.res[r].peers.iter().find(|p| p.id == d)) {
-            Some(slot) => slot.backoff.max(Duration::from_secs(1)).min(net.timeout),
+            Some(slot) => slot.link.patience().min(net.timeout),
             None => net.timeout,
         };
         let deadline = Instant::now() + patience;
@@ -1113,7 +1152,14 @@ impl NodeReactor {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    info!(peer = %pc.name, "connection failed: {e}");
+                    // A session that breaks is a state change; an attempt that fails is
+                    // reported by the dialer, once per reason (see dial_failed).
+                    if pc.peer.is_some() {
+                        info!(peer = %pc.name, "connection failed: {e}");
+                    } else {
+                        debug!(peer = %pc.name, "connection failed: {e}");
+                        pc.failure = Some(e.to_string());
+                    }
                     pc.dead = true;
                 }
             }
@@ -1139,18 +1185,29 @@ impl NodeReactor {
             match step {
                 PeerStep::NeedMore => return,
                 PeerStep::Failed(e) => {
-                    error!(resource = %self.res[r].cfg.name, peer = %pc.name, "peer handshake failed: {e}");
                     pc.hs = None;
                     // Dead, but what is queued (an Error packet telling the peer why) still
                     // goes out before the close: see flush_entry.
                     pc.dead = true;
                     let reason = e.to_string();
-                    if let Some(d) = pc.dialed {
-                        self.dial_failed(r, d, reason);
+                    let name = pc.name.clone();
+                    let dialed = pc.dialed;
+                    let res = &mut self.res[r];
+                    if matches!(e, HandshakeError::StandAlone { .. }) {
+                        // We refused it, as the administrator asked: not news.
+                        debug!(resource = %res.cfg.name, peer = %name, "{reason}");
+                    } else if let Some(d) = dialed {
+                        self.dial_failed(r, d, reason, Attempt::Refused);
                     } else if let Some(slot) =
-                        claimed.and_then(|id| self.res[r].peers.iter_mut().find(|p| p.id == id))
+                        claimed.and_then(|id| res.peers.iter_mut().find(|p| p.id == id))
                     {
+                        // Its own dials fail the same way every interval: say it once.
+                        if slot.last_error.as_deref() != Some(reason.as_str()) {
+                            error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
+                        }
                         slot.last_error = Some(reason);
+                    } else {
+                        error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
                     }
                     return;
                 }
@@ -1158,29 +1215,8 @@ impl NodeReactor {
                     pc.hs = None;
                     pc.deadline = None;
                     let peer = est.peer;
-                    let res = &mut self.res[r];
-                    let slot = res
-                        .peers
-                        .iter_mut()
-                        .find(|p| p.id == peer)
-                        .expect("the handshake checks the node id");
-                    if pc.dialed.is_some() {
-                        slot.dialing = None;
-                    }
-                    if slot.conn.is_some() || !slot.wanted {
-                        info!(resource = %res.cfg.name, peer = %pc.name, "dropping a second connection to node {peer}");
-                        pc.dead = true;
-                        return;
-                    }
-                    pc.peer = Some(peer);
-                    pc.name = format!("{} (node {} {})", pc.name, peer, slot.name);
-                    slot.conn = Some(k);
-                    slot.backoff = res.cfg.net.connect_interval;
-                    slot.last_error = None;
-                    info!(resource = %res.cfg.name, peer = %pc.name, "connected");
-                    let mut actions = Vec::new();
-                    res.engine.peer_up(peer, &mut actions);
-                    self.run_actions(r, actions, Ctx::default());
+                    let dialed = pc.dialed.is_some();
+                    self.bind_peer_conn(r, k, peer, dialed);
                 }
             }
         }
@@ -1243,14 +1279,92 @@ impl NodeReactor {
         }
     }
 
-    fn dial_failed(&mut self, r: usize, peer: NodeId, reason: String) {
-        let max = self.res[r].cfg.net.max_connect_interval;
-        if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
+    /// A connection to `peer` authenticated: it becomes the peer's session, unless one is
+    /// bound already. Both ends dial, so when both succeed both keep the one the lower node
+    /// id dialed (see links.rs) and drop the other without a word.
+    fn bind_peer_conn(&mut self, r: usize, k: usize, peer: NodeId, dialed: bool) {
+        let res = &mut self.res[r];
+        let me = res.me;
+        let slot = res
+            .peers
+            .iter_mut()
+            .find(|p| p.id == peer)
+            .expect("the handshake checks the node id");
+        if dialed {
             slot.dialing = None;
-            slot.next_dial = Instant::now() + slot.backoff;
-            slot.backoff = (slot.backoff * 2).min(max);
-            slot.last_error = Some(reason);
         }
+        let old = slot.conn.and_then(|o| match self.entries.get(o) {
+            Some(Entry::Peer(opc)) => Some((o, opc.dialed.is_some())),
+            _ => None,
+        });
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        if !slot.wanted {
+            // Made StandAlone while this handshake ran.
+            debug!(resource = %res.cfg.name, peer = %pc.name, "not connecting: StandAlone towards node {peer}");
+            pc.dead = true;
+            return;
+        }
+        if let Some((o, old_dialed)) = old {
+            if !links::replaces(me, peer, dialed, old_dialed) {
+                debug!(resource = %res.cfg.name, peer = %pc.name, "dropping a second connection to node {peer}");
+                pc.dead = true;
+                return;
+            }
+            debug!(resource = %res.cfg.name, peer = %pc.name, "this connection to node {peer} replaces the one bound");
+            slot.conn = None;
+            let mut actions = Vec::new();
+            res.engine.peer_down(peer, &mut actions);
+            self.run_actions(r, actions, Ctx::default());
+            if let Some(Entry::Peer(opc)) = self.entries.get_mut(o) {
+                opc.dead = true;
+            }
+            self.mark_dirty(o);
+        }
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let res = &mut self.res[r];
+        let slot = res
+            .peers
+            .iter_mut()
+            .find(|p| p.id == peer)
+            .expect("checked above");
+        pc.peer = Some(peer);
+        pc.name = format!("{} (node {} {})", pc.name, peer, slot.name);
+        slot.conn = Some(k);
+        slot.link.connected();
+        slot.last_error = None;
+        if old.is_none() {
+            info!(resource = %res.cfg.name, peer = %pc.name, "connected");
+        }
+        let mut actions = Vec::new();
+        res.engine.peer_up(peer, &mut actions);
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    /// An attempt to reach `peer` failed. Logged when the reason changes, not at every
+    /// attempt: a peer that stays down costs one line, not one per interval.
+    fn dial_failed(&mut self, r: usize, peer: NodeId, reason: String, how: Attempt) {
+        let res = &mut self.res[r];
+        let Some(slot) = res.peers.iter_mut().find(|p| p.id == peer) else {
+            return;
+        };
+        slot.dialing = None;
+        slot.link.failed(how, Instant::now());
+        if slot.last_error.as_deref() != Some(reason.as_str()) {
+            let (name, addr) = (&slot.name, slot.address);
+            match how {
+                Attempt::Unreachable => {
+                    info!(resource = %res.cfg.name, peer = %name, "cannot reach node {peer} at {addr}: {reason}; trying again every {:?}", res.cfg.net.connect_interval)
+                }
+                Attempt::Refused => {
+                    warn!(resource = %res.cfg.name, peer = %name, "node {peer} at {addr} refused the connection: {reason}; trying again at up to {:?} intervals", res.cfg.net.max_connect_interval)
+                }
+            }
+        }
+        slot.last_error = Some(reason);
     }
 
     /// A peer connection's entry is going away.
@@ -1264,7 +1378,7 @@ impl NodeReactor {
                 .find(|p| p.id == peer && p.conn == Some(k))
             {
                 slot.conn = None;
-                slot.next_dial = Instant::now() + slot.backoff;
+                slot.link.failed(Attempt::Unreachable, Instant::now());
                 slot.last_error
                     .get_or_insert_with(|| "connection lost".into());
                 info!(resource = %res.cfg.name, peer = %pc.name, "disconnected");
@@ -1279,7 +1393,11 @@ impl NodeReactor {
                 .iter()
                 .any(|p| p.id == d && p.dialing == Some(k));
             if still {
-                self.dial_failed(r, d, "could not connect".into());
+                let reason = pc
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "could not connect".into());
+                self.dial_failed(r, d, reason, Attempt::Unreachable);
             }
         }
     }
@@ -1288,24 +1406,23 @@ impl NodeReactor {
         let now = Instant::now();
         for r in 0..self.res.len() {
             for i in 0..self.res[r].peers.len() {
-                let (me, slot) = (self.res[r].me, &self.res[r].peers[i]);
-                // The lower node id dials; the higher accepts. One connection per pair.
-                if slot.id < me
-                    || slot.conn.is_some()
+                let slot = &self.res[r].peers[i];
+                // Both ends dial (see links.rs): whichever comes back first is found at once.
+                if slot.conn.is_some()
                     || slot.dialing.is_some()
                     || !slot.wanted
-                    || now < slot.next_dial
+                    || !slot.link.due(now)
                 {
                     continue;
                 }
                 let (addr, id) = (slot.address, slot.id);
-                match mio::net::TcpStream::connect(addr) {
+                match connect_from(self.res[r].my_address.ip(), addr) {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
                         let key = self.new_peer_conn(r, Stream::Tcp(s), addr.to_string(), Some(id));
                         self.res[r].peers[i].dialing = key;
                     }
-                    Err(e) => self.dial_failed(r, id, e.to_string()),
+                    Err(e) => self.dial_failed(r, id, e.to_string(), Attempt::Unreachable),
                 }
             }
         }
@@ -1346,9 +1463,9 @@ impl NodeReactor {
                     } else {
                         "authentication not finished"
                     };
-                    info!(peer = %pc.name, "{what} in time; giving up on this connection");
+                    debug!(peer = %pc.name, "{what} in time; giving up on this connection");
                     if let Some(d) = dialed {
-                        self.dial_failed(r, d, format!("{what} in time"));
+                        self.dial_failed(r, d, format!("{what} in time"), Attempt::Unreachable);
                     }
                 }
                 _ => {}
@@ -1861,8 +1978,11 @@ impl NodeReactor {
                     // A connection being dropped still gets one try to send what is queued
                     // (the Error or state packet that tells the peer why).
                     if let Err(e) = pc.flush_out() {
-                        if !pc.dead {
+                        if !pc.dead && pc.peer.is_some() {
                             info!(peer = %pc.name, "connection failed while sending: {e}");
+                        } else if !pc.dead {
+                            debug!(peer = %pc.name, "connection failed while sending: {e}");
+                            pc.failure = Some(e.to_string());
                         }
                         pc.dead = true;
                     }

@@ -34,6 +34,8 @@ pub struct PeerConn {
     /// otherwise stay pending for as long as the kernel retries (minutes), and an accepted
     /// connection that never speaks would hold its slot forever.
     pub deadline: Option<std::time::Instant>,
+    /// Why the socket failed before a session began (for the dialer's status line).
+    pub failure: Option<String>,
 }
 
 const INITIAL_IN: usize = 256 << 10;
@@ -58,6 +60,7 @@ impl PeerConn {
             claimed: None,
             inbuf: vec![0; INITIAL_IN],
             in_start: 0,
+            failure: None,
             in_end: 0,
             need: 0,
             out: greeting,

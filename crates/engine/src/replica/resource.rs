@@ -1615,10 +1615,13 @@ impl Resource {
                 let DiskKind::Read { offset, len } = kind else {
                     unreachable!("a peer read is a read")
                 };
-                if let (Token::ResyncRead { .. }, Ok(()), Some(i)) =
-                    (token, result, self.peer_index(peer))
+                if let (Token::ResyncRead { .. }, Ok(()), Some(i), true) =
+                    (token, result, self.peer_index(peer), current)
                 {
-                    // The peer pulls this range now; if it misses it, it asks again.
+                    // The peer pulls this range now; if it misses it, it asks again. Not
+                    // if the connection that asked is gone: the reply goes nowhere, and
+                    // the range may hold writes made since (simulator seed 30028803: a
+                    // write the peer missed while away was forgotten).
                     self.peers[i].vols[v]
                         .oos
                         .clear_range(offset, u64::from(len));

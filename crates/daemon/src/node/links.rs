@@ -1,0 +1,184 @@
+//! When to dial a peer, and which of two connections to the same peer to keep: pure
+//! decisions over time and node ids, no sockets (the daemon does the I/O).
+//!
+//! Both ends of a pair dial, so a node that comes back (restart, healed cable) is
+//! connected as soon as either side's next attempt reaches it, not when the other side's
+//! backoff runs out. A peer that does not answer is tried again every `connect-interval`:
+//! a connection attempt costs one SYN, and backing off would only delay the rejoin. Only a
+//! peer that answers and refuses (StandAlone, wrong secret, another resource) is tried at
+//! a doubling interval up to `max-connect-interval`: it will not change its mind soon, and
+//! each attempt costs it a handshake. When both dials succeed, both ends keep the one the
+//! lower node id dialed, so they agree without a word.
+
+use std::time::{Duration, Instant};
+
+/// How an attempt to reach the peer ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// No answer, connection refused, or the link dropped: the peer is away.
+    Unreachable,
+    /// The peer answered and refused the session (a handshake error).
+    Refused,
+}
+
+/// Dialing schedule of one peer.
+#[derive(Clone, Debug)]
+pub struct Link {
+    base: Duration,
+    max: Duration,
+    /// Wait after the next refusal.
+    refusal_wait: Duration,
+    next_dial: Instant,
+}
+
+impl Link {
+    pub fn new(base: Duration, max: Duration, now: Instant) -> Link {
+        debug_assert!(base <= max, "the config checks connect-interval <= max");
+        Link {
+            base,
+            max,
+            refusal_wait: base,
+            next_dial: now,
+        }
+    }
+
+    /// A dial is due (the caller checks that no connection or attempt exists).
+    pub fn due(&self, now: Instant) -> bool {
+        now >= self.next_dial
+    }
+
+    /// How long one attempt may take before it counts as unanswered: at least a second
+    /// (a SYN and its answer across a busy link), at most the retry interval.
+    pub fn patience(&self) -> Duration {
+        self.base.max(Duration::from_secs(1))
+    }
+
+    /// An attempt (or a live connection) ended.
+    pub fn failed(&mut self, how: Attempt, now: Instant) {
+        let wait = match how {
+            Attempt::Unreachable => self.base,
+            Attempt::Refused => {
+                let w = self.refusal_wait;
+                self.refusal_wait = (w * 2).min(self.max);
+                w
+            }
+        };
+        self.next_dial = now + wait;
+    }
+
+    /// A session is established: later failures start from the shortest wait again.
+    pub fn connected(&mut self) {
+        self.refusal_wait = self.base;
+    }
+
+    /// An administrator asked for the connection (`tandem connect`): dial now.
+    pub fn dial_now(&mut self, now: Instant) {
+        self.refusal_wait = self.base;
+        self.next_dial = now;
+    }
+}
+
+/// Whether the connection to `peer` that `me` dialed (`dialed`) or accepted is the one
+/// both ends keep when there are two: the one the lower node id dialed.
+pub fn preferred(me: u8, peer: u8, dialed: bool) -> bool {
+    debug_assert_ne!(me, peer);
+    if dialed {
+        me < peer
+    } else {
+        peer < me
+    }
+}
+
+/// A second authenticated connection to the same peer: true if it replaces the one
+/// bound now, false if it is dropped. Dropped only when the bound one is the preferred
+/// one and the new one is not. Two from the same dialer: the newer wins, since a node
+/// dials only when it has no connection (the old one is dead from its side, say after
+/// it lost power, though this side has not noticed yet).
+pub fn replaces(me: u8, peer: u8, new_dialed: bool, old_dialed: bool) -> bool {
+    preferred(me, peer, new_dialed) || !preferred(me, peer, old_dialed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn an_unreachable_peer_is_tried_every_interval_without_backing_off() {
+        let t0 = Instant::now();
+        let mut l = Link::new(S, 10 * S, t0);
+        assert!(l.due(t0));
+        let mut now = t0;
+        for _ in 0..20 {
+            l.failed(Attempt::Unreachable, now);
+            assert!(!l.due(now + S / 2));
+            assert!(l.due(now + S), "retried after one interval");
+            now += S;
+        }
+    }
+
+    #[test]
+    fn a_refusing_peer_is_tried_at_a_doubling_interval_up_to_the_maximum() {
+        let t0 = Instant::now();
+        let mut l = Link::new(S, 10 * S, t0);
+        let mut waits = Vec::new();
+        let mut now = t0;
+        for _ in 0..6 {
+            l.failed(Attempt::Refused, now);
+            let mut w = S;
+            while !l.due(now + w) {
+                w += S;
+            }
+            waits.push(w.as_secs());
+            now += w;
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+        // A session resets it; so does an administrator's connect.
+        l.connected();
+        l.failed(Attempt::Refused, now);
+        assert!(l.due(now + S));
+        l.failed(Attempt::Refused, now);
+        l.dial_now(now);
+        assert!(l.due(now));
+    }
+
+    #[test]
+    fn an_unreachable_peer_does_not_inherit_the_refusal_backoff() {
+        let t0 = Instant::now();
+        let mut l = Link::new(S, 10 * S, t0);
+        for _ in 0..5 {
+            l.failed(Attempt::Refused, t0);
+        }
+        l.failed(Attempt::Unreachable, t0);
+        assert!(l.due(t0 + S));
+    }
+
+    #[test]
+    fn patience_is_at_least_a_second() {
+        let t0 = Instant::now();
+        assert_eq!(Link::new(S / 10, S, t0).patience(), S);
+        assert_eq!(Link::new(3 * S, 9 * S, t0).patience(), 3 * S);
+    }
+
+    #[test]
+    fn both_ends_keep_the_connection_the_lower_id_dialed() {
+        // Node 1 dialed A (to 4); node 4 dialed B (to 1). Both keep A, whatever order
+        // they see them in.
+        for (me, peer, a_dialed_here) in [(1, 4, true), (4, 1, false)] {
+            let b_dialed_here = !a_dialed_here;
+            assert!(preferred(me, peer, a_dialed_here));
+            assert!(!preferred(me, peer, b_dialed_here));
+            assert!(replaces(me, peer, a_dialed_here, b_dialed_here));
+            assert!(!replaces(me, peer, b_dialed_here, a_dialed_here));
+        }
+    }
+
+    #[test]
+    fn a_new_connection_from_the_same_dialer_replaces_the_old_one() {
+        for dialed in [true, false] {
+            assert!(replaces(1, 4, dialed, dialed));
+            assert!(replaces(4, 1, dialed, dialed));
+        }
+    }
+}
