@@ -23,8 +23,8 @@
 //! ## `[net]` (optional, every key optional)
 //! | key | default | meaning |
 //! |---|---|---|
-//! | `connect-interval` | `"1s"` | first reconnect delay; doubles on each failure up to `max-connect-interval` |
-//! | `max-connect-interval` | `"10s"` | upper bound of the reconnect backoff; `>= connect-interval` |
+//! | `connect-interval` | `"1s"` | how often a peer that does not answer is dialed (both ends dial) |
+//! | `max-connect-interval` | `"10s"` | a peer that answers and refuses (StandAlone, wrong secret) is dialed at a doubling interval up to this; `>= connect-interval` |
 //! | `ping-interval` | `"1s"` | keepalive sent when the connection is idle |
 //! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
 //! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
@@ -171,8 +171,10 @@ impl fmt::Display for Protocol {
 /// The `[net]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetConfig {
-    /// First reconnect delay; the backoff doubles up to `max_connect_interval`.
+    /// How often a peer that does not answer is dialed.
     pub connect_interval: Duration,
+    /// Longest wait before dialing again a peer that answered and refused (the wait
+    /// doubles from `connect_interval`).
     pub max_connect_interval: Duration,
     /// Keepalive when idle.
     pub ping_interval: Duration,

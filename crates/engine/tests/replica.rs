@@ -1017,6 +1017,28 @@ fn sync_holding_flushes(
     held
 }
 
+/// The diskless Primary (node 2) connects to `n` and says what it is; its list follows.
+fn diskless_primary_connects(n: &mut Resource, out: &mut Vec<RAction>) {
+    n.peer_up(2, out);
+    n.packet(
+        2,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        out,
+    );
+    n.packet(
+        2,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Diskless,
+            flags: 0,
+        },
+        out,
+    );
+}
+
 /// Regression (simulator seed 2001780 with overlapping faults): a replica ending its
 /// resync (the final flush running) when the diskless Primary reconnected called itself
 /// UpToDate before the Primary had ended its list of writes it lacked. The Primary, hearing
@@ -1036,24 +1058,7 @@ fn a_resync_ends_only_after_every_connected_peer_listed_what_we_lack() {
     assert!(!held.is_empty(), "the final flush of the resync runs");
     // The diskless Primary connects while that flush runs; its list has not ended.
     let mut out = Vec::new();
-    beta.peer_up(2, &mut out);
-    beta.packet(
-        2,
-        &Packet::Role {
-            role: Role::Primary,
-        },
-        &mut out,
-    );
-    beta.packet(
-        2,
-        &Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::Diskless,
-            flags: 0,
-        },
-        &mut out,
-    );
+    diskless_primary_connects(&mut beta, &mut out);
     for (token, kind) in held {
         beta.disk_done(0, token, kind, Ok(()), &mut out);
     }
@@ -1099,24 +1104,7 @@ fn a_write_sent_before_the_primarys_list_is_not_overwritten_by_resync() {
     connect((0, &mut alpha), (1, &mut beta));
     assert_eq!(beta.disk(0), DiskState::UpToDate);
     let mut out = Vec::new();
-    beta.peer_up(2, &mut out);
-    beta.packet(
-        2,
-        &Packet::Role {
-            role: Role::Primary,
-        },
-        &mut out,
-    );
-    beta.packet(
-        2,
-        &Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::Diskless,
-            flags: 0,
-        },
-        &mut out,
-    );
+    diskless_primary_connects(&mut beta, &mut out);
     // A new write to sector 17, then a list naming its block (8192..12288).
     beta.packet(
         2,
@@ -1252,24 +1240,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
         },
         &mut out,
     );
-    beta.peer_up(2, &mut out);
-    beta.packet(
-        2,
-        &Packet::Role {
-            role: Role::Primary,
-        },
-        &mut out,
-    );
-    beta.packet(
-        2,
-        &Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::Diskless,
-            flags: 0,
-        },
-        &mut out,
-    );
+    diskless_primary_connects(&mut beta, &mut out);
     for (offset, len) in [(8192, 4096), (0, 0)] {
         beta.packet(
             2,

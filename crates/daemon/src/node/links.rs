@@ -29,6 +29,8 @@ pub struct Link {
     /// Wait after the next refusal.
     refusal_wait: Duration,
     next_dial: Instant,
+    /// When the last attempt started: an unanswered one already waited its patience.
+    last_attempt: Option<Instant>,
 }
 
 impl Link {
@@ -39,6 +41,7 @@ impl Link {
             max,
             refusal_wait: base,
             next_dial: now,
+            last_attempt: None,
         }
     }
 
@@ -47,23 +50,29 @@ impl Link {
         now >= self.next_dial
     }
 
+    /// An attempt starts now.
+    pub fn dialing(&mut self, now: Instant) {
+        self.last_attempt = Some(now);
+    }
+
     /// How long one attempt may take before it counts as unanswered: at least a second
     /// (a SYN and its answer across a busy link), at most the retry interval.
     pub fn patience(&self) -> Duration {
         self.base.max(Duration::from_secs(1))
     }
 
-    /// An attempt (or a live connection) ended.
+    /// An attempt (or a live connection) ended. An unreachable peer is tried again one
+    /// interval after the last attempt started (at once if that is past: an attempt that
+    /// went unanswered for its patience, or a session that just dropped).
     pub fn failed(&mut self, how: Attempt, now: Instant) {
-        let wait = match how {
-            Attempt::Unreachable => self.base,
+        self.next_dial = match how {
+            Attempt::Unreachable => self.last_attempt.map_or(now, |t| t + self.base).max(now),
             Attempt::Refused => {
                 let w = self.refusal_wait;
                 self.refusal_wait = (w * 2).min(self.max);
-                w
+                now + w
             }
         };
-        self.next_dial = now + wait;
     }
 
     /// A session is established: later failures start from the shortest wait again.
@@ -111,11 +120,22 @@ mod tests {
         assert!(l.due(t0));
         let mut now = t0;
         for _ in 0..20 {
+            // Refused at once (the port is closed): again one interval after the attempt.
+            l.dialing(now);
             l.failed(Attempt::Unreachable, now);
             assert!(!l.due(now + S / 2));
             assert!(l.due(now + S), "retried after one interval");
             now += S;
         }
+        // Unanswered for its patience (a cut cable): again at once.
+        l.dialing(now);
+        l.failed(Attempt::Unreachable, now + l.patience());
+        assert!(l.due(now + l.patience()));
+        // A session that drops: redialled at once.
+        l.dialing(now);
+        l.connected();
+        l.failed(Attempt::Unreachable, now + 60 * S);
+        assert!(l.due(now + 60 * S));
     }
 
     #[test]
@@ -150,6 +170,7 @@ mod tests {
         for _ in 0..5 {
             l.failed(Attempt::Refused, t0);
         }
+        l.dialing(t0);
         l.failed(Attempt::Unreachable, t0);
         assert!(l.due(t0 + S));
     }

@@ -1416,6 +1416,7 @@ impl NodeReactor {
                     continue;
                 }
                 let (addr, id) = (slot.address, slot.id);
+                self.res[r].peers[i].link.dialing(now);
                 match connect_from(self.res[r].my_address.ip(), addr) {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);

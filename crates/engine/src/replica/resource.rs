@@ -2474,11 +2474,17 @@ impl Resource {
     fn pump_resync(&mut self, volume: u16, out: &mut Vec<RAction>) {
         let v = volume as usize;
         let chunk_blocks = u64::from(self.spec.resync_chunk) / super::bitmap::BLOCK;
-        let window = self.spec.resync_window;
         let size = self.vols[v].size;
         let source = self.pick_source(v);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
+        };
+        // While no peer within reach has what we lack, a retry is a probe: one request,
+        // not a window of them.
+        let window = if rs.stalled {
+            1
+        } else {
+            self.spec.resync_window
         };
         if rs.source != source && rs.outstanding.is_empty() {
             rs.source = source;
