@@ -178,6 +178,8 @@ struct Node {
 struct Link {
     up: bool,
     conn: u64,
+    /// When it came up.
+    since: u64,
     queue: std::collections::VecDeque<Vec<u8>>,
     last_delivery: u64,
 }
@@ -212,6 +214,7 @@ struct ReadRec {
 enum Pending {
     Write {
         idx: usize,
+        submitted: u64,
     },
     Read {
         volume: u16,
@@ -424,6 +427,7 @@ impl Sim {
                 Link {
                     up: true,
                     conn,
+                    since: self.now,
                     queue: Default::default(),
                     last_delivery: self.now,
                 },
@@ -729,6 +733,7 @@ impl Sim {
                     req,
                     Pending::Write {
                         idx: self.writes.len() - 1,
+                        submitted: self.now,
                     },
                 );
                 Io::Write {
@@ -753,6 +758,7 @@ impl Sim {
                     req,
                     Pending::Write {
                         idx: self.writes.len() - 1,
+                        submitted: self.now,
                     },
                 );
                 let trim = self.rng.chance(0.5);
@@ -825,12 +831,19 @@ impl Sim {
         if result.is_err() {
             self.failed += 1;
             // Failing is allowed only when no up-to-date replica of the request's volume was
-            // within reach: UpToDate, connected, and the Primary told so (a replica that
-            // has just finished its resync says so on a link that may still carry a
+            // within reach: UpToDate, connected since before the request was submitted
+            // (a request goes to the replicas connected when it starts; one that connects
+            // meanwhile is not sent it: seed 30093754), and the Primary told so (a replica
+            // that has just finished its resync says so on a link that may still carry a
             // backlog of acknowledgements).
-            let v = match p {
-                Pending::Write { idx } => self.writes[idx].volume,
-                Pending::Read { volume, .. } | Pending::Flush { volume, .. } => volume,
+            let (v, submitted) = match p {
+                Pending::Write { idx, submitted } => (self.writes[idx].volume, submitted),
+                Pending::Read {
+                    volume, submitted, ..
+                }
+                | Pending::Flush {
+                    volume, submitted, ..
+                } => (volume, submitted),
             };
             let primary = self.nodes[0].engine.status();
             let told = |i: usize| {
@@ -841,7 +854,11 @@ impl Sim {
             let reachable = (0..self.nodes.len()).any(|i| {
                 self.sc.replica(i, v as usize)
                     && (i == 0
-                        || (self.links.get(&(0, i as NodeId)).is_some_and(|l| l.up) && told(i)))
+                        || (self
+                            .links
+                            .get(&(0, i as NodeId))
+                            .is_some_and(|l| l.up && l.since <= submitted)
+                            && told(i)))
                     && self.nodes[i].engine.disk(v) == DiskState::UpToDate
             });
             assert!(
@@ -854,7 +871,7 @@ impl Sim {
             self.completed += 1;
         }
         match p {
-            Pending::Write { idx } => {
+            Pending::Write { idx, .. } => {
                 self.payloads.remove(&req);
                 self.nodes[0].held.remove(&Token::App(req));
                 self.clock += 1;

@@ -59,10 +59,15 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// off. Seed 5001807: a protocol-B receipt counted as
 /// written, although the receiver died before writing. Seed 2021338: resync overwrote a
 /// write the Primary sent before its list. Seed 30028803: a resync read finishing after
-/// its connection dropped made the source forget a write the peer had missed since.
+/// its connection dropped made the source forget a write the peer had missed since. Seed
+/// 30093754: a write failed when the only replica it was sent to dropped, while another
+/// had connected after it started (a request goes to the replicas connected when it
+/// starts; the checker now says so).
 #[test]
 fn overlapping_fault_regressions() {
-    for seed in [31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803] {
+    for seed in [
+        31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754,
+    ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;
         Sim::new(sc).run();
