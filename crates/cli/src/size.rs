@@ -1,39 +1,11 @@
-//! Human sizes on the command line: 4096, 64K, 512M, 1G, 2T (binary multiples).
+//! `--size` on the command line: the same grammar as `size` in the resource files
+//! (`tandem_config::parse_size`: 4096, 64K, 512M, 1G, 2T, binary multiples), and not zero.
 
 pub fn parse(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (digits, shift) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (s, 0),
-        Some((i, _)) => {
-            let shift = match s[i..]
-                .to_ascii_uppercase()
-                .trim_end_matches("IB")
-                .trim_end_matches('B')
-            {
-                "" => 0,
-                "K" => 10,
-                "M" => 20,
-                "G" => 30,
-                "T" => 40,
-                "P" => 50,
-                other => {
-                    return Err(format!(
-                        "unknown size suffix {other:?} (use K, M, G, T or P)"
-                    ))
-                }
-            };
-            (&s[..i], shift)
-        }
-    };
-    let n: u64 = digits.parse().map_err(|_| format!("{s:?} is not a size"))?;
-    let v = n
-        .checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| format!("{s:?} is too large"))?;
-    if v == 0 {
-        return Err("size must be greater than zero".into());
+    match tandem_config::parse_size(s.trim())? {
+        0 => Err("size must be greater than zero".into()),
+        v => Ok(v),
     }
-    Ok(v)
 }
 
 #[cfg(test)]
@@ -46,9 +18,18 @@ mod tests {
         assert_eq!(parse("64K"), Ok(64 << 10));
         assert_eq!(parse("1G"), Ok(1 << 30));
         assert_eq!(parse("2GiB"), Ok(2 << 30));
+        assert_eq!(parse(" 8M "), Ok(8 << 20));
         assert!(parse("1X").is_err());
         assert!(parse("0").is_err());
-        assert!(parse("99999999999P").is_err());
+        assert!(parse("99999999999T").is_err());
         assert!(parse("").is_err());
+        // One grammar with the resource files: what one accepts, the other does.
+        for s in ["1G", "1GiB", "512m", "1.5G", "1GB", "1P"] {
+            assert_eq!(
+                parse(s).is_ok(),
+                tandem_config::parse_size(s).is_ok(),
+                "{s}"
+            );
+        }
     }
 }

@@ -142,7 +142,10 @@ pub enum Packet<'a> {
         errno: u32,
         data: &'a [u8],
     },
-    /// The sender has no up-to-date copy of this range to offer (for bookkeeping).
+    /// The receiver lacks this range: the sender holds (or, a diskless Primary, made)
+    /// writes there that the receiver missed, so it must pull the range from an up-to-date
+    /// replica. After a connect the sender lists every such range, then ends the list with
+    /// `len == 0`; later ones are live (a write the receiver missed just now).
     OutOfSync {
         volume: u16,
         offset: u64,

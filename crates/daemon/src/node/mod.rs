@@ -295,12 +295,13 @@ fn connect_from(
     Ok(mio::net::TcpStream::from_std(socket.into()))
 }
 
-fn random_challenge() -> [u8; 32] {
+/// A fresh handshake challenge from the OS's random source. No fallback: a predictable
+/// challenge would let a recorded answer be replayed, so without randomness there is no
+/// connection.
+fn random_challenge() -> Result<[u8; 32], getrandom::Error> {
     let mut c = [0u8; 32];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = io::Read::read_exact(&mut f, &mut c);
-    }
-    c
+    getrandom::fill(&mut c)?;
+    Ok(c)
 }
 
 impl NodeReactor {
@@ -692,8 +693,15 @@ impl NodeReactor {
                 .map(|p| p.id)
                 .collect(),
         };
+        let challenge = match random_challenge() {
+            Ok(c) => c,
+            Err(e) => {
+                error!(resource = %res.cfg.name, "no random bytes for a handshake challenge ({e}); not connecting");
+                return None;
+            }
+        };
         let mut greeting = Vec::new();
-        let hs = PeerHandshake::new(cfg, random_challenge(), &mut greeting);
+        let hs = PeerHandshake::new(cfg, challenge, &mut greeting);
         let key = self.entries.vacant_key();
         let interest = Interest::READABLE | Interest::WRITABLE;
         if let Err(e) = self
@@ -1422,6 +1430,10 @@ impl NodeReactor {
                         let _ = s.set_nodelay(true);
                         let key = self.new_peer_conn(r, Stream::Tcp(s), addr.to_string(), Some(id));
                         self.res[r].peers[i].dialing = key;
+                        if key.is_none() {
+                            let why = "could not start the connection".to_string();
+                            self.dial_failed(r, id, why, Attempt::Unreachable);
+                        }
                     }
                     Err(e) => self.dial_failed(r, id, e.to_string(), Attempt::Unreachable),
                 }
