@@ -63,10 +63,16 @@ impl Link {
 
     /// An attempt (or a live connection) ended. An unreachable peer is tried again one
     /// interval after the last attempt started (at once if that is past: an attempt that
-    /// went unanswered for its patience, or a session that just dropped).
+    /// went unanswered for its patience, or a session that just dropped), but never
+    /// sooner than a refusal already said (a session we dropped over a conflict is a
+    /// refusal, and its close comes after).
     pub fn failed(&mut self, how: Attempt, now: Instant) {
         self.next_dial = match how {
-            Attempt::Unreachable => self.last_attempt.map_or(now, |t| t + self.base).max(now),
+            Attempt::Unreachable => self
+                .last_attempt
+                .map_or(now, |t| t + self.base)
+                .max(now)
+                .max(self.next_dial),
             Attempt::Refused => {
                 let w = self.refusal_wait;
                 self.refusal_wait = (w * 2).min(self.max);
@@ -167,12 +173,37 @@ mod tests {
     fn an_unreachable_peer_does_not_inherit_the_refusal_backoff() {
         let t0 = Instant::now();
         let mut l = Link::new(S, 10 * S, t0);
+        // Refused five times (a StandAlone peer), each attempt made when due...
+        let mut now = t0;
         for _ in 0..5 {
-            l.failed(Attempt::Refused, t0);
+            while !l.due(now) {
+                now += S;
+            }
+            l.dialing(now);
+            l.failed(Attempt::Refused, now);
         }
+        // ...then the peer goes away: the next attempt finds nobody.
+        while !l.due(now) {
+            now += S;
+        }
+        l.dialing(now);
+        l.failed(Attempt::Unreachable, now);
+        assert!(l.due(now + S), "tried every interval again");
+    }
+
+    #[test]
+    fn a_session_dropped_over_a_conflict_is_redialled_after_the_refusal_wait() {
+        let t0 = Instant::now();
+        let mut l = Link::new(S, 10 * S, t0);
         l.dialing(t0);
-        l.failed(Attempt::Unreachable, t0);
-        assert!(l.due(t0 + S));
+        l.connected();
+        // The engine drops the session (a conflict it cannot settle yet), then it closes.
+        for k in 0..4 {
+            let now = t0 + 100 * S * k;
+            l.failed(Attempt::Refused, now);
+            l.failed(Attempt::Unreachable, now);
+            assert!(!l.due(now + S / 2), "redialled in a tight loop");
+        }
     }
 
     #[test]

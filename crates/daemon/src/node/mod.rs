@@ -1546,6 +1546,9 @@ impl NodeReactor {
                     warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");
                     if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
                         slot.last_error = Some(reason);
+                        // Not a peer that went away: redialling at once would meet the
+                        // same conflict, so this counts as a refusal (backs off).
+                        slot.link.failed(Attempt::Refused, Instant::now());
                     }
                     if let Some(k) = self.res[r]
                         .peers

@@ -5,10 +5,26 @@
 //! a packet from a peer, a peer connection going up or down, a clock tick, an administrator
 //! verb — and execute the [`RAction`]s it pushes. Payload bytes never enter the engine: they
 //! are named by [`DataRef`] and stay with the driver.
+//!
+//! Rooms: `spec` (what a resource is), `msg` (what goes to peers, how disk operations and
+//! payloads are named), `action` (what the driver is asked to do), `status`, `peer` (one
+//! peer's state), `resync` (a sync target's progress), `bitmap` and `overlap` (data
+//! structures), and `resource`, the dispatcher that holds them together.
 
+mod action;
 mod bitmap;
+mod msg;
 mod overlap;
+mod peer;
 mod resource;
+mod resync;
+mod spec;
+mod status;
 
+pub use action::{PromoteError, RAction};
 pub use bitmap::Bitmap;
-pub use resource::*;
+pub use msg::{DataRef, Msg, Token};
+pub use resource::Resource;
+pub use spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
+pub use status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeStatus};
+pub use tandem_wire::packet::{DiskState, Role};

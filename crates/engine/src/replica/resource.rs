@@ -13,312 +13,20 @@
 //! reconnect, the up-to-date side lists those ranges to the peer, which pulls them in block
 //! order (a peer whose state is unknown, such as one that restarted, is resynced in full).
 
+use super::action::{PromoteError, RAction};
 use super::bitmap::Bitmap;
+use super::msg::{DataRef, Msg, Token};
 use super::overlap::{InFlight, Waiting};
+use super::peer::{ListState, Peer, PeerVol, Unacked};
+use super::resync::{Resync, SECTOR};
+use super::spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
+use super::status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeStatus};
 use crate::flush::FlushBatcher;
 use crate::io::{DiskKind, Io, IoError, ReqId};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tandem_wire::packet::{volume_flags, write_flags as wf, Packet};
-pub use tandem_wire::packet::{DiskState, Role};
-
-pub type NodeId = u8;
-
-/// Replication protocol of the resource's connections.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    /// Complete when the write is in the local send buffer.
-    A,
-    /// Complete when every peer has received it.
-    B,
-    /// Complete when every peer has written it.
-    C,
-}
-
-/// The static shape of a resource, from its configuration.
-#[derive(Clone, Debug)]
-pub struct ResourceSpec {
-    pub me: NodeId,
-    /// Every node (this one included) and, per volume, whether it keeps a replica.
-    pub nodes: Vec<(NodeId, Vec<bool>)>,
-    pub sizes: Vec<u64>,
-    pub protocol: Protocol,
-    pub ping_interval_ms: u64,
-    pub ping_timeout_ms: u64,
-    /// A replicated request not acknowledged in this time drops the connection.
-    pub timeout_ms: u64,
-    /// Bytes per resync request and requests in flight per resync.
-    pub resync_chunk: u32,
-    pub resync_window: usize,
-}
-
-/// What the driver found of a volume's local replica when the node started. The engine
-/// decides from it what the replica may be trusted with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplicaAtStart {
-    /// The node keeps no replica of this volume.
-    None,
-    /// The backing file did not exist and was created now: it holds nothing (all zeroes).
-    /// Inconsistent, pulled in full from an up-to-date peer, unless every replica of the
-    /// volume was created at its start (a new cluster: all zeroes everywhere, nothing to
-    /// sync). A deleted file or a typo in a `disk` path must never pass for a current
-    /// replica.
-    Created,
-    /// The backing store existed: without persistent metadata its currency is unknown, so
-    /// it is Outdated and resynced from an up-to-date peer.
-    Existing,
-    /// Known to be current (tests; later, persistent metadata that proves it).
-    UpToDate,
-}
-
-/// Names a disk operation so its completion finds its way back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Token {
-    /// The local part of an application request.
-    App(ReqId),
-    /// A local fdatasync batch.
-    Flush(u64),
-    /// Applying a peer's replicated write, received on connection `conn`.
-    PeerWrite { peer: NodeId, conn: u32, seq: u64 },
-    /// Serving a peer's read.
-    PeerRead { peer: NodeId, conn: u32, id: u64 },
-    /// Serving a peer's resync request.
-    ResyncRead { peer: NodeId, conn: u32, id: u64 },
-    /// Applying part of a resync reply (we are the sync target).
-    ResyncWrite { id: u64, part: u32 },
-}
-
-/// Where payload bytes are. The engine only names them; the driver holds them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DataRef {
-    /// The payload of this application write (valid while it is being submitted, or after
-    /// a [`RAction::Retain`] of it).
-    Request(ReqId),
-    /// The data of the packet being handled right now, from byte `at`.
-    Incoming { at: u32 },
-    /// The buffer filled by the local read with this token.
-    Disk(Token),
-    /// Bytes kept by an earlier [`RAction::Retain`] under this token, from byte `at`.
-    Held { key: Token, at: u32 },
-}
-
-/// A packet to send, with its payload named rather than carried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Msg {
-    Role(Role),
-    Volume {
-        volume: u16,
-        size: u64,
-        disk: DiskState,
-        /// The replica was created empty at start and has received no data since.
-        created: bool,
-        /// We were Primary and completed writes the receiver missed.
-        wrote_apart: bool,
-    },
-    /// Our replica of `volume` and the receiver's diverged (see [`RAction::SplitBrain`]).
-    SplitBrain {
-        volume: u16,
-        mine: u64,
-        yours: u64,
-    },
-    Write {
-        volume: u16,
-        seq: u64,
-        offset: u64,
-        len: u32,
-        flags: u32,
-        targets: u32,
-        data: DataRef,
-    },
-    Zero {
-        volume: u16,
-        seq: u64,
-        offset: u64,
-        len: u32,
-        flags: u32,
-        targets: u32,
-    },
-    RecvAck {
-        seq: u64,
-    },
-    WriteAck {
-        seq: u64,
-    },
-    NegAck {
-        seq: u64,
-        errno: u32,
-    },
-    Barrier {
-        id: u64,
-    },
-    BarrierAck {
-        id: u64,
-        errno: u32,
-    },
-    ReadReq {
-        volume: u16,
-        id: u64,
-        offset: u64,
-        len: u32,
-    },
-    /// `data` is `None` on error.
-    ReadReply {
-        id: u64,
-        errno: u32,
-        len: u32,
-        data: Option<DataRef>,
-    },
-    ResyncReq {
-        volume: u16,
-        id: u64,
-        offset: u64,
-        len: u32,
-    },
-    ResyncReply {
-        volume: u16,
-        id: u64,
-        offset: u64,
-        errno: u32,
-        len: u32,
-        data: Option<DataRef>,
-    },
-    OutOfSync {
-        volume: u16,
-        offset: u64,
-        len: u32,
-    },
-    Ping,
-    PingAck,
-}
-
-impl Msg {
-    /// The wire packet, with payloads taken from `data(reference, len)` (the driver's
-    /// buffers; `None` stands for "no payload", as in an error reply).
-    pub fn to_packet<'a>(&self, data: impl Fn(Option<DataRef>, u32) -> &'a [u8]) -> Packet<'a> {
-        match *self {
-            Msg::Role(role) => Packet::Role { role },
-            Msg::Volume {
-                volume,
-                size,
-                disk,
-                created,
-                wrote_apart,
-            } => Packet::Volume {
-                volume,
-                size,
-                disk,
-                flags: if created { volume_flags::CREATED } else { 0 }
-                    | if wrote_apart {
-                        volume_flags::WROTE_APART
-                    } else {
-                        0
-                    },
-            },
-            Msg::SplitBrain {
-                volume,
-                mine,
-                yours,
-            } => Packet::SplitBrain {
-                volume,
-                mine,
-                yours,
-            },
-            Msg::Write {
-                volume,
-                seq,
-                offset,
-                len,
-                flags,
-                targets,
-                data: d,
-            } => Packet::Write {
-                volume,
-                seq,
-                offset,
-                flags,
-                targets,
-                data: data(Some(d), len),
-            },
-            Msg::Zero {
-                volume,
-                seq,
-                offset,
-                len,
-                flags,
-                targets,
-            } => Packet::Zero {
-                volume,
-                seq,
-                offset,
-                len,
-                flags,
-                targets,
-            },
-            Msg::RecvAck { seq } => Packet::RecvAck { seq },
-            Msg::WriteAck { seq } => Packet::WriteAck { seq },
-            Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
-            Msg::Barrier { id } => Packet::Barrier { id },
-            Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
-            Msg::ReadReq {
-                volume,
-                id,
-                offset,
-                len,
-            } => Packet::ReadReq {
-                volume,
-                id,
-                offset,
-                len,
-            },
-            Msg::ReadReply {
-                id,
-                errno,
-                len,
-                data: d,
-            } => Packet::ReadReply {
-                id,
-                errno,
-                data: data(d, len),
-            },
-            Msg::ResyncReq {
-                volume,
-                id,
-                offset,
-                len,
-            } => Packet::ResyncReq {
-                volume,
-                id,
-                offset,
-                len,
-            },
-            Msg::ResyncReply {
-                volume,
-                id,
-                offset,
-                errno,
-                len,
-                data: d,
-            } => Packet::ResyncReply {
-                volume,
-                id,
-                offset,
-                errno,
-                data: data(d, len),
-            },
-            Msg::OutOfSync {
-                volume,
-                offset,
-                len,
-            } => Packet::OutOfSync {
-                volume,
-                offset,
-                len,
-            },
-            Msg::Ping => Packet::Ping,
-            Msg::PingAck => Packet::PingAck,
-        }
-    }
-}
+use tandem_wire::packet::{DiskState, Role};
 
 /// Tells `peer` it lacks this range of volume `v`; `(0, 0)` ends a list.
 fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAction {
@@ -330,90 +38,6 @@ fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAction {
             len,
         },
     }
-}
-
-/// Why this node cannot become Primary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PromoteError {
-    /// Another node (this id) is Primary.
-    PeerPrimary(NodeId),
-    /// This volume has no UpToDate replica here or on a connected peer.
-    NoUpToDate(u16),
-}
-
-impl std::fmt::Display for PromoteError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PromoteError::PeerPrimary(id) => write!(f, "node {id} is Primary"),
-            PromoteError::NoUpToDate(v) => {
-                write!(f, "volume {v} has no up-to-date replica within reach")
-            }
-        }
-    }
-}
-
-impl std::error::Error for PromoteError {}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RAction {
-    /// Run a disk operation on a volume's local replica; writes take their bytes from `data`.
-    Disk {
-        volume: u16,
-        token: Token,
-        kind: DiskKind,
-        data: Option<DataRef>,
-    },
-    /// Answer the application; a successful read's bytes are at `data`.
-    Complete {
-        req: ReqId,
-        result: Result<(), IoError>,
-        data: Option<DataRef>,
-    },
-    /// Queue a packet to a peer (dropped by the driver if the peer is not connected).
-    Send { peer: NodeId, msg: Msg },
-    /// Copy the bytes at `from` and keep them under `key` until an action uses `Held{key}`.
-    Retain { from: DataRef, key: Token },
-    /// Drop the connection to this peer.
-    Disconnect { peer: NodeId, reason: String },
-    /// Our replica of `volume` and the peer's diverged: both were written by a Primary
-    /// while the two were apart (two Primaries), so each has writes the other lacks —
-    /// `mine` blocks (4 KiB) the peer lacks, `theirs` we lack. No resync direction is
-    /// right: drop the connection and do not reconnect until an administrator decides
-    /// which replica's writes to discard. `reported`: the peer found it and told us.
-    SplitBrain {
-        peer: NodeId,
-        volume: u16,
-        mine: u64,
-        theirs: u64,
-        reported: bool,
-    },
-    /// Something an operator wants in the log.
-    Note(String),
-    /// Routine detail for a debug log: a live catch-up resync (a replica cut off from the
-    /// Primary pulling through another replica) starts and ends once per burst of writes.
-    Detail(String),
-}
-
-/// Where our list of what a peer lacks stands, on the current connection.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ListState {
-    NotSent,
-    /// Waiting for in-flight writes that missed the peer to mark their bits.
-    Deferred,
-    /// Sent and complete.
-    Sent,
-    /// Sent, but bits were added after it: they are not cleared when the peer reports
-    /// UpToDate, and are listed again on the next connection.
-    Stale,
-}
-
-/// Replication state towards one peer, per volume (DRBD's vocabulary).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Repl {
-    Off,
-    Established,
-    SyncSource,
-    SyncTarget,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -477,39 +101,6 @@ enum FlushWaiter {
 }
 
 #[derive(Debug)]
-struct Resync {
-    /// The up-to-date peer we pull from.
-    source: Option<NodeId>,
-    /// Ranges still to pull.
-    to_pull: Bitmap,
-    cursor: u64,
-    outstanding: BTreeMap<u64, (u64, u32)>,
-    writes_pending: usize,
-    /// Sectors written by the application since the resync started: current here, so
-    /// resync data (possibly read before that write reached the source) must not overwrite
-    /// them.
-    fresh: Bitmap,
-    /// Peers that started listing what we lack and have not ended their list: until they
-    /// do, we do not know all we lack.
-    lists_open: Vec<NodeId>,
-    /// Everything is pulled; the final flush runs.
-    finishing: bool,
-    /// Peers that lacked a range we asked for, not asked again before `retry_at_ms`.
-    refused: Vec<NodeId>,
-    retry_at_ms: u64,
-    /// Wait before asking again: doubles while every peer keeps refusing (no replica
-    /// within reach has the data: a steady state until a current one returns, which must
-    /// not cost a request every few milliseconds), back to the minimum once data arrives.
-    retry_ms: u64,
-    /// No up-to-date replica is within reach and every peer asked lacked the data: said
-    /// once in the log, until data arrives again.
-    stalled: bool,
-    /// Only live notices (not a list after a connect) made this resync: a routine
-    /// catch-up, logged as detail.
-    live: bool,
-}
-
-#[derive(Debug)]
 struct Vol {
     size: u64,
     disk: DiskState,
@@ -539,118 +130,6 @@ struct HeldWrite {
     data: Option<DataRef>,
 }
 
-#[derive(Debug)]
-struct PeerVol {
-    diskful: bool,
-    /// Our list of what the peer lacks, on this connection.
-    list: ListState,
-    /// The peer ended its list of what we lack, on this connection.
-    listed: bool,
-    /// Ranges it wrote here (as Primary) on this connection before its list ended: newer
-    /// than any resync data, even where its list then says a block is out of sync (see
-    /// [`Resource::mark_behind`]).
-    written_before_list: Vec<(u64, u64)>,
-    disk: Option<DiskState>,
-    /// It said its replica was created empty at start and has received nothing since.
-    created: bool,
-    oos: Bitmap,
-    repl: Repl,
-    /// Blocks we wrote as Primary that it missed (it was away, or its link dropped), kept
-    /// until its next list shows whether it was Primary apart from us too (allocated only
-    /// then: the common case is none).
-    apart: Option<Bitmap>,
-    /// It said it wrote as Primary while apart from us ([`volume_flags::WROTE_APART`]).
-    peer_wrote_apart: bool,
-    /// Blocks its list says we lack while we hold writes it lacks and one of us wrote as
-    /// Primary apart from the other: counted, not pulled, until its list ends (then it is
-    /// a split brain).
-    claimed: u64,
-}
-
-impl PeerVol {
-    fn wrote_apart(&self) -> bool {
-        self.apart.as_ref().is_some_and(|b| b.count() > 0)
-    }
-
-    /// Its replica must be listed in full: it restarted without proof of being current
-    /// (Outdated), or it was created empty at its start.
-    fn needs_everything(&self) -> bool {
-        self.disk == Some(DiskState::Outdated)
-            || (self.created && self.disk == Some(DiskState::Inconsistent))
-    }
-}
-
-/// A replicated write the peer has not confirmed written.
-#[derive(Debug, Clone, Copy)]
-struct Unacked {
-    volume: u16,
-    offset: u64,
-    len: u32,
-    sent_ms: u64,
-    /// The application write it belongs to.
-    req: ReqId,
-}
-
-#[derive(Debug)]
-struct Peer {
-    id: NodeId,
-    up: bool,
-    role: Role,
-    vols: Vec<PeerVol>,
-    // As sender: writes not yet confirmed written (the transfer log).
-    unacked: BTreeMap<u64, Unacked>,
-    /// Writes whose protocol acknowledgement an application write waits for.
-    app_waiting: BTreeMap<u64, ReqId>,
-    barriers_out: BTreeMap<u64, u64>,
-    reads_out: BTreeMap<u64, ReqId>,
-    // As receiver.
-    rx_pending: BTreeSet<u64>,
-    /// Counts connections: answers to requests of an earlier connection are not sent on a
-    /// later one (the peer has forgotten them).
-    conn: u32,
-    rx_last_seq: u64,
-    barriers_in: VecDeque<(u64, u64)>,
-    last_rx_ms: u64,
-    ping_sent_ms: Option<u64>,
-}
-
-/// Per-peer figures for status output.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerStatus {
-    pub id: NodeId,
-    pub connected: bool,
-    pub role: Role,
-    pub volumes: Vec<PeerVolumeStatus>,
-    pub unacked: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerVolumeStatus {
-    pub disk: Option<DiskState>,
-    pub repl: Repl,
-    pub out_of_sync_bytes: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VolumeStatus {
-    pub disk: DiskState,
-    pub size: u64,
-    pub writes_in_flight: usize,
-    /// Bytes still to pull while we are a sync target.
-    pub resync_remaining: Option<u64>,
-    /// This replica or a connected peer's is UpToDate. When not, reads fail, writes fail
-    /// (no up-to-date replica vouches for them) and a resync waits for one to return.
-    pub up_to_date_within_reach: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub role: Role,
-    pub volumes: Vec<VolumeStatus>,
-    pub peers: Vec<PeerStatus>,
-    pub app_in_flight: usize,
-}
-
 /// The replicated engine of one resource on one node.
 #[derive(Debug)]
 pub struct Resource {
@@ -671,31 +150,6 @@ pub struct Resource {
 
 const EIO: u32 = 5;
 const EAGAIN: u32 = 11;
-/// How long a sync target waits before asking again peers that lacked what it needs,
-/// at first and at most (see [`Resync::retry_ms`]).
-const RESYNC_RETRY_MS: u64 = 20;
-const RESYNC_RETRY_MAX_MS: u64 = 2_000;
-const SECTOR: u64 = 512;
-
-impl Resync {
-    fn new(size: u64, live: bool) -> Resync {
-        Resync {
-            source: None,
-            to_pull: Bitmap::new(size),
-            cursor: 0,
-            outstanding: BTreeMap::new(),
-            writes_pending: 0,
-            fresh: Bitmap::with_block(size, SECTOR),
-            lists_open: Vec::new(),
-            finishing: false,
-            refused: Vec::new(),
-            retry_at_ms: 0,
-            retry_ms: RESYNC_RETRY_MS,
-            stalled: false,
-            live,
-        }
-    }
-}
 
 impl Resource {
     /// `found` says per volume what the driver found of the local replica at start; the
@@ -845,15 +299,7 @@ impl Resource {
                     disk: v.disk,
                     size: v.size,
                     writes_in_flight: v.in_flight.len(),
-                    // A range asked for may be listed again (a newer write at the
-                    // source) while its reply is on the way: count it once.
-                    resync_remaining: v.resync.as_ref().map(|r| {
-                        r.to_pull.count() * r.to_pull.block_size()
-                            + r.outstanding
-                                .values()
-                                .map(|&(o, l)| r.to_pull.bytes_clear_in(o, u64::from(l)))
-                                .sum::<u64>()
-                    }),
+                    resync_remaining: v.resync.as_ref().map(Resync::remaining),
                     up_to_date_within_reach: false,
                 })
                 .collect(),
@@ -2001,8 +1447,7 @@ impl Resource {
                     .as_mut()
                     .filter(|_| before != Some(disk))
                 {
-                    rs.refused.retain(|&r| r != id);
-                    rs.retry_ms = RESYNC_RETRY_MS;
+                    rs.peer_changed(id);
                 }
                 // A new state may end a list, or offer a source to pull from.
                 self.pump_resync(volume, out);
@@ -2416,13 +1861,7 @@ impl Resource {
         let Some(rs) = vol.resync.as_ref() else {
             return vol.disk == DiskState::UpToDate;
         };
-        vol.disk == DiskState::Inconsistent
-            && rs.lists_open.is_empty()
-            && !rs.to_pull.any_in(offset, len)
-            && !rs
-                .outstanding
-                .values()
-                .any(|&(o, l)| o < offset + len && offset < o + u64::from(l))
+        vol.disk == DiskState::Inconsistent && rs.holds(offset, len)
     }
 
     /// A peer to pull from: the Primary if it keeps an up-to-date replica (it has every
@@ -2479,13 +1918,7 @@ impl Resource {
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
-        // While no peer within reach has what we lack, a retry is a probe: one request,
-        // not a window of them.
-        let window = if rs.stalled {
-            1
-        } else {
-            self.spec.resync_window
-        };
+        let window = rs.window(self.spec.resync_window);
         if rs.source != source && rs.outstanding.is_empty() {
             rs.source = source;
         }
@@ -2493,32 +1926,18 @@ impl Resource {
             .source
             .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
         {
-            let Some(first) = rs
-                .to_pull
-                .next_set(rs.cursor)
-                .or_else(|| rs.to_pull.next_set(0))
-            else {
+            let id = self.next_id;
+            let Some((offset, len)) = rs.take_next(id, size, chunk_blocks) else {
                 break;
             };
-            let mut end = first + 1;
-            let blocks = size.div_ceil(super::bitmap::BLOCK);
-            while end < blocks && end - first < chunk_blocks && rs.to_pull.is_set(end) {
-                end += 1;
-            }
-            let offset = first * super::bitmap::BLOCK;
-            let len = ((end - first) * super::bitmap::BLOCK).min(size - offset);
-            rs.to_pull.clear_range(offset, len);
-            rs.cursor = end;
-            let id = self.next_id;
             self.next_id += 1;
-            rs.outstanding.insert(id, (offset, len as u32));
             out.push(RAction::Send {
                 peer: src,
                 msg: Msg::ResyncReq {
                     volume,
                     id,
                     offset,
-                    len: len as u32,
+                    len,
                 },
             });
         }
@@ -2539,13 +1958,7 @@ impl Resource {
                  we lack; the resync waits for one to return (I/O that needs one fails)"
             )));
         }
-        if all_listed
-            && rs.lists_open.is_empty()
-            && rs.to_pull.count() == 0
-            && rs.outstanding.is_empty()
-            && rs.writes_pending == 0
-            && !rs.finishing
-        {
+        if all_listed && rs.drained() && !rs.finishing {
             rs.finishing = true;
             self.request_local_flush(FlushWaiter::ResyncDone { volume }, out);
         }
@@ -2582,20 +1995,7 @@ impl Resource {
         }
         if errno == EAGAIN {
             // The source lacks it too, for now: ask another one, or the same one later.
-            if !rs.refused.contains(&peer) {
-                rs.refused.push(peer);
-            }
-            let rs = self.vols[v].resync.as_mut().expect("checked above");
-            rs.to_pull.set_range(req_off, u64::from(req_len));
-            rs.cursor = rs.cursor.min(req_off / super::bitmap::BLOCK);
-            if !rs.refused.contains(&peer) {
-                rs.refused.push(peer);
-            }
-            rs.retry_at_ms = self.now_ms + rs.retry_ms;
-            rs.retry_ms = (rs.retry_ms * 2).min(RESYNC_RETRY_MAX_MS);
-            if rs.outstanding.is_empty() {
-                rs.source = None;
-            }
+            rs.refused_by(peer, req_off, req_len, self.now_ms);
             self.pump_resync(volume, out);
             return Ok(());
         }
@@ -2610,8 +2010,7 @@ impl Resource {
         let Some(rs) = self.vols[v].resync.as_mut() else {
             unreachable!("checked above; data_arrives keeps the resync")
         };
-        rs.retry_ms = RESYNC_RETRY_MS;
-        if std::mem::take(&mut rs.stalled) {
+        if rs.data_arrived() {
             out.push(RAction::Note(format!(
                 "volume {v}: node {peer} has blocks we lack; the resync goes on"
             )));
@@ -2690,12 +2089,7 @@ impl Resource {
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
-        if !all_listed
-            || !rs.lists_open.is_empty()
-            || rs.to_pull.count() > 0
-            || !rs.outstanding.is_empty()
-            || rs.writes_pending > 0
-        {
+        if !all_listed || !rs.drained() {
             // More was listed while the final flush ran.
             return self.pump_resync(volume, out);
         }

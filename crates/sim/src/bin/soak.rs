@@ -6,15 +6,18 @@
 
 fn main() {
     let mut overlapping = false;
+    let mut digest = false;
     let mut args = Vec::new();
     for a in std::env::args().skip(1) {
         if a == "--overlapping" {
             overlapping = true;
+        } else if a == "--digest" {
+            digest = true;
         } else {
             match a.parse::<u64>() {
                 Ok(n) => args.push(n),
                 Err(_) => {
-                    eprintln!("tandem-sim: {a:?} is not a seed number (usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping])");
+                    eprintln!("tandem-sim: {a:?} is not a seed number (usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping] [--digest])");
                     std::process::exit(2);
                 }
             }
@@ -23,6 +26,11 @@ fn main() {
     let first = args.first().copied().unwrap_or(0);
     let count = args.get(1).copied().unwrap_or(100_000);
     let start = std::time::Instant::now();
+    if digest {
+        let d = tandem_sim::digest_seeds(first, count, overlapping);
+        println!("{count} seeds from {first}: digest {d:016x}");
+        return;
+    }
     match tandem_sim::run_seeds_with(first, count, overlapping) {
         Ok(stuck) => {
             println!(

@@ -1,0 +1,67 @@
+//! What the engine asks its driver to do ([`RAction`]) and why a promotion is refused.
+
+use super::msg::{DataRef, Msg, Token};
+use super::spec::NodeId;
+use crate::io::{DiskKind, IoError, ReqId};
+
+/// Why this node cannot become Primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromoteError {
+    /// Another node (this id) is Primary.
+    PeerPrimary(NodeId),
+    /// This volume has no UpToDate replica here or on a connected peer.
+    NoUpToDate(u16),
+}
+
+impl std::fmt::Display for PromoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PromoteError::PeerPrimary(id) => write!(f, "node {id} is Primary"),
+            PromoteError::NoUpToDate(v) => {
+                write!(f, "volume {v} has no up-to-date replica within reach")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PromoteError {}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RAction {
+    /// Run a disk operation on a volume's local replica; writes take their bytes from `data`.
+    Disk {
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        data: Option<DataRef>,
+    },
+    /// Answer the application; a successful read's bytes are at `data`.
+    Complete {
+        req: ReqId,
+        result: Result<(), IoError>,
+        data: Option<DataRef>,
+    },
+    /// Queue a packet to a peer (dropped by the driver if the peer is not connected).
+    Send { peer: NodeId, msg: Msg },
+    /// Copy the bytes at `from` and keep them under `key` until an action uses `Held{key}`.
+    Retain { from: DataRef, key: Token },
+    /// Drop the connection to this peer.
+    Disconnect { peer: NodeId, reason: String },
+    /// Our replica of `volume` and the peer's diverged: both were written by a Primary
+    /// while the two were apart (two Primaries), so each has writes the other lacks —
+    /// `mine` blocks (4 KiB) the peer lacks, `theirs` we lack. No resync direction is
+    /// right: drop the connection and do not reconnect until an administrator decides
+    /// which replica's writes to discard. `reported`: the peer found it and told us.
+    SplitBrain {
+        peer: NodeId,
+        volume: u16,
+        mine: u64,
+        theirs: u64,
+        reported: bool,
+    },
+    /// Something an operator wants in the log.
+    Note(String),
+    /// Routine detail for a debug log: a live catch-up resync (a replica cut off from the
+    /// Primary pulling through another replica) starts and ends once per burst of writes.
+    Detail(String),
+}

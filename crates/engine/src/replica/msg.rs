@@ -1,0 +1,255 @@
+//! What the engine sends to peers ([`Msg`]), how disk operations are named ([`Token`]) and
+//! where payload bytes are ([`DataRef`]): they never enter the engine.
+
+use super::spec::NodeId;
+use crate::io::ReqId;
+use tandem_wire::packet::{volume_flags, DiskState, Packet, Role};
+
+/// Names a disk operation so its completion finds its way back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Token {
+    /// The local part of an application request.
+    App(ReqId),
+    /// A local fdatasync batch.
+    Flush(u64),
+    /// Applying a peer's replicated write, received on connection `conn`.
+    PeerWrite { peer: NodeId, conn: u32, seq: u64 },
+    /// Serving a peer's read.
+    PeerRead { peer: NodeId, conn: u32, id: u64 },
+    /// Serving a peer's resync request.
+    ResyncRead { peer: NodeId, conn: u32, id: u64 },
+    /// Applying part of a resync reply (we are the sync target).
+    ResyncWrite { id: u64, part: u32 },
+}
+
+/// Where payload bytes are. The engine only names them; the driver holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataRef {
+    /// The payload of this application write (valid while it is being submitted, or after
+    /// a [`RAction::Retain`] of it).
+    Request(ReqId),
+    /// The data of the packet being handled right now, from byte `at`.
+    Incoming { at: u32 },
+    /// The buffer filled by the local read with this token.
+    Disk(Token),
+    /// Bytes kept by an earlier [`RAction::Retain`] under this token, from byte `at`.
+    Held { key: Token, at: u32 },
+}
+
+/// A packet to send, with its payload named rather than carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Msg {
+    Role(Role),
+    Volume {
+        volume: u16,
+        size: u64,
+        disk: DiskState,
+        /// The replica was created empty at start and has received no data since.
+        created: bool,
+        /// We were Primary and completed writes the receiver missed.
+        wrote_apart: bool,
+    },
+    /// Our replica of `volume` and the receiver's diverged (see [`RAction::SplitBrain`]).
+    SplitBrain {
+        volume: u16,
+        mine: u64,
+        yours: u64,
+    },
+    Write {
+        volume: u16,
+        seq: u64,
+        offset: u64,
+        len: u32,
+        flags: u32,
+        targets: u32,
+        data: DataRef,
+    },
+    Zero {
+        volume: u16,
+        seq: u64,
+        offset: u64,
+        len: u32,
+        flags: u32,
+        targets: u32,
+    },
+    RecvAck {
+        seq: u64,
+    },
+    WriteAck {
+        seq: u64,
+    },
+    NegAck {
+        seq: u64,
+        errno: u32,
+    },
+    Barrier {
+        id: u64,
+    },
+    BarrierAck {
+        id: u64,
+        errno: u32,
+    },
+    ReadReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    /// `data` is `None` on error.
+    ReadReply {
+        id: u64,
+        errno: u32,
+        len: u32,
+        data: Option<DataRef>,
+    },
+    ResyncReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    ResyncReply {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        errno: u32,
+        len: u32,
+        data: Option<DataRef>,
+    },
+    OutOfSync {
+        volume: u16,
+        offset: u64,
+        len: u32,
+    },
+    Ping,
+    PingAck,
+}
+
+impl Msg {
+    /// The wire packet, with payloads taken from `data(reference, len)` (the driver's
+    /// buffers; `None` stands for "no payload", as in an error reply).
+    pub fn to_packet<'a>(&self, data: impl Fn(Option<DataRef>, u32) -> &'a [u8]) -> Packet<'a> {
+        match *self {
+            Msg::Role(role) => Packet::Role { role },
+            Msg::Volume {
+                volume,
+                size,
+                disk,
+                created,
+                wrote_apart,
+            } => Packet::Volume {
+                volume,
+                size,
+                disk,
+                flags: if created { volume_flags::CREATED } else { 0 }
+                    | if wrote_apart {
+                        volume_flags::WROTE_APART
+                    } else {
+                        0
+                    },
+            },
+            Msg::SplitBrain {
+                volume,
+                mine,
+                yours,
+            } => Packet::SplitBrain {
+                volume,
+                mine,
+                yours,
+            },
+            Msg::Write {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+                data: d,
+            } => Packet::Write {
+                volume,
+                seq,
+                offset,
+                flags,
+                targets,
+                data: data(Some(d), len),
+            },
+            Msg::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            } => Packet::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            },
+            Msg::RecvAck { seq } => Packet::RecvAck { seq },
+            Msg::WriteAck { seq } => Packet::WriteAck { seq },
+            Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
+            Msg::Barrier { id } => Packet::Barrier { id },
+            Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
+            Msg::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ReadReply {
+                id,
+                errno,
+                len,
+                data: d,
+            } => Packet::ReadReply {
+                id,
+                errno,
+                data: data(d, len),
+            },
+            Msg::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                len,
+                data: d,
+            } => Packet::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                data: data(d, len),
+            },
+            Msg::OutOfSync {
+                volume,
+                offset,
+                len,
+            } => Packet::OutOfSync {
+                volume,
+                offset,
+                len,
+            },
+            Msg::Ping => Packet::Ping,
+            Msg::PingAck => Packet::PingAck,
+        }
+    }
+}

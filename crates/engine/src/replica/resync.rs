@@ -1,0 +1,158 @@
+//! A sync target's resync of one volume: what is left to pull, what is asked for, which
+//! sectors the application wrote meanwhile, and how it waits when no peer can serve.
+
+use super::bitmap::{Bitmap, BLOCK};
+use super::spec::NodeId;
+use std::collections::BTreeMap;
+
+/// How long a sync target waits before asking again peers that lacked what it needs,
+/// at first and at most (see [`Resync::retry_ms`]).
+const RESYNC_RETRY_MS: u64 = 20;
+const RESYNC_RETRY_MAX_MS: u64 = 2_000;
+pub(super) const SECTOR: u64 = 512;
+
+#[derive(Debug)]
+pub(super) struct Resync {
+    /// The up-to-date peer we pull from.
+    pub(super) source: Option<NodeId>,
+    /// Ranges still to pull.
+    pub(super) to_pull: Bitmap,
+    pub(super) cursor: u64,
+    pub(super) outstanding: BTreeMap<u64, (u64, u32)>,
+    pub(super) writes_pending: usize,
+    /// Sectors written by the application since the resync started: current here, so
+    /// resync data (possibly read before that write reached the source) must not overwrite
+    /// them.
+    pub(super) fresh: Bitmap,
+    /// Peers that started listing what we lack and have not ended their list: until they
+    /// do, we do not know all we lack.
+    pub(super) lists_open: Vec<NodeId>,
+    /// Everything is pulled; the final flush runs.
+    pub(super) finishing: bool,
+    /// Peers that lacked a range we asked for, not asked again before `retry_at_ms`.
+    pub(super) refused: Vec<NodeId>,
+    pub(super) retry_at_ms: u64,
+    /// Wait before asking again: doubles while every peer keeps refusing (no replica
+    /// within reach has the data: a steady state until a current one returns, which must
+    /// not cost a request every few milliseconds), back to the minimum once data arrives.
+    pub(super) retry_ms: u64,
+    /// No up-to-date replica is within reach and every peer asked lacked the data: said
+    /// once in the log, until data arrives again.
+    pub(super) stalled: bool,
+    /// Only live notices (not a list after a connect) made this resync: a routine
+    /// catch-up, logged as detail.
+    pub(super) live: bool,
+}
+
+impl Resync {
+    pub(super) fn new(size: u64, live: bool) -> Resync {
+        Resync {
+            source: None,
+            to_pull: Bitmap::new(size),
+            cursor: 0,
+            outstanding: BTreeMap::new(),
+            writes_pending: 0,
+            fresh: Bitmap::with_block(size, SECTOR),
+            lists_open: Vec::new(),
+            finishing: false,
+            refused: Vec::new(),
+            retry_at_ms: 0,
+            retry_ms: RESYNC_RETRY_MS,
+            stalled: false,
+            live,
+        }
+    }
+
+    /// Bytes still to pull. A range asked for may be listed again (a newer write at the
+    /// source) while its reply is on the way: counted once.
+    pub(super) fn remaining(&self) -> u64 {
+        self.to_pull.count() * self.to_pull.block_size()
+            + self
+                .outstanding
+                .values()
+                .map(|&(o, l)| self.to_pull.bytes_clear_in(o, u64::from(l)))
+                .sum::<u64>()
+    }
+
+    /// Nothing left to learn, pull or write: every list that started has ended, and no
+    /// request or write is outstanding. (The caller also checks that every connected
+    /// peer has listed.)
+    pub(super) fn drained(&self) -> bool {
+        self.lists_open.is_empty()
+            && self.to_pull.count() == 0
+            && self.outstanding.is_empty()
+            && self.writes_pending == 0
+    }
+
+    /// This replica holds current data for the range, as far as the lists heard tell.
+    pub(super) fn holds(&self, offset: u64, len: u64) -> bool {
+        self.lists_open.is_empty()
+            && !self.to_pull.any_in(offset, len)
+            && !self
+                .outstanding
+                .values()
+                .any(|&(o, l)| o < offset + len && offset < o + u64::from(l))
+    }
+
+    /// The next range to ask for, at most `chunk_blocks` blocks from the cursor on
+    /// (wrapping once), taken off `to_pull` and recorded as outstanding under `id`.
+    pub(super) fn take_next(
+        &mut self,
+        id: u64,
+        size: u64,
+        chunk_blocks: u64,
+    ) -> Option<(u64, u32)> {
+        let first = self
+            .to_pull
+            .next_set(self.cursor)
+            .or_else(|| self.to_pull.next_set(0))?;
+        let blocks = size.div_ceil(BLOCK);
+        let mut end = first + 1;
+        while end < blocks && end - first < chunk_blocks && self.to_pull.is_set(end) {
+            end += 1;
+        }
+        let offset = first * BLOCK;
+        let len = ((end - first) * BLOCK).min(size - offset) as u32;
+        self.to_pull.clear_range(offset, u64::from(len));
+        self.cursor = end;
+        self.outstanding.insert(id, (offset, len));
+        Some((offset, len))
+    }
+
+    /// `peer` lacks the range it was asked for: pull it again, from another peer or from
+    /// it later; the wait before asking it again doubles while every peer refuses.
+    pub(super) fn refused_by(&mut self, peer: NodeId, offset: u64, len: u32, now_ms: u64) {
+        self.to_pull.set_range(offset, u64::from(len));
+        self.cursor = self.cursor.min(offset / BLOCK);
+        if !self.refused.contains(&peer) {
+            self.refused.push(peer);
+        }
+        self.retry_at_ms = now_ms + self.retry_ms;
+        self.retry_ms = (self.retry_ms * 2).min(RESYNC_RETRY_MAX_MS);
+        if self.outstanding.is_empty() {
+            self.source = None;
+        }
+    }
+
+    /// `peer`'s disk state changed: it may have what it lacked, ask it again soon.
+    pub(super) fn peer_changed(&mut self, peer: NodeId) {
+        self.refused.retain(|&r| r != peer);
+        self.retry_ms = RESYNC_RETRY_MS;
+    }
+
+    /// Data arrived: the full pace again. True if it ends a wait that was logged.
+    pub(super) fn data_arrived(&mut self) -> bool {
+        self.retry_ms = RESYNC_RETRY_MS;
+        std::mem::take(&mut self.stalled)
+    }
+
+    /// Requests in flight at once: the window, or a single probe while no peer within
+    /// reach has what we lack.
+    pub(super) fn window(&self, full: usize) -> usize {
+        if self.stalled {
+            1
+        } else {
+            full
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! What a resource is: its nodes, volumes and protocol, and what the driver found on disk.
+
+pub type NodeId = u8;
+
+/// Replication protocol of the resource's connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Complete when the write is in the local send buffer.
+    A,
+    /// Complete when every peer has received it.
+    B,
+    /// Complete when every peer has written it.
+    C,
+}
+
+/// The static shape of a resource, from its configuration.
+#[derive(Clone, Debug)]
+pub struct ResourceSpec {
+    pub me: NodeId,
+    /// Every node (this one included) and, per volume, whether it keeps a replica.
+    pub nodes: Vec<(NodeId, Vec<bool>)>,
+    pub sizes: Vec<u64>,
+    pub protocol: Protocol,
+    pub ping_interval_ms: u64,
+    pub ping_timeout_ms: u64,
+    /// A replicated request not acknowledged in this time drops the connection.
+    pub timeout_ms: u64,
+    /// Bytes per resync request and requests in flight per resync.
+    pub resync_chunk: u32,
+    pub resync_window: usize,
+}
+
+/// What the driver found of a volume's local replica when the node started. The engine
+/// decides from it what the replica may be trusted with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaAtStart {
+    /// The node keeps no replica of this volume.
+    None,
+    /// The backing file did not exist and was created now: it holds nothing (all zeroes).
+    /// Inconsistent, pulled in full from an up-to-date peer, unless every replica of the
+    /// volume was created at its start (a new cluster: all zeroes everywhere, nothing to
+    /// sync). A deleted file or a typo in a `disk` path must never pass for a current
+    /// replica.
+    Created,
+    /// The backing store existed: without persistent metadata its currency is unknown, so
+    /// it is Outdated and resynced from an up-to-date peer.
+    Existing,
+    /// Known to be current (tests; later, persistent metadata that proves it).
+    UpToDate,
+}
