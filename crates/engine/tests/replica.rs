@@ -1358,3 +1358,60 @@ fn a_resync_read_for_a_dropped_connection_forgets_nothing() {
     );
     assert_eq!(oos(&alpha), 1 << 20, "the range is still out of sync");
 }
+
+/// Regression (simulator seed 60017710 with overlapping faults): a replica cut off from
+/// the Primary (it lacked writes without knowing) was reading a block for a restarted
+/// peer's resync when the Primary reconnected. The read was issued while no list was
+/// open; the reply went out after the Primary's list began, with stale data the restarted
+/// peer wrote over its own newer copy. A resync read is checked again when it completes.
+#[test]
+fn a_resync_read_is_not_served_if_the_source_learned_meanwhile_that_it_may_lack_it() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    // Alpha (node 0) restarted: Outdated, asks beta for everything.
+    beta.peer_up(0, &mut out);
+    for p in [
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Outdated,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        beta.packet(0, &p, &mut out);
+    }
+    out.clear();
+    let req = Packet::ResyncReq {
+        volume: 0,
+        id: 1,
+        offset: 0,
+        len: 16384,
+    };
+    beta.packet(0, &req, &mut out);
+    let (token, kind) = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Disk { token, kind, .. } => Some((*token, *kind)),
+            _ => None,
+        })
+        .expect("beta reads the range for alpha");
+    // The diskless Primary comes back while the read runs; its list has not ended.
+    diskless_primary_connects(&mut beta, &mut out);
+    out.clear();
+    beta.disk_done(0, token, kind, Ok(()), &mut out);
+    let errno = out.iter().find_map(|a| match a {
+        RAction::Send {
+            peer: 0,
+            msg: Msg::ResyncReply { errno, .. },
+        } => Some(*errno),
+        _ => None,
+    });
+    assert_eq!(errno, Some(11), "EAGAIN, not data beta may lack: {out:?}");
+    let oos = beta.status().peers[0].volumes[0].out_of_sync_bytes;
+    assert_eq!(oos, 1 << 20, "still owed to alpha in full");
+}

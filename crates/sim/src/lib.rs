@@ -1094,6 +1094,20 @@ impl Sim {
     }
 
     fn step(&mut self) -> bool {
+        let more = self.step_event();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Err(e) = n.engine.check_invariants() {
+                panic!(
+                    "seed {}: node {i}: engine invariant broken: {e}\n{}",
+                    self.sc.seed,
+                    self.tail_log(80)
+                );
+            }
+        }
+        more
+    }
+
+    fn step_event(&mut self) -> bool {
         let Some(std::cmp::Reverse((t, _, ev))) = self.queue.pop() else {
             return false;
         };

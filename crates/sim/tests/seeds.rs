@@ -62,7 +62,8 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// its connection dropped made the source forget a write the peer had missed since. Seed
 /// 30093754: a write failed when the only replica it was sent to dropped, while another
 /// had connected after it started (a request goes to the replicas connected when it
-/// starts; the checker now says so).
+/// starts; the checker now says so). Seed 60017710: a resync source learned it lacked a
+/// block while reading it for a restarted peer, and served it anyway.
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [

@@ -32,6 +32,35 @@ impl Bitmap {
         self.block
     }
 
+    /// It covers a volume of `size` bytes, and its count of set blocks is the true one.
+    pub fn check(&self, size: u64) -> Result<(), String> {
+        if self.blocks != size.div_ceil(self.block) {
+            return Err(format!(
+                "a bitmap of {} blocks of {} for {size} bytes",
+                self.blocks, self.block
+            ));
+        }
+        if self.set > self.blocks {
+            return Err(format!(
+                "a bitmap counts {} set blocks of {}",
+                self.set, self.blocks
+            ));
+        }
+        // Counting every word is the slow part: debug builds only.
+        let real = if cfg!(debug_assertions) {
+            self.words.iter().map(|w| u64::from(w.count_ones())).sum()
+        } else {
+            self.set
+        };
+        if real != self.set {
+            return Err(format!(
+                "a bitmap counts {} set blocks, holds {real}",
+                self.set
+            ));
+        }
+        Ok(())
+    }
+
     /// Blocks touched by the byte range.
     fn blocks_of(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
         let first = offset / self.block;

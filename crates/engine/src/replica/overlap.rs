@@ -51,6 +51,21 @@ impl<K: Copy + Eq + std::fmt::Debug> InFlight<K> {
     pub fn len(&self) -> usize {
         self.ranges.len()
     }
+
+    /// The ranges are disjoint and not empty.
+    pub fn check(&self) -> Result<(), String> {
+        let mut prev_end = 0;
+        for (&start, &(end, key)) in &self.ranges {
+            if end <= start {
+                return Err(format!("empty range {start}..{end} in flight ({key:?})"));
+            }
+            if start < prev_end {
+                return Err(format!("overlapping ranges in flight at {start} ({key:?})"));
+            }
+            prev_end = end;
+        }
+        Ok(())
+    }
 }
 
 /// Writes waiting for an overlapping one to finish, in arrival order.

@@ -28,6 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tandem_wire::packet::{volume_flags, write_flags as wf, Packet};
 use tandem_wire::packet::{DiskState, Role};
 
+mod invariants;
+
 /// Tells `peer` it lacks this range of volume `v`; `(0, 0)` ends a list.
 fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAction {
     RAction::Send {
@@ -431,6 +433,11 @@ impl Resource {
 
     /// A new application request on `volume`, already validated by the frontend.
     pub fn submit(&mut self, req: ReqId, volume: u16, io: Io, out: &mut Vec<RAction>) {
+        self.submit_event(req, volume, io, out);
+        self.debug_check();
+    }
+
+    fn submit_event(&mut self, req: ReqId, volume: u16, io: Io, out: &mut Vec<RAction>) {
         if self.role != Role::Primary {
             return out.push(RAction::Complete {
                 req,
@@ -954,6 +961,18 @@ impl Resource {
         result: Result<(), IoError>,
         out: &mut Vec<RAction>,
     ) {
+        self.disk_done_event(volume, token, kind, result, out);
+        self.debug_check();
+    }
+
+    fn disk_done_event(
+        &mut self,
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
         let v = volume as usize;
         match token {
             Token::App(req) => {
@@ -1054,15 +1073,23 @@ impl Resource {
                 let current = self
                     .peer_index(peer)
                     .is_some_and(|i| self.peers[i].up && self.peers[i].conn == conn);
-                let (errno, data) = match result {
-                    Ok(()) => (0, Some(DataRef::Disk(token))),
-                    Err(_) => (EIO, None),
-                };
                 let DiskKind::Read { offset, len } = kind else {
                     unreachable!("a peer read is a read")
                 };
-                if let (Token::ResyncRead { .. }, Ok(()), Some(i), true) =
-                    (token, result, self.peer_index(peer), current)
+                // A source may learn it lacks the range while the read runs (a peer that
+                // connected meanwhile lists it, or has not ended its list yet): then the
+                // data it read is not to be trusted, and the target asks again (simulator
+                // seed 60017710: a replica cut off from the Primary served a stale block
+                // to a restarted one, which overwrote its own newer copy).
+                let stale = matches!(token, Token::ResyncRead { .. })
+                    && !self.has_range(v, offset, u64::from(len));
+                let (errno, data) = match result {
+                    Ok(()) if stale => (EAGAIN, None),
+                    Ok(()) => (0, Some(DataRef::Disk(token))),
+                    Err(_) => (EIO, None),
+                };
+                if let (Token::ResyncRead { .. }, Ok(()), Some(i), true, false) =
+                    (token, result, self.peer_index(peer), current, stale)
                 {
                     // The peer pulls this range now; if it misses it, it asks again. Not
                     // if the connection that asked is gone: the reply goes nowhere, and
@@ -1243,6 +1270,11 @@ impl Resource {
 
     /// An authenticated connection to `peer` is up.
     pub fn peer_up(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
+        self.peer_up_event(peer, out);
+        self.debug_check();
+    }
+
+    fn peer_up_event(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
         let Some(i) = self.peer_index(peer) else {
             return;
         };
@@ -1293,6 +1325,11 @@ impl Resource {
 
     /// The connection to `peer` is gone (closed, failed, timed out or dropped by us).
     pub fn peer_down(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
+        self.peer_down_event(peer, out);
+        self.debug_check();
+    }
+
+    fn peer_down_event(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
         let Some(i) = self.peer_index(peer) else {
             return;
         };
@@ -1371,6 +1408,11 @@ impl Resource {
     /// A packet from an authenticated peer. A packet that breaks the protocol drops the
     /// connection (never the node).
     pub fn packet(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
+        self.packet_event(peer, packet, out);
+        self.debug_check();
+    }
+
+    fn packet_event(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
         let Some(i) = self.peer_index(peer) else {
             return;
         };
@@ -2323,6 +2365,11 @@ impl Resource {
 
     /// Advances the clock: keepalive pings and timeouts.
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
+        self.tick_event(now_ms, out);
+        self.debug_check();
+    }
+
+    fn tick_event(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
         self.now_ms = now_ms;
         for v in 0..self.vols.len() {
             if let Some(rs) = self.vols[v]

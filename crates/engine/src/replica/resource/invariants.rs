@@ -1,0 +1,94 @@
+//! What must hold between any two events, checked by the simulator after every step and
+//! by debug builds after every event: a violation is a bug in the engine, named here
+//! before it turns into a lost write somewhere else.
+
+use super::{Resource, Stage};
+use crate::replica::spec::NodeId;
+use tandem_wire::packet::DiskState;
+
+impl Resource {
+    /// Checks the engine's invariants; the first violation, described.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let me = self.spec.me;
+        if u32::from(me) >= 32 || self.peers.iter().any(|p| u32::from(p.id) >= 32) {
+            return Err("a node id is 32 or more".into());
+        }
+        if self.peers.iter().any(|p| p.id == me) {
+            return Err(format!("node {me} is its own peer"));
+        }
+        let peer_bits: u32 = (0..self.peers.len()).map(|i| 1u32 << i).sum();
+        let down: u32 = (0..self.peers.len())
+            .filter(|&i| !self.peers[i].up)
+            .map(|i| 1u32 << i)
+            .sum();
+        for (v, vol) in self.vols.iter().enumerate() {
+            vol.in_flight
+                .check()
+                .map_err(|e| format!("volume {v}: writes: {e}"))?;
+            vol.applying
+                .check()
+                .map_err(|e| format!("volume {v}: applying: {e}"))?;
+            if let Some(rs) = &vol.resync {
+                if vol.disk != DiskState::Inconsistent {
+                    return Err(format!("volume {v}: a resync while {:?}", vol.disk));
+                }
+                if rs.outstanding.len() > self.spec.resync_window {
+                    return Err(format!(
+                        "volume {v}: {} resync requests outstanding, window {}",
+                        rs.outstanding.len(),
+                        self.spec.resync_window
+                    ));
+                }
+                rs.to_pull
+                    .check(vol.size)
+                    .and_then(|()| rs.fresh.check(vol.size))
+                    .map_err(|e| format!("volume {v}: resync: {e}"))?;
+            }
+            for p in &self.peers {
+                p.vols[v]
+                    .oos
+                    .check(vol.size)
+                    .map_err(|e| format!("volume {v}: node {}'s out-of-sync: {e}", p.id))?;
+            }
+        }
+        for (req, w) in &self.writes {
+            let v = w.volume as usize;
+            if w.peers_pending & w.peers_ok != 0 {
+                return Err(format!("{req:?}: a peer both pending and done"));
+            }
+            if (w.peers_pending | w.peers_ok | w.missing) & !peer_bits != 0 {
+                return Err(format!("{req:?}: a peer bit beyond the peers"));
+            }
+            if w.local == Stage::Done(false) && !self.vols[v].diskful {
+                return Err(format!("{req:?}: a local result without a local replica"));
+            }
+            if !self.vols[v].in_flight.holds(w.offset, *req) {
+                return Err(format!("{req:?}: started but not in flight"));
+            }
+            if w.peers_pending & down != 0 {
+                return Err(format!("{req:?} waits on a peer that is down"));
+            }
+        }
+        for p in &self.peers {
+            let id: NodeId = p.id;
+            if !p.up && (!p.unacked.is_empty() || !p.app_waiting.is_empty()) {
+                return Err(format!("node {id} is down but writes wait on it"));
+            }
+            if p.app_waiting.len() > p.unacked.len() {
+                return Err(format!(
+                    "node {id}: more writes wait on it than it has unacked"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Debug builds check the invariants after every event.
+    pub(super) fn debug_check(&self) {
+        if cfg!(debug_assertions) {
+            if let Err(e) = self.check_invariants() {
+                panic!("engine invariant broken on node {}: {e}", self.spec.me);
+            }
+        }
+    }
+}
