@@ -7,13 +7,14 @@
 //! are named by [`DataRef`] and stay with the driver.
 //!
 //! Rooms: `spec` (what a resource is), `msg` (what goes to peers, how disk operations and
-//! payloads are named), `action` (what the driver is asked to do), `status`, `peer` (one
+//! payloads are named), `action` (what the driver is asked to do), `status`, `nodeset`, `peer` (one
 //! peer's state), `resync` (a sync target's progress), `bitmap` and `overlap` (data
 //! structures), and `resource`, the dispatcher that holds them together.
 
 mod action;
 mod bitmap;
 mod msg;
+mod nodeset;
 mod overlap;
 mod peer;
 mod resource;
@@ -24,6 +25,7 @@ mod status;
 pub use action::{PromoteError, RAction};
 pub use bitmap::Bitmap;
 pub use msg::{DataRef, Msg, Token};
+pub use nodeset::NodeSet;
 pub use resource::Resource;
 pub use spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
 pub use status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeStatus};

@@ -16,6 +16,7 @@
 use super::action::{PromoteError, RAction};
 use super::bitmap::Bitmap;
 use super::msg::{DataRef, Msg, Token};
+use super::nodeset::NodeSet;
 use super::overlap::{InFlight, Waiting};
 use super::peer::{ListState, Peer, PeerVol, Unacked};
 use super::resync::{Resync, SECTOR};
@@ -55,14 +56,14 @@ struct AppWrite {
     offset: u64,
     fua: bool,
     local: Stage,
-    peers_pending: u32,
-    peers_ok: u32,
+    peers_pending: NodeSet,
+    peers_ok: NodeSet,
     /// Diskful peers that did not get it (down, failed, dropped before confirming): their
     /// out-of-sync bits are set once the write landed somewhere, even if it then failed
     /// (its FUA flush not vouched for by an up-to-date replica). A write that reached
     /// nobody changed nothing, so it marks nothing (bits set for it would make every
     /// replica believe it lacks the block).
-    missing: u32,
+    missing: NodeSet,
     len: u32,
     /// Set once the FUA barrier started.
     barrier: bool,
@@ -75,7 +76,7 @@ struct AppRead {
     len: u32,
     /// The peer asked, or `None` for the local replica.
     from: Option<NodeId>,
-    tried: u32,
+    tried: NodeSet,
 }
 
 /// A durability barrier over every replica: local fdatasync plus a Barrier per peer.
@@ -85,8 +86,8 @@ struct FlushOp {
     waiters: Vec<(ReqId, u16)>,
     local_pending: bool,
     local_ok: bool,
-    peers_pending: u32,
-    peers_ok: u32,
+    peers_pending: NodeSet,
+    peers_ok: NodeSet,
 }
 
 #[derive(Debug)]
@@ -347,8 +348,9 @@ impl Resource {
         self.peers.iter().position(|p| p.id == id)
     }
 
-    fn bit(&self, idx: usize) -> u32 {
-        1 << idx
+    /// The set holding the peer at index `idx`.
+    fn bit(&self, idx: usize) -> NodeSet {
+        NodeSet::one(self.peers[idx].id)
     }
 
     fn alloc_id(&mut self) -> u64 {
@@ -560,9 +562,9 @@ impl Resource {
             } else {
                 Stage::NotApplicable
             },
-            peers_pending: 0,
-            peers_ok: 0,
-            missing: 0,
+            peers_pending: NodeSet::EMPTY,
+            peers_ok: NodeSet::EMPTY,
+            missing: NodeSet::EMPTY,
             len,
             barrier: false,
         };
@@ -615,13 +617,14 @@ impl Resource {
         };
         let now = self.now_ms;
         let mut targets = if local_writes {
-            1u32 << self.spec.me
+            NodeSet::one(self.spec.me)
         } else {
-            0
+            NodeSet::EMPTY
         };
         for p in self.peers.iter().filter(|p| p.up && p.vols[v].diskful) {
-            targets |= 1 << p.id;
+            targets.insert(p.id);
         }
+        let targets = targets.bits();
         for i in 0..self.peers.len() {
             let bit = self.bit(i);
             let p = &mut self.peers[i];
@@ -685,10 +688,10 @@ impl Resource {
         let Some(w) = self.writes.get_mut(&req) else {
             return;
         };
-        if w.local == Stage::Pending || w.peers_pending != 0 || w.barrier {
+        if w.local == Stage::Pending || !w.peers_pending.is_empty() || w.barrier {
             return;
         }
-        let ok = w.local == Stage::Done(true) || w.peers_ok != 0;
+        let ok = w.local == Stage::Done(true) || !w.peers_ok.is_empty();
         if ok && w.fua {
             w.barrier = true;
             let volume = w.volume;
@@ -711,14 +714,15 @@ impl Resource {
             .remove(&req)
             .expect("finishing an unknown write");
         let size = self.vols[w.volume as usize].size;
-        let landed = w.local == Stage::Done(true) || w.peers_ok != 0;
-        for (i, p) in self.peers.iter_mut().enumerate() {
+        let landed = w.local == Stage::Done(true) || !w.peers_ok.is_empty();
+        for p in self.peers.iter_mut() {
             let up = p.up;
             let pv = &mut p.vols[w.volume as usize];
             // Written as Primary without it: if it was Primary apart from us too, this
             // is half of a split brain (a diskless one holds none of it, but its own
             // writes went to replicas that lack ours).
-            if result.is_ok() && (w.missing & (1 << i) != 0 || (!pv.diskful && !up)) {
+            let missed = w.missing.contains(p.id);
+            if result.is_ok() && (missed || (!pv.diskful && !up)) {
                 pv.apart
                     .get_or_insert_with(|| Bitmap::new(size))
                     .set_range(w.offset, u64::from(w.len));
@@ -726,7 +730,7 @@ impl Resource {
             // A failed write may still have landed on some replica (simulator seed
             // 3017270: written on a Secondary being synced, whose flush could not vouch
             // for it, while the other was cut off), so the replicas that missed it differ.
-            if landed && w.missing & (1 << i) != 0 {
+            if landed && missed {
                 pv.oos.set_range(w.offset, u64::from(w.len));
                 if pv.list == ListState::Sent {
                     pv.list = ListState::Stale;
@@ -735,14 +739,14 @@ impl Resource {
         }
         // Lists that waited for this write to mark its bits.
         for i in 0..self.peers.len() {
-            let bit = 1u32 << i;
+            let id = self.peers[i].id;
             let v = w.volume as usize;
             if self.peers[i].up
                 && self.peers[i].vols[v].list == ListState::Deferred
                 && !self
                     .writes
                     .values()
-                    .any(|o| o.volume == w.volume && o.missing & bit != 0)
+                    .any(|o| o.volume == w.volume && o.missing.contains(id))
             {
                 self.send_out_of_sync(i, v, out);
             }
@@ -800,7 +804,7 @@ impl Resource {
             offset,
             len,
             from: None,
-            tried: 0,
+            tried: NodeSet::EMPTY,
         };
         self.reads.insert(req, read);
         self.route_read(req, out);
@@ -831,7 +835,7 @@ impl Resource {
                 // where we know it lacks writes.
                 p.up && p.vols[v].disk == Some(DiskState::UpToDate)
                     && !p.vols[v].oos.any_in(r.offset, u64::from(r.len))
-                    && r.tried & (1 << i) == 0
+                    && !r.tried.contains(p.id)
             })
             .collect();
         if candidates.is_empty() {
@@ -844,7 +848,7 @@ impl Resource {
         }
         self.read_rr = self.read_rr.wrapping_add(1);
         let i = candidates[self.read_rr % candidates.len()];
-        r.tried |= 1 << i;
+        r.tried.insert(self.peers[i].id);
         r.from = Some(self.peers[i].id);
         let (volume, offset, len) = (r.volume, r.offset, r.len);
         let id = self.alloc_id();
@@ -867,11 +871,11 @@ impl Resource {
     /// syncing: that one is flushed too, but may lack a write only a replica gone meanwhile
     /// had. So only a replica UpToDate now answers: a peer's state reaches us in order with
     /// its acknowledgement, and one that finished its resync first flushed all it pulled.
-    fn barrier_answers_for(&self, v: usize, local_ok: bool, peers_ok: u32) -> bool {
+    fn barrier_answers_for(&self, v: usize, local_ok: bool, peers_ok: NodeSet) -> bool {
         let vol = &self.vols[v];
         (local_ok && vol.diskful && vol.disk == DiskState::UpToDate)
-            || self.peers.iter().enumerate().any(|(i, p)| {
-                peers_ok & self.bit(i) != 0
+            || self.peers.iter().any(|p| {
+                peers_ok.contains(p.id)
                     && p.up
                     && p.vols[v].diskful
                     && p.vols[v].disk == Some(DiskState::UpToDate)
@@ -915,7 +919,7 @@ impl Resource {
         let Some(op) = self.flush_ops.get(&id) else {
             return;
         };
-        if op.local_pending || op.peers_pending != 0 {
+        if op.local_pending || !op.peers_pending.is_empty() {
             return;
         }
         let op = self.flush_ops.remove(&id).expect("checked above");
@@ -1371,13 +1375,13 @@ impl Resource {
         out.push(RAction::Note(format!("connection to node {peer} lost")));
         for (_, req) in waiting {
             if let Some(w) = self.writes.get_mut(&req) {
-                w.peers_pending &= !bit;
+                w.peers_pending -= bit;
             }
             self.check_write(req, out);
         }
         for (id, _) in barriers {
             if let Some(op) = self.flush_ops.get_mut(&id) {
-                op.peers_pending &= !bit;
+                op.peers_pending -= bit;
             }
             self.check_flush(id, out);
         }
@@ -1556,7 +1560,7 @@ impl Resource {
                     return Err(format!("negative acknowledgement of unknown write {seq}"));
                 };
                 match self.writes.get_mut(&u.req) {
-                    Some(w) => w.missing |= 1 << i,
+                    Some(w) => w.missing.insert(p.id),
                     None => self.peers[i].vols[u.volume as usize]
                         .oos
                         .set_range(u.offset, u64::from(u.len)),
@@ -1574,7 +1578,7 @@ impl Resource {
                     return Err(format!("acknowledgement of unknown barrier {id}"));
                 }
                 if let Some(op) = self.flush_ops.get_mut(&id) {
-                    op.peers_pending &= !bit;
+                    op.peers_pending -= bit;
                     if errno == 0 {
                         op.peers_ok |= bit;
                     }
@@ -1734,7 +1738,7 @@ impl Resource {
         let bit = self.bit(i);
         if let Some(req) = self.peers[i].app_waiting.remove(&seq) {
             if let Some(w) = self.writes.get_mut(&req) {
-                w.peers_pending &= !bit;
+                w.peers_pending -= bit;
                 if ok {
                     w.peers_ok |= bit;
                 }
@@ -1782,11 +1786,11 @@ impl Resource {
             // Primaries list too: they know what they wrote; the peer pulls from a replica.
             // Writes still in flight that missed it mark their bits when they complete, so
             // the list waits for them.
-            let bit = 1u32 << i;
+            let id = self.peers[i].id;
             if self
                 .writes
                 .values()
-                .any(|w| w.volume as usize == v && w.missing & bit != 0)
+                .any(|w| w.volume as usize == v && w.missing.contains(id))
             {
                 self.peers[i].vols[v].list = ListState::Deferred;
             } else {
@@ -2195,7 +2199,7 @@ impl Resource {
             .iter_mut()
             .filter(|p| p.id != peer && p.vols[v].diskful)
         {
-            if targets & (1 << p.id) == 0 {
+            if !NodeSet::from_bits(targets).contains(p.id) {
                 p.vols[v].oos.set_range(offset, u64::from(len));
                 if p.up && matches!(p.vols[v].list, ListState::Sent | ListState::Stale) {
                     out.push(out_of_sync(p.id, v, offset, len));

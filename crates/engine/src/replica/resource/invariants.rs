@@ -3,6 +3,7 @@
 //! before it turns into a lost write somewhere else.
 
 use super::{Resource, Stage};
+use crate::replica::nodeset::NodeSet;
 use crate::replica::spec::NodeId;
 use tandem_wire::packet::DiskState;
 
@@ -16,11 +17,8 @@ impl Resource {
         if self.peers.iter().any(|p| p.id == me) {
             return Err(format!("node {me} is its own peer"));
         }
-        let peer_bits: u32 = (0..self.peers.len()).map(|i| 1u32 << i).sum();
-        let down: u32 = (0..self.peers.len())
-            .filter(|&i| !self.peers[i].up)
-            .map(|i| 1u32 << i)
-            .sum();
+        let peers: NodeSet = self.peers.iter().map(|p| p.id).collect();
+        let down: NodeSet = self.peers.iter().filter(|p| !p.up).map(|p| p.id).collect();
         for (v, vol) in self.vols.iter().enumerate() {
             vol.in_flight
                 .check()
@@ -53,10 +51,15 @@ impl Resource {
         }
         for (req, w) in &self.writes {
             let v = w.volume as usize;
-            if w.peers_pending & w.peers_ok != 0 {
+            if w.peers_pending.intersects(w.peers_ok) {
                 return Err(format!("{req:?}: a peer both pending and done"));
             }
-            if (w.peers_pending | w.peers_ok | w.missing) & !peer_bits != 0 {
+            if !w
+                .peers_pending
+                .union(w.peers_ok)
+                .union(w.missing)
+                .is_subset(peers)
+            {
                 return Err(format!("{req:?}: a peer bit beyond the peers"));
             }
             if w.local == Stage::Done(false) && !self.vols[v].diskful {
@@ -65,7 +68,7 @@ impl Resource {
             if !self.vols[v].in_flight.holds(w.offset, *req) {
                 return Err(format!("{req:?}: started but not in flight"));
             }
-            if w.peers_pending & down != 0 {
+            if w.peers_pending.intersects(down) {
                 return Err(format!("{req:?} waits on a peer that is down"));
             }
         }
