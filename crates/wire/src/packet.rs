@@ -402,6 +402,14 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         return Err(WireError::BadMagic(magic));
     }
     let kind = u16::from_be_bytes(hdr[4..6].try_into().unwrap());
+    // Reserved: no flag is defined yet, so a set one is from a peer we do not understand
+    // (found by the round-trip property: a flipped bit there went unnoticed).
+    if hdr[6..8] != [0, 0] {
+        return Err(WireError::Malformed {
+            kind,
+            what: "reserved header flags set",
+        });
+    }
     let len = u32::from_be_bytes(hdr[8..12].try_into().unwrap());
     if len > limit(kind) {
         return Err(WireError::TooLong { kind, len });
@@ -754,6 +762,13 @@ mod tests {
         encode(&Packet::Ping, &mut b);
         b[5] = 99;
         assert!(matches!(decode(&b), Err(WireError::UnknownKind(99))));
+        let mut b = Vec::new();
+        encode(&Packet::Ping, &mut b);
+        b[7] = 1;
+        assert!(
+            matches!(decode(&b[..HEADER_LEN]), Err(WireError::Malformed { .. })),
+            "reserved header flags, refused from the header alone"
+        );
         let mut b = Vec::new();
         encode(
             &Packet::Role {
