@@ -55,7 +55,7 @@ fn packet(f: &Fields) -> Packet<'_> {
         DiskState::Outdated,
         DiskState::UpToDate,
     ][(f.a % 4) as usize];
-    let role = if f.a % 2 == 0 {
+    let role = if f.a.is_multiple_of(2) {
         Role::Primary
     } else {
         Role::Secondary
