@@ -1415,3 +1415,37 @@ fn a_resync_read_is_not_served_if_the_source_learned_meanwhile_that_it_may_lack_
     let oos = beta.status().peers[0].volumes[0].out_of_sync_bytes;
     assert_eq!(oos, 1 << 20, "still owed to alpha in full");
 }
+
+/// The engine says when it next needs a tick; a driver that ticks only then sees every
+/// timer fire on time: the keepalive ping, a ping unanswered for too long, a resync retry.
+#[test]
+fn ticking_only_at_poll_timeout_fires_every_timer_on_time() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    beta.tick(1000, &mut out);
+    assert_eq!(beta.poll_timeout(), None, "no peer, nothing timed");
+    beta.peer_up(0, &mut out);
+    // spec: ping every 1000 ms of silence, answered within 500 ms.
+    assert_eq!(beta.poll_timeout(), Some(2000));
+    out.clear();
+    beta.tick(1999, &mut out);
+    assert!(!out
+        .iter()
+        .any(|a| matches!(a, RAction::Send { msg: Msg::Ping, .. })));
+    beta.tick(2000, &mut out);
+    assert!(
+        out.iter()
+            .any(|a| matches!(a, RAction::Send { msg: Msg::Ping, .. })),
+        "the ping goes out at the time asked for: {out:?}"
+    );
+    assert_eq!(beta.poll_timeout(), Some(2501));
+    out.clear();
+    beta.tick(2500, &mut out);
+    assert!(disconnects(&out).is_empty(), "not before the timeout");
+    beta.tick(beta.poll_timeout().unwrap(), &mut out);
+    assert!(
+        disconnects(&out).iter().any(|r| r.contains("ping")),
+        "dropped once the ping is overdue: {out:?}"
+    );
+    assert_eq!(beta.poll_timeout(), None);
+}

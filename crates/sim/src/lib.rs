@@ -253,6 +253,8 @@ pub struct Sim {
     failed: usize,
     resyncs: usize,
     disks_lost: usize,
+    /// The earliest tick queued (simulated µs).
+    tick_at: Option<u64>,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
     resync_reqs: u64,
     /// Connections a node dropped (a conflict it cannot settle yet, then redialled).
@@ -362,6 +364,7 @@ impl Sim {
             resyncs: 0,
             disks_lost: 0,
             resync_reqs: 0,
+            tick_at: None,
             drops: 0,
             events: 0,
             log: Default::default(),
@@ -390,6 +393,27 @@ impl Sim {
             sim.at(t, Ev::Fault);
         }
         sim
+    }
+
+    /// Ticks when the engines ask for it (`Resource::poll_timeout`), not at a fixed rate;
+    /// none once everything is in sync and idle.
+    fn schedule_tick(&mut self) {
+        if self.quiet() {
+            return;
+        }
+        let Some(want) = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.engine.poll_timeout())
+            .min()
+            .map(|ms| (ms * 1000).max(self.now + 1))
+        else {
+            return;
+        };
+        if self.tick_at.is_none_or(|at| want < at) {
+            self.tick_at = Some(want);
+            self.at(want - self.now, Ev::Tick);
+        }
     }
 
     fn at(&mut self, delay_us: u64, ev: Ev) {
@@ -1095,6 +1119,7 @@ impl Sim {
 
     fn step(&mut self) -> bool {
         let more = self.step_event();
+        self.schedule_tick();
         for (i, n) in self.nodes.iter().enumerate() {
             if let Err(e) = n.engine.check_invariants() {
                 panic!(
@@ -1113,17 +1138,20 @@ impl Sim {
         };
         self.now = t;
         self.events += 1;
+        for n in &mut self.nodes {
+            n.engine.advance(t / 1000);
+        }
         match ev {
             Ev::Deliver { from, to, conn } => self.deliver(from, to, conn),
             Ev::DiskDone { node, op } => self.disk_done(node, op),
             Ev::Tick => {
+                if self.tick_at.is_some_and(|at| at <= t) {
+                    self.tick_at = None;
+                }
                 for i in 0..self.nodes.len() {
                     let mut out = Vec::new();
                     self.nodes[i].engine.tick(self.now / 1000, &mut out);
                     self.run_actions(i as NodeId, out, None);
-                }
-                if !self.quiet() {
-                    self.at(10_000, Ev::Tick);
                 }
             }
             Ev::Workload => self.workload(),

@@ -32,7 +32,12 @@ pub mod volume_flags {
     /// (or missed them): if the receiver was Primary apart from it too, or holds writes
     /// the sender lacks, the two diverged (split brain).
     pub const WROTE_APART: u8 = 1 << 1;
-    pub const ALL: u8 = CREATED | WROTE_APART;
+    /// The sender's replica was found on disk at its start (its currency unknown) and has
+    /// not been UpToDate since: whatever it is being synced from, a peer that keeps
+    /// current data must list everything to it (it may have pulled from a replica that
+    /// was itself behind).
+    pub const UNPROVEN: u8 = 1 << 2;
+    pub const ALL: u8 = CREATED | WROTE_APART | UNPROVEN;
 }
 
 /// Flags of replicated writes.

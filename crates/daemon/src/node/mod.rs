@@ -226,7 +226,11 @@ struct NodeReactor {
     signal_rx: mio::net::UnixStream,
     shutting_down: bool,
     started: Instant,
+    /// Housekeeping (dialing, handshake deadlines) and the engines' timers run then...
     next_tick: Instant,
+    /// ...or earlier, when an engine asked for it (`Resource::poll_timeout`: a resync
+    /// retry after 20 ms should not wait for the next 100 ms tick).
+    engine_wake: Option<Instant>,
     next_conn_id: u64,
     busy_poll: Duration,
     /// Syncs ahead of a flush (see [`sync_plan`]), started after this round's sends.
@@ -333,6 +337,7 @@ impl NodeReactor {
             shutting_down: false,
             started: Instant::now(),
             next_tick: Instant::now(),
+            engine_wake: None,
             next_conn_id: 0,
             busy_poll: opts.busy_poll,
             syncs_ahead: Vec::new(),
@@ -497,7 +502,10 @@ impl NodeReactor {
         // Measured here: iodepth-1 replicated writes 101-111 us -> 48-56 us.
         let mut waiter = Waiter::new(self.busy_poll);
         loop {
-            let timeout = self.next_tick.saturating_duration_since(Instant::now());
+            let wake = self
+                .engine_wake
+                .map_or(self.next_tick, |w| w.min(self.next_tick));
+            let timeout = wake.saturating_duration_since(Instant::now());
             let stretch = if self.res.iter().any(ResCtx::flush_heavy) {
                 FLUSH_HEAVY_POLL
             } else {
@@ -526,8 +534,9 @@ impl NodeReactor {
             for k in active {
                 self.on_readable(k);
             }
-            if Instant::now() >= self.next_tick {
+            if Instant::now() >= wake {
                 self.next_tick = Instant::now() + TICK;
+                self.engine_wake = None;
                 self.tick();
             }
             self.flush_dirty();
@@ -1506,6 +1515,10 @@ impl NodeReactor {
     /// read buffers at the end.
     fn run_actions(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
         self.run_action_queue(r, actions, ctx);
+        if let Some(ms) = self.res[r].engine.poll_timeout() {
+            let at = self.started + Duration::from_millis(ms);
+            self.engine_wake = Some(self.engine_wake.map_or(at, |w| w.min(at)));
+        }
         if self.res[r].demote_pending {
             self.finish_forced_demote(r);
         }

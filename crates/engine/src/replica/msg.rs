@@ -46,6 +46,8 @@ pub enum Msg {
         disk: DiskState,
         /// The replica was created empty at start and has received no data since.
         created: bool,
+        /// Found on disk at start (currency unknown), not UpToDate since.
+        unproven: bool,
         /// We were Primary and completed writes the receiver missed.
         wrote_apart: bool,
     },
@@ -136,12 +138,14 @@ impl Msg {
                 size,
                 disk,
                 created,
+                unproven,
                 wrote_apart,
             } => Packet::Volume {
                 volume,
                 size,
                 disk,
                 flags: if created { volume_flags::CREATED } else { 0 }
+                    | if unproven { volume_flags::UNPROVEN } else { 0 }
                     | if wrote_apart {
                         volume_flags::WROTE_APART
                     } else {

@@ -35,6 +35,8 @@ pub(super) struct PeerVol {
     pub(super) disk: Option<DiskState>,
     /// It said its replica was created empty at start and has received nothing since.
     pub(super) created: bool,
+    /// It said its replica was found at its start and has not been UpToDate since.
+    pub(super) unproven: bool,
     pub(super) oos: Bitmap,
     pub(super) repl: Repl,
     /// Blocks we wrote as Primary that it missed (it was away, or its link dropped), kept
@@ -58,7 +60,7 @@ impl PeerVol {
     /// (Outdated), or it was created empty at its start.
     pub(super) fn needs_everything(&self) -> bool {
         self.disk == Some(DiskState::Outdated)
-            || (self.created && self.disk == Some(DiskState::Inconsistent))
+            || ((self.created || self.unproven) && self.disk == Some(DiskState::Inconsistent))
     }
 }
 

@@ -110,6 +110,12 @@ struct Vol {
     diskful: bool,
     /// Created empty at start, no data received since (see [`ReplicaAtStart::Created`]).
     created: bool,
+    /// Found at start (Outdated: currency unknown) and not UpToDate since: peers with
+    /// current data list everything to it, even once it is being synced (simulator seed
+    /// 60032299: a restarted replica pulled everything from a peer cut off from the
+    /// Primary, which lacked a write the restarted one had; the Primary, meeting it
+    /// mid-resync, listed only what it knew it had missed, and the write was gone).
+    unproven: bool,
     in_flight: InFlight<ReqId>,
     waiting: Waiting<(ReqId, Io)>,
     /// Writes applied here for peers (replication and resync), in flight on the disk.
@@ -204,6 +210,7 @@ impl Resource {
                     size,
                     disk,
                     created,
+                    unproven: found == ReplicaAtStart::Existing,
                     diskful: me.1[v],
                     in_flight: InFlight::default(),
                     waiting: Waiting::default(),
@@ -233,6 +240,7 @@ impl Resource {
                         written_before_list: Vec::new(),
                         disk: None,
                         created: false,
+                        unproven: false,
                         oos: Bitmap::new(size),
                         repl: Repl::Off,
                         apart: None,
@@ -1164,6 +1172,9 @@ impl Resource {
         out: &mut Vec<RAction>,
     ) {
         self.vols[v].disk = disk;
+        if disk == DiskState::UpToDate {
+            self.vols[v].unproven = false;
+        }
         // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
         // but zeroes) until data arrives, so nodes that meet later still see a new
         // cluster; any other UpToDate came with data, which cleared it.
@@ -1187,6 +1198,8 @@ impl Resource {
             size: vol.size,
             disk: vol.disk,
             created: vol.created,
+            unproven: vol.unproven
+                && matches!(vol.disk, DiskState::Outdated | DiskState::Inconsistent),
             wrote_apart: self.peers[i].vols[v].wrote_apart(),
         }
     }
@@ -1294,6 +1307,7 @@ impl Resource {
         for pv in &mut p.vols {
             pv.disk = None;
             pv.created = false;
+            pv.unproven = false;
             pv.repl = Repl::Off;
             pv.listed = false;
             pv.written_before_list.clear();
@@ -1363,6 +1377,7 @@ impl Resource {
         for pv in &mut p.vols {
             pv.disk = None;
             pv.created = false;
+            pv.unproven = false;
             pv.repl = Repl::Off;
             pv.listed = false;
             pv.written_before_list.clear();
@@ -1483,6 +1498,7 @@ impl Resource {
                     ));
                 }
                 let created = flags & volume_flags::CREATED != 0;
+                self.peers[i].vols[v].unproven = flags & volume_flags::UNPROVEN != 0;
                 self.peers[i].vols[v].peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
                 let before = self.peers[i].vols[v].disk;
                 self.peer_volume(i, v, disk, created, out)?;
@@ -2371,6 +2387,40 @@ impl Resource {
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
         self.tick_event(now_ms, out);
         self.debug_check();
+    }
+
+    /// Tells the engine the time without running its timers: a driver that ticks only at
+    /// [`Resource::poll_timeout`] keeps the clock current for the events in between (a
+    /// write's send time, a retry's deadline).
+    pub fn advance(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    /// When the engine next needs [`Resource::tick`] (the clock `tick` is given), or `None`
+    /// while nothing is timed: a resync retry, a ping to send or one unanswered for too
+    /// long, a replicated write unacknowledged for too long. Drivers wake for it instead
+    /// of ticking at a fixed rate.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let resyncs = self
+            .vols
+            .iter()
+            .filter_map(|v| v.resync.as_ref())
+            .filter(|r| !r.refused.is_empty())
+            .map(|r| r.retry_at_ms);
+        let peers = self.peers.iter().filter(|p| p.up).flat_map(|p| {
+            let unacked = p
+                .unacked
+                .values()
+                .map(|u| u.sent_ms)
+                .min()
+                .map(|t| t + self.spec.timeout_ms + 1);
+            let ping = match p.ping_sent_ms {
+                Some(t) => t + self.spec.ping_timeout_ms + 1,
+                None => p.last_rx_ms + self.spec.ping_interval_ms,
+            };
+            unacked.into_iter().chain(std::iter::once(ping))
+        });
+        resyncs.chain(peers).min()
     }
 
     fn tick_event(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
