@@ -63,11 +63,14 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// 30093754: a write failed when the only replica it was sent to dropped, while another
 /// had connected after it started (a request goes to the replicas connected when it
 /// starts; the checker now says so). Seed 60017710: a resync source learned it lacked a
-/// block while reading it for a restarted peer, and served it anyway.
+/// block while reading it for a restarted peer, and served it anyway. Seed 60032299: a
+/// restarted replica being synced in full from a peer that was behind was met by the
+/// Primary, which listed only what it knew the replica had missed (now an unproven
+/// replica says so, and is listed in full).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
-        31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754,
+        31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754, 60017710, 60032299,
     ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;
