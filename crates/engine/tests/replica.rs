@@ -606,6 +606,26 @@ fn connect(a: (u8, &mut Resource), b: (u8, &mut Resource)) {
     }
 }
 
+/// `peer` connects to `n`: its replica is `disk`, and it has nothing to list.
+fn meets(n: &mut Resource, peer: u8, disk: DiskState, out: &mut Vec<RAction>) {
+    n.peer_up(peer, out);
+    for p in [
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        n.packet(peer, &p, out);
+    }
+}
+
 fn resync_requests(out: &[RAction]) -> Vec<(u64, u32)> {
     out.iter()
         .filter_map(|a| match a {
@@ -646,22 +666,7 @@ fn a_created_replica_pulls_everything_even_if_no_peer_lists_it() {
     // volume by itself, in block order, from the first byte.
     let mut beta = started(1, ReplicaAtStart::Created);
     let mut out = Vec::new();
-    beta.peer_up(0, &mut out);
-    for p in [
-        Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::UpToDate,
-            flags: 0,
-        },
-        Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-    ] {
-        beta.packet(0, &p, &mut out);
-    }
+    meets(&mut beta, 0, DiskState::UpToDate, &mut out);
     let reqs = resync_requests(&out);
     assert_eq!(reqs.first(), Some(&(0, 64 << 10)), "{out:?}");
     assert_eq!(reqs.len(), 4, "a window of requests: {out:?}");
@@ -1316,22 +1321,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
 fn a_resync_read_for_a_dropped_connection_forgets_nothing() {
     let mut alpha = started(0, ReplicaAtStart::UpToDate);
     let mut out = Vec::new();
-    alpha.peer_up(1, &mut out);
-    for p in [
-        Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::Outdated,
-            flags: 0,
-        },
-        Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-    ] {
-        alpha.packet(1, &p, &mut out);
-    }
+    meets(&mut alpha, 1, DiskState::Outdated, &mut out);
     let oos = |n: &Resource| n.status().peers[0].volumes[0].out_of_sync_bytes;
     assert_eq!(oos(&alpha), 1 << 20, "an Outdated peer lacks everything");
     out.clear();
@@ -1369,22 +1359,7 @@ fn a_resync_read_is_not_served_if_the_source_learned_meanwhile_that_it_may_lack_
     let mut beta = started(1, ReplicaAtStart::UpToDate);
     let mut out = Vec::new();
     // Alpha (node 0) restarted: Outdated, asks beta for everything.
-    beta.peer_up(0, &mut out);
-    for p in [
-        Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::Outdated,
-            flags: 0,
-        },
-        Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-    ] {
-        beta.packet(0, &p, &mut out);
-    }
+    meets(&mut beta, 0, DiskState::Outdated, &mut out);
     out.clear();
     let req = Packet::ResyncReq {
         volume: 0,
