@@ -533,7 +533,9 @@ pub fn peer_of<'a>(res: &'a Json, name: &str) -> Option<&'a Json> {
 }
 
 pub fn arr_of<'a>(v: &'a Json, key: &str) -> &'a [Json] {
-    v.get(key).and_then(Json::as_array).map_or(&[], Vec::as_slice)
+    v.get(key)
+        .and_then(Json::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 pub fn str_of<'a>(v: &'a Json, key: &str) -> &'a str {
