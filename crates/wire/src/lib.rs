@@ -11,9 +11,11 @@
 //!   authenticated.
 
 pub mod auth;
+pub mod errno;
 pub mod handshake;
 pub mod packet;
 
+pub use errno::Errno;
 pub use handshake::{Established, HandshakeConfig, HandshakeError, HandshakeStep, PeerHandshake};
 pub use packet::{decode, encode, Decoded, Packet, WireError};
 

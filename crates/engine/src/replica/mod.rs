@@ -12,15 +12,20 @@
 //! structures), and `resource`, the dispatcher that holds them together.
 
 mod action;
+mod apply;
+mod barriers;
 mod bitmap;
+mod local;
 mod msg;
 mod nodeset;
 mod overlap;
 mod peer;
+mod reads;
 mod resource;
 mod resync;
 mod spec;
 mod status;
+mod writes;
 
 pub use action::{PromoteError, RAction};
 pub use bitmap::Bitmap;

@@ -1,8 +1,10 @@
 //! One peer as the engine sees it: its connection's state, and per volume what it has,
 //! what it lacks (out-of-sync blocks) and where our list of that stands.
 
+use super::action::RAction;
 use super::bitmap::Bitmap;
-use super::spec::NodeId;
+use super::msg::Msg;
+use super::spec::{NodeId, ResourceSpec};
 use super::status::Repl;
 use crate::io::ReqId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -96,4 +98,279 @@ pub(super) struct Peer {
     pub(super) barriers_in: VecDeque<(u64, u64)>,
     pub(super) last_rx_ms: u64,
     pub(super) ping_sent_ms: Option<u64>,
+}
+
+impl PeerVol {
+    pub(super) fn new(diskful: bool, size: u64) -> PeerVol {
+        PeerVol {
+            diskful,
+            list: ListState::NotSent,
+            listed: false,
+            written_before_list: Vec::new(),
+            disk: None,
+            created: false,
+            unproven: false,
+            oos: Bitmap::new(size),
+            repl: Repl::Off,
+            apart: None,
+            peer_wrote_apart: false,
+            claimed: 0,
+        }
+    }
+
+    /// What we knew of the peer's replica on a connection that ended.
+    fn connection_ended(&mut self) {
+        self.disk = None;
+        self.created = false;
+        self.unproven = false;
+        self.repl = Repl::Off;
+        self.listed = false;
+        self.written_before_list.clear();
+        self.list = ListState::NotSent;
+    }
+
+    /// Our list of what it lacks, then its end (possibly an empty list): the peer then
+    /// knows all we know it lacks.
+    pub(super) fn send_list(&mut self, peer: NodeId, v: usize, size: u64, out: &mut Vec<RAction>) {
+        let block = self.oos.block_size();
+        let blocks = size.div_ceil(block);
+        let max_blocks = u64::from(tandem_wire::MAX_DATA) / block;
+        let mut b = 0;
+        while let Some(first) = self.oos.next_set(b) {
+            let mut end = first + 1;
+            while end < blocks && end - first < max_blocks && self.oos.is_set(end) {
+                end += 1;
+            }
+            let offset = first * block;
+            let len = ((end - first) * block).min(size - offset) as u32;
+            out.push(out_of_sync(peer, v, offset, len));
+            b = end;
+        }
+        self.repl = if self.oos.count() > 0 {
+            Repl::SyncSource
+        } else {
+            Repl::Established
+        };
+        self.list = ListState::Sent;
+        out.push(out_of_sync(peer, v, 0, 0));
+    }
+
+    /// The peer's list of what we lack ended. If both of us wrote as Primary apart from
+    /// the other, that is a split brain: the blocks each side lacks (ours, theirs).
+    pub(super) fn list_ended(&mut self) -> Result<(), (u64, u64)> {
+        if self.claimed > 0 || (self.wrote_apart() && self.peer_wrote_apart) {
+            let mine = self
+                .oos
+                .count()
+                .max(self.apart.as_ref().map_or(0, Bitmap::count));
+            return Err((mine, self.claimed));
+        }
+        // Not both Primary apart: what we wrote without it is in its list now (diskful)
+        // or needs no tracking (diskless).
+        self.apart = None;
+        self.listed = true;
+        self.written_before_list = Vec::new();
+        Ok(())
+    }
+}
+
+/// Tells `peer` it lacks this range of volume `v`; `(0, 0)` ends a list.
+pub(super) fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAction {
+    RAction::Send {
+        peer,
+        msg: Msg::OutOfSync {
+            volume: v as u16,
+            offset,
+            len,
+        },
+    }
+}
+
+/// What a peer's timers ask for.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Timer {
+    Quiet,
+    Ping,
+    /// The connection is dead: why.
+    Drop(String),
+}
+
+impl Peer {
+    pub(super) fn new(id: NodeId, diskful: &[bool], sizes: &[u64]) -> Peer {
+        Peer {
+            id,
+            up: false,
+            role: Role::Secondary,
+            vols: diskful
+                .iter()
+                .zip(sizes)
+                .map(|(&d, &size)| PeerVol::new(d, size))
+                .collect(),
+            unacked: BTreeMap::new(),
+            app_waiting: BTreeMap::new(),
+            barriers_out: BTreeMap::new(),
+            reads_out: BTreeMap::new(),
+            rx_pending: BTreeSet::new(),
+            conn: 0,
+            rx_last_seq: 0,
+            barriers_in: VecDeque::new(),
+            last_rx_ms: 0,
+            ping_sent_ms: None,
+        }
+    }
+
+    /// A new connection: nothing known of the peer's replicas yet.
+    pub(super) fn connected(&mut self, now_ms: u64) {
+        self.up = true;
+        self.conn = self.conn.wrapping_add(1);
+        self.rx_pending.clear();
+        self.role = Role::Secondary;
+        self.last_rx_ms = now_ms;
+        self.ping_sent_ms = None;
+        self.rx_last_seq = 0;
+        for pv in &mut self.vols {
+            pv.connection_ended();
+            pv.peer_wrote_apart = false;
+            pv.claimed = 0;
+        }
+    }
+
+    /// The connection ended: what was waiting on it, for the caller to settle.
+    pub(super) fn disconnected(&mut self) -> Orphans {
+        self.up = false;
+        self.role = Role::Secondary;
+        let unacked = std::mem::take(&mut self.unacked);
+        for pv in &mut self.vols {
+            pv.connection_ended();
+        }
+        self.barriers_in.clear();
+        Orphans {
+            unacked,
+            app_waiting: std::mem::take(&mut self.app_waiting),
+            barriers_out: std::mem::take(&mut self.barriers_out),
+            reads_out: std::mem::take(&mut self.reads_out),
+        }
+    }
+
+    pub(super) fn timer(&mut self, now_ms: u64, spec: &ResourceSpec) -> Timer {
+        let oldest = self.unacked.values().map(|u| u.sent_ms).min();
+        if oldest.is_some_and(|t| now_ms.saturating_sub(t) > spec.timeout_ms) {
+            let t = spec.timeout_ms;
+            return Timer::Drop(format!(
+                "a replicated write was not acknowledged within {t} ms"
+            ));
+        }
+        if self
+            .ping_sent_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) > spec.ping_timeout_ms)
+        {
+            let t = spec.ping_timeout_ms;
+            return Timer::Drop(format!("no answer to a ping within {t} ms"));
+        }
+        if self.ping_sent_ms.is_none()
+            && now_ms.saturating_sub(self.last_rx_ms) >= spec.ping_interval_ms
+        {
+            self.ping_sent_ms = Some(now_ms);
+            return Timer::Ping;
+        }
+        Timer::Quiet
+    }
+
+    /// When [`timer`](Self::timer) next has something to do.
+    pub(super) fn next_timer(&self, spec: &ResourceSpec) -> impl Iterator<Item = u64> {
+        let unacked = self
+            .unacked
+            .values()
+            .map(|u| u.sent_ms)
+            .min()
+            .map(|t| t + spec.timeout_ms + 1);
+        let ping = match self.ping_sent_ms {
+            Some(t) => t + spec.ping_timeout_ms + 1,
+            None => self.last_rx_ms + spec.ping_interval_ms,
+        };
+        unacked.into_iter().chain(std::iter::once(ping))
+    }
+}
+
+/// What waited on a connection that ended.
+pub(super) struct Orphans {
+    pub(super) unacked: BTreeMap<u64, Unacked>,
+    pub(super) app_waiting: BTreeMap<u64, ReqId>,
+    pub(super) barriers_out: BTreeMap<u64, u64>,
+    pub(super) reads_out: BTreeMap<u64, ReqId>,
+}
+
+/// The peers of a resource, and what is asked of them together.
+#[derive(Debug)]
+pub(super) struct Peers(Vec<Peer>);
+
+impl Peers {
+    pub(super) fn new(peers: Vec<Peer>) -> Peers {
+        Peers(peers)
+    }
+
+    pub(super) fn index(&self, id: NodeId) -> Option<usize> {
+        self.0.iter().position(|p| p.id == id)
+    }
+
+    pub(super) fn get(&self, id: NodeId) -> Option<&Peer> {
+        self.0.iter().find(|p| p.id == id)
+    }
+
+    /// The connected peer `id`, on connection `conn`.
+    pub(super) fn on_conn(&self, id: NodeId, conn: u32) -> Option<usize> {
+        self.index(id)
+            .filter(|&i| self.0[i].up && self.0[i].conn == conn)
+    }
+
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, Peer> {
+        self.0.iter()
+    }
+
+    pub(super) fn iter_mut(&mut self) -> std::slice::IterMut<'_, Peer> {
+        self.0.iter_mut()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(super) fn up(&self) -> impl Iterator<Item = &Peer> {
+        self.0.iter().filter(|p| p.up)
+    }
+
+    /// The connected Primary, if any.
+    pub(super) fn primary(&self) -> Option<NodeId> {
+        self.up().find(|p| p.role == Role::Primary).map(|p| p.id)
+    }
+
+    /// A connected peer keeps an up-to-date replica of volume `v`.
+    pub(super) fn up_to_date(&self, v: usize) -> bool {
+        self.up()
+            .any(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
+    }
+
+    /// Every connected peer has ended its list of what we lack in volume `v`.
+    pub(super) fn all_listed(&self, v: usize) -> bool {
+        self.0.iter().all(|p| !p.up || p.vols[v].listed)
+    }
+
+    pub(super) fn broadcast(&self, msg: Msg, out: &mut Vec<RAction>) {
+        for p in self.up() {
+            out.push(RAction::Send { peer: p.id, msg });
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Peers {
+    type Output = Peer;
+    fn index(&self, i: usize) -> &Peer {
+        &self.0[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Peers {
+    fn index_mut(&mut self, i: usize) -> &mut Peer {
+        &mut self.0[i]
+    }
 }

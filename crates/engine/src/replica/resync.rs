@@ -155,4 +155,86 @@ impl Resync {
             full
         }
     }
+
+    /// A peer lists this range as lacking here (`live`: a write we missed on a running
+    /// connection, not a list after a connect). `protect`: the lister is the Primary,
+    /// with the ranges it wrote here on this connection before its list.
+    pub(super) fn listed(
+        &mut self,
+        lister: NodeId,
+        offset: u64,
+        len: u64,
+        live: bool,
+        protect: Option<&[(u64, u64)]>,
+    ) {
+        self.live &= live;
+        if !self.lists_open.contains(&lister) {
+            self.lists_open.push(lister);
+        }
+        if let Some(written) = protect {
+            // Sectors the application wrote here during the resync are protected from
+            // older resync data. A range the Primary lists again holds writes we missed
+            // after those (our link to it dropped and came back), so the protection is
+            // void there, except for what it wrote on this connection: those writes are
+            // newer than whatever its list is about, even when they came before the list
+            // (simulator seed 2021338: the list waited for writes in flight, a new write
+            // went out first, and a resync from a replica cut off from the Primary
+            // overwrote it).
+            self.fresh.clear_range(offset, len);
+            for &(o, l) in written {
+                let (a, b) = (o.max(offset), (o + l).min(offset + len));
+                if a < b {
+                    self.fresh.set_range(a, b - a);
+                }
+            }
+        }
+        self.to_pull.set_range(offset, len);
+        self.cursor = self.cursor.min(offset / BLOCK);
+    }
+
+    /// The sector ranges of a reply to write: those the application has not written
+    /// since the resync began. Counted as writes pending.
+    pub(super) fn unwritten_parts(&mut self, offset: u64, len: u32) -> Vec<(u64, u64)> {
+        let end = offset + u64::from(len);
+        let mut parts = Vec::new();
+        let mut s = offset;
+        while s < end {
+            if self.fresh.is_set(s / SECTOR) {
+                s += SECTOR;
+                continue;
+            }
+            let mut e = s + SECTOR;
+            while e < end && !self.fresh.is_set(e / SECTOR) {
+                e += SECTOR;
+            }
+            parts.push((s, e));
+            s = e;
+        }
+        self.writes_pending += parts.len();
+        parts
+    }
+
+    /// The connection to `peer` dropped. If it was our source, what was asked of it and
+    /// not answered is still missing: true then.
+    pub(super) fn source_lost(&mut self, peer: NodeId) -> bool {
+        if self.source != Some(peer) {
+            return false;
+        }
+        for (_, (off, len)) in std::mem::take(&mut self.outstanding) {
+            self.to_pull.set_range(off, u64::from(len));
+        }
+        self.source = None;
+        true
+    }
+
+    /// `peer` reconnected. If its list was cut off, we cannot know all we lack: pull
+    /// everything (true then).
+    pub(super) fn list_cut(&mut self, peer: NodeId) -> bool {
+        if !self.lists_open.contains(&peer) {
+            return false;
+        }
+        self.lists_open.retain(|&n| n != peer);
+        self.to_pull.set_all();
+        true
+    }
 }

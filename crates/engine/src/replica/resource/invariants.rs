@@ -20,10 +20,7 @@ impl Resource {
         let peers: NodeSet = self.peers.iter().map(|p| p.id).collect();
         let down: NodeSet = self.peers.iter().filter(|p| !p.up).map(|p| p.id).collect();
         for (v, vol) in self.vols.iter().enumerate() {
-            vol.in_flight
-                .check()
-                .map_err(|e| format!("volume {v}: writes: {e}"))?;
-            vol.applying
+            vol.apply
                 .check()
                 .map_err(|e| format!("volume {v}: applying: {e}"))?;
             if let Some(rs) = &vol.resync {
@@ -42,37 +39,20 @@ impl Resource {
                     .and_then(|()| rs.fresh.check(vol.size))
                     .map_err(|e| format!("volume {v}: resync: {e}"))?;
             }
-            for p in &self.peers {
+            for p in self.peers.iter() {
                 p.vols[v]
                     .oos
                     .check(vol.size)
                     .map_err(|e| format!("volume {v}: node {}'s out-of-sync: {e}", p.id))?;
             }
         }
-        for (req, w) in &self.writes {
-            let v = w.volume as usize;
-            if w.peers_pending.intersects(w.peers_ok) {
-                return Err(format!("{req:?}: a peer both pending and done"));
-            }
-            if !w
-                .peers_pending
-                .union(w.peers_ok)
-                .union(w.missing)
-                .is_subset(peers)
-            {
-                return Err(format!("{req:?}: a peer bit beyond the peers"));
-            }
-            if w.local == Stage::Done(false) && !self.vols[v].diskful {
+        self.writes.check(peers, down)?;
+        for (req, w) in self.writes.iter() {
+            if w.local == Stage::Done(false) && !self.vols[w.volume as usize].diskful {
                 return Err(format!("{req:?}: a local result without a local replica"));
             }
-            if !self.vols[v].in_flight.holds(w.offset, *req) {
-                return Err(format!("{req:?}: started but not in flight"));
-            }
-            if w.peers_pending.intersects(down) {
-                return Err(format!("{req:?} waits on a peer that is down"));
-            }
         }
-        for p in &self.peers {
+        for p in self.peers.iter() {
             let id: NodeId = p.id;
             if !p.up && (!p.unacked.is_empty() || !p.app_waiting.is_empty()) {
                 return Err(format!("node {id} is down but writes wait on it"));

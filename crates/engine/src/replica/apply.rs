@@ -1,0 +1,129 @@
+//! The apply queue of one volume's local replica: writes on their way to the disk for
+//! peers (replication and resync) and the writes and reads that wait for an overlapping
+//! one to land first.
+//!
+//! Disks complete in any order, so two overlapping writes in flight together may land in
+//! either order: a later one waits here until the earlier one completed. Reads a peer asks
+//! for wait the same way, so they see every write that reached us before them.
+
+use super::action::RAction;
+use super::msg::{DataRef, Token};
+use super::overlap::{InFlight, Waiting};
+use super::spec::NodeId;
+use crate::io::DiskKind;
+
+/// A write held back behind an overlapping one, its payload kept by the driver.
+#[derive(Debug, Clone, Copy)]
+struct HeldWrite {
+    token: Token,
+    offset: u64,
+    len: u32,
+    kind: DiskKind,
+    data: Option<DataRef>,
+}
+
+/// A peer's read (or resync read) waiting for an overlapping write to land here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct WaitingRead {
+    pub(super) peer: NodeId,
+    /// The connection that asked: a later one has forgotten the request.
+    pub(super) conn: u32,
+    pub(super) id: u64,
+    pub(super) offset: u64,
+    pub(super) len: u32,
+    pub(super) resync: bool,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct ApplyQueue {
+    applying: InFlight<Token>,
+    held: Waiting<HeldWrite>,
+    reads: Vec<WaitingRead>,
+}
+
+impl ApplyQueue {
+    /// Whether a write or read of this range must wait.
+    pub(super) fn busy(&self, offset: u64, len: u64) -> bool {
+        self.applying.overlaps(offset, len) || self.held.blocks(offset, len)
+    }
+
+    /// Sends a write to the disk, or holds it (and its payload) behind an overlapping one.
+    /// `track`: later writes wait for this one (replication and resync writes); an
+    /// application write of the Primary is ordered by the write path instead and only
+    /// waits here itself.
+    pub(super) fn write(
+        &mut self,
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        data: Option<DataRef>,
+        track: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        let (offset, len) = (kind.offset(), kind.len());
+        if self.busy(offset, u64::from(len)) {
+            let data = data.map(|d| keep(d, token, out));
+            let held = HeldWrite {
+                token,
+                offset,
+                len,
+                kind,
+                data,
+            };
+            return self.held.push(offset, u64::from(len), held);
+        }
+        if track {
+            self.applying.insert(offset, u64::from(len), token);
+        }
+        out.push(RAction::Disk {
+            volume,
+            token,
+            kind,
+            data,
+        });
+    }
+
+    /// A write of ours landed (or failed). Returns whether this queue tracked it.
+    pub(super) fn landed(&mut self, offset: u64, token: Token) -> bool {
+        let tracked = self.applying.holds(offset, token);
+        if tracked {
+            self.applying.remove(offset, token);
+        }
+        tracked
+    }
+
+    /// Starts the held writes that no longer overlap one in flight, and hands back the
+    /// waiting reads to serve again.
+    pub(super) fn release(&mut self, volume: u16, out: &mut Vec<RAction>) -> Vec<WaitingRead> {
+        for h in self.held.ready(&self.applying) {
+            self.applying.insert(h.offset, u64::from(h.len), h.token);
+            out.push(RAction::Disk {
+                volume,
+                token: h.token,
+                kind: h.kind,
+                data: h.data,
+            });
+        }
+        std::mem::take(&mut self.reads)
+    }
+
+    pub(super) fn wait_read(&mut self, read: WaitingRead) {
+        self.reads.push(read);
+    }
+
+    pub(super) fn check(&self) -> Result<(), String> {
+        self.applying.check()
+    }
+}
+
+/// Has the driver keep a payload that must outlive the event it came with.
+fn keep(d: DataRef, key: Token, out: &mut Vec<RAction>) -> DataRef {
+    let (from, at) = match d {
+        DataRef::Held { .. } => return d,
+        // The whole packet is kept; the write starts `at` bytes into it.
+        DataRef::Incoming { at } => (DataRef::Incoming { at: 0 }, at),
+        other => (other, 0),
+    };
+    out.push(RAction::Retain { from, key });
+    DataRef::Held { key, at }
+}

@@ -1,0 +1,98 @@
+//! This node's replica of one volume: its disk state and where it came from, its apply
+//! queue and, while it is a sync target, its resync.
+
+use super::apply::ApplyQueue;
+use super::msg::Msg;
+use super::resync::Resync;
+use super::spec::ReplicaAtStart;
+use std::collections::BTreeSet;
+use tandem_wire::packet::DiskState;
+
+#[derive(Debug)]
+pub(super) struct LocalVol {
+    pub(super) size: u64,
+    pub(super) disk: DiskState,
+    pub(super) diskful: bool,
+    /// Created empty at start, no data received since (see [`ReplicaAtStart::Created`]).
+    pub(super) created: bool,
+    /// Found at start (Outdated: currency unknown) and not UpToDate since: peers with
+    /// current data list everything to it, even once it is being synced (simulator seed
+    /// 60032299: a restarted replica pulled everything from a peer cut off from the
+    /// Primary, which lacked a write the restarted one had; the Primary, meeting it
+    /// mid-resync, listed only what it knew it had missed, and the write was gone).
+    pub(super) unproven: bool,
+    pub(super) apply: ApplyQueue,
+    pub(super) resync: Option<Resync>,
+    /// Resync requests still unanswered when their resync was dropped (a new cluster
+    /// found meanwhile): their replies are ignored.
+    pub(super) abandoned: BTreeSet<u64>,
+}
+
+impl LocalVol {
+    /// The replica as the driver found it at start. `alone`: no other node keeps one.
+    pub(super) fn at_start(size: u64, found: ReplicaAtStart, alone: bool) -> LocalVol {
+        let (disk, created, resync) = match found {
+            ReplicaAtStart::None => (DiskState::Diskless, false, None),
+            // The only replica of the volume, created now: a new cluster of one.
+            ReplicaAtStart::Created if alone => (DiskState::UpToDate, false, None),
+            ReplicaAtStart::Created => {
+                // It lacks everything, whatever the peers list.
+                let mut rs = Resync::new(size, false);
+                rs.to_pull.set_all();
+                (DiskState::Inconsistent, true, Some(rs))
+            }
+            ReplicaAtStart::Existing => (DiskState::Outdated, false, None),
+            ReplicaAtStart::UpToDate => (DiskState::UpToDate, false, None),
+        };
+        LocalVol {
+            size,
+            disk,
+            diskful: found != ReplicaAtStart::None,
+            created,
+            unproven: found == ReplicaAtStart::Existing,
+            apply: ApplyQueue::default(),
+            resync,
+            abandoned: BTreeSet::new(),
+        }
+    }
+
+    pub(super) fn up_to_date(&self) -> bool {
+        self.diskful && self.disk == DiskState::UpToDate
+    }
+
+    /// It takes writes: current, or being synced.
+    pub(super) fn takes_writes(&self) -> bool {
+        self.diskful && matches!(self.disk, DiskState::UpToDate | DiskState::Inconsistent)
+    }
+
+    /// It keeps a replica that has not failed.
+    pub(super) fn attached(&self) -> bool {
+        self.diskful && self.disk != DiskState::Diskless
+    }
+
+    pub(super) fn set_disk(&mut self, disk: DiskState) {
+        self.disk = disk;
+        if disk == DiskState::UpToDate {
+            self.unproven = false;
+        }
+        // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
+        // but zeroes) until data arrives, so nodes that meet later still see a new
+        // cluster; any other UpToDate came with data, which cleared it.
+        if !matches!(disk, DiskState::Inconsistent | DiskState::UpToDate) {
+            self.created = false;
+        }
+    }
+
+    /// What we tell a peer of it; `wrote_apart`: we completed writes that peer missed.
+    pub(super) fn msg(&self, volume: u16, wrote_apart: bool) -> Msg {
+        Msg::Volume {
+            volume,
+            size: self.size,
+            disk: self.disk,
+            created: self.created,
+            unproven: self.unproven
+                && matches!(self.disk, DiskState::Outdated | DiskState::Inconsistent),
+            wrote_apart,
+        }
+    }
+}
