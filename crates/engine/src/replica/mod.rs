@@ -21,10 +21,14 @@ mod nodeset;
 mod overlap;
 mod peer;
 mod reads;
+mod receive;
+mod replicas;
+mod requests;
 mod resource;
 mod resync;
 mod spec;
 mod status;
+mod sync;
 mod writes;
 
 pub use action::{PromoteError, RAction};

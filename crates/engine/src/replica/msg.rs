@@ -130,6 +130,7 @@ pub enum Msg {
 impl Msg {
     /// The wire packet, with payloads taken from `data(reference, len)` (the driver's
     /// buffers; `None` stands for "no payload", as in an error reply).
+    /// One arm per message kind, field for field: long, not complex.
     pub fn to_packet<'a>(&self, data: impl Fn(Option<DataRef>, u32) -> &'a [u8]) -> Packet<'a> {
         match *self {
             Msg::Role(role) => Packet::Role { role },

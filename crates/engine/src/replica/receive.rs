@@ -1,0 +1,341 @@
+//! What a Secondary (or a sync source) does for its peers: applies the Primary's writes
+//! in order, answers its barriers once they are written and flushed, and serves reads
+//! and resync reads of its replica.
+
+use super::action::RAction;
+use super::apply::WaitingRead;
+use super::barriers::{Barriers, FlushWaiter};
+use super::local::LocalVol;
+use super::msg::{DataRef, Msg, Token};
+use super::nodeset::NodeSet;
+use super::peer::{out_of_sync, ListState};
+use super::replicas::Replicas;
+use super::spec::NodeId;
+use crate::io::{DiskKind, IoError};
+use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};
+use tandem_wire::Errno;
+
+const EIO: u32 = Errno::Io.code();
+const EAGAIN: u32 = Errno::Again.code();
+
+impl Replicas {
+    /// A request of the Primary (a write, a barrier) or of any peer (a read, a resync
+    /// read) to our replica. A packet that breaks the protocol drops the connection.
+    pub(super) fn on_request(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        packet: &Packet<'_>,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = self.peers[i].id;
+        match *packet {
+            Packet::Write {
+                volume,
+                seq,
+                offset,
+                flags,
+                targets,
+                data,
+            } => {
+                let v = self.check_range(volume, offset, data.len() as u64)?;
+                let kind = DiskKind::Write {
+                    offset,
+                    len: data.len() as u32,
+                };
+                self.receive_write(i, v, seq, flags, targets, kind, out)?;
+            }
+            Packet::Zero {
+                volume,
+                seq,
+                offset,
+                len,
+                flags,
+                targets,
+            } => {
+                let v = self.check_range(volume, offset, u64::from(len))?;
+                let kind = DiskKind::Zero {
+                    offset,
+                    len,
+                    may_punch: flags & wf::MAY_PUNCH != 0,
+                    fast: false,
+                };
+                self.receive_write(i, v, seq, flags, targets, kind, out)?;
+            }
+            Packet::Barrier { id } => {
+                let last = self.peers[i].rx_last_seq;
+                self.peers[i].barriers_in.push_back((id, last));
+                self.process_barriers_in(b, i, out);
+            }
+            Packet::ReadReq {
+                volume,
+                id,
+                offset,
+                len,
+            }
+            | Packet::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => {
+                self.check_range(volume, offset, u64::from(len))?;
+                let resync = matches!(packet, Packet::ResyncReq { .. });
+                let conn = self.peers[i].conn;
+                let ask = WaitingRead {
+                    peer,
+                    conn,
+                    id,
+                    offset,
+                    len,
+                    resync,
+                };
+                self.serve_read(volume, ask, out);
+            }
+            _ => unreachable!("not a request: {packet:?}"),
+        }
+        Ok(())
+    }
+
+    /// A replicated write (or zeroing) from the Primary.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn receive_write(
+        &mut self,
+        i: usize,
+        v: usize,
+        seq: u64,
+        flags: u32,
+        targets: u32,
+        kind: DiskKind,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = self.peers[i].id;
+        if self.peers[i].role != Role::Primary {
+            return Err("replicated write from a node that is not Primary".into());
+        }
+        if seq <= self.peers[i].rx_last_seq {
+            return Err(format!(
+                "write sequence {seq} not after {}",
+                self.peers[i].rx_last_seq
+            ));
+        }
+        self.peers[i].rx_last_seq = seq;
+        let (offset, len) = (kind.offset(), kind.len());
+        self.note_third_parties(peer, v, NodeSet::from_bits(targets), offset, len, out);
+        if !self.vols[v].attached() {
+            let msg = Msg::NegAck { seq, errno: EIO };
+            out.push(RAction::Send { peer, msg });
+            return Ok(());
+        }
+        if flags & wf::ACK_RECV != 0 {
+            out.push(RAction::Send {
+                peer,
+                msg: Msg::RecvAck { seq },
+            });
+        }
+        self.data_arrives(v, out);
+        if let Some(rs) = self.vols[v].resync.as_mut() {
+            rs.fresh.set_range(offset, u64::from(len));
+        }
+        let p = &mut self.peers[i];
+        if !p.vols[v].listed {
+            p.vols[v].written_before_list.push((offset, u64::from(len)));
+        }
+        p.rx_pending.insert(seq);
+        let token = Token::PeerWrite {
+            peer,
+            conn: p.conn,
+            seq,
+        };
+        let data = matches!(kind, DiskKind::Write { .. }).then_some(DataRef::Incoming { at: 0 });
+        self.vols[v]
+            .apply
+            .write(v as u16, token, kind, data, true, out);
+        Ok(())
+    }
+
+    /// Diskful nodes the Primary could not send this write to lack it: if the Primary
+    /// fails before it can tell them, we can (like DRBD's peer acks). One we are connected
+    /// to and have listed what it lacks hears of it now: the Primary tells it only of
+    /// writes that succeeded, and this one may yet fail there (its link to us drops) while
+    /// we keep it, so only we know the two replicas differ.
+    pub(super) fn note_third_parties(
+        &mut self,
+        primary: NodeId,
+        v: usize,
+        targets: NodeSet,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<RAction>,
+    ) {
+        for p in self
+            .peers
+            .iter_mut()
+            .filter(|p| p.id != primary && p.vols[v].diskful)
+        {
+            if !targets.contains(p.id) {
+                p.vols[v].oos.set_range(offset, u64::from(len));
+                if p.up && matches!(p.vols[v].list, ListState::Sent | ListState::Stale) {
+                    out.push(out_of_sync(p.id, v, offset, len));
+                    out.push(out_of_sync(p.id, v, 0, 0));
+                }
+            } else {
+                // It gets this newer write (or the Primary marks it): our old mark is moot.
+                p.vols[v].oos.clear_range(offset, u64::from(len));
+            }
+        }
+    }
+
+    /// Answers barriers whose preceding writes are all written.
+    pub(super) fn process_barriers_in(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        out: &mut Vec<RAction>,
+    ) {
+        loop {
+            let p = &mut self.peers[i];
+            let Some(&(id, last)) = p.barriers_in.front() else {
+                return;
+            };
+            if p.rx_pending.first().is_some_and(|&s| s <= last) {
+                return;
+            }
+            p.barriers_in.pop_front();
+            let peer = p.id;
+            if self.vols.iter().any(LocalVol::attached) {
+                self.flush_locally(b, FlushWaiter::PeerBarrier { peer, id }, out);
+            } else {
+                let msg = Msg::BarrierAck { id, errno: EIO };
+                out.push(RAction::Send { peer, msg });
+            }
+        }
+    }
+
+    /// A peer's read (or resync read) of our replica.
+    pub(super) fn serve_read(&mut self, volume: u16, ask: WaitingRead, out: &mut Vec<RAction>) {
+        let v = volume as usize;
+        let WaitingRead {
+            peer,
+            conn,
+            id,
+            offset,
+            len,
+            resync,
+        } = ask;
+        let serve = if resync {
+            self.has_range(v, offset, u64::from(len))
+        } else {
+            self.vols[v].disk == DiskState::UpToDate
+        };
+        if !serve {
+            let msg = if resync {
+                // Not an error: we lack it too for now; the target asks elsewhere or later.
+                let (errno, data) = (EAGAIN, None);
+                Msg::ResyncReply {
+                    volume,
+                    id,
+                    offset,
+                    errno,
+                    len,
+                    data,
+                }
+            } else {
+                let (errno, data) = (EIO, None);
+                Msg::ReadReply {
+                    id,
+                    errno,
+                    len,
+                    data,
+                }
+            };
+            return out.push(RAction::Send { peer, msg });
+        }
+        // A read must see every write that reached us before it: wait for overlapping ones.
+        if self.vols[v].apply.busy(offset, u64::from(len)) {
+            return self.vols[v].apply.wait_read(ask);
+        }
+        let token = if resync {
+            Token::ResyncRead { peer, conn, id }
+        } else {
+            Token::PeerRead { peer, conn, id }
+        };
+        out.push(RAction::Disk {
+            volume,
+            token,
+            kind: DiskKind::Read { offset, len },
+            data: None,
+        });
+    }
+
+    /// Starts peer writes (and serves peer reads) that waited for an overlapping one.
+    pub(super) fn release_applying(&mut self, v: usize, out: &mut Vec<RAction>) {
+        for read in self.vols[v].apply.release(v as u16, out) {
+            // A request of a connection that has since gone is forgotten by the peer.
+            if self.peers.on_conn(read.peer, read.conn).is_some() {
+                self.serve_read(v as u16, read, out);
+            }
+        }
+    }
+
+    /// A read we did for a peer (a read or a resync read) finished: answer it.
+    pub(super) fn peer_read_done(
+        &mut self,
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        let (Token::PeerRead { peer, conn, id } | Token::ResyncRead { peer, conn, id }) = token
+        else {
+            unreachable!("a peer read's token")
+        };
+        let DiskKind::Read { offset, len } = kind else {
+            unreachable!("a peer read is a read")
+        };
+        let current = self.peers.on_conn(peer, conn);
+        let resync = matches!(token, Token::ResyncRead { .. });
+        // A source may learn it lacks the range while the read runs (a peer that
+        // connected meanwhile lists it, or has not ended its list yet): then the
+        // data it read is not to be trusted, and the target asks again (simulator
+        // seed 60017710: a replica cut off from the Primary served a stale block
+        // to a restarted one, which overwrote its own newer copy).
+        let stale = resync && !self.has_range(v, offset, u64::from(len));
+        let (errno, data) = match result {
+            Ok(()) if stale => (EAGAIN, None),
+            Ok(()) => (0, Some(DataRef::Disk(token))),
+            Err(_) => (EIO, None),
+        };
+        if let (true, Ok(()), Some(i), false) = (resync, result, current, stale) {
+            // The peer pulls this range now; if it misses it, it asks again. Not
+            // if the connection that asked is gone: the reply goes nowhere, and
+            // the range may hold writes made since (simulator seed 30028803: a
+            // write the peer missed while away was forgotten).
+            self.peers[i].vols[v]
+                .oos
+                .clear_range(offset, u64::from(len));
+        }
+        let msg = if resync {
+            Msg::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                len,
+                data,
+            }
+        } else {
+            Msg::ReadReply {
+                id,
+                errno,
+                len,
+                data,
+            }
+        };
+        if current.is_some() {
+            out.push(RAction::Send { peer, msg });
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! What this node knows of the resource's replicas: its own (one per volume) and the
+//! peers' (their connection, what each lacks), with the operations every room shares:
+//! changing our disk state and telling everyone, and whether a range here is current.
+//!
+//! The rooms that decide (`sync`: who syncs whom and what is pulled next; `receive`: the
+//! writes and reads peers send us; `requests`: the application's I/O on the Primary)
+//! work on this state; it knows none of them.
+
+use super::action::RAction;
+use super::barriers::{Barriers, FlushWaiter};
+use super::local::LocalVol;
+use super::msg::Msg;
+use super::nodeset::NodeSet;
+use super::peer::{Peer, Peers};
+use super::spec::{ReplicaAtStart, ResourceSpec};
+use tandem_wire::packet::{DiskState, Role};
+
+#[derive(Debug)]
+pub(super) struct Replicas {
+    pub(super) spec: ResourceSpec,
+    pub(super) role: Role,
+    pub(super) vols: Vec<LocalVol>,
+    pub(super) peers: Peers,
+    /// Ids of requests to peers and of local flush waiters.
+    pub(super) next_id: u64,
+    pub(super) now_ms: u64,
+}
+
+impl Replicas {
+    /// `found` says per volume what the driver found of the local replica at start.
+    pub(super) fn new(spec: ResourceSpec, found: Vec<ReplicaAtStart>) -> Replicas {
+        assert_eq!(
+            found.len(),
+            spec.sizes.len(),
+            "one initial replica state per volume"
+        );
+        assert!(
+            spec.nodes.iter().all(|(id, _)| u32::from(*id) < 32),
+            "node ids are below 32"
+        );
+        let me = spec
+            .nodes
+            .iter()
+            .find(|(id, _)| *id == spec.me)
+            .expect("this node is in the resource");
+        let vols = spec
+            .sizes
+            .iter()
+            .zip(&found)
+            .enumerate()
+            .map(|(v, (&size, &found))| {
+                assert_eq!(
+                    me.1[v],
+                    found != ReplicaAtStart::None,
+                    "volume {v}: no replica exactly when the node keeps none"
+                );
+                let alone = !spec
+                    .nodes
+                    .iter()
+                    .any(|(id, replicas)| *id != spec.me && replicas[v]);
+                LocalVol::at_start(size, found, alone)
+            })
+            .collect();
+        let peers = spec
+            .nodes
+            .iter()
+            .filter(|(id, _)| *id != spec.me)
+            .map(|(id, diskful)| Peer::new(*id, diskful, &spec.sizes))
+            .collect();
+        Replicas {
+            spec,
+            role: Role::Secondary,
+            vols,
+            peers: Peers::new(peers),
+            next_id: 1,
+            now_ms: 0,
+        }
+    }
+
+    /// This node's replica of volume `v` or a connected peer's is UpToDate: reads can be
+    /// served and writes vouched for.
+    pub(super) fn up_to_date_within_reach(&self, v: usize) -> bool {
+        self.vols[v].up_to_date() || self.peers.up_to_date(v)
+    }
+
+    pub(super) fn alloc_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub(super) fn local_disk_failed(&mut self, v: usize, why: &str, out: &mut Vec<RAction>) {
+        if !self.vols[v].attached() {
+            return;
+        }
+        // Like DRBD's on-io-error detach: stop using a replica that failed; the application
+        // carries on with the peers.
+        self.vols[v].resync = None;
+        let note = format!("volume {v}: local replica failed ({why}); detached");
+        self.set_disk(v, DiskState::Diskless, note, out);
+    }
+
+    /// Changes a volume's disk state and tells the log and every connected peer.
+    pub(super) fn set_disk(
+        &mut self,
+        v: usize,
+        disk: DiskState,
+        note: String,
+        out: &mut Vec<RAction>,
+    ) {
+        self.set_disk_logged(v, disk, note, false, out);
+    }
+
+    /// `set_disk`, the line logged as a `Detail` (debug) if `detail`, else as a `Note`.
+    pub(super) fn set_disk_logged(
+        &mut self,
+        v: usize,
+        disk: DiskState,
+        note: String,
+        detail: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        self.vols[v].set_disk(disk);
+        out.push(if detail {
+            RAction::Detail(note)
+        } else {
+            RAction::Note(note)
+        });
+        self.broadcast_volume(v, out);
+    }
+
+    /// Our state of volume `v`, as told to the peer at index `i`.
+    pub(super) fn volume_msg(&self, i: usize, v: usize) -> Msg {
+        self.vols[v].msg(v as u16, self.peers[i].vols[v].wrote_apart())
+    }
+
+    pub(super) fn broadcast_volume(&self, v: usize, out: &mut Vec<RAction>) {
+        for (i, p) in self.peers.iter().enumerate().filter(|(_, p)| p.up) {
+            out.push(RAction::Send {
+                peer: p.id,
+                msg: self.volume_msg(i, v),
+            });
+        }
+    }
+
+    /// Data reaches a replica created empty at start: it no longer holds nothing, so it
+    /// must not count towards a new cluster (see [`Resource::fresh_cluster`]).
+    pub(super) fn data_arrives(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if self.vols[v].created {
+            self.vols[v].created = false;
+            self.broadcast_volume(v, out);
+        }
+    }
+
+    /// Lists the out-of-sync ranges of the peer at index `i` to it, then ends the list.
+    pub(super) fn send_list(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
+        let (id, size) = (self.peers[i].id, self.vols[v].size);
+        self.peers[i].vols[v].send_list(id, v, size, out);
+    }
+
+    /// Whether our replica holds current data for this range, as far as every connected
+    /// peer has told us what we lack: what a resync may copy from us. An up-to-date replica
+    /// that has not heard every list yet may lack the range without knowing it (it just
+    /// came back, and the Primary's list is on its way).
+    pub(super) fn has_range(&self, v: usize, offset: u64, len: u64) -> bool {
+        let vol = &self.vols[v];
+        if !self.peers.all_listed(v) {
+            return false;
+        }
+        let Some(rs) = vol.resync.as_ref() else {
+            return vol.disk == DiskState::UpToDate;
+        };
+        vol.disk == DiskState::Inconsistent && rs.holds(offset, len)
+    }
+
+    pub(super) fn check_range(&self, volume: u16, offset: u64, len: u64) -> Result<usize, String> {
+        let v = volume as usize;
+        let vol = self
+            .vols
+            .get(v)
+            .ok_or_else(|| format!("unknown volume {volume}"))?;
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > vol.size) {
+            return Err(format!(
+                "range {offset}+{len} outside volume {volume} of {} bytes",
+                vol.size
+            ));
+        }
+        Ok(v)
+    }
+
+    /// Whether a completed barrier makes volume `v` durable. A replica that flushed says
+    /// nothing about a volume it does not keep (with volumes on different nodes, our
+    /// fdatasync of volume 0 must not answer for volume 1), nor about one it is still
+    /// syncing: that one is flushed too, but may lack a write only a replica gone meanwhile
+    /// had. So only a replica UpToDate now answers: a peer's state reaches us in order with
+    /// its acknowledgement, and one that finished its resync first flushed all it pulled.
+    pub(super) fn barrier_answers_for(&self, v: usize, local_ok: bool, peers_ok: NodeSet) -> bool {
+        (local_ok && self.vols[v].up_to_date())
+            || self.peers.up().any(|p| {
+                peers_ok.contains(p.id)
+                    && p.vols[v].diskful
+                    && p.vols[v].disk == Some(DiskState::UpToDate)
+            })
+    }
+
+    pub(super) fn flush_locally(
+        &mut self,
+        b: &mut Barriers,
+        waiter: FlushWaiter,
+        out: &mut Vec<RAction>,
+    ) {
+        let key = self.alloc_id();
+        b.flush_locally(key, waiter, out);
+    }
+}

@@ -1,0 +1,558 @@
+//! The application's requests on the Primary: writes (ordered, replicated, answered
+//! once every replica did as the protocol asks), reads (routed to a current replica) and
+//! barriers (FLUSH and FUA made durable on every replica).
+
+use super::action::RAction;
+use super::barriers::{Barriers, FlushOp, FlushWaiter};
+use super::bitmap::Bitmap;
+use super::local::LocalVol;
+use super::msg::{DataRef, Msg, Token};
+use super::nodeset::NodeSet;
+use super::peer::{ListState, Unacked};
+use super::reads::Reads;
+use super::replicas::Replicas;
+use super::spec::{NodeId, Protocol};
+use super::writes::{AppWrite, Next, Shape, Stage, Writes};
+use crate::io::{DiskKind, Io, IoError, ReqId};
+use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};
+use tandem_wire::Errno;
+
+const EIO: u32 = Errno::Io.code();
+
+/// The Primary's application requests in flight.
+#[derive(Debug)]
+pub(super) struct Requests {
+    pub(super) writes: Writes,
+    pub(super) reads: Reads,
+    pub(super) barriers: Barriers,
+}
+
+impl Requests {
+    pub(super) fn new(volumes: usize) -> Requests {
+        Requests {
+            writes: Writes::new(volumes),
+            reads: Reads::default(),
+            barriers: Barriers::default(),
+        }
+    }
+
+    /// A peer's answer to a write, barrier or read we sent it. A packet that breaks the
+    /// protocol drops the connection.
+    pub(super) fn on_answer(
+        &mut self,
+        rep: &mut Replicas,
+        i: usize,
+        packet: &Packet<'_>,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = rep.peers[i].id;
+        match *packet {
+            Packet::RecvAck { seq } => {
+                // Satisfies a write waiting under protocol B (including protocol A writes of
+                // a diskless Primary, see start_write); for others nothing waits on it.
+                if rep.spec.protocol != Protocol::C {
+                    self.peer_satisfied(rep, i, seq, true, out);
+                }
+            }
+            Packet::WriteAck { seq } => self.on_write_ack(rep, i, seq, true, out)?,
+            Packet::NegAck { seq, .. } => self.on_write_ack(rep, i, seq, false, out)?,
+            Packet::BarrierAck { id, errno } => {
+                if rep.peers[i].barriers_out.remove(&id).is_none() {
+                    return Err(format!("acknowledgement of unknown barrier {id}"));
+                }
+                self.barriers.peer_answered(id, peer, errno == 0);
+                self.check_flush(rep, id, out);
+            }
+            Packet::ReadReply { id, errno, data } => {
+                self.on_read_reply(rep, i, id, errno, data.len(), out)?
+            }
+            _ => unreachable!("not an answer: {packet:?}"),
+        }
+        Ok(())
+    }
+
+    /// Application requests in flight.
+    pub(super) fn in_flight(&self) -> usize {
+        self.writes.len() + self.reads.len() + self.barriers.requests()
+    }
+
+    pub(super) fn submit_event(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        volume: u16,
+        io: Io,
+        out: &mut Vec<RAction>,
+    ) {
+        let complete = |result| RAction::Complete {
+            req,
+            result,
+            data: None,
+        };
+        if rep.role != Role::Primary {
+            return out.push(complete(Err(IoError::ReadOnly)));
+        }
+        let v = volume as usize;
+        match io {
+            Io::Read { offset, len } => {
+                self.reads.begin(req, volume, offset, len);
+                self.route_read(rep, req, out);
+            }
+            Io::Cache { .. } => out.push(complete(Ok(()))),
+            Io::Flush => self.start_barrier(rep, vec![(req, volume)], out),
+            // No replica can promise that every other one zeroes fast too, and a zero done
+            // on some replicas and refused on others would make them differ.
+            Io::Zero { fast: true, .. } => out.push(complete(Err(IoError::NotFast))),
+            Io::Write { offset, len, .. }
+            | Io::Trim { offset, len, .. }
+            | Io::Zero { offset, len, .. } => {
+                // Writes need a replica that is current somewhere.
+                if !rep.up_to_date_within_reach(v) {
+                    return out.push(complete(Err(IoError::NoData)));
+                }
+                let (o, l) = (offset, u64::from(len));
+                if self.writes.must_wait(v, o, l) {
+                    if matches!(io, Io::Write { .. }) {
+                        out.push(RAction::Retain {
+                            from: DataRef::Request(req),
+                            key: Token::App(req),
+                        });
+                    }
+                    return self.writes.queue(v, req, io, o, l);
+                }
+                self.start_write(rep, req, volume, io, DataRef::Request(req), out);
+            }
+        }
+    }
+
+    pub(super) fn start_write(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        volume: u16,
+        io: Io,
+        data: DataRef,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        let shape = Shape::of(io);
+        let local = rep.vols[v].takes_writes();
+        let mut w = AppWrite::new(volume, &shape, local);
+        if local {
+            rep.data_arrives(v, out);
+            let data = matches!(shape.kind, DiskKind::Write { .. }).then_some(data);
+            // A Primary being synced: a resync write to this range may be on its way to
+            // the disk, and disks complete in any order, so this newer write waits for it
+            // (else the older resync data may land last: simulator seed 40014553, a new
+            // cluster's Primary still pulling).
+            let token = Token::App(req);
+            rep.vols[v]
+                .apply
+                .write(volume, token, shape.kind, data, false, out);
+        }
+        self.replicate(rep, req, &shape, &mut w, data, out);
+        self.writes.begin(req, w);
+        self.check_write(rep, req, out);
+    }
+
+    /// Sends a new write to every connected diskful peer; the others missed it.
+    fn replicate(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        shape: &Shape,
+        w: &mut AppWrite,
+        data: DataRef,
+        out: &mut Vec<RAction>,
+    ) {
+        let seq = self.writes.next_seq();
+        let (volume, v) = (w.volume, w.volume as usize);
+        let local = w.local != Stage::NotApplicable;
+        // Protocol A completes a write once it is in the send buffer, which is safe only
+        // because the local replica has it. Without one, wait for receipt (protocol B).
+        let protocol = match rep.spec.protocol {
+            Protocol::A if !local => Protocol::B,
+            p => p,
+        };
+        let mut targets = if local {
+            NodeSet::one(rep.spec.me)
+        } else {
+            NodeSet::EMPTY
+        };
+        for p in rep.peers.up().filter(|p| p.vols[v].diskful) {
+            targets.insert(p.id);
+        }
+        // Receipt is always acknowledged (protocol B completes on it); it does not make
+        // the write in sync there: the peer may die before writing it (see peer_down).
+        let mut flags = wf::ACK_WRITE | shape.flags | wf::ACK_RECV;
+        if shape.fua {
+            flags |= wf::FUA;
+        }
+        let msg = shape.msg(volume, seq, flags, targets.bits(), data);
+        let now = rep.now_ms;
+        for p in rep.peers.iter_mut().filter(|p| p.vols[v].diskful) {
+            if !p.up {
+                w.missing.insert(p.id);
+                continue;
+            }
+            out.push(RAction::Send { peer: p.id, msg });
+            let (offset, len, sent_ms) = (shape.offset, shape.len, now);
+            let unacked = Unacked {
+                volume,
+                offset,
+                len,
+                sent_ms,
+                req,
+            };
+            p.unacked.insert(seq, unacked);
+            if protocol == Protocol::A {
+                w.peers_ok.insert(p.id);
+            } else {
+                w.peers_pending.insert(p.id);
+                p.app_waiting.insert(seq, req);
+            }
+        }
+    }
+
+    pub(super) fn check_write(&mut self, rep: &mut Replicas, req: ReqId, out: &mut Vec<RAction>) {
+        match self.writes.next(req) {
+            Next::Wait => {}
+            Next::Barrier(volume) => self.start_barrier(rep, vec![(req, volume)], out),
+            Next::Finish(result) => self.finish_write(rep, req, result, out),
+        }
+    }
+
+    pub(super) fn finish_write(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        let w = self.writes.end(req);
+        let v = w.volume as usize;
+        let size = rep.vols[v].size;
+        let (landed, (offset, len)) = (w.landed(), (w.offset, u64::from(w.len)));
+        for p in rep.peers.iter_mut() {
+            let up = p.up;
+            let pv = &mut p.vols[v];
+            // Written as Primary without it: if it was Primary apart from us too, this
+            // is half of a split brain (a diskless one holds none of it, but its own
+            // writes went to replicas that lack ours).
+            let missed = w.missing.contains(p.id);
+            if result.is_ok() && (missed || (!pv.diskful && !up)) {
+                pv.apart
+                    .get_or_insert_with(|| Bitmap::new(size))
+                    .set_range(offset, len);
+            }
+            // A failed write may still have landed on some replica (simulator seed
+            // 3017270: written on a Secondary being synced, whose flush could not vouch
+            // for it, while the other was cut off), so the replicas that missed it differ.
+            if landed && missed {
+                pv.oos.set_range(offset, len);
+                if pv.list == ListState::Sent {
+                    pv.list = ListState::Stale;
+                }
+            }
+        }
+        // Lists that waited for this write to mark its bits.
+        for i in 0..rep.peers.len() {
+            let p = &rep.peers[i];
+            if p.up && p.vols[v].list == ListState::Deferred && !self.writes.missing(v, p.id) {
+                rep.send_list(i, v, out);
+            }
+        }
+        out.push(RAction::Complete {
+            req,
+            result,
+            data: None,
+        });
+        self.start_ready_writes(rep, w.volume, out);
+    }
+
+    /// A waiting write that fails at once never enters the in-flight set, so the writes
+    /// queued behind it are free to go too: ask again until nothing more is ready (once
+    /// was not enough: the third of three overlapping writes waited forever after the
+    /// last replica went away, and its client hung).
+    pub(super) fn start_ready_writes(
+        &mut self,
+        rep: &mut Replicas,
+        volume: u16,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        loop {
+            let ready = self.writes.ready(v);
+            if ready.is_empty() {
+                break;
+            }
+            for (r, io) in ready {
+                if rep.role != Role::Primary || !rep.up_to_date_within_reach(v) {
+                    out.push(RAction::Complete {
+                        req: r,
+                        result: Err(IoError::NoData),
+                        data: None,
+                    });
+                    continue;
+                }
+                let data = DataRef::Held {
+                    key: Token::App(r),
+                    at: 0,
+                };
+                self.start_write(rep, r, volume, io, data, out);
+            }
+        }
+    }
+
+    /// Sends a read to the local replica if it is up to date, else to an up-to-date peer
+    /// (round robin), else fails it.
+    pub(super) fn route_read(&mut self, rep: &mut Replicas, req: ReqId, out: &mut Vec<RAction>) {
+        let r = self.reads.get(req).expect("routing an unknown read");
+        let v = r.volume as usize;
+        let (volume, offset, len) = (r.volume, r.offset, r.len);
+        if rep.vols[v].disk == DiskState::UpToDate {
+            self.reads.read_locally(req);
+            let kind = DiskKind::Read { offset, len };
+            return out.push(RAction::Disk {
+                volume,
+                token: Token::App(req),
+                kind,
+                data: None,
+            });
+        }
+        // A peer says UpToDate until it hears what it missed: never read from it where we
+        // know it lacks writes.
+        let candidates: Vec<NodeId> = rep
+            .peers
+            .up()
+            .filter(|p| {
+                p.vols[v].disk == Some(DiskState::UpToDate)
+                    && !p.vols[v].oos.any_in(offset, u64::from(len))
+                    && !self.reads.tried(req, p.id)
+            })
+            .map(|p| p.id)
+            .collect();
+        if candidates.is_empty() {
+            self.reads.end(req);
+            return out.push(RAction::Complete {
+                req,
+                result: Err(IoError::NoData),
+                data: None,
+            });
+        }
+        let peer = self.reads.ask_one_of(req, &candidates);
+        let id = rep.alloc_id();
+        let i = rep.peers.index(peer).expect("a candidate is a peer");
+        rep.peers[i].reads_out.insert(id, req);
+        let msg = Msg::ReadReq {
+            volume,
+            id,
+            offset,
+            len,
+        };
+        out.push(RAction::Send { peer, msg });
+    }
+
+    /// Starts a barrier over every replica for these waiters.
+    pub(super) fn start_barrier(
+        &mut self,
+        rep: &mut Replicas,
+        waiters: Vec<(ReqId, u16)>,
+        out: &mut Vec<RAction>,
+    ) {
+        let id = rep.alloc_id();
+        let mut op = FlushOp {
+            waiters,
+            ..FlushOp::default()
+        };
+        if rep.vols.iter().any(LocalVol::takes_writes) {
+            op.local_pending = true;
+            rep.flush_locally(&mut self.barriers, FlushWaiter::Op(id), out);
+        }
+        for p in rep.peers.iter_mut() {
+            if p.up && p.vols.iter().any(|pv| pv.diskful) {
+                op.peers_pending.insert(p.id);
+                p.barriers_out.insert(id, id);
+                let msg = Msg::Barrier { id };
+                out.push(RAction::Send { peer: p.id, msg });
+            }
+        }
+        self.barriers.open(id, op);
+        self.check_flush(rep, id, out);
+    }
+
+    pub(super) fn check_flush(&mut self, rep: &mut Replicas, id: u64, out: &mut Vec<RAction>) {
+        let Some(op) = self.barriers.take_done(id) else {
+            return;
+        };
+        for (req, volume) in op.waiters {
+            let result = if rep.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok) {
+                Ok(())
+            } else {
+                Err(IoError::Os(EIO as i32))
+            };
+            if self.writes.contains(req) {
+                self.finish_write(rep, req, result, out);
+            } else {
+                out.push(RAction::Complete {
+                    req,
+                    result,
+                    data: None,
+                });
+            }
+        }
+    }
+
+    /// The local fdatasync `seq` finished: answers everyone it covered.
+    pub(super) fn flushed(
+        &mut self,
+        rep: &mut Replicas,
+        seq: u64,
+        ok: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        if !ok {
+            for v in 0..rep.vols.len() {
+                if rep.vols[v].diskful {
+                    rep.local_disk_failed(v, "fdatasync failed", out);
+                }
+            }
+        }
+        let (waiters, next) = self.barriers.flushed(seq);
+        for waiter in waiters {
+            match waiter {
+                FlushWaiter::Op(id) => {
+                    self.barriers.local_answered(id, ok);
+                    self.check_flush(rep, id, out);
+                }
+                FlushWaiter::PeerBarrier { peer, id } => {
+                    let errno = if ok { 0 } else { EIO };
+                    let msg = Msg::BarrierAck { id, errno };
+                    out.push(RAction::Send { peer, msg });
+                }
+                FlushWaiter::ResyncDone { volume } => {
+                    rep.resync_finished(&mut self.barriers, volume, ok, out)
+                }
+            }
+        }
+        self.barriers.issue_next(next, out);
+    }
+
+    /// An application read or write of ours finished on the local replica.
+    pub(super) fn app_io_done(
+        &mut self,
+        rep: &mut Replicas,
+        v: usize,
+        req: ReqId,
+        kind: DiskKind,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        let token = Token::App(req);
+        if let Some(r) = self.reads.get(req) {
+            debug_assert!(r.from.is_none());
+            return match result {
+                Ok(()) => {
+                    self.reads.end(req);
+                    out.push(RAction::Complete {
+                        req,
+                        result: Ok(()),
+                        data: Some(DataRef::Disk(token)),
+                    })
+                }
+                Err(e) => {
+                    rep.local_disk_failed(v, &format!("read failed: {e:?}"), out);
+                    self.route_read(rep, req, out)
+                }
+            };
+        }
+        if rep.vols[v].apply.landed(kind.offset(), token) {
+            // It had waited for a resync write (see `start_write`).
+            rep.release_applying(v, out);
+        }
+        let Some(w) = self.writes.get_mut(req) else {
+            return;
+        };
+        w.local = Stage::Done(result.is_ok());
+        if let Err(e) = result {
+            rep.local_disk_failed(v, &format!("write failed: {e:?}"), out);
+        }
+        self.check_write(rep, req, out);
+    }
+
+    /// The peer wrote (`ok`) or failed a write we sent it.
+    pub(super) fn on_write_ack(
+        &mut self,
+        rep: &mut Replicas,
+        i: usize,
+        seq: u64,
+        ok: bool,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let peer = rep.peers[i].id;
+        let Some(u) = rep.peers[i].unacked.remove(&seq) else {
+            let what = if ok { "" } else { "negative " };
+            return Err(format!("{what}acknowledgement of unknown write {seq}"));
+        };
+        let oos = &mut rep.peers[i].vols[u.volume as usize].oos;
+        if ok {
+            // It now holds the newest data of every block the write covered whole.
+            oos.clear_range(u.offset, u64::from(u.len));
+            if rep.spec.protocol == Protocol::C {
+                self.peer_satisfied(rep, i, seq, true, out);
+            }
+            return Ok(());
+        }
+        match self.writes.get_mut(u.req) {
+            Some(w) => w.missing.insert(peer),
+            None => oos.set_range(u.offset, u64::from(u.len)),
+        }
+        self.peer_satisfied(rep, i, seq, false, out);
+        Ok(())
+    }
+
+    pub(super) fn peer_satisfied(
+        &mut self,
+        rep: &mut Replicas,
+        i: usize,
+        seq: u64,
+        ok: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        if let Some(req) = rep.peers[i].app_waiting.remove(&seq) {
+            self.writes.answered(req, rep.peers[i].id, ok);
+            self.check_write(rep, req, out);
+        }
+    }
+
+    pub(super) fn on_read_reply(
+        &mut self,
+        rep: &mut Replicas,
+        i: usize,
+        id: u64,
+        errno: u32,
+        data_len: usize,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let Some(req) = rep.peers[i].reads_out.remove(&id) else {
+            return Err(format!("reply to unknown read {id}"));
+        };
+        let Some(r) = self.reads.get(req) else {
+            return Ok(());
+        };
+        if errno != 0 {
+            self.route_read(rep, req, out);
+            return Ok(());
+        }
+        if data_len != r.len as usize {
+            return Err(format!("read reply of {data_len} bytes for {}", r.len));
+        }
+        self.reads.end(req);
+        out.push(RAction::Complete {
+            req,
+            result: Ok(()),
+            data: Some(DataRef::Incoming { at: 0 }),
+        });
+        Ok(())
+    }
+}

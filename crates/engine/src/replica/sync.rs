@@ -1,0 +1,419 @@
+//! Out-of-sync tracking and resync decisions: what a peer's state and lists mean for who
+//! syncs whom, the new-cluster rule, split brain found in lists, which peer to pull from
+//! and what to pull next, and when a resync ends.
+
+use super::action::RAction;
+use super::barriers::{Barriers, FlushWaiter};
+use super::bitmap::BLOCK;
+use super::msg::{DataRef, Msg, Token};
+use super::peer::{ListState, Peer};
+use super::replicas::Replicas;
+use super::resync::Resync;
+use super::spec::NodeId;
+use super::status::Repl;
+use crate::io::DiskKind;
+use tandem_wire::packet::{DiskState, Role};
+use tandem_wire::Errno;
+
+const EAGAIN: u32 = Errno::Again.code();
+
+impl Replicas {
+    /// The peer told us the state of its replica of volume `v`: decide who syncs whom.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn peer_volume(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        v: usize,
+        disk: DiskState,
+        created: bool,
+        deferred: bool,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let was = self.peers[i].vols[v].disk.replace(disk);
+        let mine = self.vols[v].disk;
+        let pv = &mut self.peers[i].vols[v];
+        pv.created =
+            created && pv.diskful && matches!(disk, DiskState::Inconsistent | DiskState::UpToDate);
+        if !pv.diskful || disk == DiskState::Diskless {
+            pv.repl = Repl::Established;
+            return Ok(());
+        }
+        if disk == DiskState::UpToDate
+            && was.is_some_and(|w| w != DiskState::UpToDate)
+            && pv.list == ListState::Sent
+        {
+            // It finished a resync after our complete list: all of it is there now. (Bits
+            // set after the list stay until a later list or write covers them.)
+            pv.oos.clear_range(0, self.vols[v].size);
+            pv.repl = Repl::Established;
+        }
+        if mine == DiskState::UpToDate && pv.needs_everything() {
+            // Its currency is unknown (it restarted), or it holds nothing (created empty):
+            // it needs everything.
+            pv.oos.set_all();
+        }
+        if was.is_none() {
+            // List what it lacks from us (writes made while it was away, or everything),
+            // and end the list even when empty: then it knows all it lacks. Diskless
+            // Primaries list too: they know what they wrote; the peer pulls from a replica.
+            // Writes still in flight that missed it mark their bits when they complete, so
+            // the list waits for them.
+            if deferred {
+                self.peers[i].vols[v].list = ListState::Deferred;
+            } else {
+                self.send_list(i, v, out);
+            }
+        }
+        if matches!(mine, DiskState::Outdated | DiskState::Inconsistent)
+            && disk == DiskState::UpToDate
+        {
+            self.peers[i].vols[v].repl = Repl::SyncTarget;
+            self.pump_resync(b, v as u16, out);
+        }
+        self.check_fresh_cluster(v, out);
+        Ok(())
+    }
+
+    /// A new cluster: our replica of `v` and every other one were created empty at their
+    /// nodes' start and have received nothing, and every node keeping one is connected
+    /// and has said so. Then all are equal (zeroes) and all are UpToDate without a sync.
+    /// Anything less (a node keeping a replica that is down, or one that holds data) and
+    /// the created replicas are pulled in full from an up-to-date one instead.
+    pub(super) fn fresh_cluster(&self, v: usize) -> bool {
+        self.vols[v].created
+            && self
+                .peers
+                .iter()
+                .all(|p| !p.vols[v].diskful || (p.up && p.vols[v].created))
+    }
+
+    /// Applies the new-cluster rule once its condition holds.
+    pub(super) fn check_fresh_cluster(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if self.vols[v].disk == DiskState::UpToDate || !self.fresh_cluster(v) {
+            return;
+        }
+        if let Some(rs) = self.vols[v].resync.take() {
+            // Replies to what we asked for may still come: they are moot, not errors.
+            self.vols[v].abandoned.extend(rs.outstanding.keys());
+        }
+        let size = self.vols[v].size;
+        for p in self.peers.iter_mut() {
+            let pv = &mut p.vols[v];
+            if pv.diskful {
+                // They make the same decision from the same facts.
+                pv.oos.clear_range(0, size);
+                pv.repl = Repl::Established;
+            }
+        }
+        let note = format!(
+            "volume {v}: every replica was created empty at its node's start (a new cluster): UpToDate without a sync"
+        );
+        self.set_disk(v, DiskState::UpToDate, note, out);
+    }
+
+    /// The peer's list of what we lack in `volume` ended.
+    pub(super) fn on_list_end(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        volume: u16,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let (v, peer) = (volume as usize, self.peers[i].id);
+        let pv = self.peers[i]
+            .vols
+            .get_mut(v)
+            .ok_or_else(|| format!("unknown volume {volume}"))?;
+        if let Err((mine, theirs)) = pv.list_ended() {
+            let msg = Msg::SplitBrain {
+                volume,
+                mine,
+                yours: theirs,
+            };
+            out.push(RAction::Send { peer, msg });
+            out.push(RAction::SplitBrain {
+                peer,
+                volume,
+                mine,
+                theirs,
+                reported: false,
+            });
+            return Ok(());
+        }
+        if let Some(rs) = self.vols[v].resync.as_mut() {
+            rs.lists_open.retain(|&n| n != peer);
+        }
+        self.pump_resync(b, volume, out);
+        Ok(())
+    }
+
+    /// The peer says we lack this range (in its list, or live: a write we missed).
+    pub(super) fn on_out_of_sync(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        volume: u16,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let v = self.check_range(volume, offset, u64::from(len))?;
+        let peer = self.peers[i].id;
+        let pv = &mut self.peers[i].vols[v];
+        if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
+            if pv.wrote_apart() || pv.peer_wrote_apart {
+                // Each has writes the other lacks, and one of us made them as Primary
+                // apart from the other: two Primaries. Count what it lists; at the end of
+                // its list, stop (see `SplitBrain`).
+                pv.claimed += u64::from(len).div_ceil(BLOCK);
+                return Ok(());
+            }
+            // Each lacks writes of a third node, the Primary, which it missed while apart
+            // from it: only that Primary knows which is newer where they overlap. Retry
+            // later (the Primary's lists settle it).
+            return Err(format!(
+                "volume {v}: each replica lacks writes of the Primary that the other has; reconnecting"
+            ));
+        }
+        // After the end of its list, a peer's notices are live: a write we missed.
+        let live = pv.listed;
+        self.mark_behind(v, peer, offset, u64::from(len), live, out);
+        self.pump_resync(b, volume, out);
+        Ok(())
+    }
+
+    /// We lack this range (a peer says so): become a sync target for it.
+    pub(super) fn mark_behind(
+        &mut self,
+        v: usize,
+        lister: NodeId,
+        offset: u64,
+        len: u64,
+        live: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        if !self.vols[v].attached() {
+            return;
+        }
+        if self.vols[v].disk != DiskState::Inconsistent {
+            let note = if live {
+                format!("volume {v}: node {lister} tells of a write we missed; catching up")
+            } else {
+                format!("volume {v}: node {lister} lists writes we lack; resync needed")
+            };
+            self.set_disk_logged(v, DiskState::Inconsistent, note, live, out);
+        }
+        let protect = self
+            .peers
+            .get(lister)
+            .filter(|p| p.role == Role::Primary)
+            .map(|p| p.vols[v].written_before_list.as_slice());
+        let vol = &mut self.vols[v];
+        vol.resync
+            .get_or_insert_with(|| Resync::new(vol.size, live))
+            .listed(lister, offset, len, live, protect);
+    }
+
+    /// A peer to pull from: the Primary if it keeps an up-to-date replica (it has every
+    /// write; a Secondary cut off from it may not know what it missed yet would serve it:
+    /// seed 5603 of the overlapping-fault runs), else an up-to-date one, else a diskful one
+    /// being synced itself (it serves what it has and refuses the rest), skipping those
+    /// that just refused.
+    pub(super) fn pick_source(&self, v: usize) -> Option<NodeId> {
+        let rs = self.vols[v].resync.as_ref();
+        let refused = |id: &NodeId| rs.is_some_and(|r| r.refused.contains(id));
+        let has = |p: &&Peer, want: DiskState| p.vols[v].diskful && p.vols[v].disk == Some(want);
+        if let Some(p) = self
+            .peers
+            .up()
+            .find(|p| p.role == Role::Primary && has(p, DiskState::UpToDate))
+        {
+            // Refused (it has not heard every list yet): ask it again later, not another.
+            return (!refused(&p.id)).then_some(p.id);
+        }
+        let current = rs.and_then(|r| r.source).filter(|s| {
+            !refused(s)
+                && self
+                    .peers
+                    .get(*s)
+                    .is_some_and(|p| p.up && has(&p, DiskState::UpToDate))
+        });
+        let candidate = |want: DiskState| {
+            self.peers
+                .up()
+                .find(|p| has(p, want) && !refused(&p.id))
+                .map(|p| p.id)
+        };
+        current
+            .or_else(|| candidate(DiskState::UpToDate))
+            .or_else(|| candidate(DiskState::Inconsistent))
+    }
+
+    /// Pulls the next ranges from the sync source, up to the window.
+    pub(super) fn pump_resync(&mut self, b: &mut Barriers, volume: u16, out: &mut Vec<RAction>) {
+        let v = volume as usize;
+        let chunk_blocks = u64::from(self.spec.resync_chunk) / BLOCK;
+        let size = self.vols[v].size;
+        let source = self.pick_source(v);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        let window = rs.window(self.spec.resync_window);
+        if rs.source != source && rs.outstanding.is_empty() {
+            rs.source = source;
+        }
+        while let Some(src) = rs
+            .source
+            .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
+        {
+            let id = self.next_id;
+            let Some((offset, len)) = rs.take_next(id, size, chunk_blocks) else {
+                break;
+            };
+            self.next_id += 1;
+            let msg = Msg::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            };
+            out.push(RAction::Send { peer: src, msg });
+        }
+        let all_listed = self.peers.all_listed(v);
+        let reach = self.up_to_date_within_reach(v);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        if rs.source.is_none()
+            && rs.outstanding.is_empty()
+            && rs.to_pull.count() > 0
+            && !reach
+            && !rs.stalled
+        {
+            rs.stalled = true;
+            out.push(RAction::Note(format!(
+                "volume {v}: no up-to-date replica within reach, and no peer has the blocks \
+                 we lack; the resync waits for one to return (I/O that needs one fails)"
+            )));
+        }
+        if all_listed && rs.drained() && !rs.finishing {
+            rs.finishing = true;
+            self.flush_locally(b, FlushWaiter::ResyncDone { volume }, out);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn resync_reply(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        volume: u16,
+        id: u64,
+        offset: u64,
+        errno: u32,
+        data_len: usize,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let v = volume as usize;
+        let peer = self.peers[i].id;
+        if self
+            .vols
+            .get_mut(v)
+            .is_some_and(|vol| vol.abandoned.remove(&id))
+        {
+            return Ok(());
+        }
+        let Some(rs) = self.vols.get_mut(v).and_then(|vol| vol.resync.as_mut()) else {
+            return Err(format!("resync reply {id} without a resync"));
+        };
+        let Some((req_off, req_len)) = rs.outstanding.remove(&id) else {
+            return Err(format!("resync reply to unknown request {id}"));
+        };
+        if req_off != offset || (errno == 0 && data_len != req_len as usize) {
+            return Err(format!("resync reply {id} does not match its request"));
+        }
+        if errno == EAGAIN {
+            // The source lacks it too, for now: ask another one, or the same one later.
+            rs.refused_by(peer, req_off, req_len, self.now_ms);
+            self.pump_resync(b, volume, out);
+            return Ok(());
+        }
+        if errno != 0 {
+            rs.to_pull.set_range(req_off, u64::from(req_len));
+            out.push(RAction::Note(format!(
+                "volume {v}: node {peer} could not read {req_off}+{req_len} for resync"
+            )));
+            return Err("sync source failed a resync read".into());
+        }
+        self.data_arrives(v, out);
+        let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
+        if rs.data_arrived() {
+            out.push(RAction::Note(format!(
+                "volume {v}: node {peer} has blocks we lack; the resync goes on"
+            )));
+        }
+        // Write the sectors the application has not overwritten since the resync began.
+        for (part, (s, e)) in rs.unwritten_parts(offset, req_len).into_iter().enumerate() {
+            let part = part as u32;
+            let token = Token::ResyncWrite { id, part };
+            let len = (e - s) as u32;
+            let kind = DiskKind::Write { offset: s, len };
+            let data = DataRef::Incoming {
+                at: (s - offset) as u32,
+            };
+            self.vols[v]
+                .apply
+                .write(volume, token, kind, Some(data), true, out);
+        }
+        self.pump_resync(b, volume, out);
+        Ok(())
+    }
+
+    pub(super) fn resync_finished(
+        &mut self,
+        b: &mut Barriers,
+        volume: u16,
+        ok: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        rs.finishing = false;
+        // A peer that connected while the final flush ran has not ended its list yet: it
+        // may name writes we lack (simulator seed 2001780: the diskless Primary came back
+        // during the flush, and the replica called itself UpToDate without its list; the
+        // Primary, hearing UpToDate after sending that list, took it as received and
+        // forgot the block; an acknowledged write was lost).
+        if !self.peers.all_listed(v) || !rs.drained() {
+            // More was listed while the final flush ran.
+            return self.pump_resync(b, volume, out);
+        }
+        let rs = self.vols[v].resync.take().expect("checked above");
+        if !ok {
+            return self.local_disk_failed(v, "flush after resync failed", out);
+        }
+        let source = rs.source.map_or("-".to_string(), |s| s.to_string());
+        if let Some(i) = rs.source.and_then(|s| self.peers.index(s)) {
+            self.peers[i].vols[v].repl = Repl::Established;
+        }
+        let note = format!("volume {v}: resync from node {source} finished; UpToDate");
+        self.set_disk_logged(v, DiskState::UpToDate, note, rs.live, out);
+        self.offer_to_outdated(v, out);
+    }
+
+    /// We just became up to date: connected peers whose replica is Outdated (their
+    /// currency unknown) or created empty get everything from us.
+    pub(super) fn offer_to_outdated(&mut self, v: usize, out: &mut Vec<RAction>) {
+        for i in 0..self.peers.len() {
+            let up = self.peers[i].up;
+            let pv = &mut self.peers[i].vols[v];
+            if up && pv.diskful && pv.needs_everything() {
+                pv.oos.set_all();
+                self.send_list(i, v, out);
+            }
+        }
+    }
+}
