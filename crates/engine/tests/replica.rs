@@ -2,8 +2,8 @@
 //! data path under failures; these pin down what a misbehaving peer or operator gets.
 
 use tandem_engine::replica::{
-    DiskState, Msg, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec, Role,
-    Token,
+    DiskState, Event, LinkLoss, Msg, PromoteError, Protocol, ProtocolError, RAction,
+    ReplicaAtStart, Resource, ResourceSpec, Role, Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
@@ -31,7 +31,7 @@ fn node(me: u8) -> Resource {
     Resource::new(spec(me), vec![disk])
 }
 
-fn disconnects(out: &[RAction]) -> Vec<String> {
+fn disconnects(out: &[RAction]) -> Vec<LinkLoss> {
     out.iter()
         .filter_map(|a| {
             if let RAction::Disconnect { reason, .. } = a {
@@ -62,7 +62,14 @@ fn a_peer_with_another_volume_size_is_dropped_and_nothing_changes() {
     let d = disconnects(&out);
     assert_eq!(d.len(), 1, "{out:?}");
     assert!(
-        d[0].contains("2097152") && d[0].contains("1048576"),
+        matches!(
+            d[0],
+            LinkLoss::Misbehaved(ProtocolError::SizeMismatch {
+                volume: 0,
+                theirs: 2097152,
+                ours: 1048576
+            })
+        ),
         "{d:?}"
     );
     assert_eq!(n.disk(0), DiskState::UpToDate);
@@ -110,7 +117,7 @@ fn a_second_primary_is_refused() {
     assert!(
         disconnects(&out)
             .iter()
-            .any(|r| r.contains("both nodes are Primary")),
+            .any(|r| *r == LinkLoss::Misbehaved(ProtocolError::BothPrimary)),
         "{out:?}"
     );
 }
@@ -131,7 +138,9 @@ fn writes_from_a_node_that_is_not_primary_are_a_protocol_error() {
     };
     n.packet(0, &w, &mut out);
     assert!(
-        disconnects(&out).iter().any(|r| r.contains("not Primary")),
+        disconnects(&out)
+            .iter()
+            .any(|r| *r == LinkLoss::Misbehaved(ProtocolError::WriteFromSecondary)),
         "{out:?}"
     );
     assert!(
@@ -165,7 +174,7 @@ fn a_write_beyond_the_volume_is_a_protocol_error() {
     assert!(
         disconnects(&out)
             .iter()
-            .any(|r| r.contains("outside volume")),
+            .any(|r| matches!(r, LinkLoss::Misbehaved(ProtocolError::OutOfRange { .. }))),
         "{out:?}"
     );
     assert!(
@@ -1282,7 +1291,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
                     peer,
                     msg: Msg::Ping,
                 } => beta.packet(peer, &Packet::PingAck, &mut out),
-                RAction::Note(n) => notes.push(n),
+                RAction::Event(e) => notes.push(e),
                 _ => {}
             }
         }
@@ -1295,7 +1304,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
     );
     let waits: Vec<_> = notes
         .iter()
-        .filter(|n| n.contains("no up-to-date replica"))
+        .filter(|e| matches!(e, Event::ResyncStalled { volume: 0 }))
         .collect();
     assert_eq!(waits.len(), 1, "said once: {notes:?}");
     // The peer becomes UpToDate: asked again at once, and the data ends the wait.
@@ -1419,7 +1428,9 @@ fn ticking_only_at_poll_timeout_fires_every_timer_on_time() {
     assert!(disconnects(&out).is_empty(), "not before the timeout");
     beta.tick(beta.poll_timeout().unwrap(), &mut out);
     assert!(
-        disconnects(&out).iter().any(|r| r.contains("ping")),
+        disconnects(&out)
+            .iter()
+            .any(|r| matches!(r, LinkLoss::PingTimeout(_))),
         "dropped once the ping is overdue: {out:?}"
     );
     assert_eq!(beta.poll_timeout(), None);

@@ -21,8 +21,8 @@ mod rng;
 use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
 use tandem_engine::replica::{
-    DataRef, DiskState, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
-    Role, Token,
+    DataRef, DiskChange, DiskState, Event, Msg, NodeId, Protocol, RAction, ReplicaAtStart,
+    Resource, ResourceSpec, Role, Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{Decoded, Packet};
@@ -583,11 +583,15 @@ impl Sim {
                     self.sc.seed,
                     self.tail_log(300)
                 ),
-                RAction::Note(s) | RAction::Detail(s) => {
-                    if s.contains("finished; UpToDate") {
+                RAction::Event(e) => {
+                    if let Event::DiskChanged {
+                        why: DiskChange::Synced { .. },
+                        ..
+                    } = e
+                    {
                         self.resyncs += 1;
                     }
-                    self.note(format!("node {node}: {s}"));
+                    self.note(format!("node {node}: {e}"));
                 }
             }
         }

@@ -1034,7 +1034,7 @@ impl NodeReactor {
             .collect();
         let res = &mut self.res[r];
         if res.engine.role() != Role::Primary || clients.is_empty() {
-            res.engine.demote(out)?;
+            res.engine.demote(out).map_err(|e| e.to_string())?;
             res.auto_promoted = false;
             return Ok(());
         }
@@ -1066,7 +1066,7 @@ impl NodeReactor {
             res.demote_pending = true;
             return Ok(());
         }
-        res.engine.demote(out)
+        res.engine.demote(out).map_err(|e| e.to_string())
     }
 
     /// The forced demotion waiting for the engine's requests in flight, once they are done.
@@ -1222,7 +1222,7 @@ impl NodeReactor {
                         if slot.last_error.as_deref() != Some(reason.as_str()) {
                             error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
                         }
-                        slot.last_error = Some(reason);
+                        slot.last_error = Some(reason.to_string());
                     } else {
                         error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
                     }
@@ -1558,7 +1558,7 @@ impl NodeReactor {
                     let name = self.res[r].peer_name(peer);
                     warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");
                     if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
-                        slot.last_error = Some(reason);
+                        slot.last_error = Some(reason.to_string());
                         // Not a peer that went away: redialling at once would meet the
                         // same conflict, so this counts as a refusal (backs off).
                         slot.link.failed(Attempt::Refused, Instant::now());
@@ -1582,8 +1582,10 @@ impl NodeReactor {
                     theirs,
                     reported,
                 } => self.split_brain(r, peer, volume, mine, theirs, reported),
-                RAction::Note(s) => info!(resource = %self.res[r].cfg.name, "{s}"),
-                RAction::Detail(s) => debug!(resource = %self.res[r].cfg.name, "{s}"),
+                RAction::Event(e) if e.is_detail() => {
+                    debug!(resource = %self.res[r].cfg.name, "{e}")
+                }
+                RAction::Event(e) => info!(resource = %self.res[r].cfg.name, "{e}"),
             }
         }
     }

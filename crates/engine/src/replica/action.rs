@@ -1,5 +1,6 @@
 //! What the engine asks its driver to do ([`RAction`]) and why a promotion is refused.
 
+use super::event::{Event, LinkLoss};
 use super::msg::{DataRef, Msg, Token};
 use super::spec::NodeId;
 use crate::io::{DiskKind, IoError, ReqId};
@@ -26,6 +27,23 @@ impl std::fmt::Display for PromoteError {
 
 impl std::error::Error for PromoteError {}
 
+/// Why this node cannot become Secondary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DemoteError {
+    /// Application requests are in flight (this many).
+    RequestsInFlight(usize),
+}
+
+impl std::fmt::Display for DemoteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DemoteError::RequestsInFlight(n) => write!(f, "{n} application requests in flight"),
+        }
+    }
+}
+
+impl std::error::Error for DemoteError {}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RAction {
     /// Run a disk operation on a volume's local replica; writes take their bytes from `data`.
@@ -46,7 +64,7 @@ pub enum RAction {
     /// Copy the bytes at `from` and keep them under `key` until an action uses `Held{key}`.
     Retain { from: DataRef, key: Token },
     /// Drop the connection to this peer.
-    Disconnect { peer: NodeId, reason: String },
+    Disconnect { peer: NodeId, reason: LinkLoss },
     /// Our replica of `volume` and the peer's diverged: both were written by a Primary
     /// while the two were apart (two Primaries), so each has writes the other lacks —
     /// `mine` blocks (4 KiB) the peer lacks, `theirs` we lack. No resync direction is
@@ -59,9 +77,6 @@ pub enum RAction {
         theirs: u64,
         reported: bool,
     },
-    /// Something an operator wants in the log.
-    Note(String),
-    /// Routine detail for a debug log: a live catch-up resync (a replica cut off from the
-    /// Primary pulling through another replica) starts and ends once per burst of writes.
-    Detail(String),
+    /// Something happened that the world may want to know (see [`Event::is_detail`]).
+    Event(Event),
 }

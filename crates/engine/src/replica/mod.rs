@@ -15,6 +15,7 @@ mod action;
 mod apply;
 mod barriers;
 mod bitmap;
+mod event;
 mod local;
 mod msg;
 mod nodeset;
@@ -31,8 +32,9 @@ mod status;
 mod sync;
 mod writes;
 
-pub use action::{PromoteError, RAction};
+pub use action::{DemoteError, PromoteError, RAction};
 pub use bitmap::Bitmap;
+pub use event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError};
 pub use msg::{DataRef, Msg, Token};
 pub use nodeset::NodeSet;
 pub use resource::Resource;

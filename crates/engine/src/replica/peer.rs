@@ -3,6 +3,7 @@
 
 use super::action::RAction;
 use super::bitmap::Bitmap;
+use super::event::LinkLoss;
 use super::msg::Msg;
 use super::spec::{NodeId, ResourceSpec};
 use super::status::Repl;
@@ -192,7 +193,7 @@ pub(super) enum Timer {
     Quiet,
     Ping,
     /// The connection is dead: why.
-    Drop(String),
+    Drop(LinkLoss),
 }
 
 impl Peer {
@@ -255,17 +256,13 @@ impl Peer {
     pub(super) fn timer(&mut self, now_ms: u64, spec: &ResourceSpec) -> Timer {
         let oldest = self.unacked.values().map(|u| u.sent_ms).min();
         if oldest.is_some_and(|t| now_ms.saturating_sub(t) > spec.timeout_ms) {
-            let t = spec.timeout_ms;
-            return Timer::Drop(format!(
-                "a replicated write was not acknowledged within {t} ms"
-            ));
+            return Timer::Drop(LinkLoss::WriteTimeout(spec.timeout_ms));
         }
         if self
             .ping_sent_ms
             .is_some_and(|t| now_ms.saturating_sub(t) > spec.ping_timeout_ms)
         {
-            let t = spec.ping_timeout_ms;
-            return Timer::Drop(format!("no answer to a ping within {t} ms"));
+            return Timer::Drop(LinkLoss::PingTimeout(spec.ping_timeout_ms));
         }
         if self.ping_sent_ms.is_none()
             && now_ms.saturating_sub(self.last_rx_ms) >= spec.ping_interval_ms

@@ -5,6 +5,7 @@
 use super::action::RAction;
 use super::apply::WaitingRead;
 use super::barriers::{Barriers, FlushWaiter};
+use super::event::ProtocolError;
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
@@ -27,7 +28,7 @@ impl Replicas {
         i: usize,
         packet: &Packet<'_>,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let peer = self.peers[i].id;
         match *packet {
             Packet::Write {
@@ -108,16 +109,14 @@ impl Replicas {
         targets: u32,
         kind: DiskKind,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let peer = self.peers[i].id;
         if self.peers[i].role != Role::Primary {
-            return Err("replicated write from a node that is not Primary".into());
+            return Err(ProtocolError::WriteFromSecondary);
         }
         if seq <= self.peers[i].rx_last_seq {
-            return Err(format!(
-                "write sequence {seq} not after {}",
-                self.peers[i].rx_last_seq
-            ));
+            let last = self.peers[i].rx_last_seq;
+            return Err(ProtocolError::WriteOutOfOrder { seq, last });
         }
         self.peers[i].rx_last_seq = seq;
         let (offset, len) = (kind.offset(), kind.len());

@@ -8,6 +8,7 @@
 
 use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
+use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::local::LocalVol;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
@@ -89,43 +90,37 @@ impl Replicas {
         id
     }
 
-    pub(super) fn local_disk_failed(&mut self, v: usize, why: &str, out: &mut Vec<RAction>) {
+    pub(super) fn local_disk_failed(
+        &mut self,
+        v: usize,
+        why: LocalFailure,
+        out: &mut Vec<RAction>,
+    ) {
         if !self.vols[v].attached() {
             return;
         }
         // Like DRBD's on-io-error detach: stop using a replica that failed; the application
         // carries on with the peers.
         self.vols[v].resync = None;
-        let note = format!("volume {v}: local replica failed ({why}); detached");
-        self.set_disk(v, DiskState::Diskless, note, out);
+        self.set_disk(v, DiskState::Diskless, DiskChange::Failed(why), out);
     }
 
-    /// Changes a volume's disk state and tells the log and every connected peer.
+    /// Changes a volume's disk state and tells the driver and every connected peer.
     pub(super) fn set_disk(
         &mut self,
         v: usize,
         disk: DiskState,
-        note: String,
+        why: DiskChange,
         out: &mut Vec<RAction>,
     ) {
-        self.set_disk_logged(v, disk, note, false, out);
-    }
-
-    /// `set_disk`, the line logged as a `Detail` (debug) if `detail`, else as a `Note`.
-    pub(super) fn set_disk_logged(
-        &mut self,
-        v: usize,
-        disk: DiskState,
-        note: String,
-        detail: bool,
-        out: &mut Vec<RAction>,
-    ) {
+        let from = self.vols[v].disk;
         self.vols[v].set_disk(disk);
-        out.push(if detail {
-            RAction::Detail(note)
-        } else {
-            RAction::Note(note)
-        });
+        out.push(RAction::Event(Event::DiskChanged {
+            volume: v as u16,
+            from,
+            to: disk,
+            why,
+        }));
         self.broadcast_volume(v, out);
     }
 
@@ -173,17 +168,24 @@ impl Replicas {
         vol.disk == DiskState::Inconsistent && rs.holds(offset, len)
     }
 
-    pub(super) fn check_range(&self, volume: u16, offset: u64, len: u64) -> Result<usize, String> {
+    pub(super) fn check_range(
+        &self,
+        volume: u16,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, ProtocolError> {
         let v = volume as usize;
         let vol = self
             .vols
             .get(v)
-            .ok_or_else(|| format!("unknown volume {volume}"))?;
+            .ok_or(ProtocolError::UnknownVolume(volume))?;
         if len == 0 || offset.checked_add(len).is_none_or(|end| end > vol.size) {
-            return Err(format!(
-                "range {offset}+{len} outside volume {volume} of {} bytes",
-                vol.size
-            ));
+            return Err(ProtocolError::OutOfRange {
+                volume,
+                offset,
+                len,
+                size: vol.size,
+            });
         }
         Ok(v)
     }

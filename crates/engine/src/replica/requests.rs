@@ -5,6 +5,7 @@
 use super::action::RAction;
 use super::barriers::{Barriers, FlushOp, FlushWaiter};
 use super::bitmap::Bitmap;
+use super::event::{Event, LocalFailure, ProtocolError};
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
@@ -44,7 +45,7 @@ impl Requests {
         i: usize,
         packet: &Packet<'_>,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let peer = rep.peers[i].id;
         match *packet {
             Packet::RecvAck { seq } => {
@@ -58,7 +59,7 @@ impl Requests {
             Packet::NegAck { seq, .. } => self.on_write_ack(rep, i, seq, false, out)?,
             Packet::BarrierAck { id, errno } => {
                 if rep.peers[i].barriers_out.remove(&id).is_none() {
-                    return Err(format!("acknowledgement of unknown barrier {id}"));
+                    return Err(ProtocolError::UnknownBarrier(id));
                 }
                 self.barriers.peer_answered(id, peer, errno == 0);
                 self.check_flush(rep, id, out);
@@ -262,6 +263,14 @@ impl Requests {
                 rep.send_list(i, v, out);
             }
         }
+        if result.is_err() {
+            let (volume, offset, len) = (w.volume, w.offset, w.len);
+            out.push(RAction::Event(Event::WriteFailed {
+                volume,
+                offset,
+                len,
+            }));
+        }
         out.push(RAction::Complete {
             req,
             result,
@@ -414,7 +423,7 @@ impl Requests {
         if !ok {
             for v in 0..rep.vols.len() {
                 if rep.vols[v].diskful {
-                    rep.local_disk_failed(v, "fdatasync failed", out);
+                    rep.local_disk_failed(v, LocalFailure::Fdatasync, out);
                 }
             }
         }
@@ -461,7 +470,7 @@ impl Requests {
                     })
                 }
                 Err(e) => {
-                    rep.local_disk_failed(v, &format!("read failed: {e:?}"), out);
+                    rep.local_disk_failed(v, LocalFailure::Read(e), out);
                     self.route_read(rep, req, out)
                 }
             };
@@ -475,7 +484,7 @@ impl Requests {
         };
         w.local = Stage::Done(result.is_ok());
         if let Err(e) = result {
-            rep.local_disk_failed(v, &format!("write failed: {e:?}"), out);
+            rep.local_disk_failed(v, LocalFailure::Write(e), out);
         }
         self.check_write(rep, req, out);
     }
@@ -488,11 +497,11 @@ impl Requests {
         seq: u64,
         ok: bool,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let peer = rep.peers[i].id;
         let Some(u) = rep.peers[i].unacked.remove(&seq) else {
-            let what = if ok { "" } else { "negative " };
-            return Err(format!("{what}acknowledgement of unknown write {seq}"));
+            let negative = !ok;
+            return Err(ProtocolError::UnknownWrite { seq, negative });
         };
         let oos = &mut rep.peers[i].vols[u.volume as usize].oos;
         if ok {
@@ -533,9 +542,9 @@ impl Requests {
         errno: u32,
         data_len: usize,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let Some(req) = rep.peers[i].reads_out.remove(&id) else {
-            return Err(format!("reply to unknown read {id}"));
+            return Err(ProtocolError::UnknownRead(id));
         };
         let Some(r) = self.reads.get(req) else {
             return Ok(());
@@ -545,7 +554,10 @@ impl Requests {
             return Ok(());
         }
         if data_len != r.len as usize {
-            return Err(format!("read reply of {data_len} bytes for {}", r.len));
+            return Err(ProtocolError::ReadReplyLength {
+                got: data_len,
+                asked: r.len,
+            });
         }
         self.reads.end(req);
         out.push(RAction::Complete {

@@ -14,7 +14,8 @@
 //! peer may lack sets bits in that peer's bitmap; on reconnect, the up-to-date side lists
 //! those ranges to the peer, which pulls them in block order.
 
-use super::action::{PromoteError, RAction};
+use super::action::{DemoteError, PromoteError, RAction};
+use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError};
 use super::msg::{Msg, Token};
 use super::peer::Timer;
 use super::replicas::Replicas;
@@ -117,8 +118,8 @@ impl Resource {
                 if vol.diskful && matches!(vol.disk, DiskState::Outdated | DiskState::Inconsistent)
                 {
                     vol.resync = None;
-                    let note = format!("volume {v}: forced UpToDate by the administrator");
-                    self.rep.set_disk(v, DiskState::UpToDate, note, out);
+                    let why = DiskChange::ForcedByAdministrator;
+                    self.rep.set_disk(v, DiskState::UpToDate, why, out);
                     self.rep.offer_to_outdated(v, out);
                 }
             }
@@ -127,24 +128,27 @@ impl Resource {
             return Err(PromoteError::NoUpToDate(v as u16));
         }
         self.rep.role = Role::Primary;
-        out.push(RAction::Note("promoted to Primary".into()));
+        out.push(RAction::Event(Event::RoleChanged {
+            from: Role::Secondary,
+            to: Role::Primary,
+        }));
         self.rep.peers.broadcast(Msg::Role(Role::Primary), out);
         Ok(())
     }
 
     /// Makes this node Secondary; refused while application requests are in flight.
-    pub fn demote(&mut self, out: &mut Vec<RAction>) -> Result<(), String> {
+    pub fn demote(&mut self, out: &mut Vec<RAction>) -> Result<(), DemoteError> {
         if self.rep.role == Role::Secondary {
             return Ok(());
         }
         if self.app_in_flight() > 0 {
-            return Err(format!(
-                "{} application requests in flight",
-                self.app_in_flight()
-            ));
+            return Err(DemoteError::RequestsInFlight(self.app_in_flight()));
         }
         self.rep.role = Role::Secondary;
-        out.push(RAction::Note("demoted to Secondary".into()));
+        out.push(RAction::Event(Event::RoleChanged {
+            from: Role::Primary,
+            to: Role::Secondary,
+        }));
         self.rep.peers.broadcast(Msg::Role(Role::Secondary), out);
         Ok(())
     }
@@ -192,11 +196,8 @@ impl Resource {
                 let msg = match result {
                     Ok(()) => Msg::WriteAck { seq },
                     Err(e) => {
-                        self.rep.local_disk_failed(
-                            v,
-                            &format!("replicated write failed: {e:?}"),
-                            out,
-                        );
+                        let why = LocalFailure::ReplicatedWrite(e);
+                        self.rep.local_disk_failed(v, why, out);
                         Msg::NegAck { seq, errno: EIO }
                     }
                 };
@@ -223,7 +224,8 @@ impl Resource {
                     rs.writes_pending -= 1;
                 }
                 if result.is_err() {
-                    self.rep.local_disk_failed(v, "resync write failed", out);
+                    self.rep
+                        .local_disk_failed(v, LocalFailure::ResyncWrite, out);
                 }
                 self.rep.release_applying(v, out);
                 self.rep.pump_resync(&mut self.app.barriers, volume, out);
@@ -244,9 +246,8 @@ impl Resource {
         self.rep.peers[i].connected(self.rep.now_ms);
         for (v, vol) in self.rep.vols.iter_mut().enumerate() {
             if vol.resync.as_mut().is_some_and(|rs| rs.list_cut(peer)) {
-                out.push(RAction::Note(format!(
-                    "volume {v}: list from node {peer} was interrupted; full resync"
-                )));
+                let volume = v as u16;
+                out.push(RAction::Event(Event::ListCutOff { volume, peer }));
             }
         }
         out.push(RAction::Send {
@@ -263,11 +264,11 @@ impl Resource {
 
     /// The connection to `peer` is gone (closed, failed, timed out or dropped by us).
     pub fn peer_down(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
-        self.peer_down_event(peer, out);
+        self.peer_down_event(peer, LinkLoss::Closed, out);
         self.debug_check();
     }
 
-    fn peer_down_event(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
+    fn peer_down_event(&mut self, peer: NodeId, reason: LinkLoss, out: &mut Vec<RAction>) {
         let Some(i) = self.rep.peers.index(peer).filter(|&i| self.rep.peers[i].up) else {
             return;
         };
@@ -286,7 +287,7 @@ impl Resource {
                     .set_range(u.offset, u64::from(u.len)),
             }
         }
-        out.push(RAction::Note(format!("connection to node {peer} lost")));
+        out.push(RAction::Event(Event::PeerLost { peer, reason }));
         for (_, req) in orphans.app_waiting {
             self.app.writes.answered(req, peer, false);
             self.app.check_write(&mut self.rep, req, out);
@@ -302,9 +303,8 @@ impl Resource {
         }
         for (v, vol) in self.rep.vols.iter_mut().enumerate() {
             if vol.resync.as_mut().is_some_and(|rs| rs.source_lost(peer)) {
-                out.push(RAction::Note(format!(
-                    "volume {v}: resync from node {peer} interrupted"
-                )));
+                let volume = v as u16;
+                out.push(RAction::Event(Event::ResyncInterrupted { volume, peer }));
             }
         }
     }
@@ -321,15 +321,8 @@ impl Resource {
             return;
         };
         self.rep.peers[i].last_rx_ms = self.rep.now_ms;
-        if let Err(reason) = self.handle(i, packet, out) {
-            out.push(RAction::Disconnect {
-                peer,
-                reason: reason.clone(),
-            });
-            out.push(RAction::Note(format!(
-                "protocol error from node {peer}: {reason}"
-            )));
-            self.peer_down(peer, out);
+        if let Err(why) = self.handle(i, packet, out) {
+            self.drop_peer(peer, LinkLoss::Misbehaved(why), out);
         }
     }
 
@@ -340,12 +333,12 @@ impl Resource {
         i: usize,
         packet: &Packet<'_>,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let peer = self.rep.peers[i].id;
         match *packet {
             Packet::Role { role } => {
                 if role == Role::Primary && self.rep.role == Role::Primary {
-                    return Err("both nodes are Primary".into());
+                    return Err(ProtocolError::BothPrimary);
                 }
                 self.rep.peers[i].role = role;
             }
@@ -409,7 +402,7 @@ impl Resource {
                 yours,
             } => {
                 if volume as usize >= self.rep.vols.len() {
-                    return Err(format!("unknown volume {volume}"));
+                    return Err(ProtocolError::UnknownVolume(volume));
                 }
                 out.push(RAction::SplitBrain {
                     peer,
@@ -420,10 +413,13 @@ impl Resource {
                 });
             }
             Packet::Error { code, message } => {
-                return Err(format!("peer reported error {code}: {message}"));
+                return Err(ProtocolError::PeerReported {
+                    code,
+                    message: message.to_string(),
+                });
             }
             Packet::Hello { .. } | Packet::Auth { .. } | Packet::AuthOk => {
-                return Err("handshake packet after the handshake".into());
+                return Err(ProtocolError::HandshakeAfterHandshake);
             }
         }
         Ok(())
@@ -438,18 +434,20 @@ impl Resource {
         disk: DiskState,
         flags: u8,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let v = volume as usize;
         let ours = self
             .rep
             .vols
             .get(v)
-            .ok_or_else(|| format!("unknown volume {volume}"))?
+            .ok_or(ProtocolError::UnknownVolume(volume))?
             .size;
         if size != ours {
-            return Err(format!(
-                "volume {volume}: peer has {size} bytes, we have {ours}"
-            ));
+            return Err(ProtocolError::SizeMismatch {
+                volume,
+                theirs: size,
+                ours,
+            });
         }
         let created = flags & volume_flags::CREATED != 0;
         let pv = &mut self.rep.peers[i].vols[v];
@@ -533,12 +531,16 @@ impl Resource {
             }
         }
         for (peer, reason) in drop {
-            out.push(RAction::Disconnect {
-                peer,
-                reason: reason.clone(),
-            });
-            out.push(RAction::Note(format!("node {peer}: {reason}")));
-            self.peer_down(peer, out);
+            self.drop_peer(peer, reason, out);
         }
+    }
+
+    /// We end the connection to `peer`: the driver closes it.
+    fn drop_peer(&mut self, peer: NodeId, reason: LinkLoss, out: &mut Vec<RAction>) {
+        out.push(RAction::Disconnect {
+            peer,
+            reason: reason.clone(),
+        });
+        self.peer_down_event(peer, reason, out);
     }
 }

@@ -42,6 +42,8 @@ pub(super) struct Resync {
     /// Only live notices (not a list after a connect) made this resync: a routine
     /// catch-up, logged as detail.
     pub(super) live: bool,
+    /// Bytes received from sources so far.
+    pub(super) pulled: u64,
 }
 
 impl Resync {
@@ -60,6 +62,7 @@ impl Resync {
             retry_ms: RESYNC_RETRY_MS,
             stalled: false,
             live,
+            pulled: 0,
         }
     }
 

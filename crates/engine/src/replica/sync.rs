@@ -5,6 +5,7 @@
 use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::BLOCK;
+use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::msg::{DataRef, Msg, Token};
 use super::peer::{ListState, Peer};
 use super::replicas::Replicas;
@@ -29,7 +30,7 @@ impl Replicas {
         created: bool,
         deferred: bool,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let was = self.peers[i].vols[v].disk.replace(disk);
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
@@ -106,10 +107,7 @@ impl Replicas {
                 pv.repl = Repl::Established;
             }
         }
-        let note = format!(
-            "volume {v}: every replica was created empty at its node's start (a new cluster): UpToDate without a sync"
-        );
-        self.set_disk(v, DiskState::UpToDate, note, out);
+        self.set_disk(v, DiskState::UpToDate, DiskChange::NewCluster, out);
     }
 
     /// The peer's list of what we lack in `volume` ended.
@@ -119,12 +117,12 @@ impl Replicas {
         i: usize,
         volume: u16,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let (v, peer) = (volume as usize, self.peers[i].id);
         let pv = self.peers[i]
             .vols
             .get_mut(v)
-            .ok_or_else(|| format!("unknown volume {volume}"))?;
+            .ok_or(ProtocolError::UnknownVolume(volume))?;
         if let Err((mine, theirs)) = pv.list_ended() {
             let msg = Msg::SplitBrain {
                 volume,
@@ -157,7 +155,7 @@ impl Replicas {
         offset: u64,
         len: u32,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let v = self.check_range(volume, offset, u64::from(len))?;
         let peer = self.peers[i].id;
         let pv = &mut self.peers[i].vols[v];
@@ -172,9 +170,7 @@ impl Replicas {
             // Each lacks writes of a third node, the Primary, which it missed while apart
             // from it: only that Primary knows which is newer where they overlap. Retry
             // later (the Primary's lists settle it).
-            return Err(format!(
-                "volume {v}: each replica lacks writes of the Primary that the other has; reconnecting"
-            ));
+            return Err(ProtocolError::LackPrimaryWrites { volume });
         }
         // After the end of its list, a peer's notices are live: a write we missed.
         let live = pv.listed;
@@ -197,12 +193,12 @@ impl Replicas {
             return;
         }
         if self.vols[v].disk != DiskState::Inconsistent {
-            let note = if live {
-                format!("volume {v}: node {lister} tells of a write we missed; catching up")
+            let why = if live {
+                DiskChange::MissedWrite { peer: lister }
             } else {
-                format!("volume {v}: node {lister} lists writes we lack; resync needed")
+                DiskChange::Behind { peer: lister }
             };
-            self.set_disk_logged(v, DiskState::Inconsistent, note, live, out);
+            self.set_disk(v, DiskState::Inconsistent, why, out);
         }
         let protect = self
             .peers
@@ -292,10 +288,7 @@ impl Replicas {
             && !rs.stalled
         {
             rs.stalled = true;
-            out.push(RAction::Note(format!(
-                "volume {v}: no up-to-date replica within reach, and no peer has the blocks \
-                 we lack; the resync waits for one to return (I/O that needs one fails)"
-            )));
+            out.push(RAction::Event(Event::ResyncStalled { volume }));
         }
         if all_listed && rs.drained() && !rs.finishing {
             rs.finishing = true;
@@ -314,7 +307,7 @@ impl Replicas {
         errno: u32,
         data_len: usize,
         out: &mut Vec<RAction>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProtocolError> {
         let v = volume as usize;
         let peer = self.peers[i].id;
         if self
@@ -325,13 +318,13 @@ impl Replicas {
             return Ok(());
         }
         let Some(rs) = self.vols.get_mut(v).and_then(|vol| vol.resync.as_mut()) else {
-            return Err(format!("resync reply {id} without a resync"));
+            return Err(ProtocolError::ResyncReplyWithoutResync(id));
         };
         let Some((req_off, req_len)) = rs.outstanding.remove(&id) else {
-            return Err(format!("resync reply to unknown request {id}"));
+            return Err(ProtocolError::UnknownResyncRequest(id));
         };
         if req_off != offset || (errno == 0 && data_len != req_len as usize) {
-            return Err(format!("resync reply {id} does not match its request"));
+            return Err(ProtocolError::ResyncReplyMismatch(id));
         }
         if errno == EAGAIN {
             // The source lacks it too, for now: ask another one, or the same one later.
@@ -341,17 +334,19 @@ impl Replicas {
         }
         if errno != 0 {
             rs.to_pull.set_range(req_off, u64::from(req_len));
-            out.push(RAction::Note(format!(
-                "volume {v}: node {peer} could not read {req_off}+{req_len} for resync"
-            )));
-            return Err("sync source failed a resync read".into());
+            out.push(RAction::Event(Event::ResyncReadFailed {
+                volume,
+                peer,
+                offset: req_off,
+                len: req_len,
+            }));
+            return Err(ProtocolError::SourceReadFailed);
         }
         self.data_arrives(v, out);
         let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
+        rs.pulled += u64::from(req_len);
         if rs.data_arrived() {
-            out.push(RAction::Note(format!(
-                "volume {v}: node {peer} has blocks we lack; the resync goes on"
-            )));
+            out.push(RAction::Event(Event::ResyncResumed { volume, peer }));
         }
         // Write the sectors the application has not overwritten since the resync began.
         for (part, (s, e)) in rs.unwritten_parts(offset, req_len).into_iter().enumerate() {
@@ -393,14 +388,17 @@ impl Replicas {
         }
         let rs = self.vols[v].resync.take().expect("checked above");
         if !ok {
-            return self.local_disk_failed(v, "flush after resync failed", out);
+            return self.local_disk_failed(v, LocalFailure::FlushAfterResync, out);
         }
-        let source = rs.source.map_or("-".to_string(), |s| s.to_string());
         if let Some(i) = rs.source.and_then(|s| self.peers.index(s)) {
             self.peers[i].vols[v].repl = Repl::Established;
         }
-        let note = format!("volume {v}: resync from node {source} finished; UpToDate");
-        self.set_disk_logged(v, DiskState::UpToDate, note, rs.live, out);
+        let why = DiskChange::Synced {
+            source: rs.source,
+            bytes: rs.pulled,
+            live: rs.live,
+        };
+        self.set_disk(v, DiskState::UpToDate, why, out);
         self.offer_to_outdated(v, out);
     }
 

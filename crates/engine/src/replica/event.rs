@@ -1,0 +1,336 @@
+//! What the engine tells the world happened, as types: drivers turn these into log lines
+//! (and, later, an events stream and metrics); tests and the simulator match on them,
+//! never on text. `Display` gives the operator's sentence.
+
+use super::spec::NodeId;
+use crate::io::IoError;
+use std::fmt;
+use tandem_wire::packet::{DiskState, Role};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    RoleChanged {
+        from: Role,
+        to: Role,
+    },
+    /// Our replica of `volume` changed disk state.
+    DiskChanged {
+        volume: u16,
+        from: DiskState,
+        to: DiskState,
+        why: DiskChange,
+    },
+    /// The connection to `peer` ended.
+    PeerLost {
+        peer: NodeId,
+        reason: LinkLoss,
+    },
+    /// `peer` reconnected while its list of what we lack was still coming: we cannot know
+    /// all we lack, so everything is pulled.
+    ListCutOff {
+        volume: u16,
+        peer: NodeId,
+    },
+    /// The connection to our sync source dropped; the resync goes on from another peer or
+    /// when it returns.
+    ResyncInterrupted {
+        volume: u16,
+        peer: NodeId,
+    },
+    /// No up-to-date replica is within reach and no peer has the blocks we lack: the
+    /// resync waits (said once until data arrives again).
+    ResyncStalled {
+        volume: u16,
+    },
+    /// Data arrived again after [`Event::ResyncStalled`].
+    ResyncResumed {
+        volume: u16,
+        peer: NodeId,
+    },
+    /// The sync source could not read a range we asked for.
+    ResyncReadFailed {
+        volume: u16,
+        peer: NodeId,
+        offset: u64,
+        len: u32,
+    },
+    /// An application write failed on every replica that could vouch for it.
+    WriteFailed {
+        volume: u16,
+        offset: u64,
+        len: u32,
+    },
+}
+
+/// Why our replica's disk state changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskChange {
+    /// `tandem primary --force`.
+    ForcedByAdministrator,
+    /// A local operation failed: the replica is detached (DRBD's on-io-error detach).
+    Failed(LocalFailure),
+    /// A peer told of a write we missed on a running connection.
+    MissedWrite { peer: NodeId },
+    /// A peer's list after a connect names writes we lack.
+    Behind { peer: NodeId },
+    /// Every replica was created empty at its node's start and all have met.
+    NewCluster,
+    /// A resync finished, after pulling `bytes` from `source`.
+    Synced {
+        source: Option<NodeId>,
+        bytes: u64,
+        /// Only live notices (writes missed on a running connection) made this resync.
+        live: bool,
+    },
+}
+
+/// Which local operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalFailure {
+    Read(IoError),
+    Write(IoError),
+    ReplicatedWrite(IoError),
+    ResyncWrite,
+    Fdatasync,
+    FlushAfterResync,
+}
+
+/// Why a connection to a peer ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkLoss {
+    /// Closed, failed or timed out in the driver.
+    Closed,
+    /// The peer broke the protocol: the connection is dropped, never the node.
+    Misbehaved(ProtocolError),
+    /// A replicated write was not acknowledged within the request timeout (ms).
+    WriteTimeout(u64),
+    /// A ping was not answered within the ping timeout (ms).
+    PingTimeout(u64),
+}
+
+impl Event {
+    /// Routine detail for a debug log rather than an operator's line: a live catch-up
+    /// resync (a replica cut off from the Primary pulling through another replica) starts
+    /// and ends once per burst of writes.
+    pub fn is_detail(&self) -> bool {
+        matches!(
+            self,
+            Event::DiskChanged {
+                why: DiskChange::MissedWrite { .. },
+                ..
+            } | Event::DiskChanged {
+                why: DiskChange::Synced { live: true, .. },
+                ..
+            } | Event::WriteFailed { .. }
+        )
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::RoleChanged {
+                to: Role::Primary, ..
+            } => write!(f, "promoted to Primary"),
+            Event::RoleChanged { .. } => write!(f, "demoted to Secondary"),
+            Event::DiskChanged {
+                volume,
+                to,
+                why,
+                from: _,
+            } => write!(f, "volume {volume}: {}", DiskLine(why, *to)),
+            Event::PeerLost {
+                peer,
+                reason: LinkLoss::Closed,
+            } => write!(f, "connection to node {peer} lost"),
+            Event::PeerLost {
+                peer,
+                reason: LinkLoss::Misbehaved(why),
+            } => write!(f, "protocol error from node {peer}: {why}"),
+            Event::PeerLost { peer, reason } => write!(f, "node {peer}: {reason}"),
+            Event::ListCutOff { volume, peer } => write!(
+                f,
+                "volume {volume}: list from node {peer} was interrupted; full resync"
+            ),
+            Event::ResyncInterrupted { volume, peer } => {
+                write!(f, "volume {volume}: resync from node {peer} interrupted")
+            }
+            Event::ResyncStalled { volume } => write!(
+                f,
+                "volume {volume}: no up-to-date replica within reach, and no peer has the \
+                 blocks we lack; the resync waits for one to return (I/O that needs one fails)"
+            ),
+            Event::ResyncResumed { volume, peer } => write!(
+                f,
+                "volume {volume}: node {peer} has blocks we lack; the resync goes on"
+            ),
+            Event::ResyncReadFailed {
+                volume,
+                peer,
+                offset,
+                len,
+            } => write!(
+                f,
+                "volume {volume}: node {peer} could not read {offset}+{len} for resync"
+            ),
+            Event::WriteFailed {
+                volume,
+                offset,
+                len,
+            } => write!(f, "volume {volume}: write {offset}+{len} failed"),
+        }
+    }
+}
+
+/// The sentence for a disk state change.
+struct DiskLine<'a>(&'a DiskChange, DiskState);
+
+impl fmt::Display for DiskLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            DiskChange::ForcedByAdministrator => write!(f, "forced UpToDate by the administrator"),
+            DiskChange::Failed(what) => {
+                write!(f, "local replica failed ({what}); detached")
+            }
+            DiskChange::MissedWrite { peer } => {
+                write!(f, "node {peer} tells of a write we missed; catching up")
+            }
+            DiskChange::Behind { peer } => {
+                write!(f, "node {peer} lists writes we lack; resync needed")
+            }
+            DiskChange::NewCluster => write!(
+                f,
+                "every replica was created empty at its node's start (a new cluster): UpToDate without a sync"
+            ),
+            DiskChange::Synced {
+                source, bytes, ..
+            } => {
+                let source = source.map_or("-".to_string(), |s| s.to_string());
+                let kib = bytes >> 10;
+                write!(f, "resync from node {source} finished ({kib} KiB pulled); {:?}", self.1)
+            }
+        }
+    }
+}
+
+impl fmt::Display for LocalFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LocalFailure::Read(e) => return write!(f, "read failed: {e:?}"),
+            LocalFailure::Write(e) => return write!(f, "write failed: {e:?}"),
+            LocalFailure::ReplicatedWrite(e) => return write!(f, "replicated write failed: {e:?}"),
+            LocalFailure::ResyncWrite => "resync write failed",
+            LocalFailure::Fdatasync => "fdatasync failed",
+            LocalFailure::FlushAfterResync => "flush after resync failed",
+        })
+    }
+}
+
+impl fmt::Display for LinkLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkLoss::Closed => f.write_str("connection closed"),
+            LinkLoss::Misbehaved(why) => write!(f, "{why}"),
+            LinkLoss::WriteTimeout(ms) => {
+                write!(f, "a replicated write was not acknowledged within {ms} ms")
+            }
+            LinkLoss::PingTimeout(ms) => write!(f, "no answer to a ping within {ms} ms"),
+        }
+    }
+}
+
+/// Why we drop a connection over what the peer sent: it broke the protocol (a malformed or
+/// impossible packet), or our replicas are in a state only a reconnect can settle. The
+/// connection is dropped, never the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    BothPrimary,
+    WriteFromSecondary,
+    WriteOutOfOrder {
+        seq: u64,
+        last: u64,
+    },
+    UnknownVolume(u16),
+    OutOfRange {
+        volume: u16,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
+    SizeMismatch {
+        volume: u16,
+        theirs: u64,
+        ours: u64,
+    },
+    UnknownBarrier(u64),
+    UnknownWrite {
+        seq: u64,
+        negative: bool,
+    },
+    UnknownRead(u64),
+    ReadReplyLength {
+        got: usize,
+        asked: u32,
+    },
+    ResyncReplyWithoutResync(u64),
+    UnknownResyncRequest(u64),
+    ResyncReplyMismatch(u64),
+    /// The sync source could not read what we asked for (its disk failed).
+    SourceReadFailed,
+    /// Each replica lacks writes of a third node, the Primary, that the other has: only
+    /// the Primary's lists settle which is newer, so retry later.
+    LackPrimaryWrites {
+        volume: u16,
+    },
+    /// The peer sent an error packet.
+    PeerReported {
+        code: u32,
+        message: String,
+    },
+    HandshakeAfterHandshake,
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ProtocolError::*;
+        match self {
+            BothPrimary => write!(f, "both nodes are Primary"),
+            WriteFromSecondary => write!(f, "replicated write from a node that is not Primary"),
+            WriteOutOfOrder { seq, last } => write!(f, "write sequence {seq} not after {last}"),
+            UnknownVolume(v) => write!(f, "unknown volume {v}"),
+            OutOfRange {
+                volume,
+                offset,
+                len,
+                size,
+            } => write!(
+                f,
+                "range {offset}+{len} outside volume {volume} of {size} bytes"
+            ),
+            SizeMismatch {
+                volume,
+                theirs,
+                ours,
+            } => write!(f, "volume {volume}: peer has {theirs} bytes, we have {ours}"),
+            UnknownBarrier(id) => write!(f, "acknowledgement of unknown barrier {id}"),
+            UnknownWrite { seq, negative } => {
+                let what = if *negative { "negative " } else { "" };
+                write!(f, "{what}acknowledgement of unknown write {seq}")
+            }
+            UnknownRead(id) => write!(f, "reply to unknown read {id}"),
+            ReadReplyLength { got, asked } => write!(f, "read reply of {got} bytes for {asked}"),
+            ResyncReplyWithoutResync(id) => write!(f, "resync reply {id} without a resync"),
+            UnknownResyncRequest(id) => write!(f, "resync reply to unknown request {id}"),
+            ResyncReplyMismatch(id) => write!(f, "resync reply {id} does not match its request"),
+            SourceReadFailed => write!(f, "sync source failed a resync read"),
+            LackPrimaryWrites { volume } => write!(
+                f,
+                "volume {volume}: each replica lacks writes of the Primary that the other has; reconnecting"
+            ),
+            PeerReported { code, message } => write!(f, "peer reported error {code}: {message}"),
+            HandshakeAfterHandshake => write!(f, "handshake packet after the handshake"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
