@@ -115,9 +115,7 @@ fn a_second_primary_is_refused() {
         &mut out,
     );
     assert!(
-        disconnects(&out)
-            .iter()
-            .any(|r| *r == LinkLoss::Misbehaved(ProtocolError::BothPrimary)),
+        disconnects(&out).contains(&LinkLoss::Misbehaved(ProtocolError::BothPrimary)),
         "{out:?}"
     );
 }
@@ -138,9 +136,7 @@ fn writes_from_a_node_that_is_not_primary_are_a_protocol_error() {
     };
     n.packet(0, &w, &mut out);
     assert!(
-        disconnects(&out)
-            .iter()
-            .any(|r| *r == LinkLoss::Misbehaved(ProtocolError::WriteFromSecondary)),
+        disconnects(&out).contains(&LinkLoss::Misbehaved(ProtocolError::WriteFromSecondary)),
         "{out:?}"
     );
     assert!(
