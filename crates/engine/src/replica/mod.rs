@@ -6,10 +6,12 @@
 //! verb — and execute the [`RAction`]s it pushes. Payload bytes never enter the engine: they
 //! are named by [`DataRef`] and stay with the driver.
 //!
-//! Rooms: `spec` (what a resource is), `msg` (what goes to peers, how disk operations and
-//! payloads are named), `action` (what the driver is asked to do), `status`, `nodeset`, `peer` (one
-//! peer's state), `resync` (a sync target's progress), `bitmap` and `overlap` (data
-//! structures), and `resource`, the dispatcher that holds them together.
+//! Rooms (the map with what each owns and handles is in `docs/ARCHITECTURE.md`, "The
+//! engine's rooms"): `resource` dispatches over `replicas` (our replicas and the peers')
+//! and `requests` (the Primary's application I/O: `writes`, `reads`, `barriers`);
+//! `receive` is what a Secondary does for its peers (`apply` queue), `sync` the
+//! out-of-sync lists and resync decisions (`resync`); `local`, `peer`, `event`, `msg`,
+//! `action`, `spec`, `status`, `nodeset`, `bitmap` and `overlap` hold the types.
 
 mod action;
 mod apply;
