@@ -2,8 +2,8 @@
 //! data path under failures; these pin down what a misbehaving peer or operator gets.
 
 use tandem_engine::replica::{
-    DiskState, Event, LinkLoss, Msg, PromoteError, Protocol, ProtocolError, RAction,
-    ReplicaAtStart, Resource, ResourceSpec, Role, Token,
+    AutoPromote, DiskState, Event, LinkLoss, Msg, PromoteError, Protocol, ProtocolError, RAction,
+    ReplicaAtStart, Resource, ResourceSpec, Role, RoleChange, Token,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
@@ -1430,4 +1430,79 @@ fn ticking_only_at_poll_timeout_fires_every_timer_on_time() {
         "dropped once the ping is overdue: {out:?}"
     );
     assert_eq!(beta.poll_timeout(), None);
+}
+
+fn role_changes(out: &[RAction]) -> Vec<(Role, RoleChange)> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Event(Event::RoleChanged { to, why, .. }) => Some((*to, *why)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// DRBD's auto-promote, decided by the engine: the first client promotes a node when no
+/// other is Primary; the last one to leave demotes it once its requests are answered; a
+/// node the administrator promoted stays Primary.
+#[test]
+fn clients_promote_and_the_last_one_leaving_demotes_once_its_requests_are_answered() {
+    let mut n = node(0);
+    let mut out = Vec::new();
+    assert_eq!(n.client_attached(&mut out), AutoPromote::Promoted);
+    assert_eq!(
+        role_changes(&out),
+        vec![(Role::Primary, RoleChange::ClientAttached)]
+    );
+    assert_eq!(n.client_attached(&mut out), AutoPromote::Unchanged);
+    out.clear();
+    let write = Io::Write {
+        offset: 0,
+        len: 512,
+        fua: false,
+    };
+    n.submit(ReqId(1), 0, write, &mut out);
+    n.client_detached(&mut out);
+    n.client_detached(&mut out);
+    assert_eq!(n.role(), Role::Primary, "a write is in flight");
+    n.disk_done(
+        0,
+        Token::App(ReqId(1)),
+        DiskKind::Write {
+            offset: 0,
+            len: 512,
+        },
+        Ok(()),
+        &mut out,
+    );
+    assert_eq!(n.role(), Role::Secondary, "answered: {out:?}");
+    assert_eq!(
+        role_changes(&out),
+        vec![(Role::Secondary, RoleChange::LastClientLeft)]
+    );
+
+    // Promoted by the administrator: clients come and go, it stays Primary.
+    out.clear();
+    n.promote(false, &mut out).unwrap();
+    assert_eq!(n.client_attached(&mut out), AutoPromote::Unchanged);
+    n.client_detached(&mut out);
+    assert_eq!(n.role(), Role::Primary);
+
+    // Another node is Primary: a client attaching changes nothing.
+    let mut m = node(1);
+    m.peer_up(0, &mut out);
+    m.packet(
+        0,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    assert_eq!(m.client_attached(&mut out), AutoPromote::Unchanged);
+    assert_eq!(m.role(), Role::Secondary);
+    // Without an up-to-date replica within reach it is refused, and says why.
+    let mut d = node(2);
+    assert_eq!(
+        d.client_attached(&mut out),
+        AutoPromote::Refused(PromoteError::NoUpToDate(0))
+    );
 }

@@ -27,6 +27,15 @@ impl std::fmt::Display for PromoteError {
 
 impl std::error::Error for PromoteError {}
 
+/// What an attaching application client did to this node's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AutoPromote {
+    /// Already Primary, or another node is: nothing to do.
+    Unchanged,
+    Promoted,
+    Refused(PromoteError),
+}
+
 /// Why this node cannot become Secondary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DemoteError {

@@ -12,6 +12,7 @@ pub enum Event {
     RoleChanged {
         from: Role,
         to: Role,
+        why: RoleChange,
     },
     /// Our replica of `volume` changed disk state.
     DiskChanged {
@@ -21,32 +22,18 @@ pub enum Event {
         why: DiskChange,
     },
     /// The connection to `peer` ended.
-    PeerLost {
-        peer: NodeId,
-        reason: LinkLoss,
-    },
+    PeerLost { peer: NodeId, reason: LinkLoss },
     /// `peer` reconnected while its list of what we lack was still coming: we cannot know
     /// all we lack, so everything is pulled.
-    ListCutOff {
-        volume: u16,
-        peer: NodeId,
-    },
+    ListCutOff { volume: u16, peer: NodeId },
     /// The connection to our sync source dropped; the resync goes on from another peer or
     /// when it returns.
-    ResyncInterrupted {
-        volume: u16,
-        peer: NodeId,
-    },
+    ResyncInterrupted { volume: u16, peer: NodeId },
     /// No up-to-date replica is within reach and no peer has the blocks we lack: the
     /// resync waits (said once until data arrives again).
-    ResyncStalled {
-        volume: u16,
-    },
+    ResyncStalled { volume: u16 },
     /// Data arrived again after [`Event::ResyncStalled`].
-    ResyncResumed {
-        volume: u16,
-        peer: NodeId,
-    },
+    ResyncResumed { volume: u16, peer: NodeId },
     /// The sync source could not read a range we asked for.
     ResyncReadFailed {
         volume: u16,
@@ -55,11 +42,17 @@ pub enum Event {
         len: u32,
     },
     /// An application write failed on every replica that could vouch for it.
-    WriteFailed {
-        volume: u16,
-        offset: u64,
-        len: u32,
-    },
+    WriteFailed { volume: u16, offset: u64, len: u32 },
+}
+
+/// Why this node's role changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleChange {
+    Administrator,
+    /// An application client attached and no other node was Primary.
+    ClientAttached,
+    /// The last client of a node promoted for it left.
+    LastClientLeft,
 }
 
 /// Why our replica's disk state changed.

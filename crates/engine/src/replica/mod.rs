@@ -29,14 +29,15 @@ mod replicas;
 mod requests;
 mod resource;
 mod resync;
+mod role;
 mod spec;
 mod status;
 mod sync;
 mod writes;
 
-pub use action::{DemoteError, PromoteError, RAction};
+pub use action::{AutoPromote, DemoteError, PromoteError, RAction};
 pub use bitmap::Bitmap;
-pub use event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError};
+pub use event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
 pub use msg::{DataRef, Msg, Token};
 pub use nodeset::NodeSet;
 pub use resource::Resource;

@@ -14,13 +14,14 @@
 //! peer may lack sets bits in that peer's bitmap; on reconnect, the up-to-date side lists
 //! those ranges to the peer, which pulls them in block order.
 
-use super::action::{DemoteError, PromoteError, RAction};
-use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError};
+use super::action::{AutoPromote, DemoteError, PromoteError, RAction};
+use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
 use super::msg::{Msg, Token};
 use super::peer::Timer;
 use super::replicas::Replicas;
 use super::requests::Requests;
 use super::resync::Resync;
+use super::role::AutoRole;
 use super::spec::{NodeId, ReplicaAtStart, ResourceSpec};
 use super::status::{PeerStatus, PeerVolumeStatus, Status, VolumeStatus};
 use crate::io::{DiskKind, Io, IoError, ReqId};
@@ -36,6 +37,7 @@ const EIO: u32 = tandem_wire::Errno::Io.code();
 pub struct Resource {
     rep: Replicas,
     app: Requests,
+    auto: AutoRole,
 }
 
 impl Resource {
@@ -45,6 +47,7 @@ impl Resource {
         Resource {
             app: Requests::new(spec.sizes.len()),
             rep: Replicas::new(spec, found),
+            auto: AutoRole::default(),
         }
     }
 
@@ -106,6 +109,16 @@ impl Resource {
     /// date first (the administrator's choice of a sync source, as with DRBD's
     /// `primary --force`).
     pub fn promote(&mut self, force: bool, out: &mut Vec<RAction>) -> Result<(), PromoteError> {
+        self.auto.clear();
+        self.promote_for(RoleChange::Administrator, force, out)
+    }
+
+    fn promote_for(
+        &mut self,
+        why: RoleChange,
+        force: bool,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), PromoteError> {
         if self.rep.role == Role::Primary {
             return Ok(());
         }
@@ -127,30 +140,65 @@ impl Resource {
         if let Some(v) = (0..self.rep.vols.len()).find(|&v| !self.rep.up_to_date_within_reach(v)) {
             return Err(PromoteError::NoUpToDate(v as u16));
         }
-        self.rep.role = Role::Primary;
-        out.push(RAction::Event(Event::RoleChanged {
-            from: Role::Secondary,
-            to: Role::Primary,
-        }));
-        self.rep.peers.broadcast(Msg::Role(Role::Primary), out);
+        self.set_role(Role::Primary, why, out);
         Ok(())
     }
 
     /// Makes this node Secondary; refused while application requests are in flight.
     pub fn demote(&mut self, out: &mut Vec<RAction>) -> Result<(), DemoteError> {
+        self.auto.clear();
+        self.demote_for(RoleChange::Administrator, out)
+    }
+
+    fn demote_for(&mut self, why: RoleChange, out: &mut Vec<RAction>) -> Result<(), DemoteError> {
         if self.rep.role == Role::Secondary {
             return Ok(());
         }
         if self.app_in_flight() > 0 {
             return Err(DemoteError::RequestsInFlight(self.app_in_flight()));
         }
-        self.rep.role = Role::Secondary;
-        out.push(RAction::Event(Event::RoleChanged {
-            from: Role::Primary,
-            to: Role::Secondary,
-        }));
-        self.rep.peers.broadcast(Msg::Role(Role::Secondary), out);
+        self.set_role(Role::Secondary, why, out);
         Ok(())
+    }
+
+    fn set_role(&mut self, to: Role, why: RoleChange, out: &mut Vec<RAction>) {
+        let from = std::mem::replace(&mut self.rep.role, to);
+        out.push(RAction::Event(Event::RoleChanged { from, to, why }));
+        self.rep.peers.broadcast(Msg::Role(to), out);
+    }
+
+    /// An application (NBD) client attached: the first one makes this node Primary when no
+    /// other node is (DRBD's auto-promote).
+    pub fn client_attached(&mut self, out: &mut Vec<RAction>) -> AutoPromote {
+        self.auto.attach();
+        if self.rep.role == Role::Primary || self.rep.peers.primary().is_some() {
+            return AutoPromote::Unchanged;
+        }
+        let result = self.promote_for(RoleChange::ClientAttached, false, out);
+        self.debug_check();
+        match result {
+            Ok(()) => {
+                self.auto.promoted();
+                AutoPromote::Promoted
+            }
+            Err(e) => AutoPromote::Refused(e),
+        }
+    }
+
+    /// An application client left (or was fenced off): the last one takes back a Primary
+    /// role its clients gave, once every request it took is answered.
+    pub fn client_detached(&mut self, out: &mut Vec<RAction>) {
+        self.auto.detach();
+        self.after_event(out);
+    }
+
+    /// What every event ends with: the auto-demotion a last request may allow, and the
+    /// invariants (debug builds).
+    fn after_event(&mut self, out: &mut Vec<RAction>) {
+        if self.auto.should_demote() && self.demote_for(RoleChange::LastClientLeft, out).is_ok() {
+            self.auto.clear();
+        }
+        self.debug_check();
     }
 
     /// Whether any connected peer is Primary.
@@ -161,7 +209,7 @@ impl Resource {
     /// A new application request on `volume`, already validated by the frontend.
     pub fn submit(&mut self, req: ReqId, volume: u16, io: Io, out: &mut Vec<RAction>) {
         self.app.submit_event(&mut self.rep, req, volume, io, out);
-        self.debug_check();
+        self.after_event(out);
     }
 
     /// A disk operation issued with [`RAction::Disk`] finished.
@@ -174,7 +222,7 @@ impl Resource {
         out: &mut Vec<RAction>,
     ) {
         self.disk_done_event(volume, token, kind, result, out);
-        self.debug_check();
+        self.after_event(out);
     }
 
     fn disk_done_event(
@@ -236,7 +284,7 @@ impl Resource {
     /// An authenticated connection to `peer` is up.
     pub fn peer_up(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
         self.peer_up_event(peer, out);
-        self.debug_check();
+        self.after_event(out);
     }
 
     fn peer_up_event(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
@@ -265,7 +313,7 @@ impl Resource {
     /// The connection to `peer` is gone (closed, failed, timed out or dropped by us).
     pub fn peer_down(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
         self.peer_down_event(peer, LinkLoss::Closed, out);
-        self.debug_check();
+        self.after_event(out);
     }
 
     fn peer_down_event(&mut self, peer: NodeId, reason: LinkLoss, out: &mut Vec<RAction>) {
@@ -313,7 +361,7 @@ impl Resource {
     /// connection (never the node).
     pub fn packet(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
         self.packet_event(peer, packet, out);
-        self.debug_check();
+        self.after_event(out);
     }
 
     fn packet_event(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
@@ -477,7 +525,7 @@ impl Resource {
     /// Advances the clock: keepalive pings and timeouts.
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
         self.tick_event(now_ms, out);
-        self.debug_check();
+        self.after_event(out);
     }
 
     /// Tells the engine the time without running its timers: a driver that ticks only at
