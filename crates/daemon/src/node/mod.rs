@@ -8,7 +8,6 @@
 mod control;
 mod links;
 mod peer;
-mod sync_plan;
 
 use crate::bufpool::{BufPool, DataBuf};
 use crate::busy_poll::Waiter;
@@ -25,7 +24,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use sync_plan::{FlushPattern, FlushPlan, SyncPlan, SyncStart};
+use tandem_engine::sync_plan::{FlushPattern, FlushPlan, SyncPlan, SyncStart};
 use tandem_config::{Endpoint, ResourceConfig};
 use tandem_engine::replica::{
     DataRef, Msg, NodeId, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
@@ -201,7 +200,7 @@ enum Tag {
     /// An operation the engine asked for: (resource, volume, token).
     Op(usize, u16, Token),
     /// An fdatasync of every local replica of a resource, covering its writes up to `gen`
-    /// (see [`sync_plan`]).
+    /// (see [`tandem_engine::sync_plan`]).
     Sync { r: usize, gen: u64 },
 }
 
@@ -233,7 +232,7 @@ struct NodeReactor {
     engine_wake: Option<Instant>,
     next_conn_id: u64,
     busy_poll: Duration,
-    /// Syncs ahead of a flush (see [`sync_plan`]), started after this round's sends.
+    /// Syncs ahead of a flush (see [`tandem_engine::sync_plan`]), started after this round's sends.
     syncs_ahead: Vec<(usize, SyncStart)>,
     /// NBD requests and peer packets handled since the last wait (see `busy_poll::BURST`).
     handled: usize,
