@@ -137,13 +137,9 @@ impl NodeReactor {
             "primary" => {
                 let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
                 let res = &mut self.res[r];
-                match res.engine.promote(force, &mut actions) {
-                    Ok(()) => {
-                        res.auto_promoted = false;
-                        Ok(())
-                    }
-                    Err(e) => Err(res.explain(e)),
-                }
+                res.engine
+                    .promote(force, &mut actions)
+                    .map_err(|e| res.explain(e))
             }
             "secondary" => {
                 let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
@@ -261,7 +257,7 @@ impl NodeReactor {
                 "node_id": res.me,
                 "role": role_name(st.role),
                 "app_in_flight": st.app_in_flight,
-                "nbd_clients": res.nbd_clients,
+                "nbd_clients": res.engine.clients(),
                 "volumes": volumes,
                 "peers": peers,
             }));

@@ -24,12 +24,12 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tandem_engine::sync_plan::{FlushPattern, FlushPlan, SyncPlan, SyncStart};
 use tandem_config::{Endpoint, ResourceConfig};
 use tandem_engine::replica::{
-    DataRef, Msg, NodeId, PromoteError, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
-    Role, Token,
+    AutoPromote, DataRef, Msg, NodeId, PromoteError, Protocol, RAction, ReplicaAtStart, Resource,
+    ResourceSpec, Role, Token,
 };
+use tandem_engine::sync_plan::{FlushPattern, FlushPlan, SyncPlan, SyncStart};
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_frontend::nbd::{
     reply, BlockSizes, Command, Decoded, Errno, ExportInfo, HandshakeStep, RequestDecoder,
@@ -118,8 +118,6 @@ struct ResCtx {
     backings: Vec<Option<Arc<Backing>>>,
     exports: Vec<ExportInfo>,
     peers: Vec<PeerSlot>,
-    nbd_clients: usize,
-    auto_promoted: bool,
     /// `tandem secondary --force` with requests in flight: the clients are fenced, and the
     /// engine is demoted once those requests are answered.
     demote_pending: bool,
@@ -456,9 +454,7 @@ impl NodeReactor {
             backings,
             exports,
             peers,
-            nbd_clients: 0,
             demote_pending: false,
-            auto_promoted: false,
             congested: false,
             stalled: Vec::new(),
             syncs: SyncPlan::default(),
@@ -985,21 +981,16 @@ impl NodeReactor {
         }
     }
 
-    /// Auto-promote: the first client of a writable volume makes this node Primary when no
-    /// other node is.
+    /// Auto-promote (decided by the engine): the first client of a resource makes this node
+    /// Primary when no other node is.
     fn client_attached(&mut self, r: usize) {
         let res = &mut self.res[r];
-        res.nbd_clients += 1;
-        if res.engine.role() == Role::Primary || res.engine.peer_primary().is_some() {
-            return;
-        }
         let mut actions = Vec::new();
-        match res.engine.promote(false, &mut actions) {
-            Ok(()) => {
-                res.auto_promoted = true;
-                info!(resource = %res.cfg.name, "auto-promoted: an NBD client attached");
+        match res.engine.client_attached(&mut actions) {
+            AutoPromote::Refused(e) => {
+                warn!(resource = %res.cfg.name, "auto-promote refused: {}", res.explain(e))
             }
-            Err(e) => warn!(resource = %res.cfg.name, "auto-promote refused: {}", res.explain(e)),
+            AutoPromote::Promoted | AutoPromote::Unchanged => {}
         }
         self.run_actions(r, actions, Ctx::default());
     }
@@ -1034,7 +1025,6 @@ impl NodeReactor {
         let res = &mut self.res[r];
         if res.engine.role() != Role::Primary || clients.is_empty() {
             res.engine.demote(out).map_err(|e| e.to_string())?;
-            res.auto_promoted = false;
             return Ok(());
         }
         let n = clients.len();
@@ -1060,7 +1050,6 @@ impl NodeReactor {
             }
         }
         let res = &mut self.res[r];
-        res.auto_promoted = false;
         if in_flight > 0 {
             res.demote_pending = true;
             return Ok(());
@@ -1121,22 +1110,11 @@ impl NodeReactor {
         }
     }
 
+    /// The engine demotes a node its clients promoted once the last one left and every
+    /// request it took is answered.
     fn client_detached(&mut self, r: usize) {
-        let res = &mut self.res[r];
-        res.nbd_clients = res.nbd_clients.saturating_sub(1);
-        self.maybe_auto_demote(r);
-    }
-
-    fn maybe_auto_demote(&mut self, r: usize) {
-        let res = &mut self.res[r];
-        if res.nbd_clients > 0 || !res.auto_promoted {
-            return;
-        }
         let mut actions = Vec::new();
-        if res.engine.demote(&mut actions).is_ok() {
-            res.auto_promoted = false;
-            info!(resource = %res.cfg.name, "auto-demoted: the last NBD client left");
-        }
+        self.res[r].engine.client_detached(&mut actions);
         self.run_actions(r, actions, Ctx::default());
     }
 
@@ -1455,7 +1433,6 @@ impl NodeReactor {
             let mut actions = Vec::new();
             self.res[r].engine.tick(now, &mut actions);
             self.run_actions(r, actions, Ctx::default());
-            self.maybe_auto_demote(r);
         }
         self.dial();
         // Handshakes (NBD or peer) that never finish.

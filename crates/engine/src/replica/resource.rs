@@ -185,6 +185,11 @@ impl Resource {
         }
     }
 
+    /// Application clients attached.
+    pub fn clients(&self) -> usize {
+        self.auto.clients()
+    }
+
     /// An application client left (or was fenced off): the last one takes back a Primary
     /// role its clients gave, once every request it took is answered.
     pub fn client_detached(&mut self, out: &mut Vec<RAction>) {

@@ -20,6 +20,10 @@ impl AutoRole {
         self.clients = self.clients.saturating_sub(1);
     }
 
+    pub(super) fn clients(&self) -> usize {
+        self.clients
+    }
+
     pub(super) fn promoted(&mut self) {
         self.promoted = true;
     }
