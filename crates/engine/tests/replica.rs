@@ -1506,3 +1506,146 @@ fn clients_promote_and_the_last_one_leaving_demotes_once_its_requests_are_answer
         AutoPromote::Refused(PromoteError::NoUpToDate(0))
     );
 }
+
+fn listed(out: &[RAction], to: u8) -> Vec<(u64, u32)> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                peer,
+                msg: Msg::OutOfSync { offset, len, .. },
+            } if *peer == to && *len > 0 => Some((*offset, *len)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Soak seed 80045903: a replica restarted (its currency unknown), was synced in full by a
+/// Secondary cut off from the Primary (which lacked a write the restarted one had) and
+/// called itself UpToDate before the Primary came back; the Primary listed only what it
+/// knew the replica had missed, and an acknowledged write was gone from two replicas. Now
+/// the replica stays unproven (and says so) until it is synced under a Primary's list, and
+/// a diskful Primary lists everything to it.
+#[test]
+fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
+    let mut p = node(0);
+    let mut out = Vec::new();
+    p.promote(false, &mut out).unwrap();
+    out.clear();
+    p.peer_up(1, &mut out);
+    let volume = |flags| Packet::Volume {
+        volume: 0,
+        size: 1 << 20,
+        disk: DiskState::UpToDate,
+        flags,
+    };
+    p.packet(
+        1,
+        &volume(tandem_wire::packet::volume_flags::UNPROVEN),
+        &mut out,
+    );
+    assert_eq!(listed(&out, 1), vec![(0, 1 << 20)], "{out:?}");
+
+    // A proven one hears only what it missed (nothing here).
+    let mut p = node(0);
+    p.promote(false, &mut out).unwrap();
+    out.clear();
+    p.peer_up(1, &mut out);
+    p.packet(1, &volume(0), &mut out);
+    assert_eq!(listed(&out, 1), vec![]);
+
+    // The replica's side: synced by a Secondary while no Primary is connected, it stays
+    // unproven when UpToDate; it tells its peers so.
+    let mut r = Resource::new(spec(1), vec![ReplicaAtStart::Existing]);
+    out.clear();
+    r.peer_up(2, &mut out);
+    r.peer_up(0, &mut out);
+    let says_unproven = |out: &[RAction]| {
+        out.iter().any(|a| {
+            matches!(
+                a,
+                RAction::Send {
+                    msg: Msg::Volume {
+                        disk: DiskState::UpToDate,
+                        unproven: true,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+    };
+    // Node 0 (a Secondary here) is UpToDate and lists everything to our Outdated replica.
+    meets(&mut r, 0, DiskState::UpToDate, &mut out);
+    r.packet(
+        0,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 1 << 20,
+        },
+        &mut out,
+    );
+    r.packet(
+        0,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
+    // Node 2 is diskless and lists nothing.
+    r.packet(
+        2,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Diskless,
+            flags: 0,
+        },
+        &mut out,
+    );
+    r.packet(
+        2,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
+    // Serve every resync request from node 0 and complete every disk operation.
+    let mut queue: std::collections::VecDeque<RAction> = std::mem::take(&mut out).into();
+    let mut seen = Vec::new();
+    while let Some(a) = queue.pop_front() {
+        let mut next = Vec::new();
+        match &a {
+            RAction::Send {
+                peer: 0,
+                msg: Msg::ResyncReq {
+                    id, offset, len, ..
+                },
+            } => {
+                let data = vec![0u8; *len as usize];
+                let reply = Packet::ResyncReply {
+                    volume: 0,
+                    id: *id,
+                    offset: *offset,
+                    errno: 0,
+                    data: &data,
+                };
+                r.packet(0, &reply, &mut next);
+            }
+            RAction::Disk { token, kind, .. } => r.disk_done(0, *token, *kind, Ok(()), &mut next),
+            _ => {}
+        }
+        seen.push(a);
+        queue.extend(next);
+    }
+    let out = seen;
+    assert_eq!(r.disk(0), DiskState::UpToDate, "{out:?}");
+    assert!(
+        says_unproven(&out),
+        "synced with no Primary connected: still unproven: {out:?}"
+    );
+}

@@ -66,11 +66,14 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// block while reading it for a restarted peer, and served it anyway. Seed 60032299: a
 /// restarted replica being synced in full from a peer that was behind was met by the
 /// Primary, which listed only what it knew the replica had missed (now an unproven
-/// replica says so, and is listed in full).
+/// replica says so, and is listed in full). Seed 80045903: the same, with the restarted
+/// replica's resync finished before the Primary returned (it stays unproven, and a diskful
+/// Primary lists everything to it).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
         31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754, 60017710, 60032299,
+        80045903,
     ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;

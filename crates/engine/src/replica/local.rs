@@ -15,11 +15,14 @@ pub(super) struct LocalVol {
     pub(super) diskful: bool,
     /// Created empty at start, no data received since (see [`ReplicaAtStart::Created`]).
     pub(super) created: bool,
-    /// Found at start (Outdated: currency unknown) and not UpToDate since: peers with
-    /// current data list everything to it, even once it is being synced (simulator seed
-    /// 60032299: a restarted replica pulled everything from a peer cut off from the
-    /// Primary, which lacked a write the restarted one had; the Primary, meeting it
-    /// mid-resync, listed only what it knew it had missed, and the write was gone).
+    /// Found at start (Outdated: currency unknown) and not yet synced under a Primary's
+    /// list: peers with current data list everything to it, even once it is being synced
+    /// (simulator seed 60032299: a restarted replica pulled everything from a peer cut off
+    /// from the Primary, which lacked a write the restarted one had; the Primary, meeting
+    /// it mid-resync, listed only what it knew it had missed, and the write was gone), and
+    /// a diskful Primary lists everything to it even once it is UpToDate (seed 80045903:
+    /// the same, with the resync finished before the Primary came back). Cleared when a
+    /// resync ends after a connected Primary's list, or when this node becomes Primary.
     pub(super) unproven: bool,
     pub(super) apply: ApplyQueue,
     pub(super) resync: Option<Resync>,
@@ -72,9 +75,6 @@ impl LocalVol {
 
     pub(super) fn set_disk(&mut self, disk: DiskState) {
         self.disk = disk;
-        if disk == DiskState::UpToDate {
-            self.unproven = false;
-        }
         // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
         // but zeroes) until data arrives, so nodes that meet later still see a new
         // cluster; any other UpToDate came with data, which cleared it.
@@ -90,8 +90,7 @@ impl LocalVol {
             size: self.size,
             disk: self.disk,
             created: self.created,
-            unproven: self.unproven
-                && matches!(self.disk, DiskState::Outdated | DiskState::Inconsistent),
+            unproven: self.unproven,
             wrote_apart,
         }
     }

@@ -163,6 +163,12 @@ impl Resource {
 
     fn set_role(&mut self, to: Role, why: RoleChange, out: &mut Vec<RAction>) {
         let from = std::mem::replace(&mut self.rep.role, to);
+        if to == Role::Primary {
+            // Its replicas are the reference now.
+            for vol in &mut self.rep.vols {
+                vol.unproven = false;
+            }
+        }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
         self.rep.peers.broadcast(Msg::Role(to), out);
     }

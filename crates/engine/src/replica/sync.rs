@@ -49,7 +49,12 @@ impl Replicas {
             pv.oos.clear_range(0, self.vols[v].size);
             pv.repl = Repl::Established;
         }
-        if mine == DiskState::UpToDate && pv.needs_everything() {
+        // An UpToDate replica that restarted and was synced by a peer while we were away
+        // may hold what that peer lacked (see `LocalVol::unproven`): only the Primary
+        // knows, and it lists everything.
+        let unproven_current =
+            self.role == Role::Primary && pv.unproven && disk == DiskState::UpToDate;
+        if mine == DiskState::UpToDate && (pv.needs_everything() || unproven_current) {
             // Its currency is unknown (it restarted), or it holds nothing (created empty):
             // it needs everything.
             pv.oos.set_all();
@@ -392,6 +397,14 @@ impl Replicas {
         }
         if let Some(i) = rs.source.and_then(|s| self.peers.index(s)) {
             self.peers[i].vols[v].repl = Repl::Established;
+        }
+        // A connected Primary has told us all we lack: what we hold now is proven current.
+        if self
+            .peers
+            .up()
+            .any(|p| p.role == Role::Primary && p.vols[v].listed)
+        {
+            self.vols[v].unproven = false;
         }
         let why = DiskChange::Synced {
             source: rs.source,
