@@ -16,7 +16,10 @@
 //! byte-identical to the model (so nothing acknowledged was lost). The same seed always
 //! gives the same run.
 
+mod faults;
 mod rng;
+
+pub use faults::{Coverage, Family, Knobs};
 
 use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -27,7 +30,7 @@ use tandem_engine::replica::{
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{Decoded, Packet};
 
-const SECTOR: u64 = 512;
+pub(crate) const SECTOR: u64 = 512;
 
 /// What a run looks like.
 #[derive(Clone, Debug)]
@@ -59,6 +62,11 @@ pub struct Scenario {
     /// one failure at a time (a lost disk while the only other replica lags loses data no
     /// engine can bring back).
     pub lose_disks: bool,
+    /// The disk of one node fails for good at some point (see [`Family::DiskErrors`]).
+    pub disk_errors: bool,
+    /// Restarts may be power losses (see [`Family::PowerLoss`]).
+    pub power_loss: bool,
+    pub knobs: Knobs,
 }
 
 impl Scenario {
@@ -87,6 +95,9 @@ impl Scenario {
             overlapping_faults: false,
             fresh_start: false,
             lose_disks: false,
+            disk_errors: false,
+            power_loss: false,
+            knobs: Knobs::default(),
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
         let volumes = match r.below(10) {
@@ -129,6 +140,13 @@ pub struct Outcome {
     pub resyncs: usize,
     /// Restarts that lost the node's disks (see [`Scenario::lose_disks`]).
     pub disks_lost: usize,
+    pub restarts: usize,
+    /// Nodes whose disk failed for good (see [`Scenario::disk_errors`]), and whether one
+    /// was the Primary's.
+    pub disk_failures: usize,
+    pub primary_disk_failed: bool,
+    pub power_losses: usize,
+    pub sectors_reverted: usize,
     pub events: u64,
     /// Every replica ended UpToDate and identical. Only overlapping-fault runs may end
     /// without: they then stop after [`STUCK_AFTER_US`] and are checked for safety only.
@@ -255,6 +273,14 @@ pub struct Sim {
     disks_lost: usize,
     /// The earliest tick queued (simulated µs).
     tick_at: Option<u64>,
+    /// Draws the failures of the new families, apart from `rng` (which keeps the
+    /// schedules of the older ones).
+    fault_rng: Rng,
+    /// Per node: its disk failed for good; every operation on it returns EIO.
+    dead: Vec<bool>,
+    restarts: usize,
+    power_losses: usize,
+    sectors_reverted: usize,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
     resync_reqs: u64,
     /// Connections a node dropped (a conflict it cannot settle yet, then redialled).
@@ -277,11 +303,11 @@ fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
             .collect(),
         sizes: sc.sizes.clone(),
         protocol: sc.protocol,
-        ping_interval_ms: 200,
-        ping_timeout_ms: 100,
-        timeout_ms: 2_000,
-        resync_chunk: 16 << 10,
-        resync_window: 4,
+        ping_interval_ms: sc.knobs.ping_interval_ms,
+        ping_timeout_ms: sc.knobs.ping_timeout_ms,
+        timeout_ms: sc.knobs.timeout_ms,
+        resync_chunk: sc.knobs.resync_chunk,
+        resync_window: sc.knobs.resync_window,
     }
 }
 
@@ -298,7 +324,7 @@ fn disks(sc: &Scenario, node: usize, have: ReplicaAtStart) -> Vec<ReplicaAtStart
         .collect()
 }
 
-fn stamp_of(sector: &[u8]) -> u64 {
+pub(crate) fn stamp_of(sector: &[u8]) -> u64 {
     u64::from_le_bytes(sector[..8].try_into().expect("8 bytes"))
 }
 
@@ -341,6 +367,7 @@ impl Sim {
                 }
             })
             .collect();
+        let (sc_seed, n_nodes) = (sc.seed, sc.diskful.len());
         let mut sim = Sim {
             rng: Rng::new(sc.seed),
             sc,
@@ -363,6 +390,11 @@ impl Sim {
             failed: 0,
             resyncs: 0,
             disks_lost: 0,
+            fault_rng: Rng::new(sc_seed ^ 0xd15c_fa17),
+            dead: vec![false; n_nodes],
+            restarts: 0,
+            power_losses: 0,
+            sectors_reverted: 0,
             resync_reqs: 0,
             tick_at: None,
             drops: 0,
@@ -676,6 +708,14 @@ impl Sim {
             return; // issued before a restart
         }
         let volume = st.volume;
+        if self.dead[node as usize] {
+            // A dead disk writes, reads and syncs nothing.
+            n.held.remove(&st.token);
+            let mut out = Vec::new();
+            let eio = Err(IoError::Os(5));
+            n.engine.disk_done(volume, st.token, st.kind, eio, &mut out);
+            return self.run_actions(node, out, None);
+        }
         let disk = &mut n.disks[volume as usize];
         match st.kind {
             DiskKind::Write { offset, len } => {
@@ -884,7 +924,7 @@ impl Sim {
                 })
             };
             let reachable = (0..self.nodes.len()).any(|i| {
-                self.sc.replica(i, v as usize)
+                self.live_replica(i, v as usize)
                     && (i == 0
                         || (self
                             .links
@@ -1058,7 +1098,9 @@ impl Sim {
         let n = self.nodes.len() as NodeId;
         let a = self.rng.below(u64::from(n)) as NodeId;
         let b = (a + 1 + self.rng.below(u64::from(n) - 1) as NodeId) % n;
-        if self.sc.restarts && a != 0 && self.rng.chance(0.4) {
+        if self.sc.disk_errors && !self.dead.contains(&true) && self.fault_rng.chance(0.3) {
+            self.kill_disk();
+        } else if self.sc.restarts && a != 0 && !self.dead[a as usize] && self.rng.chance(0.4) {
             self.restart(a);
         } else if self.sc.faults {
             self.cut(a.min(b), a.max(b), None);
@@ -1077,16 +1119,54 @@ impl Sim {
         }
     }
 
+    /// The disk of a node that keeps replicas fails for good (each volume keeps a replica
+    /// elsewhere, so one dead disk loses nothing).
+    fn kill_disk(&mut self) {
+        let keepers: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.sc.any_replica(i))
+            .collect();
+        let i = keepers[self.fault_rng.below(keepers.len() as u64) as usize];
+        self.dead[i] = true;
+        self.note(format!(
+            "node {i}: its disk fails for good (EIO from now on)"
+        ));
+    }
+
+    /// Whether node `i` keeps a replica of volume `v` on a disk that works.
+    fn live_replica(&self, i: usize, v: usize) -> bool {
+        self.sc.replica(i, v) && !self.dead[i]
+    }
+
     /// kill -9 of a secondary: the page cache keeps what was written; the engine's memory is
-    /// gone, so it comes back not knowing whether it is current.
+    /// gone, so it comes back not knowing whether it is current. A power loss (see
+    /// [`Scenario::power_loss`]) loses, per 4 KiB block, some of what was not fdatasync'ed.
     fn restart(&mut self, node: NodeId) {
         self.note(format!("restart node {node}"));
+        self.restarts += 1;
+        // After a disk died, a replica may be the last of its volume: losing what it
+        // holds too would be a second failure at once, which loses data no engine can keep.
+        let one_failure = !self.dead.contains(&true);
+        if self.sc.power_loss && one_failure && self.fault_rng.chance(0.7) {
+            let n = &mut self.nodes[node as usize];
+            let mut reverted = 0;
+            for (disk, durable) in n.disks.iter_mut().zip(&n.durable) {
+                reverted += faults::lose_power(disk, durable, &mut self.fault_rng);
+            }
+            self.power_losses += 1;
+            self.sectors_reverted += reverted;
+            self.note(format!(
+                "node {node} lost power: {reverted} sectors back to their last fdatasync"
+            ));
+        }
         for other in 0..self.nodes.len() as NodeId {
             if other != node {
                 self.cut(node.min(other), node.max(other), None);
             }
         }
-        let lost = self.sc.lose_disks && !self.sc.overlapping_faults && self.rng.chance(0.5);
+        let lost = self.sc.lose_disks
+            && !self.sc.overlapping_faults
+            && self.rng.chance(0.5)
+            && one_failure;
         let n = &mut self.nodes[node as usize];
         n.incarnation += 1;
         n.ops.clear();
@@ -1203,7 +1283,7 @@ impl Sim {
         let st: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
         (0..self.sc.sizes.len()).any(|v| {
             (0..self.nodes.len())
-                .all(|i| !self.sc.replica(i, v) || st[i].volumes[v].disk != DiskState::UpToDate)
+                .all(|i| !self.live_replica(i, v) || st[i].volumes[v].disk != DiskState::UpToDate)
         })
     }
 
@@ -1213,11 +1293,11 @@ impl Sim {
             && (0..self.nodes.len()).all(|i| {
                 let st = self.nodes[i].engine.status();
                 (0..self.sc.sizes.len()).all(|v| {
-                    (!self.sc.replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
-                        && st
-                            .peers
-                            .iter()
-                            .all(|p| p.connected && p.volumes[v].out_of_sync_bytes == 0)
+                    (!self.live_replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
+                        && st.peers.iter().all(|p| {
+                            p.connected
+                                && (p.volumes[v].out_of_sync_bytes == 0 || self.dead[p.id as usize])
+                        })
                 })
             })
     }
@@ -1231,9 +1311,11 @@ impl Sim {
                 let st = self.nodes[i].engine.status();
                 st.peers.iter().all(|p| p.connected && p.unacked == 0)
                     && (0..self.sc.sizes.len()).all(|v| {
-                        (!self.sc.replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
-                            && st.volumes[v].resync_remaining.is_none()
-                            && st.peers.iter().all(|p| p.volumes[v].out_of_sync_bytes == 0)
+                        (!self.live_replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
+                            && (st.volumes[v].resync_remaining.is_none() || self.dead[i])
+                            && st.peers.iter().all(|p| {
+                                p.volumes[v].out_of_sync_bytes == 0 || self.dead[p.id as usize]
+                            })
                     })
             })
     }
@@ -1321,6 +1403,11 @@ impl Sim {
             failed: self.failed,
             resyncs: self.resyncs,
             disks_lost: self.disks_lost,
+            restarts: self.restarts,
+            disk_failures: self.dead.iter().filter(|&&d| d).count(),
+            primary_disk_failed: self.dead[0],
+            power_losses: self.power_losses,
+            sectors_reverted: self.sectors_reverted,
             events: self.events,
             converged,
         }
@@ -1352,10 +1439,10 @@ impl Sim {
         allowed
     }
 
-    /// The nodes that keep a replica of volume `v`.
+    /// The nodes that keep a replica of volume `v` on a disk that works.
     fn replicas_of(&self, v: usize) -> Vec<usize> {
         (0..self.nodes.len())
-            .filter(|&i| self.sc.replica(i, v))
+            .filter(|&i| self.live_replica(i, v))
             .collect()
     }
 
@@ -1446,11 +1533,19 @@ impl Sim {
 /// resyncs, events, convergence): equal before and after a refactoring that must not
 /// change behaviour. `tandem-sim FROM COUNT [--overlapping] --digest` prints it.
 pub fn digest_seeds(from: u64, count: u64, overlapping: bool) -> u64 {
+    let family = if overlapping {
+        Family::Overlapping
+    } else {
+        Family::Single
+    };
+    digest_family(from, count, family)
+}
+
+/// [`digest_seeds`] for any fault family.
+pub fn digest_family(from: u64, count: u64, family: Family) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for seed in from..from + count {
-        let mut sc = Scenario::random(seed);
-        sc.overlapping_faults = overlapping;
-        let o = Sim::new(sc).run();
+        let o = Sim::new(family.scenario(seed)).run();
         for x in [
             seed,
             o.completed as u64,
@@ -1476,22 +1571,46 @@ pub fn run_seeds(from: u64, count: u64) -> Result<Vec<u64>, String> {
 /// that ended unconverged (checked for safety only: with overlapping faults, or when no
 /// replica of a volume was left up to date), or the first failing seed's panic message.
 pub fn run_seeds_with(from: u64, count: u64, overlapping: bool) -> Result<Vec<u64>, String> {
+    let family = if overlapping {
+        Family::Overlapping
+    } else {
+        Family::Single
+    };
+    run_family(from, count, family).map(|(stuck, _)| stuck)
+}
+
+/// Runs seeds `from..from + count` of a fault family; returns the seeds that ended
+/// unconverged (checked for safety only) and the coverage reached, or the first failing
+/// seed's panic message.
+pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Coverage), String> {
     let mut stuck = Vec::new();
+    let mut cov = Coverage::default();
     for seed in from..from + count {
-        let mut sc = Scenario::random(seed);
-        sc.overlapping_faults = overlapping;
+        let sc = family.scenario(seed);
         match std::panic::catch_unwind(|| Sim::new(sc).run()) {
-            Ok(out) if !out.converged => stuck.push(seed),
-            Ok(_) => {}
+            Ok(out) => {
+                cov.seeds += 1;
+                cov.resynced += u64::from(out.resyncs > 0);
+                cov.restarts += out.restarts as u64;
+                cov.disks_lost += out.disks_lost as u64;
+                cov.disk_failures += out.disk_failures as u64;
+                cov.primary_disk_failures += u64::from(out.primary_disk_failed);
+                cov.power_losses += out.power_losses as u64;
+                cov.sectors_reverted += out.sectors_reverted as u64;
+                if !out.converged {
+                    cov.unconverged += 1;
+                    stuck.push(seed);
+                }
+            }
             Err(e) => {
                 let msg = e
                     .downcast_ref::<String>()
                     .cloned()
                     .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_default();
-                return Err(format!("seed {seed} failed: {msg}"));
+                return Err(format!("seed {seed} ({}) failed: {msg}", family.name()));
             }
         }
     }
-    Ok(stuck)
+    Ok((stuck, cov))
 }

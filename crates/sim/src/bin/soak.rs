@@ -1,42 +1,51 @@
-//! `tandem-sim [FIRST_SEED] [COUNT] [--overlapping]`: runs simulation seeds until one fails
-//! (exit 1, with the seed and its history) or all pass. A failing seed reruns identically:
-//! `tandem-sim <seed> 1`. `--overlapping` injects faults while earlier ones still heal;
-//! runs that cannot converge (a known gap until persistent metadata) are checked for
-//! safety only and listed.
+//! `tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss] [--digest]`:
+//! runs simulation seeds of one fault family until one fails (exit 1, with the seed and
+//! its history) or all pass, then prints what the runs covered. A failing seed reruns
+//! identically: `tandem-sim <seed> 1 [family flag]`. `--overlapping` injects faults while
+//! earlier ones still heal; `--disk-errors` fails one node's disk for good; `--power-loss`
+//! makes restarts lose what was not fdatasync'ed. Runs that cannot converge (a known gap
+//! until persistent metadata) are checked for safety only and listed.
+
+use tandem_sim::Family;
+
+const USAGE: &str =
+    "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss] [--digest]";
 
 fn main() {
-    let mut overlapping = false;
+    let mut family = Family::Single;
     let mut digest = false;
     let mut args = Vec::new();
     for a in std::env::args().skip(1) {
-        if a == "--overlapping" {
-            overlapping = true;
-        } else if a == "--digest" {
-            digest = true;
-        } else {
-            match a.parse::<u64>() {
+        match a.as_str() {
+            "--overlapping" => family = Family::Overlapping,
+            "--disk-errors" => family = Family::DiskErrors,
+            "--power-loss" => family = Family::PowerLoss,
+            "--digest" => digest = true,
+            _ => match a.parse::<u64>() {
                 Ok(n) => args.push(n),
                 Err(_) => {
-                    eprintln!("tandem-sim: {a:?} is not a seed number (usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping] [--digest])");
+                    eprintln!("tandem-sim: {a:?} is not a seed number or a flag ({USAGE})");
                     std::process::exit(2);
                 }
-            }
+            },
         }
     }
     let first = args.first().copied().unwrap_or(0);
     let count = args.get(1).copied().unwrap_or(100_000);
     let start = std::time::Instant::now();
     if digest {
-        let d = tandem_sim::digest_seeds(first, count, overlapping);
+        let d = tandem_sim::digest_family(first, count, family);
         println!("{count} seeds from {first}: digest {d:016x}");
         return;
     }
-    match tandem_sim::run_seeds_with(first, count, overlapping) {
-        Ok(stuck) => {
+    match tandem_sim::run_family(first, count, family) {
+        Ok((stuck, coverage)) => {
             println!(
-                "{count} seeds from {first} passed in {:.1?}",
+                "{count} {} seeds from {first} passed in {:.1?}",
+                family.name(),
                 start.elapsed()
             );
+            println!("{coverage}");
             if !stuck.is_empty() {
                 println!(
                     "{} did not converge (safety checked only): {stuck:?}",
