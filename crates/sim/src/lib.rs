@@ -219,6 +219,7 @@ struct WriteRec {
     applied: bool,
     zero: bool,
     fua: bool,
+    submitted: u64,
 }
 
 struct ReadRec {
@@ -278,6 +279,8 @@ pub struct Sim {
     fault_rng: Rng,
     /// Per node: its disk failed for good; every operation on it returns EIO.
     dead: Vec<bool>,
+    /// When the disk died (simulated µs).
+    died_at: u64,
     restarts: usize,
     power_losses: usize,
     sectors_reverted: usize,
@@ -392,6 +395,7 @@ impl Sim {
             disks_lost: 0,
             fault_rng: Rng::new(sc_seed ^ 0xd15c_fa17),
             dead: vec![false; n_nodes],
+            died_at: 0,
             restarts: 0,
             power_losses: 0,
             sectors_reverted: 0,
@@ -800,6 +804,7 @@ impl Sim {
                     applied: false,
                     zero: false,
                     fua,
+                    submitted: self.now,
                 });
                 self.pending.insert(
                     req,
@@ -825,6 +830,7 @@ impl Sim {
                     applied: false,
                     zero: true,
                     fua: false,
+                    submitted: self.now,
                 });
                 self.pending.insert(
                     req,
@@ -1127,6 +1133,7 @@ impl Sim {
             .collect();
         let i = keepers[self.fault_rng.below(keepers.len() as u64) as usize];
         self.dead[i] = true;
+        self.died_at = self.now;
         self.note(format!(
             "node {i}: its disk fails for good (EIO from now on)"
         ));
@@ -1450,6 +1457,7 @@ impl Sim {
     /// every read returned what it may, and nothing acknowledged that reached a replica is
     /// lost (per sector, some replica holds the last such write or a failed one after it).
     fn check_safety(&self) {
+        self.check_dead_known_behind();
         let seed = self.sc.seed;
         assert!(
             self.pending.is_empty(),
@@ -1477,7 +1485,35 @@ impl Sim {
         }
     }
 
+    /// A replica whose disk died lacks every write made after: the Primary must know (its
+    /// out-of-sync bits for it), or a replica repaired and brought back would be taken
+    /// for current where it is not.
+    fn check_dead_known_behind(&self) {
+        let Some(d) = self.dead.iter().position(|&x| x).filter(|&d| d != 0) else {
+            return;
+        };
+        let primary = self.nodes[0].engine.status();
+        for v in 0..self.sc.sizes.len() {
+            let written = self
+                .writes
+                .iter()
+                .any(|w| w.ok && w.volume as usize == v && w.submitted > self.died_at);
+            let known = primary
+                .peers
+                .iter()
+                .find(|p| p.id as usize == d)
+                .is_some_and(|p| p.volumes[v].out_of_sync_bytes > 0);
+            assert!(
+                !written || !self.sc.replica(d, v) || known,
+                "seed {}: node {d}'s disk died, volume {v} was written after, and the Primary does not know node {d} lacks it\n{}",
+                self.sc.seed,
+                self.tail_log(200)
+            );
+        }
+    }
+
     fn check_final(&self) {
+        self.check_dead_known_behind();
         let seed = self.sc.seed;
         assert!(
             self.pending.is_empty(),
