@@ -14,7 +14,9 @@
 //! completed FUA write is durable somewhere. Checked at the end, after healing every link
 //! and letting resync finish: every replica of every volume is up to date and
 //! byte-identical to the model (so nothing acknowledged was lost). The same seed always
-//! gives the same run.
+//! gives the same run. Fault families ([`Family`]): single failures, overlapping ones, a
+//! disk failing for good (EIO), power losses (unsynced writes kept, lost or torn per 4 KiB
+//! block); see `docs/ARCHITECTURE.md` for what each must keep.
 
 mod faults;
 mod rng;
