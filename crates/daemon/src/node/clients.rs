@@ -1,0 +1,469 @@
+//! NBD clients: accepting them, decoding their requests into engine submissions, the
+//! replies, attaching and detaching (auto-promote and auto-demote are the engine's), and
+//! `tandem secondary [--force]` (fencing the clients of a volume taken from them).
+
+use super::state::*;
+use crate::conn::{Conn, Phase, ReadOutcome};
+use anyhow::Result;
+use mio::{Interest, Token as MioToken};
+use std::io;
+use std::time::Instant;
+use tandem_engine::replica::{AutoPromote, DataRef, RAction, Role, Token};
+use tandem_engine::{Io, IoError, ReqId};
+use tandem_frontend::nbd::{
+    reply, Command, Decoded, Errno, HandshakeStep, RequestDecoder, TransmissionParams,
+};
+use tracing::{debug, error, info, warn};
+
+impl NodeReactor {
+    pub(super) fn accept_nbd(&mut self, k: usize) {
+        let (r, v) = self.nbd_listener_of[&k];
+        loop {
+            let Some(Entry::NbdListener { l }) = self.entries.get(k) else {
+                return;
+            };
+            let (mut stream, peer) = match l.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => return warn!("NBD accept failed: {e}"),
+            };
+            self.next_conn_id += 1;
+            let name = format!("{peer}#{}", self.next_conn_id);
+            let key = self.entries.vacant_key();
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(stream.source(), MioToken(key), Interest::READABLE)
+            {
+                warn!(client = %name, "cannot register: {e}");
+                continue;
+            }
+            let conn = Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT);
+            self.entries.insert(Entry::Nbd {
+                res: r,
+                vol: v,
+                conn: Box::new(conn),
+            });
+            self.dirty.push(key);
+            self.service_nbd(key);
+        }
+    }
+
+    pub(super) fn service_nbd(&mut self, k: usize) {
+        loop {
+            self.process_nbd(k);
+            let Some(Entry::Nbd { conn, res, .. }) = self.entries.get_mut(k) else {
+                return;
+            };
+            if !conn.wants_input() || self.res[*res].congested {
+                break;
+            }
+            match conn.read_some() {
+                ReadOutcome::Data => {}
+                ReadOutcome::WouldBlock => {
+                    conn.readable = false;
+                    break;
+                }
+                ReadOutcome::Eof => conn.eof = true,
+                ReadOutcome::Error(e) => {
+                    debug!(client = %conn.name, "connection failed: {e}");
+                    conn.dead = true;
+                    break;
+                }
+            }
+        }
+        self.mark_dirty(k);
+    }
+
+    pub(super) fn process_nbd(&mut self, k: usize) {
+        let Some(Entry::Nbd { res, vol, conn }) = self.entries.get_mut(k) else {
+            return;
+        };
+        let (r, v) = (*res, *vol);
+        if conn.dead {
+            return;
+        }
+        if let Phase::Handshake(h) = &mut conn.phase {
+            let exports = std::slice::from_ref(&self.res[r].exports[v]);
+            let (n, step) = h.feed(
+                &conn.inbuf[conn.in_start..conn.in_end],
+                exports,
+                self.shutting_down,
+                &mut conn.out,
+            );
+            conn.consume(n);
+            match step {
+                HandshakeStep::NeedMore => {
+                    if conn.eof {
+                        conn.read_closed = true;
+                    }
+                    return;
+                }
+                HandshakeStep::Close(reason) => {
+                    warn!(client = %conn.name, "handshake refused: {reason}");
+                    conn.read_closed = true;
+                    return;
+                }
+                HandshakeStep::Done(neg) => {
+                    let export = &self.res[r].exports[v];
+                    let params = TransmissionParams {
+                        size: export.size,
+                        read_only: false,
+                        block: export.block,
+                        structured_replies: neg.structured_replies,
+                    };
+                    conn.phase = Phase::Transmission {
+                        volume: v,
+                        decoder: RequestDecoder::new(params),
+                        structured: neg.structured_replies,
+                    };
+                    conn.handshake_deadline = None;
+                    // Attaching while a forced demotion waits: no longer served here.
+                    conn.fenced = self.res[r].demote_pending;
+                    info!(client = %conn.name, export = %export.name, "NBD client attached");
+                    self.client_attached(r);
+                }
+            }
+        }
+        // Take the input so payloads can be borrowed while the engine's actions touch any
+        // entry (replies to this and other clients, packets to peers).
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+            return;
+        };
+        let input = std::mem::take(&mut conn.inbuf);
+        let (mut start, end) = (conn.in_start, conn.in_end);
+        while let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
+            if !conn.has_room() {
+                break;
+            }
+            if self.res[r].congested {
+                if !self.res[r].stalled.contains(&k) {
+                    self.res[r].stalled.push(k);
+                }
+                break;
+            }
+            let Phase::Transmission {
+                decoder,
+                structured,
+                ..
+            } = &mut conn.phase
+            else {
+                break;
+            };
+            let structured = *structured;
+            let (n, decoded) = decoder.decode(&input[start..end]);
+            match decoded {
+                Decoded::NeedMore { need } => {
+                    conn.need = need;
+                    start += n;
+                    if conn.eof || self.shutting_down {
+                        conn.read_closed = true;
+                    }
+                    break;
+                }
+                Decoded::Fatal(e) => {
+                    warn!(client = %conn.name, "protocol error, closing: {e}");
+                    conn.read_closed = true;
+                    break;
+                }
+                Decoded::Rejected(rj) => {
+                    warn!(client = %conn.name, cookie = rj.cookie, errno = ?rj.errno, "request refused: {}", rj.reason);
+                    reply::error(&mut conn.out, structured, rj.cookie, rj.errno, rj.reason);
+                }
+                Decoded::WriteHeader(_) => {
+                    unreachable!("streaming is not enabled for replicated volumes")
+                }
+                Decoded::Request(req, _) if req.command == Command::Disconnect => {
+                    conn.read_closed = true;
+                    start += n;
+                    break;
+                }
+                Decoded::Request(req, _) if conn.fenced => {
+                    reply::error(&mut conn.out, structured, req.cookie, Errno::Io, FENCED);
+                }
+                Decoded::Request(req, _) if self.shutting_down => {
+                    reply::error(
+                        &mut conn.out,
+                        structured,
+                        req.cookie,
+                        Errno::Shutdown,
+                        "server is shutting down",
+                    );
+                }
+                Decoded::Request(req, payload) => {
+                    conn.in_flight += 1;
+                    self.handled += 1;
+                    let flushes = &mut self.res[r].nbd_flushes;
+                    match req.command {
+                        Command::Write { fua } | Command::Trim { fua } => {
+                            flushes.wrote(u64::from(req.len));
+                            if fua {
+                                flushes.flushed();
+                            }
+                        }
+                        Command::WriteZeroes { fua, .. } => {
+                            flushes.wrote(u64::from(req.len));
+                            if fua {
+                                flushes.flushed();
+                            }
+                        }
+                        Command::Flush => flushes.flushed(),
+                        _ => {}
+                    }
+                    let io = match req.command {
+                        Command::Read => Io::Read {
+                            offset: req.offset,
+                            len: req.len,
+                        },
+                        Command::Write { fua } => Io::Write {
+                            offset: req.offset,
+                            len: req.len,
+                            fua,
+                        },
+                        Command::Trim { fua } => Io::Trim {
+                            offset: req.offset,
+                            len: req.len,
+                            fua,
+                        },
+                        Command::WriteZeroes { fua, no_hole, fast } => Io::Zero {
+                            offset: req.offset,
+                            len: req.len,
+                            fua,
+                            may_punch: !no_hole,
+                            fast,
+                        },
+                        Command::Flush => Io::Flush,
+                        Command::Cache => Io::Cache {
+                            offset: req.offset,
+                            len: req.len,
+                        },
+                        Command::Disconnect => unreachable!("handled above"),
+                    };
+                    let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
+                    let id = ReqId(self.slots.insert(Slot {
+                        entry: k,
+                        cookie: req.cookie,
+                        structured,
+                        read,
+                    }) as u64);
+                    let mut actions = Vec::new();
+                    self.res[r].engine.submit(id, v as u16, io, &mut actions);
+                    self.run_actions(
+                        r,
+                        actions,
+                        Ctx {
+                            incoming: None,
+                            payload: Some((id, payload)),
+                        },
+                    );
+                }
+            }
+            start += n;
+        }
+        if let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
+            conn.inbuf = input;
+            conn.in_start = start;
+            conn.in_end = end;
+            if conn.in_start == conn.in_end {
+                conn.in_start = 0;
+                conn.in_end = 0;
+            }
+        }
+    }
+
+    /// Auto-promote (decided by the engine): the first client of a resource makes this node
+    /// Primary when no other node is.
+    pub(super) fn client_attached(&mut self, r: usize) {
+        let res = &mut self.res[r];
+        let mut actions = Vec::new();
+        match res.engine.client_attached(&mut actions) {
+            AutoPromote::Refused(e) => {
+                warn!(resource = %res.cfg.name, "auto-promote refused: {}", res.explain(e))
+            }
+            AutoPromote::Promoted | AutoPromote::Unchanged => {}
+        }
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    /// The NBD clients of resource `r` past their handshake and not fenced: "peer#id" names.
+    pub(super) fn attached_clients(&self, r: usize) -> Vec<&str> {
+        self.entries
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Entry::Nbd { res, conn, .. }
+                    if *res == r
+                        && !conn.fenced
+                        && matches!(conn.phase, Phase::Transmission { .. }) =>
+                {
+                    Some(conn.name.as_str())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `tandem secondary`: like DRBD, a volume in use is not taken from its clients (their
+    /// next write would fail) unless the administrator insists; then their requests, in
+    /// flight and later, fail with EIO, and the demotion completes once the engine has
+    /// answered the ones in flight (a replicated write cannot be recalled half-way).
+    pub(super) fn secondary(
+        &mut self,
+        r: usize,
+        force: bool,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), String> {
+        let clients: Vec<String> = self
+            .attached_clients(r)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let res = &mut self.res[r];
+        if res.engine.role() != Role::Primary || clients.is_empty() {
+            res.engine.demote(out).map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        let n = clients.len();
+        let list = clients.join(", ");
+        if !force {
+            return Err(format!(
+                "{} is in use: {n} NBD client{} attached ({list}); their next request would fail. \
+                 Disconnect them first, or `tandem secondary {} --force` fails their requests in \
+                 flight and later ones with EIO",
+                res.cfg.name,
+                if n == 1 { "" } else { "s" },
+                res.cfg.name
+            ));
+        }
+        let in_flight = res.engine.app_in_flight();
+        warn!(resource = %res.cfg.name, clients = %list,
+            "administrator: Secondary forced with {n} NBD client(s) attached: their {in_flight} request(s) in flight and all later ones fail with EIO");
+        for (_, e) in self.entries.iter_mut() {
+            if let Entry::Nbd { res, conn, .. } = e {
+                if *res == r && matches!(conn.phase, Phase::Transmission { .. }) {
+                    conn.fenced = true;
+                }
+            }
+        }
+        let res = &mut self.res[r];
+        if in_flight > 0 {
+            res.demote_pending = true;
+            return Ok(());
+        }
+        res.engine.demote(out).map_err(|e| e.to_string())
+    }
+
+    /// The forced demotion waiting for the engine's requests in flight, once they are done.
+    pub(super) fn finish_forced_demote(&mut self, r: usize) {
+        let res = &mut self.res[r];
+        if !res.demote_pending || res.engine.app_in_flight() > 0 {
+            return;
+        }
+        res.demote_pending = false;
+        let mut actions = Vec::new();
+        if let Err(e) = res.engine.demote(&mut actions) {
+            error!(resource = %res.cfg.name, "forced demotion failed: {e}");
+        }
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    /// The engine demotes a node its clients promoted once the last one left and every
+    /// request it took is answered.
+    pub(super) fn client_detached(&mut self, r: usize) {
+        let mut actions = Vec::new();
+        self.res[r].engine.client_detached(&mut actions);
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    pub(super) fn complete(
+        &mut self,
+        r: usize,
+        req: ReqId,
+        result: Result<(), IoError>,
+        data: Option<DataRef>,
+        ctx: &Ctx<'_>,
+    ) {
+        let slot = self.slots.remove(req.0 as usize);
+        self.held.remove(&(r, Token::App(req)));
+        // The read's bytes, taken out of the reactor's maps (or borrowed from the packet
+        // being handled) so they are copied once, straight into the reply.
+        let disk_buf = match data {
+            Some(DataRef::Disk(t)) => self.disk_bufs.remove(&(r, t)),
+            _ => None,
+        };
+        let bytes: Option<&[u8]> = match data {
+            Some(DataRef::Disk(_)) => disk_buf.as_deref(),
+            Some(DataRef::Incoming { at }) => ctx.incoming.map(|b| &b[at as usize..]),
+            Some(DataRef::Held { key, at }) => self.held.get(&(r, key)).map(|v| &v[at as usize..]),
+            Some(DataRef::Request(_)) | None => None,
+        };
+        let bytes = match (result, slot.read) {
+            (Ok(()), Some((_, len))) => bytes.map(|b| &b[..len as usize]),
+            _ => None,
+        };
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
+            if let Some(b) = disk_buf {
+                self.pool.put(b);
+            }
+            return;
+        };
+        if conn.in_flight == crate::conn::MAX_IN_FLIGHT {
+            // It stopped taking requests at the limit: take them again after this round.
+            self.resume.push(slot.entry);
+        }
+        conn.in_flight -= 1;
+        match (result, slot.read, bytes) {
+            // Whatever became of it, a fenced client hears that the volume was taken away.
+            _ if conn.fenced => {
+                reply::error(
+                    &mut conn.out,
+                    slot.structured,
+                    slot.cookie,
+                    Errno::Io,
+                    FENCED,
+                );
+            }
+            (Ok(()), Some((offset, len)), Some(b)) => {
+                if slot.structured {
+                    reply::read_data_chunk(&mut conn.out, slot.cookie, offset, len);
+                } else {
+                    reply::simple(&mut conn.out, slot.cookie, 0);
+                }
+                conn.out.extend_from_slice(b);
+            }
+            (Ok(()), None, _) => reply::simple(&mut conn.out, slot.cookie, 0),
+            (Ok(()), Some(_), None) => {
+                error!(client = %conn.name, "read completed without data; answering EIO");
+                reply::error(
+                    &mut conn.out,
+                    slot.structured,
+                    slot.cookie,
+                    Errno::Io,
+                    "internal error: read data missing",
+                );
+            }
+            (Err(e), _, _) => {
+                let (errno, msg) = match e {
+                    IoError::ReadOnly => (Errno::Perm, "this node is not Primary".to_string()),
+                    IoError::NoData => {
+                        (Errno::Io, "no up-to-date replica is reachable".to_string())
+                    }
+                    IoError::NotFast => (
+                        Errno::NotSup,
+                        "zeroing would not be fast on every replica".to_string(),
+                    ),
+                    IoError::Os(code) => (
+                        Errno::from_os(code),
+                        format!("I/O error: {}", io::Error::from_raw_os_error(code)),
+                    ),
+                };
+                debug!(client = %conn.name, cookie = slot.cookie, "request failed: {msg}");
+                reply::error(&mut conn.out, slot.structured, slot.cookie, errno, &msg);
+            }
+        }
+        if let Some(b) = disk_buf {
+            self.pool.put(b);
+        }
+        let entry = slot.entry;
+        self.mark_dirty(entry);
+    }
+}

@@ -1,0 +1,79 @@
+//! A control-socket connection: newline-delimited JSON requests in, one JSON answer per
+//! line out, written as the socket accepts it.
+
+use serde_json::{json, Value};
+use std::io::{self, Read, Write};
+
+pub struct ControlConn {
+    pub stream: mio::net::UnixStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    pub dirty: bool,
+    eof: bool,
+}
+
+impl ControlConn {
+    pub fn new(stream: mio::net::UnixStream) -> ControlConn {
+        ControlConn {
+            stream,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            dirty: false,
+            eof: false,
+        }
+    }
+
+    /// Complete lines received so far (a request is at most 64 KiB).
+    pub fn read_lines(&mut self) -> Vec<String> {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => self.inbuf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.eof = true;
+                    break;
+                }
+            }
+            if self.inbuf.len() > 64 << 10 {
+                self.inbuf.clear();
+                self.queue(json!({"ok": false, "error": "request too long"}));
+                self.eof = true;
+                break;
+            }
+        }
+        let mut lines = Vec::new();
+        while let Some(i) = self.inbuf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.inbuf.drain(..=i).collect();
+            lines.push(String::from_utf8_lossy(&line).trim().to_string());
+        }
+        lines.retain(|l| !l.is_empty());
+        lines
+    }
+
+    pub fn queue(&mut self, v: Value) {
+        self.out.extend_from_slice(v.to_string().as_bytes());
+        self.out.push(b'\n');
+    }
+
+    /// Sends what is queued; true once the client is gone and nothing is left to send.
+    pub fn flush_and_finished(&mut self) -> bool {
+        while !self.out.is_empty() {
+            match self.stream.write(&self.out) {
+                Ok(0) => return true,
+                Ok(n) => {
+                    self.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return true,
+            }
+        }
+        self.eof
+    }
+}

@@ -1,0 +1,440 @@
+//! Peer connections: accepting and dialing (`links` decides when), the handshake, binding
+//! an authenticated connection to its resource, packets into the engine, a connection's
+//! end, and split brain reports.
+
+use super::links::Attempt;
+use super::peer::PeerConn;
+use super::setup::{connect_from, random_challenge};
+use super::state::*;
+use crate::listener::Stream;
+use mio::{Interest, Token as MioToken};
+use std::io;
+use std::time::Instant;
+use tandem_engine::replica::NodeId;
+use tandem_wire::handshake::{
+    HandshakeConfig, HandshakeError, HandshakeStep as PeerStep, PeerHandshake,
+};
+use tandem_wire::packet::{Decoded as Frame, Packet};
+use tracing::{debug, error, info, warn};
+
+impl NodeReactor {
+    pub(super) fn accept_peer(&mut self, k: usize) {
+        loop {
+            let Some(Entry::PeerListener { res, l }) = self.entries.get(k) else {
+                return;
+            };
+            let r = *res;
+            let (s, addr) = match l.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => return warn!("peer accept failed: {e}"),
+            };
+            let _ = s.set_nodelay(true);
+            self.new_peer_conn(r, Stream::Tcp(s), format!("{addr}"), None);
+        }
+    }
+
+    pub(super) fn new_peer_conn(
+        &mut self,
+        r: usize,
+        mut stream: Stream,
+        addr: String,
+        dialed: Option<NodeId>,
+    ) -> Option<usize> {
+        let res = &self.res[r];
+        let cfg = HandshakeConfig {
+            me: res.me,
+            resource: res.cfg.name.clone(),
+            secret: res.cfg.secret.clone(),
+            allowed_peers: res.peers.iter().map(|p| p.id).collect(),
+            expect: dialed,
+            features: 0,
+            standalone_towards: res
+                .peers
+                .iter()
+                .filter(|p| !p.wanted)
+                .map(|p| p.id)
+                .collect(),
+        };
+        let challenge = match random_challenge() {
+            Ok(c) => c,
+            Err(e) => {
+                error!(resource = %res.cfg.name, "no random bytes for a handshake challenge ({e}); not connecting");
+                return None;
+            }
+        };
+        let mut greeting = Vec::new();
+        let hs = PeerHandshake::new(cfg, challenge, &mut greeting);
+        let key = self.entries.vacant_key();
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(stream.source(), MioToken(key), interest)
+        {
+            warn!("cannot register peer connection: {e}");
+            return None;
+        }
+        self.next_conn_id += 1;
+        let name = format!("{addr}#{}", self.next_conn_id);
+        let net = &self.res[r].cfg.net;
+        // A dial gives up after the retry interval (at least a second, at most
+        // `timeout`), so attempts keep the configured pace whatever the kernel does.
+        let patience = match dialed.and_then(|d| self.res[r].peers.iter().find(|p| p.id == d)) {
+            Some(slot) => slot.link.patience().min(net.timeout),
+            None => net.timeout,
+        };
+        let deadline = Instant::now() + patience;
+        let mut pc = PeerConn::new(stream, r, name, hs, greeting, dialed, deadline);
+        pc.write_interest = true;
+        self.entries.insert(Entry::Peer(Box::new(pc)));
+        self.dirty.push(key);
+        Some(key)
+    }
+
+    pub(super) fn service_peer(&mut self, k: usize) {
+        loop {
+            self.process_peer(k);
+            let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+                return;
+            };
+            if pc.dead || !pc.readable {
+                break;
+            }
+            match pc.read_some() {
+                Ok(0) => {
+                    debug!(peer = %pc.name, "connection closed by the peer");
+                    // What arrived before the close (often an Error saying why) counts.
+                    self.process_peer(k);
+                    if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                        pc.dead = true;
+                    }
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    pc.readable = false;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // A session that breaks is a state change; an attempt that fails is
+                    // reported by the dialer, once per reason (see dial_failed).
+                    if pc.peer.is_some() {
+                        info!(peer = %pc.name, "connection failed: {e}");
+                    } else {
+                        debug!(peer = %pc.name, "connection failed: {e}");
+                        pc.failure = Some(e.to_string());
+                    }
+                    pc.dead = true;
+                }
+            }
+        }
+        self.mark_dirty(k);
+    }
+
+    pub(super) fn process_peer(&mut self, k: usize) {
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        if pc.dead {
+            return;
+        }
+        let r = pc.res;
+        if let Some(hs) = pc.hs.as_mut() {
+            let (n, step) = hs.feed(&pc.inbuf[pc.in_start..pc.in_end], &mut pc.out);
+            if let Some(id) = hs.peer() {
+                pc.claimed = Some(id);
+            }
+            let claimed = pc.claimed;
+            pc.advance(n);
+            match step {
+                PeerStep::NeedMore => return,
+                PeerStep::Failed(e) => {
+                    pc.hs = None;
+                    // Dead, but what is queued (an Error packet telling the peer why) still
+                    // goes out before the close: see flush_entry.
+                    pc.dead = true;
+                    let reason = e.to_string();
+                    let name = pc.name.clone();
+                    let dialed = pc.dialed;
+                    let res = &mut self.res[r];
+                    if matches!(e, HandshakeError::StandAlone { .. }) {
+                        // We refused it, as the administrator asked: not news.
+                        debug!(resource = %res.cfg.name, peer = %name, "{reason}");
+                    } else if let Some(d) = dialed {
+                        self.dial_failed(r, d, reason, Attempt::Refused);
+                    } else if let Some(slot) =
+                        claimed.and_then(|id| res.peers.iter_mut().find(|p| p.id == id))
+                    {
+                        // Its own dials fail the same way every interval: say it once.
+                        if slot.last_error.as_deref() != Some(reason.as_str()) {
+                            error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
+                        }
+                        slot.last_error = Some(reason.to_string());
+                    } else {
+                        error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
+                    }
+                    return;
+                }
+                PeerStep::Established(est) => {
+                    pc.hs = None;
+                    pc.deadline = None;
+                    let peer = est.peer;
+                    let dialed = pc.dialed.is_some();
+                    self.bind_peer_conn(r, k, peer, dialed);
+                }
+            }
+        }
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let Some(peer) = pc.peer else { return };
+        let input = std::mem::take(&mut pc.inbuf);
+        let (mut start, end) = (pc.in_start, pc.in_end);
+        let mut failed = None;
+        while start < end {
+            match tandem_wire::decode(&input[start..end]) {
+                Ok(Frame::NeedMore(need)) => {
+                    if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                        pc.need = need;
+                    }
+                    break;
+                }
+                Ok(Frame::Packet(p, n)) => {
+                    self.handled += 1;
+                    let data = match p {
+                        Packet::Write { data, .. }
+                        | Packet::ReadReply { data, .. }
+                        | Packet::ResyncReply { data, .. } => Some(data),
+                        _ => None,
+                    };
+                    let mut actions = Vec::new();
+                    self.res[r].engine.packet(peer, &p, &mut actions);
+                    self.run_actions(
+                        r,
+                        actions,
+                        Ctx {
+                            incoming: data,
+                            payload: None,
+                        },
+                    );
+                    start += n;
+                    if !matches!(self.entries.get(k), Some(Entry::Peer(pc)) if !pc.dead) {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+            pc.inbuf = input;
+            pc.in_start = start;
+            pc.in_end = end;
+            if start == end {
+                pc.in_start = 0;
+                pc.in_end = 0;
+            }
+            if let Some(e) = failed {
+                error!(resource = %self.res[r].cfg.name, peer = %pc.name, "ProtocolError: {e}; dropping the connection");
+                pc.dead = true;
+            }
+        }
+    }
+
+    /// A connection to `peer` authenticated: it becomes the peer's session, unless one is
+    /// bound already. Both ends dial, so when both succeed both keep the one the lower node
+    /// id dialed (see links.rs) and drop the other without a word.
+    pub(super) fn bind_peer_conn(&mut self, r: usize, k: usize, peer: NodeId, dialed: bool) {
+        let res = &mut self.res[r];
+        let me = res.me;
+        let slot = res
+            .peers
+            .iter_mut()
+            .find(|p| p.id == peer)
+            .expect("the handshake checks the node id");
+        if dialed {
+            slot.dialing = None;
+        }
+        let old = slot.conn.and_then(|o| match self.entries.get(o) {
+            Some(Entry::Peer(opc)) => Some((o, opc.dialed.is_some())),
+            _ => None,
+        });
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        if !slot.wanted {
+            // Made StandAlone while this handshake ran.
+            debug!(resource = %res.cfg.name, peer = %pc.name, "not connecting: StandAlone towards node {peer}");
+            pc.dead = true;
+            return;
+        }
+        if let Some((o, old_dialed)) = old {
+            if !super::links::replaces(me, peer, dialed, old_dialed) {
+                debug!(resource = %res.cfg.name, peer = %pc.name, "dropping a second connection to node {peer}");
+                pc.dead = true;
+                return;
+            }
+            debug!(resource = %res.cfg.name, peer = %pc.name, "this connection to node {peer} replaces the one bound");
+            slot.conn = None;
+            let mut actions = Vec::new();
+            res.engine.peer_down(peer, &mut actions);
+            self.run_actions(r, actions, Ctx::default());
+            if let Some(Entry::Peer(opc)) = self.entries.get_mut(o) {
+                opc.dead = true;
+            }
+            self.mark_dirty(o);
+        }
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let res = &mut self.res[r];
+        let slot = res
+            .peers
+            .iter_mut()
+            .find(|p| p.id == peer)
+            .expect("checked above");
+        pc.peer = Some(peer);
+        pc.name = format!("{} (node {} {})", pc.name, peer, slot.name);
+        slot.conn = Some(k);
+        slot.link.connected();
+        slot.last_error = None;
+        if old.is_none() {
+            info!(resource = %res.cfg.name, peer = %pc.name, "connected");
+        }
+        let mut actions = Vec::new();
+        res.engine.peer_up(peer, &mut actions);
+        self.run_actions(r, actions, Ctx::default());
+    }
+
+    /// An attempt to reach `peer` failed. Logged when the reason changes, not at every
+    /// attempt: a peer that stays down costs one line, not one per interval.
+    pub(super) fn dial_failed(&mut self, r: usize, peer: NodeId, reason: String, how: Attempt) {
+        let res = &mut self.res[r];
+        let Some(slot) = res.peers.iter_mut().find(|p| p.id == peer) else {
+            return;
+        };
+        slot.dialing = None;
+        slot.link.failed(how, Instant::now());
+        if slot.last_error.as_deref() != Some(reason.as_str()) {
+            let (name, addr) = (&slot.name, slot.address);
+            match how {
+                Attempt::Unreachable => {
+                    info!(resource = %res.cfg.name, peer = %name, "cannot reach node {peer} at {addr}: {reason}; trying again every {:?}", res.cfg.net.connect_interval)
+                }
+                Attempt::Refused => {
+                    warn!(resource = %res.cfg.name, peer = %name, "node {peer} at {addr} refused the connection: {reason}; trying again at up to {:?} intervals", res.cfg.net.max_connect_interval)
+                }
+            }
+        }
+        slot.last_error = Some(reason);
+    }
+
+    /// A peer connection's entry is going away.
+    pub(super) fn peer_closed(&mut self, k: usize, pc: &PeerConn) {
+        let r = pc.res;
+        if let Some(peer) = pc.peer {
+            let res = &mut self.res[r];
+            if let Some(slot) = res
+                .peers
+                .iter_mut()
+                .find(|p| p.id == peer && p.conn == Some(k))
+            {
+                slot.conn = None;
+                slot.link.failed(Attempt::Unreachable, Instant::now());
+                slot.last_error
+                    .get_or_insert_with(|| "connection lost".into());
+                info!(resource = %res.cfg.name, peer = %pc.name, "disconnected");
+                let mut actions = Vec::new();
+                res.engine.peer_down(peer, &mut actions);
+                self.run_actions(r, actions, Ctx::default());
+                self.relieve_congestion(r);
+            }
+        } else if let Some(d) = pc.dialed {
+            let still = self.res[r]
+                .peers
+                .iter()
+                .any(|p| p.id == d && p.dialing == Some(k));
+            if still {
+                let reason = pc
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "could not connect".into());
+                self.dial_failed(r, d, reason, Attempt::Unreachable);
+            }
+        }
+    }
+
+    pub(super) fn dial(&mut self) {
+        let now = Instant::now();
+        for r in 0..self.res.len() {
+            for i in 0..self.res[r].peers.len() {
+                let slot = &self.res[r].peers[i];
+                // Both ends dial (see links.rs): whichever comes back first is found at once.
+                if slot.conn.is_some()
+                    || slot.dialing.is_some()
+                    || !slot.wanted
+                    || !slot.link.due(now)
+                {
+                    continue;
+                }
+                let (addr, id) = (slot.address, slot.id);
+                self.res[r].peers[i].link.dialing(now);
+                match connect_from(self.res[r].my_address.ip(), addr) {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        let key = self.new_peer_conn(r, Stream::Tcp(s), addr.to_string(), Some(id));
+                        self.res[r].peers[i].dialing = key;
+                        if key.is_none() {
+                            let why = "could not start the connection".to_string();
+                            self.dial_failed(r, id, why, Attempt::Unreachable);
+                        }
+                    }
+                    Err(e) => self.dial_failed(r, id, e.to_string(), Attempt::Unreachable),
+                }
+            }
+        }
+    }
+
+    /// Stops replicating with a peer whose replica diverged from ours, once: logged, shown
+    /// in status, not redialled (nor accepted) until an administrator runs `tandem connect`.
+    pub(super) fn split_brain(
+        &mut self,
+        r: usize,
+        peer: NodeId,
+        volume: u16,
+        mine: u64,
+        theirs: u64,
+        reported: bool,
+    ) {
+        let res = &mut self.res[r];
+        let name = res.peer_name(peer);
+        let number = res.cfg.volumes[volume as usize].number;
+        let Some(slot) = res.peers.iter_mut().find(|p| p.id == peer) else {
+            return;
+        };
+        if slot.split_brain.is_none() {
+            let reason = format!(
+                "split brain on volume {number}: both nodes were Primary while apart; this node has {mine} blocks ({} KiB) {} lacks, it has {theirs} blocks ({} KiB) this node lacks{}",
+                mine * 4,
+                slot.name,
+                theirs * 4,
+                if reported { " (found by the peer)" } else { "" }
+            );
+            error!(resource = %res.cfg.name, peer = %name,
+                "{reason}. Replication with it stopped until an administrator discards one side's writes (README: Split brain)");
+            slot.split_brain = Some(reason.clone());
+            slot.last_error = Some(reason);
+        }
+        slot.wanted = false;
+        if let Some(k) = slot.conn.or(slot.dialing) {
+            if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                pc.dead = true;
+            }
+            self.mark_dirty(k);
+        }
+    }
+}

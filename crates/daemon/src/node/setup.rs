@@ -1,0 +1,277 @@
+//! Starting a node: the engine's spec from a resource's config, opening or creating the
+//! backing files (and telling the engine what was found), listening for clients, peers
+//! and the control socket.
+
+use super::links::Link;
+use super::state::*;
+use super::NodeOptions;
+use crate::bufpool::BufPool;
+use crate::listener::Listener;
+use crate::worker::Workers;
+use anyhow::{bail, Context, Result};
+use mio::{Interest, Poll, Token as MioToken, Waker};
+use rustc_hash::FxHashMap as HashMap;
+use slab::Slab;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+use tandem_config::{Endpoint, ResourceConfig};
+use tandem_engine::replica::{NodeId, Protocol, ReplicaAtStart, Resource, ResourceSpec};
+use tandem_engine::sync_plan::{FlushPattern, SyncPlan};
+use tandem_frontend::nbd::{BlockSizes, ExportInfo};
+use tandem_storage::{Backing, OpenOptions};
+use tracing::{info, warn};
+
+pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
+    ResourceSpec {
+        me,
+        nodes: cfg
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.node_id,
+                    n.volumes.iter().map(|v| !v.is_diskless()).collect(),
+                )
+            })
+            .collect(),
+        sizes: cfg.volumes.iter().map(|v| v.size).collect(),
+        protocol: match cfg.protocol {
+            tandem_config::Protocol::A => Protocol::A,
+            tandem_config::Protocol::B => Protocol::B,
+            tandem_config::Protocol::C => Protocol::C,
+        },
+        ping_interval_ms: cfg.net.ping_interval.as_millis() as u64,
+        ping_timeout_ms: cfg.net.ping_timeout.as_millis() as u64,
+        timeout_ms: cfg.net.timeout.as_millis() as u64,
+        resync_chunk: 256 << 10,
+        resync_window: 8,
+    }
+}
+
+pub(super) fn export_name(cfg: &ResourceConfig, vol: usize) -> String {
+    let n = cfg.volumes[vol].number;
+    if n == 0 {
+        cfg.name.clone()
+    } else {
+        format!("{}-{n}", cfg.name)
+    }
+}
+
+/// Starts a non-blocking connection to `to` from `from` (the node's configured address,
+/// so firewalls and multi-homed hosts see the right source; any port). An unspecified
+/// address (0.0.0.0, ::) leaves the choice to the kernel.
+pub(super) fn connect_from(
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> io::Result<mio::net::TcpStream> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(to),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_nonblocking(true)?;
+    if !from.is_unspecified() {
+        socket.bind(&std::net::SocketAddr::new(from, 0).into())?;
+    }
+    match socket.connect(&to.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(mio::net::TcpStream::from_std(socket.into()))
+}
+
+/// A fresh handshake challenge from the OS's random source. No fallback: a predictable
+/// challenge would let a recorded answer be replayed, so without randomness there is no
+/// connection.
+pub(super) fn random_challenge() -> Result<[u8; 32], getrandom::Error> {
+    let mut c = [0u8; 32];
+    getrandom::fill(&mut c)?;
+    Ok(c)
+}
+
+impl NodeReactor {
+    pub(super) fn new(configs: Vec<ResourceConfig>, opts: &NodeOptions) -> Result<NodeReactor> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (signal_rx, signal_tx) = std::os::unix::net::UnixStream::pair()?;
+        signal_rx.set_nonblocking(true)?;
+        let mut signal_rx = mio::net::UnixStream::from_std(signal_rx);
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::low_level::pipe::register(sig, signal_tx.try_clone()?)?;
+        }
+        poll.registry()
+            .register(&mut signal_rx, SIGNAL, Interest::READABLE)?;
+        let mut me = NodeReactor {
+            poll,
+            entries: Slab::new(),
+            nbd_listener_of: HashMap::default(),
+            res: Vec::new(),
+            slots: Slab::with_capacity(1024),
+            workers: Workers::start(opts.disk_threads, waker),
+            pool: BufPool::default(),
+            held: HashMap::default(),
+            disk_bufs: HashMap::default(),
+            spent_reads: Vec::new(),
+            dirty: Vec::new(),
+            resume: Vec::new(),
+            signal_rx,
+            shutting_down: false,
+            started: Instant::now(),
+            next_tick: Instant::now(),
+            engine_wake: None,
+            next_conn_id: 0,
+            busy_poll: opts.busy_poll,
+            syncs_ahead: Vec::new(),
+            handled: 0,
+        };
+        for cfg in configs {
+            me.add_resource(cfg, &opts.node)?;
+        }
+        me.listen_control(&opts.control)?;
+        Ok(me)
+    }
+
+    pub(super) fn add_resource(&mut self, cfg: ResourceConfig, node: &str) -> Result<()> {
+        let r = self.res.len();
+        let my = cfg.node(node).expect("filtered on this node").clone();
+        let mut backings = Vec::new();
+        let mut disks = Vec::new();
+        let mut exports = Vec::new();
+        for (v, vc) in cfg.volumes.iter().enumerate() {
+            let nv = &my.volumes[v];
+            match &nv.disk {
+                None => {
+                    backings.push(None);
+                    disks.push(ReplicaAtStart::None);
+                }
+                Some(path) => {
+                    let existed = path.exists();
+                    let b = Backing::open(&OpenOptions {
+                        path: path.clone(),
+                        size: Some(vc.size),
+                        direct: false,
+                        read_only: false,
+                    })
+                    .with_context(|| format!("resource {} volume {}", cfg.name, vc.number))?;
+                    // The engine decides what each may be trusted with (ReplicaAtStart).
+                    disks.push(if existed {
+                        ReplicaAtStart::Existing
+                    } else {
+                        warn!(resource = %cfg.name, volume = vc.number,
+                            "backing file {} did not exist: created it empty. It holds no data, so it starts Inconsistent and is synced in full from an up-to-date peer before it serves reads, unless every node's replica of this volume is new (a new cluster)",
+                            path.display());
+                        ReplicaAtStart::Created
+                    });
+                    backings.push(Some(Arc::new(b)));
+                }
+            }
+            exports.push(ExportInfo {
+                name: export_name(&cfg, v),
+                description: format!("tandem resource {} volume {}", cfg.name, vc.number),
+                size: vc.size,
+                read_only: false,
+                block: BlockSizes::new(512),
+            });
+            for ep in &nv.nbd {
+                let l = match ep {
+                    Endpoint::Tcp(a) => Listener::Tcp(
+                        mio::net::TcpListener::bind(*a)
+                            .with_context(|| format!("cannot listen for NBD on {a}"))?,
+                    ),
+                    Endpoint::Unix(p) => {
+                        crate::serve::bind(&[crate::serve::ListenAddr::Unix(p.clone())])?
+                            .pop()
+                            .expect("one listener")
+                    }
+                };
+                let e = self.entries.insert(Entry::NbdListener { l });
+                if let Entry::NbdListener { l } = &mut self.entries[e] {
+                    self.poll
+                        .registry()
+                        .register(l.source(), MioToken(e), Interest::READABLE)?;
+                    info!(resource = %cfg.name, volume = vc.number, "NBD on {}", l.describe());
+                }
+                self.nbd_listener_of.insert(e, (r, v));
+            }
+        }
+        let mut pl = mio::net::TcpListener::bind(my.address).with_context(|| {
+            format!(
+                "resource {}: cannot listen for peers on {}",
+                cfg.name, my.address
+            )
+        })?;
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(&mut pl, MioToken(e), Interest::READABLE)?;
+        self.entries.insert(Entry::PeerListener { res: r, l: pl });
+        let peers = cfg
+            .nodes
+            .iter()
+            .filter(|n| n.node_id != my.node_id)
+            .map(|n| PeerSlot {
+                id: n.node_id,
+                name: n.name.clone(),
+                address: n.address,
+                conn: None,
+                dialing: None,
+                link: Link::new(
+                    cfg.net.connect_interval,
+                    cfg.net.max_connect_interval,
+                    Instant::now(),
+                ),
+                wanted: true,
+                split_brain: None,
+                last_error: None,
+            })
+            .collect();
+        let engine = Resource::new(spec_of(&cfg, my.node_id), disks);
+        let states: Vec<_> = (0..cfg.volumes.len())
+            .map(|v| engine.disk(v as u16))
+            .collect();
+        info!(resource = %cfg.name, node = %my.name, node_id = my.node_id, "replication on {}; disks {states:?}", my.address);
+        self.res.push(ResCtx {
+            me: my.node_id,
+            my_address: my.address,
+            cfg,
+            engine,
+            backings,
+            exports,
+            peers,
+            demote_pending: false,
+            congested: false,
+            stalled: Vec::new(),
+            syncs: SyncPlan::default(),
+            nbd_flushes: FlushPattern::default(),
+        });
+        Ok(())
+    }
+
+    pub(super) fn listen_control(&mut self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).ok();
+        }
+        if path.exists() {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!(
+                    "control socket {} is in use by a running daemon",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path).ok();
+        }
+        let mut l = mio::net::UnixListener::bind(path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(&mut l, MioToken(e), Interest::READABLE)?;
+        self.entries
+            .insert(Entry::ControlListener(l, path.to_path_buf()));
+        info!("control socket {}", path.display());
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! The node daemon's state: one event loop's registry of connections (`Entry`), the
+//! resources it runs (`ResCtx`: engine, backing files, exports, peers), and the limits it
+//! works to.
+
+use super::links::Link;
+use super::peer::PeerConn;
+use crate::bufpool::{BufPool, DataBuf};
+use crate::conn::Conn;
+use crate::listener::Listener;
+use crate::worker::Workers;
+use mio::{Poll, Token as MioToken};
+use rustc_hash::FxHashMap as HashMap;
+use slab::Slab;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tandem_config::ResourceConfig;
+use tandem_engine::replica::{NodeId, PromoteError, Resource, Token};
+use tandem_engine::sync_plan::{FlushPattern, SyncPlan, SyncStart};
+use tandem_engine::ReqId;
+use tandem_frontend::nbd::ExportInfo;
+use tandem_storage::Backing;
+
+pub(super) const WAKER: MioToken = MioToken(usize::MAX - 1);
+pub(super) const SIGNAL: MioToken = MioToken(usize::MAX - 2);
+pub(super) const TICK: Duration = Duration::from_millis(100);
+/// The most written data a Secondary flushes on its event loop (see `disk`).
+pub(super) const INLINE_SYNC_MAX: u64 = 256 << 10;
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a client fenced by `tandem secondary --force` is told for each request.
+pub(super) const FENCED: &str = "the administrator made this node Secondary (--force): the volume is no longer served to this client";
+/// How many times the usual busy-poll window a node polls while its resources see a
+/// flush after every few writes. Between a write and the next one there are then two
+/// round trips (the write's, then the FLUSH's with an fdatasync in the middle): with the
+/// usual window every node went to sleep in between and paid a wakeup per hop. Measured
+/// on this 2-core VM with fio `fsync=1` through the diskless Primary, ×1/×4/×8:
+/// 2,160–2,410 / 2,880–2,990 / 3,050–3,130 IOPS.
+pub(super) const FLUSH_HEAVY_POLL: u32 = 8;
+
+/// One peer of a resource as the daemon sees it.
+pub(super) struct PeerSlot {
+    pub(super) id: NodeId,
+    pub(super) name: String,
+    pub(super) address: std::net::SocketAddr,
+    /// The entry of its live connection, once authenticated.
+    pub(super) conn: Option<usize>,
+    /// An outgoing attempt in progress.
+    pub(super) dialing: Option<usize>,
+    pub(super) link: Link,
+    /// `tandem disconnect` keeps it StandAlone until `tandem connect`.
+    pub(super) wanted: bool,
+    /// Why the last connection ended, for status.
+    pub(super) last_error: Option<String>,
+    /// Our replicas diverged (two Primaries while apart): not reconnected (`wanted` is
+    /// off) until `tandem connect`; what happened, for status.
+    pub(super) split_brain: Option<String>,
+}
+
+pub(super) struct ResCtx {
+    pub(super) cfg: ResourceConfig,
+    pub(super) me: NodeId,
+    /// Our replication address: outgoing peer connections come from its IP.
+    pub(super) my_address: std::net::SocketAddr,
+    pub(super) engine: Resource,
+    pub(super) backings: Vec<Option<Arc<Backing>>>,
+    pub(super) exports: Vec<ExportInfo>,
+    pub(super) peers: Vec<PeerSlot>,
+    /// `tandem secondary --force` with requests in flight: the clients are fenced, and the
+    /// engine is demoted once those requests are answered.
+    pub(super) demote_pending: bool,
+    /// A peer's send queue passed `max-buffer`: NBD clients of this resource are not read
+    /// until every queue is back under half of it (memory stays bounded behind a slow
+    /// peer; applications wait instead).
+    pub(super) congested: bool,
+    /// NBD client entries that stopped reading because of it.
+    pub(super) stalled: Vec<usize>,
+    /// Which fdatasync covers which local writes; the engine's flush waiting for one.
+    pub(super) syncs: SyncPlan<(u16, Token)>,
+    /// Whether this resource's NBD clients flush after every few writes.
+    pub(super) nbd_flushes: FlushPattern,
+}
+
+impl ResCtx {
+    /// Flushes come after every few small writes, here or at the Primary: the next
+    /// request is due a whole round trip after a barrier (see `FLUSH_HEAVY_POLL`).
+    pub(super) fn flush_heavy(&self) -> bool {
+        self.syncs.flush_heavy() || self.nbd_flushes.flush_heavy()
+    }
+}
+
+impl ResCtx {
+    /// "beta (node-id 1)" for logs.
+    pub(super) fn peer_name(&self, id: NodeId) -> String {
+        match self.peers.iter().find(|p| p.id == id) {
+            Some(p) => format!("{} (node-id {id})", p.name),
+            None => format!("node-id {id}"),
+        }
+    }
+
+    /// A promotion refusal in the administrator's terms (node names, not ids).
+    pub(super) fn explain(&self, e: PromoteError) -> String {
+        match e {
+            PromoteError::PeerPrimary(id) => format!("node {} is Primary", self.peer_name(id)),
+            PromoteError::NoUpToDate(_) => e.to_string(),
+        }
+    }
+}
+
+pub(super) enum Entry {
+    NbdListener {
+        l: Listener,
+    },
+    Nbd {
+        res: usize,
+        vol: usize,
+        conn: Box<Conn>,
+    },
+    PeerListener {
+        res: usize,
+        l: mio::net::TcpListener,
+    },
+    Peer(Box<PeerConn>),
+    ControlListener(mio::net::UnixListener, PathBuf),
+    Control(Box<super::control_conn::ControlConn>),
+}
+
+/// An in-flight NBD request.
+pub(super) struct Slot {
+    pub(super) entry: usize,
+    pub(super) cookie: u64,
+    pub(super) structured: bool,
+    pub(super) read: Option<(u64, u32)>,
+}
+
+/// Bytes the engine may name while its actions run.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Ctx<'a> {
+    pub(super) incoming: Option<&'a [u8]>,
+    pub(super) payload: Option<(ReqId, &'a [u8])>,
+}
+
+/// What a disk worker's job was for.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Tag {
+    /// An operation the engine asked for: (resource, volume, token).
+    Op(usize, u16, Token),
+    /// An fdatasync of every local replica of a resource, covering its writes up to `gen`
+    /// (see [`tandem_engine::sync_plan`]).
+    Sync { r: usize, gen: u64 },
+}
+
+pub(super) struct NodeReactor {
+    pub(super) poll: Poll,
+    pub(super) entries: Slab<Entry>,
+    /// Which entry is the NBD listener for (resource, volume).
+    pub(super) nbd_listener_of: HashMap<usize, (usize, usize)>,
+    pub(super) res: Vec<ResCtx>,
+    pub(super) slots: Slab<Slot>,
+    pub(super) workers: Workers<Tag>,
+    pub(super) pool: BufPool,
+    pub(super) held: HashMap<(usize, Token), Vec<u8>>,
+    pub(super) disk_bufs: HashMap<(usize, Token), DataBuf>,
+    /// Reads whose completion went to the engine: the engine uses their buffers only in
+    /// the actions of that completion, so whatever is left once those ran goes back to
+    /// the pool (an answer to a connection that dropped meanwhile is never sent).
+    pub(super) spent_reads: Vec<(usize, Token)>,
+    pub(super) dirty: Vec<usize>,
+    /// NBD clients to read from again once the current round of work is done.
+    pub(super) resume: Vec<usize>,
+    pub(super) signal_rx: mio::net::UnixStream,
+    pub(super) shutting_down: bool,
+    pub(super) started: Instant,
+    /// Housekeeping (dialing, handshake deadlines) and the engines' timers run then...
+    pub(super) next_tick: Instant,
+    /// ...or earlier, when an engine asked for it (`Resource::poll_timeout`: a resync
+    /// retry after 20 ms should not wait for the next 100 ms tick).
+    pub(super) engine_wake: Option<Instant>,
+    pub(super) next_conn_id: u64,
+    pub(super) busy_poll: Duration,
+    /// Syncs ahead of a flush (see [`tandem_engine::sync_plan`]), started after this round's sends.
+    pub(super) syncs_ahead: Vec<(usize, SyncStart)>,
+    /// NBD requests and peer packets handled since the last wait (see `busy_poll::BURST`).
+    pub(super) handled: usize,
+}
