@@ -9,6 +9,7 @@ mod bufpool;
 mod busy_poll;
 mod conn;
 mod listener;
+mod nbd_glue;
 pub mod node;
 mod reactor;
 pub mod serve;

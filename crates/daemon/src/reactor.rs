@@ -5,6 +5,7 @@ use crate::bufpool::{BufPool, DataBuf};
 use crate::busy_poll::Waiter;
 use crate::conn::{Conn, Phase, ReadOutcome, Streaming, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
 use crate::listener::Listener;
+use crate::nbd_glue::{self, Served};
 use crate::worker::{Done, Job, Workers};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -481,7 +482,7 @@ impl Reactor {
                     }
                 },
                 Err(e) => {
-                    let (errno, msg) = describe(e);
+                    let (errno, msg) = nbd_glue::describe(e, Served::Local);
                     warn!(client = %c.name, cookie = slot.cookie, errno = ?errno, "request failed: {msg}");
                     reply::error(&mut c.out, slot.structured, slot.cookie, errno, &msg);
                     if let Some(d) = slot.data {
@@ -663,50 +664,8 @@ impl Core {
         owned: Option<DataBuf>,
     ) {
         self.submitted += 1;
-        let (io, read) = match req.command {
-            Command::Read => (
-                Io::Read {
-                    offset: req.offset,
-                    len: req.len,
-                },
-                Some((req.offset, req.len)),
-            ),
-            Command::Write { fua } => (
-                Io::Write {
-                    offset: req.offset,
-                    len: req.len,
-                    fua,
-                },
-                None,
-            ),
-            Command::Trim { fua } => (
-                Io::Trim {
-                    offset: req.offset,
-                    len: req.len,
-                    fua,
-                },
-                None,
-            ),
-            Command::WriteZeroes { fua, no_hole, fast } => (
-                Io::Zero {
-                    offset: req.offset,
-                    len: req.len,
-                    fua,
-                    may_punch: !no_hole,
-                    fast,
-                },
-                None,
-            ),
-            Command::Flush => (Io::Flush, None),
-            Command::Cache => (
-                Io::Cache {
-                    offset: req.offset,
-                    len: req.len,
-                },
-                None,
-            ),
-            Command::Disconnect => unreachable!("handled by the connection"),
-        };
+        let io = nbd_glue::io_of(&req);
+        let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
         let id = self.slots.insert(Slot {
             conn,
             cookie: req.cookie,
@@ -879,20 +838,5 @@ fn advance(start: &mut usize, end: &mut usize, n: usize) {
     if *start == *end {
         *start = 0;
         *end = 0;
-    }
-}
-
-fn describe(e: IoError) -> (Errno, String) {
-    match e {
-        IoError::Os(code) => (
-            Errno::from_os(code),
-            format!("I/O error: {}", io::Error::from_raw_os_error(code)),
-        ),
-        IoError::NotFast => (Errno::NotSup, "zeroing this range would not be fast".into()),
-        IoError::NoData => (
-            Errno::Io,
-            "the volume's disk has failed; no I/O is served".into(),
-        ),
-        IoError::ReadOnly => (Errno::Perm, "the volume is read-only".into()),
     }
 }

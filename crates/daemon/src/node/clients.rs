@@ -4,6 +4,7 @@
 
 use super::state::*;
 use crate::conn::{Conn, Phase, ReadOutcome};
+use crate::nbd_glue::{self, Served};
 use anyhow::Result;
 use mio::{Interest, Token as MioToken};
 use std::io;
@@ -210,35 +211,7 @@ impl NodeReactor {
                         Command::Flush => flushes.flushed(),
                         _ => {}
                     }
-                    let io = match req.command {
-                        Command::Read => Io::Read {
-                            offset: req.offset,
-                            len: req.len,
-                        },
-                        Command::Write { fua } => Io::Write {
-                            offset: req.offset,
-                            len: req.len,
-                            fua,
-                        },
-                        Command::Trim { fua } => Io::Trim {
-                            offset: req.offset,
-                            len: req.len,
-                            fua,
-                        },
-                        Command::WriteZeroes { fua, no_hole, fast } => Io::Zero {
-                            offset: req.offset,
-                            len: req.len,
-                            fua,
-                            may_punch: !no_hole,
-                            fast,
-                        },
-                        Command::Flush => Io::Flush,
-                        Command::Cache => Io::Cache {
-                            offset: req.offset,
-                            len: req.len,
-                        },
-                        Command::Disconnect => unreachable!("handled above"),
-                    };
+                    let io = nbd_glue::io_of(&req);
                     let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
                     let id = ReqId(self.slots.insert(Slot {
                         entry: k,
@@ -442,20 +415,7 @@ impl NodeReactor {
                 );
             }
             (Err(e), _, _) => {
-                let (errno, msg) = match e {
-                    IoError::ReadOnly => (Errno::Perm, "this node is not Primary".to_string()),
-                    IoError::NoData => {
-                        (Errno::Io, "no up-to-date replica is reachable".to_string())
-                    }
-                    IoError::NotFast => (
-                        Errno::NotSup,
-                        "zeroing would not be fast on every replica".to_string(),
-                    ),
-                    IoError::Os(code) => (
-                        Errno::from_os(code),
-                        format!("I/O error: {}", io::Error::from_raw_os_error(code)),
-                    ),
-                };
+                let (errno, msg) = nbd_glue::describe(e, Served::Replicated);
                 debug!(client = %conn.name, cookie = slot.cookie, "request failed: {msg}");
                 reply::error(&mut conn.out, slot.structured, slot.cookie, errno, &msg);
             }

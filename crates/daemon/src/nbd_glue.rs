@@ -1,0 +1,95 @@
+//! The NBD request glue `tandem serve` and `tandem node` share: a decoded command as the
+//! engine's request, and the engine's error as the errno and message a client gets.
+
+use std::io;
+use tandem_engine::{Io, IoError};
+use tandem_frontend::nbd::{Command, Errno, Request};
+
+/// The engine's request for an NBD command (not `Disconnect`: a connection's own matter).
+pub(crate) fn io_of(req: &Request) -> Io {
+    let (offset, len) = (req.offset, req.len);
+    match req.command {
+        Command::Read => Io::Read { offset, len },
+        Command::Write { fua } => Io::Write { offset, len, fua },
+        Command::Trim { fua } => Io::Trim { offset, len, fua },
+        Command::WriteZeroes { fua, no_hole, fast } => Io::Zero {
+            offset,
+            len,
+            fua,
+            may_punch: !no_hole,
+            fast,
+        },
+        Command::Flush => Io::Flush,
+        Command::Cache => Io::Cache { offset, len },
+        Command::Disconnect => unreachable!("a disconnect is handled by the connection"),
+    }
+}
+
+/// Where the engine runs: its errors mean a little more in a replicated node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// `tandem serve`: one local volume.
+    Local,
+    /// `tandem node`: a replicated volume.
+    Replicated,
+}
+
+/// The errno and message for a failed request.
+pub(crate) fn describe(e: IoError, served: Served) -> (Errno, String) {
+    match (e, served) {
+        (IoError::Os(code), _) => (
+            Errno::from_os(code),
+            format!("I/O error: {}", io::Error::from_raw_os_error(code)),
+        ),
+        (IoError::NotFast, Served::Local) => {
+            (Errno::NotSup, "zeroing this range would not be fast".into())
+        }
+        (IoError::NotFast, Served::Replicated) => (
+            Errno::NotSup,
+            "zeroing would not be fast on every replica".into(),
+        ),
+        (IoError::NoData, Served::Local) => (
+            Errno::Io,
+            "the volume's disk has failed; no I/O is served".into(),
+        ),
+        (IoError::NoData, Served::Replicated) => {
+            (Errno::Io, "no up-to-date replica is reachable".into())
+        }
+        (IoError::ReadOnly, Served::Local) => (Errno::Perm, "the volume is read-only".into()),
+        (IoError::ReadOnly, Served::Replicated) => (Errno::Perm, "this node is not Primary".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_map_to_requests() {
+        let req = |command| Request {
+            cookie: 1,
+            offset: 4096,
+            len: 512,
+            command,
+        };
+        assert_eq!(
+            io_of(&req(Command::WriteZeroes {
+                fua: true,
+                no_hole: true,
+                fast: false
+            })),
+            Io::Zero {
+                offset: 4096,
+                len: 512,
+                fua: true,
+                may_punch: false,
+                fast: false
+            }
+        );
+        assert_eq!(io_of(&req(Command::Flush)), Io::Flush);
+        assert_eq!(
+            describe(IoError::ReadOnly, Served::Replicated).0,
+            Errno::Perm
+        );
+    }
+}
