@@ -12,7 +12,7 @@ use std::time::Instant;
 use tandem_engine::replica::{AutoPromote, DataRef, RAction, Role, Token};
 use tandem_engine::{Io, IoError, ReqId};
 use tandem_frontend::nbd::{
-    reply, Command, Decoded, Errno, HandshakeStep, RequestDecoder, TransmissionParams,
+    reply, Command, Decoded, Errno, HandshakeStep, Request, RequestDecoder, TransmissionParams,
 };
 use tracing::{debug, error, info, warn};
 
@@ -84,47 +84,8 @@ impl NodeReactor {
         if conn.dead {
             return;
         }
-        if let Phase::Handshake(h) = &mut conn.phase {
-            let exports = std::slice::from_ref(&self.res[r].exports[v]);
-            let (n, step) = h.feed(
-                &conn.inbuf[conn.in_start..conn.in_end],
-                exports,
-                self.shutting_down,
-                &mut conn.out,
-            );
-            conn.consume(n);
-            match step {
-                HandshakeStep::NeedMore => {
-                    if conn.eof {
-                        conn.read_closed = true;
-                    }
-                    return;
-                }
-                HandshakeStep::Close(reason) => {
-                    warn!(client = %conn.name, "handshake refused: {reason}");
-                    conn.read_closed = true;
-                    return;
-                }
-                HandshakeStep::Done(neg) => {
-                    let export = &self.res[r].exports[v];
-                    let params = TransmissionParams {
-                        size: export.size,
-                        read_only: false,
-                        block: export.block,
-                        structured_replies: neg.structured_replies,
-                    };
-                    conn.phase = Phase::Transmission {
-                        volume: v,
-                        decoder: RequestDecoder::new(params),
-                        structured: neg.structured_replies,
-                    };
-                    conn.handshake_deadline = None;
-                    // Attaching while a forced demotion waits: no longer served here.
-                    conn.fenced = self.res[r].demote_pending;
-                    info!(client = %conn.name, export = %export.name, "NBD client attached");
-                    self.client_attached(r);
-                }
-            }
+        if matches!(conn.phase, Phase::Handshake(_)) && !self.nbd_handshake(k, r, v) {
+            return;
         }
         // Take the input so payloads can be borrowed while the engine's actions touch any
         // entry (replies to this and other clients, packets to peers).
@@ -193,42 +154,7 @@ impl NodeReactor {
                 }
                 Decoded::Request(req, payload) => {
                     conn.in_flight += 1;
-                    self.handled += 1;
-                    let flushes = &mut self.res[r].nbd_flushes;
-                    match req.command {
-                        Command::Write { fua } | Command::Trim { fua } => {
-                            flushes.wrote(u64::from(req.len));
-                            if fua {
-                                flushes.flushed();
-                            }
-                        }
-                        Command::WriteZeroes { fua, .. } => {
-                            flushes.wrote(u64::from(req.len));
-                            if fua {
-                                flushes.flushed();
-                            }
-                        }
-                        Command::Flush => flushes.flushed(),
-                        _ => {}
-                    }
-                    let io = nbd_glue::io_of(&req);
-                    let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
-                    let id = ReqId(self.slots.insert(Slot {
-                        entry: k,
-                        cookie: req.cookie,
-                        structured,
-                        read,
-                    }) as u64);
-                    let mut actions = Vec::new();
-                    self.res[r].engine.submit(id, v as u16, io, &mut actions);
-                    self.run_actions(
-                        r,
-                        actions,
-                        Ctx {
-                            incoming: None,
-                            payload: Some((id, payload)),
-                        },
-                    );
+                    self.submit_nbd(k, r, v, req, payload, structured);
                 }
             }
             start += n;
@@ -242,6 +168,105 @@ impl NodeReactor {
                 conn.in_end = 0;
             }
         }
+    }
+
+    /// The NBD handshake of connection `k` (to volume `v` of resource `r`): true once it
+    /// is done and requests may follow.
+    fn nbd_handshake(&mut self, k: usize, r: usize, v: usize) -> bool {
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+            return false;
+        };
+        if let Phase::Handshake(h) = &mut conn.phase {
+            let exports = std::slice::from_ref(&self.res[r].exports[v]);
+            let (n, step) = h.feed(
+                &conn.inbuf[conn.in_start..conn.in_end],
+                exports,
+                self.shutting_down,
+                &mut conn.out,
+            );
+            conn.consume(n);
+            match step {
+                HandshakeStep::NeedMore => {
+                    if conn.eof {
+                        conn.read_closed = true;
+                    }
+                    return false;
+                }
+                HandshakeStep::Close(reason) => {
+                    warn!(client = %conn.name, "handshake refused: {reason}");
+                    conn.read_closed = true;
+                    return false;
+                }
+                HandshakeStep::Done(neg) => {
+                    let export = &self.res[r].exports[v];
+                    let params = TransmissionParams {
+                        size: export.size,
+                        read_only: false,
+                        block: export.block,
+                        structured_replies: neg.structured_replies,
+                    };
+                    conn.phase = Phase::Transmission {
+                        volume: v,
+                        decoder: RequestDecoder::new(params),
+                        structured: neg.structured_replies,
+                    };
+                    conn.handshake_deadline = None;
+                    // Attaching while a forced demotion waits: no longer served here.
+                    conn.fenced = self.res[r].demote_pending;
+                    info!(client = %conn.name, export = %export.name, "NBD client attached");
+                    self.client_attached(r);
+                }
+            }
+        }
+        true
+    }
+
+    /// A decoded request of client `k`, handed to the engine.
+    fn submit_nbd(
+        &mut self,
+        k: usize,
+        r: usize,
+        v: usize,
+        req: Request,
+        payload: &[u8],
+        structured: bool,
+    ) {
+        self.handled += 1;
+        let flushes = &mut self.res[r].nbd_flushes;
+        match req.command {
+            Command::Write { fua } | Command::Trim { fua } => {
+                flushes.wrote(u64::from(req.len));
+                if fua {
+                    flushes.flushed();
+                }
+            }
+            Command::WriteZeroes { fua, .. } => {
+                flushes.wrote(u64::from(req.len));
+                if fua {
+                    flushes.flushed();
+                }
+            }
+            Command::Flush => flushes.flushed(),
+            _ => {}
+        }
+        let io = nbd_glue::io_of(&req);
+        let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
+        let id = ReqId(self.slots.insert(Slot {
+            entry: k,
+            cookie: req.cookie,
+            structured,
+            read,
+        }) as u64);
+        let mut actions = Vec::new();
+        self.res[r].engine.submit(id, v as u16, io, &mut actions);
+        self.run_actions(
+            r,
+            actions,
+            Ctx {
+                incoming: None,
+                payload: Some((id, payload)),
+            },
+        );
     }
 
     /// Auto-promote (decided by the engine): the first client of a resource makes this node
