@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use tandem_daemon::control_api::Request;
 use tandem_daemon::{ExportConfig, ListenAddr, ServeConfig};
 
 #[derive(Parser)]
@@ -190,42 +191,26 @@ fn main() {
             resource,
             force,
             control,
-        } => admin::verb(
-            &control.control,
-            serde_json::json!({"cmd": "primary", "resource": resource, "force": force}),
-        ),
+        } => admin::verb(&control.control, Request::Primary { resource, force }),
         Cmd::Secondary {
             resource,
             force,
             control,
-        } => admin::verb(
-            &control.control,
-            serde_json::json!({"cmd": "secondary", "resource": resource, "force": force}),
-        ),
+        } => admin::verb(&control.control, Request::Secondary { resource, force }),
         Cmd::Connect {
             resource,
             peer,
             control,
-        } => admin::verb(
-            &control.control,
-            serde_json::json!({"cmd": "connect", "resource": resource, "peer": peer}),
-        ),
+        } => admin::verb(&control.control, Request::Connect { resource, peer }),
         Cmd::Disconnect {
             resource,
             peer,
             control,
-        } => admin::verb(
-            &control.control,
-            serde_json::json!({"cmd": "disconnect", "resource": resource, "peer": peer}),
-        ),
-        Cmd::Up { resource, control } => admin::verb(
-            &control.control,
-            serde_json::json!({"cmd": "up", "resource": resource}),
-        ),
-        Cmd::Down { resource, control } => admin::verb(
-            &control.control,
-            serde_json::json!({"cmd": "down", "resource": resource}),
-        ),
+        } => admin::verb(&control.control, Request::Disconnect { resource, peer }),
+        Cmd::Up { resource, control } => admin::verb(&control.control, Request::Up { resource }),
+        Cmd::Down { resource, control } => {
+            admin::verb(&control.control, Request::Down { resource })
+        }
     };
     if let Err(e) = result {
         eprintln!("tandem: error: {e:#}");

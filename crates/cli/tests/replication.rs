@@ -1432,3 +1432,47 @@ fn split_brain_is_reported_on_both_sides_and_not_retried() {
     drop(gamma);
     c.stop_all();
 }
+
+/// The control socket takes typed requests (shared with the CLI): garbage, an unknown
+/// verb, a verb without its resource or with a misspelt field each get `ok:false` and a
+/// reason on the same connection, and the daemon goes on answering.
+#[test]
+fn malformed_control_requests_are_refused_and_the_daemon_goes_on() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixStream;
+    const TEST: &str = "replication::malformed_control_requests_are_refused_and_the_daemon_goes_on";
+    let c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    let alpha = c.node("alpha");
+    let sock = UnixStream::connect(&alpha.daemon.control).expect("control socket");
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(sock.try_clone().unwrap());
+    let mut ask = |line: &str| -> Json {
+        (&sock).write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        reader.read_line(&mut answer).expect("an answer");
+        Json::parse(&answer).unwrap_or_else(|e| panic!("{line}: answer {answer:?}: {e}"))
+    };
+    for (bad, why) in [
+        ("this is not json", "not a valid request"),
+        (r#"{"cmd":"explode","resource":"r0"}"#, "unknown variant"),
+        (r#"{"cmd":"primary"}"#, "missing field `resource`"),
+        (
+            r#"{"cmd":"primary","resource":"r0","forse":true}"#,
+            "unknown field",
+        ),
+        (r#"{"cmd":"secondary","resource":"nope"}"#, "no resource"),
+    ] {
+        let a = ask(bad);
+        assert_eq!(a["ok"].as_bool(), Some(false), "{bad}: {a:?}");
+        let error = a["error"].as_str().unwrap_or("");
+        assert!(error.contains(why), "{bad}: {error:?} lacks {why:?}");
+    }
+    let a = ask(r#"{"cmd":"status"}"#);
+    assert_eq!(a["ok"].as_bool(), Some(true), "{a:?}");
+    assert_eq!(arr_of(&a, "resources").len(), 1, "{a:?}");
+    assert!(
+        alpha.daemon.status().is_ok(),
+        "the CLI's status still works"
+    );
+}

@@ -8,6 +8,7 @@
 mod bufpool;
 mod busy_poll;
 mod conn;
+pub mod control_api;
 mod listener;
 mod nbd_glue;
 pub mod node;

@@ -1,13 +1,11 @@
-//! The control socket: one JSON object per line in, one per line out.
-//!
-//! Requests: `{"cmd":"status"}`, `{"cmd":"primary","resource":"r0","force":false}`,
-//! `{"cmd":"secondary","resource":"r0"}`, `{"cmd":"connect"|"disconnect","resource":"r0",
-//! "peer":"beta"}` (peer optional: all), `{"cmd":"up"|"down","resource":"r0"}`.
-//! Answers: `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
+//! The control socket's verbs carried out: a typed [`Request`] in, an [`Answer`] out (the
+//! JSON shapes are in `crate::control_api`, shared with the CLI).
 
-use super::state::{Ctx, Entry, NodeReactor};
-use serde_json::{json, Value};
-use tandem_engine::replica::{DiskState, Repl, Role};
+use super::state::{Ctx, Entry, NodeReactor, PeerSlot, ResCtx};
+use crate::control_api::{
+    Answer, PeerStatus, PeerVolumeStatus, Request, ResourceStatus, VolumeStatus,
+};
+use tandem_engine::replica::{DiskState, PeerStatus as EnginePeer, Repl, Role};
 use tracing::info;
 
 fn disk_name(d: DiskState) -> &'static str {
@@ -36,45 +34,44 @@ fn repl_name(r: Repl) -> &'static str {
 }
 
 impl NodeReactor {
-    pub(super) fn control_command(&mut self, line: &str) -> Value {
-        let req: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => return json!({"ok": false, "error": format!("not a JSON request: {e}")}),
+    pub(super) fn control_command(&mut self, line: &str) -> Answer {
+        let req: Request = match serde_json::from_str(line) {
+            Ok(r) => r,
+            Err(e) => return Answer::refused(format!("not a valid request: {e}")),
         };
-        let cmd = req.get("cmd").and_then(Value::as_str).unwrap_or("");
-        if cmd == "status" {
-            return json!({"ok": true, "resources": self.status_json(req.get("resource").and_then(Value::as_str))});
-        }
-        let Some(name) = req.get("resource").and_then(Value::as_str) else {
-            return json!({"ok": false, "error": format!("{cmd:?} needs a resource")});
+        let Some(name) = req.resource().map(str::to_string) else {
+            let Request::Status { resource } = &req else {
+                unreachable!("only status names no resource")
+            };
+            return Answer::status(self.status(resource.as_deref()));
         };
         let Some(r) = self.res.iter().position(|x| x.cfg.name == name) else {
-            return json!({"ok": false, "error": format!("no resource {name:?} on this node")});
+            return Answer::refused(format!("no resource {name:?} on this node"));
         };
-        let peer_name = req.get("peer").and_then(Value::as_str);
-        if let Some(p) = peer_name {
-            if !self.res[r].peers.iter().any(|s| s.name == p) {
-                return json!({"ok": false, "error": format!("resource {name} has no peer {p:?}")});
+        let peer_name = match &req {
+            Request::Connect { peer, .. } | Request::Disconnect { peer, .. } => peer.clone(),
+            _ => None,
+        };
+        if let Some(p) = &peer_name {
+            if !self.res[r].peers.iter().any(|s| &s.name == p) {
+                return Answer::refused(format!("resource {name} has no peer {p:?}"));
             }
         }
         let mut actions = Vec::new();
-        let result = match cmd {
-            "primary" => {
-                let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+        let result = match req {
+            Request::Status { .. } => unreachable!("answered above"),
+            Request::Primary { force, .. } => {
                 let res = &mut self.res[r];
                 res.engine
                     .promote(force, &mut actions)
                     .map_err(|e| res.explain(e))
             }
-            "secondary" => {
-                let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
-                self.secondary(r, force, &mut actions)
-            }
-            "connect" | "up" => {
+            Request::Secondary { force, .. } => self.secondary(r, force, &mut actions),
+            Request::Connect { .. } | Request::Up { .. } => {
                 for s in self.res[r]
                     .peers
                     .iter_mut()
-                    .filter(|s| peer_name.is_none_or(|p| p == s.name))
+                    .filter(|s| peer_name.as_ref().is_none_or(|p| *p == s.name))
                 {
                     s.wanted = true;
                     s.split_brain = None;
@@ -82,11 +79,11 @@ impl NodeReactor {
                 }
                 Ok(())
             }
-            "disconnect" | "down" => {
+            Request::Disconnect { .. } | Request::Down { .. } => {
                 let keys: Vec<usize> = self.res[r]
                     .peers
                     .iter_mut()
-                    .filter(|s| peer_name.is_none_or(|p| p == s.name))
+                    .filter(|s| peer_name.as_ref().is_none_or(|p| *p == s.name))
                     .filter_map(|s| {
                         s.wanted = false;
                         s.conn.or(s.dialing)
@@ -100,93 +97,91 @@ impl NodeReactor {
                 }
                 Ok(())
             }
-            other => Err(format!("unknown command {other:?}")),
         };
         self.run_actions(r, actions, Ctx::default());
         match result {
             Ok(()) => {
-                info!(resource = %name, "administrator: {cmd} done");
-                json!({"ok": true})
+                info!(resource = %name, "administrator: {} done", req.verb());
+                Answer::done()
             }
-            Err(e) => json!({"ok": false, "error": e}),
+            Err(e) => Answer::refused(e),
         }
     }
 
-    fn status_json(&self, only: Option<&str>) -> Value {
-        let mut out = Vec::new();
-        for res in self
-            .res
+    fn status(&self, only: Option<&str>) -> Vec<ResourceStatus> {
+        self.res
             .iter()
             .filter(|r| only.is_none_or(|n| n == r.cfg.name))
-        {
-            let st = res.engine.status();
-            let volumes: Vec<Value> = st
-                .volumes
+            .map(|res| {
+                let st = res.engine.status();
+                let volumes = st
+                    .volumes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| VolumeStatus {
+                        volume: res.cfg.volumes[i].number,
+                        disk: disk_name(v.disk).into(),
+                        size: v.size,
+                        writes_in_flight: v.writes_in_flight,
+                        resync_remaining_kib: v.resync_remaining.map(|b| b / 1024),
+                        up_to_date_within_reach: v.up_to_date_within_reach,
+                    })
+                    .collect();
+                let peers = res
+                    .peers
+                    .iter()
+                    .map(|slot| peer_status(res, slot, st.peers.iter().find(|p| p.id == slot.id)))
+                    .collect();
+                ResourceStatus {
+                    name: res.cfg.name.clone(),
+                    node_id: res.me,
+                    role: role_name(st.role).into(),
+                    app_in_flight: st.app_in_flight,
+                    nbd_clients: res.engine.clients(),
+                    volumes,
+                    peers,
+                }
+            })
+            .collect()
+    }
+}
+
+fn peer_status(res: &ResCtx, slot: &PeerSlot, ps: Option<&EnginePeer>) -> PeerStatus {
+    let connection = if ps.is_some_and(|p| p.connected) {
+        "Connected"
+    } else if slot.split_brain.is_some() {
+        "SplitBrain"
+    } else if !slot.wanted {
+        "StandAlone"
+    } else {
+        "Connecting"
+    };
+    let volumes = ps
+        .map(|p| {
+            p.volumes
                 .iter()
                 .enumerate()
-                .map(|(i, v)| {
-                    json!({
-                        "volume": res.cfg.volumes[i].number,
-                        "disk": disk_name(v.disk),
-                        "size": v.size,
-                        "writes_in_flight": v.writes_in_flight,
-                        "resync_remaining_kib": v.resync_remaining.map(|b| b / 1024),
-                        "up_to_date_within_reach": v.up_to_date_within_reach,
-                    })
+                .map(|(i, pv)| PeerVolumeStatus {
+                    volume: res.cfg.volumes[i].number,
+                    peer_disk: pv.disk.map(disk_name).unwrap_or("DUnknown").into(),
+                    replication: repl_name(pv.repl).into(),
+                    out_of_sync_kib: pv.out_of_sync_bytes / 1024,
                 })
-                .collect();
-            let peers: Vec<Value> = res
-                .peers
-                .iter()
-                .map(|slot| {
-                    let ps = st.peers.iter().find(|p| p.id == slot.id);
-                    let connection = if ps.is_some_and(|p| p.connected) {
-                        "Connected"
-                    } else if slot.split_brain.is_some() {
-                        "SplitBrain"
-                    } else if !slot.wanted {
-                        "StandAlone"
-                    } else {
-                        "Connecting"
-                    };
-                    let vols: Vec<Value> = ps
-                        .map(|p| {
-                            p.volumes
-                                .iter()
-                                .enumerate()
-                                .map(|(i, pv)| {
-                                    json!({
-                                        "volume": res.cfg.volumes[i].number,
-                                        "peer_disk": pv.disk.map(disk_name).unwrap_or("DUnknown"),
-                                        "replication": repl_name(pv.repl),
-                                        "out_of_sync_kib": pv.out_of_sync_bytes / 1024,
-                                    })
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    json!({
-                        "name": slot.name,
-                        "node_id": slot.id,
-                        "connection": connection,
-                        "role": ps.filter(|p| p.connected).map(|p| role_name(p.role)).unwrap_or("Unknown"),
-                        "unacked": ps.map(|p| p.unacked).unwrap_or(0),
-                        "last_error": slot.last_error,
-                        "split_brain": slot.split_brain,
-                        "volumes": vols,
-                    })
-                })
-                .collect();
-            out.push(json!({
-                "name": res.cfg.name,
-                "node_id": res.me,
-                "role": role_name(st.role),
-                "app_in_flight": st.app_in_flight,
-                "nbd_clients": res.engine.clients(),
-                "volumes": volumes,
-                "peers": peers,
-            }));
-        }
-        Value::Array(out)
+                .collect()
+        })
+        .unwrap_or_default();
+    PeerStatus {
+        name: slot.name.clone(),
+        node_id: slot.id,
+        connection: connection.into(),
+        role: ps
+            .filter(|p| p.connected)
+            .map(|p| role_name(p.role))
+            .unwrap_or("Unknown")
+            .into(),
+        unacked: ps.map(|p| p.unacked).unwrap_or(0),
+        last_error: slot.last_error.clone(),
+        split_brain: slot.split_brain.clone(),
+        volumes,
     }
 }

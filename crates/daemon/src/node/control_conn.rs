@@ -1,7 +1,7 @@
 //! A control-socket connection: newline-delimited JSON requests in, one JSON answer per
 //! line out, written as the socket accepts it.
 
-use serde_json::{json, Value};
+use crate::control_api::Answer;
 use std::io::{self, Read, Write};
 
 pub struct ControlConn {
@@ -42,7 +42,7 @@ impl ControlConn {
             }
             if self.inbuf.len() > 64 << 10 {
                 self.inbuf.clear();
-                self.queue(json!({"ok": false, "error": "request too long"}));
+                self.queue(&Answer::refused("request too long"));
                 self.eof = true;
                 break;
             }
@@ -56,8 +56,9 @@ impl ControlConn {
         lines
     }
 
-    pub fn queue(&mut self, v: Value) {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+    pub fn queue(&mut self, answer: &Answer) {
+        let line = serde_json::to_string(answer).expect("an answer serializes");
+        self.out.extend_from_slice(line.as_bytes());
         self.out.push(b'\n');
     }
 

@@ -337,7 +337,7 @@ impl NodeReactor {
         for line in lines {
             let response = self.control_command(&line);
             if let Some(Entry::Control(c)) = self.entries.get_mut(k) {
-                c.queue(response);
+                c.queue(&response);
             }
         }
         self.mark_dirty(k);

@@ -1,0 +1,191 @@
+//! What the control socket says, as types shared by the daemon (which parses requests and
+//! answers) and the CLI (which sends requests and reads answers): one JSON object per
+//! line each way, e.g. `{"cmd":"primary","resource":"r0","force":false}` and
+//! `{"ok":true}` or `{"ok":false,"error":"..."}`; `status` answers with `resources`.
+
+use serde::{Deserialize, Serialize};
+
+/// An administration request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Request {
+    /// Every resource, or the one named.
+    Status {
+        #[serde(default)]
+        resource: Option<String>,
+    },
+    Primary {
+        resource: String,
+        #[serde(default)]
+        force: bool,
+    },
+    Secondary {
+        resource: String,
+        #[serde(default)]
+        force: bool,
+    },
+    /// Connect to every peer, or the one named.
+    Connect {
+        resource: String,
+        #[serde(default)]
+        peer: Option<String>,
+    },
+    Disconnect {
+        resource: String,
+        #[serde(default)]
+        peer: Option<String>,
+    },
+    Up {
+        resource: String,
+    },
+    Down {
+        resource: String,
+    },
+}
+
+impl Request {
+    /// The resource a verb acts on (`None` for `status`).
+    pub fn resource(&self) -> Option<&str> {
+        match self {
+            Request::Status { .. } => None,
+            Request::Primary { resource, .. }
+            | Request::Secondary { resource, .. }
+            | Request::Connect { resource, .. }
+            | Request::Disconnect { resource, .. }
+            | Request::Up { resource }
+            | Request::Down { resource } => Some(resource),
+        }
+    }
+
+    /// The verb's name, as an operator typed it.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Request::Status { .. } => "status",
+            Request::Primary { .. } => "primary",
+            Request::Secondary { .. } => "secondary",
+            Request::Connect { .. } => "connect",
+            Request::Disconnect { .. } => "disconnect",
+            Request::Up { .. } => "up",
+            Request::Down { .. } => "down",
+        }
+    }
+}
+
+/// The daemon's answer to one request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Vec<ResourceStatus>>,
+}
+
+impl Answer {
+    pub fn done() -> Answer {
+        Answer {
+            ok: true,
+            error: None,
+            resources: None,
+        }
+    }
+
+    pub fn refused(why: impl Into<String>) -> Answer {
+        Answer {
+            ok: false,
+            error: Some(why.into()),
+            resources: None,
+        }
+    }
+
+    pub fn status(resources: Vec<ResourceStatus>) -> Answer {
+        Answer {
+            ok: true,
+            error: None,
+            resources: Some(resources),
+        }
+    }
+}
+
+/// One resource in `tandem status --json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResourceStatus {
+    pub name: String,
+    pub node_id: u8,
+    /// `Primary` or `Secondary`.
+    pub role: String,
+    pub app_in_flight: usize,
+    pub nbd_clients: usize,
+    pub volumes: Vec<VolumeStatus>,
+    pub peers: Vec<PeerStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VolumeStatus {
+    pub volume: u16,
+    /// `Diskless`, `Inconsistent`, `Outdated` or `UpToDate`.
+    pub disk: String,
+    pub size: u64,
+    pub writes_in_flight: usize,
+    pub resync_remaining_kib: Option<u64>,
+    pub up_to_date_within_reach: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerStatus {
+    pub name: String,
+    pub node_id: u8,
+    /// `Connected`, `Connecting`, `StandAlone` or `SplitBrain`.
+    pub connection: String,
+    /// `Primary`, `Secondary`, or `Unknown` while not connected.
+    pub role: String,
+    pub unacked: usize,
+    pub last_error: Option<String>,
+    pub split_brain: Option<String>,
+    pub volumes: Vec<PeerVolumeStatus>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeerVolumeStatus {
+    pub volume: u16,
+    /// The peer's disk state, or `DUnknown`.
+    pub peer_disk: String,
+    /// `Off`, `Established`, `SyncSource` or `SyncTarget`.
+    pub replication: String,
+    pub out_of_sync_kib: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_read_as_the_cli_writes_them() {
+        let r: Request =
+            serde_json::from_str(r#"{"cmd":"secondary","resource":"r0","force":true}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::Secondary {
+                resource: "r0".into(),
+                force: true
+            }
+        );
+        let back: Request = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        let s: Request = serde_json::from_str(r#"{"cmd":"status","resource":null}"#).unwrap();
+        assert_eq!(s, Request::Status { resource: None });
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_with_a_reason() {
+        for bad in [
+            r#"{"cmd":"explode","resource":"r0"}"#,
+            r#"{"cmd":"primary"}"#,
+            r#"{"cmd":"primary","resource":"r0","forse":true}"#,
+            r#"{"resource":"r0"}"#,
+            r#"not json"#,
+        ] {
+            assert!(serde_json::from_str::<Request>(bad).is_err(), "{bad}");
+        }
+    }
+}
