@@ -1354,6 +1354,67 @@ fn a_resync_read_for_a_dropped_connection_forgets_nothing() {
     assert_eq!(oos(&alpha), 1 << 20, "the range is still out of sync");
 }
 
+/// Soak seed 80087183 (overlapping faults): the source served a resync read and its
+/// reply was lost when the link dropped right after; it had cleared the range from what
+/// the peer lacks, so its next list left it out, and the peer filled it from a replica cut
+/// off from the Primary. Blocks served are put back when the connection ends before the
+/// peer reports UpToDate.
+#[test]
+fn a_resync_reply_lost_with_the_link_is_listed_again() {
+    let mut alpha = started(0, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    meets(&mut alpha, 1, DiskState::Outdated, &mut out);
+    let oos = |n: &Resource| n.status().peers[0].volumes[0].out_of_sync_bytes;
+    out.clear();
+    let req = Packet::ResyncReq {
+        volume: 0,
+        id: 1,
+        offset: 0,
+        len: 16384,
+    };
+    alpha.packet(1, &req, &mut out);
+    let (token, kind) = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Disk { token, kind, .. } => Some((*token, *kind)),
+            _ => None,
+        })
+        .expect("the range is read for the peer");
+    out.clear();
+    alpha.disk_done(0, token, kind, Ok(()), &mut out);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Send {
+                msg: Msg::ResyncReply { errno: 0, .. },
+                ..
+            }
+        )),
+        "served: {out:?}"
+    );
+    assert_eq!(oos(&alpha), (1 << 20) - 16384, "the peer pulls it now");
+    // The reply is lost with the link.
+    alpha.peer_down(1, &mut out);
+    assert_eq!(
+        oos(&alpha),
+        1 << 20,
+        "the served range may not have arrived"
+    );
+    out.clear();
+    meets(&mut alpha, 1, DiskState::Inconsistent, &mut out);
+    let listed: u64 = out
+        .iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                msg: Msg::OutOfSync { len, .. },
+                ..
+            } => Some(u64::from(*len)),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(listed, 1 << 20, "listed again in full: {out:?}");
+}
+
 /// Regression (simulator seed 60017710 with overlapping faults): a replica cut off from
 /// the Primary (it lacked writes without knowing) was reading a block for a restarted
 /// peer's resync when the Primary reconnected. The read was issued while no list was

@@ -95,6 +95,27 @@ impl Bitmap {
         }
     }
 
+    /// Moves the set blocks of a range into `into` (same size and block): they leave this
+    /// bitmap and are set there.
+    pub fn move_range(&mut self, offset: u64, len: u64, into: &mut Bitmap) {
+        debug_assert_eq!((self.blocks, self.block), (into.blocks, into.block));
+        for b in self.blocks_of(offset, len) {
+            if self.is_set(b) {
+                into.set_range(b * self.block, self.block);
+            }
+        }
+        self.clear_range(offset, len);
+    }
+
+    /// Sets every block set in `other` (same size and block).
+    pub fn union_with(&mut self, other: &Bitmap) {
+        debug_assert_eq!((self.blocks, self.block), (other.blocks, other.block));
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w |= o;
+        }
+        self.set = self.words.iter().map(|w| u64::from(w.count_ones())).sum();
+    }
+
     pub fn set_all(&mut self) {
         for b in 0..self.blocks {
             self.words[(b / 64) as usize] |= 1u64 << (b % 64);

@@ -41,6 +41,11 @@ pub(super) struct PeerVol {
     /// It said its replica was found at its start and has not been UpToDate since.
     pub(super) unproven: bool,
     pub(super) oos: Bitmap,
+    /// Blocks we served it for its resync on this connection (taken out of `oos`): put
+    /// back if the connection ends before it reports UpToDate, since the reply may have
+    /// been lost with the link (soak seed 80087183: the source forgot blocks the target
+    /// never received, and the target filled them from a replica cut off from the Primary).
+    pub(super) served: Option<Bitmap>,
     pub(super) repl: Repl,
     /// Blocks we wrote as Primary that it missed (it was away, or its link dropped), kept
     /// until its next list shows whether it was Primary apart from us too (allocated only
@@ -112,6 +117,7 @@ impl PeerVol {
             created: false,
             unproven: false,
             oos: Bitmap::new(size),
+            served: None,
             repl: Repl::Off,
             apart: None,
             peer_wrote_apart: false,
@@ -121,6 +127,9 @@ impl PeerVol {
 
     /// What we knew of the peer's replica on a connection that ended.
     fn connection_ended(&mut self) {
+        if let Some(served) = self.served.take() {
+            self.oos.union_with(&served);
+        }
         self.disk = None;
         self.created = false;
         self.unproven = false;

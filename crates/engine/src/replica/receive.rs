@@ -5,6 +5,7 @@
 use super::action::RAction;
 use super::apply::WaitingRead;
 use super::barriers::{Barriers, FlushWaiter};
+use super::bitmap::Bitmap;
 use super::event::ProtocolError;
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
@@ -312,9 +313,10 @@ impl Replicas {
             // if the connection that asked is gone: the reply goes nowhere, and
             // the range may hold writes made since (simulator seed 30028803: a
             // write the peer missed while away was forgotten).
-            self.peers[i].vols[v]
-                .oos
-                .clear_range(offset, u64::from(len));
+            let pv = &mut self.peers[i].vols[v];
+            let size = self.vols[v].size;
+            let served = pv.served.get_or_insert_with(|| Bitmap::new(size));
+            pv.oos.move_range(offset, u64::from(len), served);
         }
         let msg = if resync {
             Msg::ResyncReply {

@@ -47,6 +47,7 @@ impl Replicas {
             // It finished a resync after our complete list: all of it is there now. (Bits
             // set after the list stay until a later list or write covers them.)
             pv.oos.clear_range(0, self.vols[v].size);
+            pv.served = None;
             pv.repl = Repl::Established;
         }
         // An UpToDate replica that restarted and was synced by a peer while we were away
@@ -109,6 +110,7 @@ impl Replicas {
             if pv.diskful {
                 // They make the same decision from the same facts.
                 pv.oos.clear_range(0, size);
+                pv.served = None;
                 pv.repl = Repl::Established;
             }
         }
