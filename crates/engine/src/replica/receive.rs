@@ -229,26 +229,10 @@ impl Replicas {
             self.vols[v].disk == DiskState::UpToDate
         };
         if !serve {
-            let msg = if resync {
-                // Not an error: we lack it too for now; the target asks elsewhere or later.
-                let (errno, data) = (EAGAIN, None);
-                Msg::ResyncReply {
-                    volume,
-                    id,
-                    offset,
-                    errno,
-                    len,
-                    data,
-                }
-            } else {
-                let (errno, data) = (EIO, None);
-                Msg::ReadReply {
-                    id,
-                    errno,
-                    len,
-                    data,
-                }
-            };
+            // For a resync, not an error: we lack it too for now; the target asks
+            // elsewhere or later.
+            let errno = if resync { EAGAIN } else { EIO };
+            let msg = reply(resync, volume, id, offset, len, errno, None);
             return out.push(RAction::Send { peer, msg });
         }
         // A read must see every write that reached us before it: wait for overlapping ones.
@@ -318,25 +302,38 @@ impl Replicas {
             let served = pv.served.get_or_insert_with(|| Bitmap::new(size));
             pv.oos.move_range(offset, u64::from(len), served);
         }
-        let msg = if resync {
-            Msg::ResyncReply {
-                volume,
-                id,
-                offset,
-                errno,
-                len,
-                data,
-            }
-        } else {
-            Msg::ReadReply {
-                id,
-                errno,
-                len,
-                data,
-            }
-        };
+        let msg = reply(resync, volume, id, offset, len, errno, data);
         if current.is_some() {
             out.push(RAction::Send { peer, msg });
+        }
+    }
+}
+
+/// The answer to a peer's read (`resync`: a resync read) of `len` bytes at `offset`.
+fn reply(
+    resync: bool,
+    volume: u16,
+    id: u64,
+    offset: u64,
+    len: u32,
+    errno: u32,
+    data: Option<DataRef>,
+) -> Msg {
+    if resync {
+        Msg::ResyncReply {
+            volume,
+            id,
+            offset,
+            errno,
+            len,
+            data,
+        }
+    } else {
+        Msg::ReadReply {
+            id,
+            errno,
+            len,
+            data,
         }
     }
 }
