@@ -67,6 +67,10 @@ pub struct Knobs {
     pub timeout_ms: u64,
     pub resync_chunk: u32,
     pub resync_window: usize,
+    /// Per cent of writes, zeroings and fdatasyncs that complete inline, while the daemon
+    /// carries out the engine's actions (as buffered writes and small syncs do there), the
+    /// rest later: both orders the daemon can produce.
+    pub inline_disk_pct: u8,
 }
 
 impl Default for Knobs {
@@ -77,6 +81,7 @@ impl Default for Knobs {
             timeout_ms: 2_000,
             resync_chunk: 16 << 10,
             resync_window: 4,
+            inline_disk_pct: 0,
         }
     }
 }
@@ -88,6 +93,7 @@ impl Knobs {
         self.timeout_ms = [500, 2_000, 6_000][r.below(3) as usize];
         self.resync_chunk = [4 << 10, 16 << 10, 64 << 10][r.below(3) as usize];
         self.resync_window = 1 + r.below(8) as usize;
+        self.inline_disk_pct = [0, 50, 100][r.below(3) as usize];
     }
 }
 
@@ -131,6 +137,8 @@ pub struct Coverage {
     pub power_losses: u64,
     /// Sectors a power loss took back to their last synced content.
     pub sectors_reverted: u64,
+    /// Disk operations completed inline rather than later.
+    pub inline_ops: u64,
     /// Runs whose Primary failed its own disk and went on diskless.
     pub primary_disk_failures: u64,
     pub unconverged: u64,
@@ -140,7 +148,7 @@ impl std::fmt::Display for Coverage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "coverage: {} seeds, {} with a resync, {} restarts ({} lost their disks), {} disk failures ({} of the Primary), {} power losses ({} sectors reverted), failovers: not modelled (node 0 stays Primary), {} unconverged",
+            "coverage: {} seeds, {} with a resync, {} restarts ({} lost their disks), {} disk failures ({} of the Primary), {} power losses ({} sectors reverted), {} disk operations completed inline, failovers: not modelled (node 0 stays Primary), {} unconverged",
             self.seeds,
             self.resynced,
             self.restarts,
@@ -149,6 +157,7 @@ impl std::fmt::Display for Coverage {
             self.primary_disk_failures,
             self.power_losses,
             self.sectors_reverted,
+            self.inline_ops,
             self.unconverged
         )
     }

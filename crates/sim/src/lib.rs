@@ -149,6 +149,7 @@ pub struct Outcome {
     pub primary_disk_failed: bool,
     pub power_losses: usize,
     pub sectors_reverted: usize,
+    pub inline_ops: usize,
     pub events: u64,
     /// Every replica ended UpToDate and identical. Only overlapping-fault runs may end
     /// without: they then stop after [`STUCK_AFTER_US`] and are checked for safety only.
@@ -284,6 +285,8 @@ pub struct Sim {
     /// When the disk died (simulated µs).
     died_at: u64,
     restarts: usize,
+    /// Disk operations completed inline (see [`Knobs::inline_disk_pct`]).
+    inline_ops: usize,
     power_losses: usize,
     sectors_reverted: usize,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
@@ -399,6 +402,7 @@ impl Sim {
             dead: vec![false; n_nodes],
             died_at: 0,
             restarts: 0,
+            inline_ops: 0,
             power_losses: 0,
             sectors_reverted: 0,
             resync_reqs: 0,
@@ -541,8 +545,12 @@ impl Sim {
         bytes[..len].to_vec()
     }
 
+    /// Carries out a node's actions in order, as the daemon does: a disk operation that
+    /// completes inline (see [`Knobs::inline_disk_pct`]) has the engine told at once, and the
+    /// actions that follow from it queue behind the rest.
     fn run_actions(&mut self, node: NodeId, actions: Vec<RAction>, incoming: Option<&[u8]>) {
-        for a in actions {
+        let mut queue: std::collections::VecDeque<RAction> = actions.into();
+        while let Some(a) = queue.pop_front() {
             match a {
                 RAction::Disk {
                     volume,
@@ -585,8 +593,17 @@ impl Sim {
                             covers,
                         },
                     );
-                    let d = 5 + self.rng.below(300);
-                    self.at(d, Ev::DiskDone { node, op });
+                    let pct = self.sc.knobs.inline_disk_pct;
+                    let inline = pct > 0
+                        && !matches!(kind, DiskKind::Read { .. })
+                        && self.fault_rng.below(100) < u64::from(pct);
+                    if inline {
+                        self.inline_ops += 1;
+                        queue.extend(self.finish_disk_op(node, op));
+                    } else {
+                        let d = 5 + self.rng.below(300);
+                        self.at(d, Ev::DiskDone { node, op });
+                    }
                 }
                 RAction::Complete { req, result, data } => {
                     self.complete(node, req, result, data, incoming)
@@ -708,19 +725,44 @@ impl Sim {
     }
 
     fn disk_done(&mut self, node: NodeId, op: u64) {
+        let is_read = self.nodes[node as usize]
+            .ops
+            .get(&op)
+            .is_some_and(|st| matches!(st.kind, DiskKind::Read { .. }));
+        let token = self.nodes[node as usize].ops.get(&op).map(|st| st.token);
+        let out = self.finish_disk_op(node, op);
+        self.run_actions(node, out, None);
+        // Read buffers are consumed by the actions above (a reply or a completion).
+        if let (true, Some(token)) = (is_read, token) {
+            self.nodes[node as usize].reads.remove(&token);
+        }
+    }
+
+    /// A disk operation lands (or fails, on a dead disk): the engine is told; its actions
+    /// are returned for the caller to carry out.
+    fn finish_disk_op(&mut self, node: NodeId, op: u64) -> Vec<RAction> {
         let n = &mut self.nodes[node as usize];
-        let Some(st) = n.ops.remove(&op) else { return };
+        let Some(st) = n.ops.remove(&op) else {
+            return Vec::new();
+        };
         if st.incarnation != n.incarnation {
-            return; // issued before a restart
+            return Vec::new(); // issued before a restart
         }
         let volume = st.volume;
         if self.dead[node as usize] {
             // A dead disk writes, reads and syncs nothing.
-            n.held.remove(&st.token);
+            if matches!(
+                st.token,
+                Token::PeerWrite { .. } | Token::ResyncWrite { .. }
+            ) {
+                // An application write's bytes stay until its request completes: its packets
+                // to peers may still be queued behind an inline completion (as in the daemon).
+                n.held.remove(&st.token);
+            }
             let mut out = Vec::new();
             let eio = Err(IoError::Os(5));
             n.engine.disk_done(volume, st.token, st.kind, eio, &mut out);
-            return self.run_actions(node, out, None);
+            return out;
         }
         let disk = &mut n.disks[volume as usize];
         match st.kind {
@@ -750,7 +792,12 @@ impl Sim {
             }
             DiskKind::Cache { .. } => {}
         }
-        n.held.remove(&st.token);
+        if matches!(
+            st.token,
+            Token::PeerWrite { .. } | Token::ResyncWrite { .. }
+        ) {
+            n.held.remove(&st.token);
+        }
         if self.trace {
             self.note(format!(
                 "  node {node} disk done: {:?} {:?}",
@@ -761,11 +808,7 @@ impl Sim {
         self.nodes[node as usize]
             .engine
             .disk_done(volume, st.token, st.kind, Ok(()), &mut out);
-        self.run_actions(node, out, None);
-        // Read buffers are consumed by the actions above (a reply or a completion).
-        if matches!(st.kind, DiskKind::Read { .. }) {
-            self.nodes[node as usize].reads.remove(&st.token);
-        }
+        out
     }
 
     // ------------------------------------------------------------------ workload and checks
@@ -1421,6 +1464,7 @@ impl Sim {
             primary_disk_failed: self.dead[0],
             power_losses: self.power_losses,
             sectors_reverted: self.sectors_reverted,
+            inline_ops: self.inline_ops,
             events: self.events,
             converged,
         }
@@ -1639,6 +1683,7 @@ pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Co
                 cov.primary_disk_failures += u64::from(out.primary_disk_failed);
                 cov.power_losses += out.power_losses as u64;
                 cov.sectors_reverted += out.sectors_reverted as u64;
+                cov.inline_ops += out.inline_ops as u64;
                 if !out.converged {
                     cov.unconverged += 1;
                     stuck.push(seed);
