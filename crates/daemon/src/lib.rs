@@ -14,6 +14,7 @@ mod nbd_glue;
 pub mod node;
 mod reactor;
 pub mod serve;
+mod serve_core;
 mod worker;
 
 pub use serve::{ExportConfig, ListenAddr, ServeConfig};

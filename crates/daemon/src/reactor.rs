@@ -1,23 +1,21 @@
 //! The event loop: accepts clients, runs their handshakes, turns requests into engine
 //! submissions, executes the engine's disk actions and writes replies.
 
-use crate::bufpool::{BufPool, DataBuf};
+use crate::bufpool::BufPool;
 use crate::busy_poll::Waiter;
 use crate::conn::{Conn, Phase, ReadOutcome, Streaming, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
 use crate::listener::Listener;
 use crate::nbd_glue::{self, Served};
-use crate::worker::{Done, Job, Workers};
+use crate::serve_core::{Core, Current, VolumeCtx, LARGE_WRITE};
+use crate::worker::Workers;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tandem_engine::{Action, DiskKind, DiskOp, DiskToken, Io, IoError, ReqId, Volume};
 use tandem_frontend::nbd::{
-    reply, Command, Decoded, Errno, ExportInfo, HandshakeStep, Request, RequestDecoder,
-    TransmissionParams,
+    reply, Command, Decoded, Errno, HandshakeStep, RequestDecoder, TransmissionParams,
 };
-use tandem_storage::Backing;
 use tracing::{debug, error, info, warn};
 
 const WAKER: Token = Token(usize::MAX - 1);
@@ -25,55 +23,6 @@ const SIGNAL: Token = Token(usize::MAX - 2);
 const LISTENER_BASE: usize = 1 << 40;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-/// A served volume: the engine deciding what happens and the store it happens on.
-pub struct VolumeCtx {
-    pub export: ExportInfo,
-    pub backing: Arc<Backing>,
-    pub engine: Volume,
-    /// Buffered stores serve reads and writes inline on the event loop: the page cache
-    /// answers in microseconds and a thread hop would cost more than the I/O.
-    pub inline_rw: bool,
-}
-
-/// An in-flight request.
-struct Slot {
-    conn: usize,
-    cookie: u64,
-    structured: bool,
-    read: Option<(u64, u32)>,
-    /// Owned payload (writes that leave the event loop) or read data.
-    data: Option<DataBuf>,
-    /// The reply (read data) is already in the connection's output buffer.
-    replied: bool,
-}
-
-/// The request being submitted: its payload where it lies in the connection's input
-/// buffer, and that connection's reply buffer.
-struct Current<'a> {
-    /// `None` when the payload was streamed into a buffer the request owns.
-    payload: Option<&'a [u8]>,
-    out: &'a mut Vec<u8>,
-}
-
-/// Writes at least this large are received straight into their own buffer and written by a
-/// worker thread, so copying a megabyte into the page cache does not stall every other
-/// client, and the event loop receives the next request meanwhile.
-const LARGE_WRITE: u32 = 256 << 10;
-
-/// Everything but the connections, so request handling can borrow a connection's input
-/// while it works on the rest.
-struct Core {
-    volumes: Vec<VolumeCtx>,
-    exports: Vec<ExportInfo>,
-    slots: Slab<Slot>,
-    pool: BufPool,
-    workers: Workers<(usize, DiskOp)>,
-    actions: Vec<Action>,
-    completions: Vec<(ReqId, Result<(), IoError>)>,
-    /// Requests submitted since the last wait (see `busy_poll::BURST`).
-    submitted: usize,
-}
 
 pub struct Reactor {
     poll: Poll,
@@ -650,184 +599,6 @@ impl Reactor {
         }
         info!("all requests finished and flushed; exiting");
         Ok(())
-    }
-}
-
-impl Core {
-    fn submit(
-        &mut self,
-        conn: usize,
-        volume: usize,
-        structured: bool,
-        req: Request,
-        current: Current,
-        owned: Option<DataBuf>,
-    ) {
-        self.submitted += 1;
-        let io = nbd_glue::io_of(&req);
-        let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
-        let id = self.slots.insert(Slot {
-            conn,
-            cookie: req.cookie,
-            structured,
-            read,
-            data: owned,
-            replied: false,
-        });
-        if let (Some(payload), false) = (current.payload, self.volumes[volume].inline_rw) {
-            if matches!(io, Io::Write { .. }) {
-                let mut buf = self.pool.get(payload.len());
-                buf.copy_from_slice(payload);
-                self.slots[id].data = Some(buf);
-            }
-        }
-        debug_assert!(self.actions.is_empty());
-        self.volumes[volume]
-            .engine
-            .submit(ReqId(id as u64), io, &mut self.actions);
-        self.run_actions(volume, Some((id, current)));
-    }
-
-    fn worker_done(&mut self, done: Done<(usize, DiskOp)>) {
-        let (volume, op) = done.tag;
-        if let (DiskToken::Req(req), Some(buf)) = (op.token, done.buf) {
-            match op.kind {
-                DiskKind::Read { .. } => self.slots[req.0 as usize].data = Some(buf),
-                _ => self.pool.put(buf),
-            }
-        }
-        debug_assert!(self.actions.is_empty());
-        self.volumes[volume]
-            .engine
-            .disk_done(op, done.result, &mut self.actions);
-        self.run_actions(volume, None);
-    }
-
-    /// Executes the engine's actions, feeding inline completions straight back.
-    fn run_actions(&mut self, volume: usize, mut current: Option<(usize, Current)>) {
-        let mut i = 0;
-        while i < self.actions.len() {
-            let action = self.actions[i];
-            i += 1;
-            match action {
-                Action::Complete { req, result } => self.completions.push((req, result)),
-                Action::Disk(op) => {
-                    if let Some(result) = self.try_inline(volume, op, current.as_mut()) {
-                        self.volumes[volume]
-                            .engine
-                            .disk_done(op, result, &mut self.actions);
-                    } else {
-                        self.hand_to_worker(volume, op);
-                    }
-                }
-            }
-        }
-        self.actions.clear();
-    }
-
-    /// Runs a cheap disk operation on the event loop; `None` means it must go to a worker.
-    fn try_inline(
-        &mut self,
-        volume: usize,
-        op: DiskOp,
-        current: Option<&mut (usize, Current)>,
-    ) -> Option<Result<(), IoError>> {
-        let v = &self.volumes[volume];
-        if !v.inline_rw {
-            return None;
-        }
-        let DiskToken::Req(req) = op.token else {
-            return None;
-        };
-        let id = req.0 as usize;
-        let os = |e: io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
-        match (op.kind, current) {
-            // The request being submitted: read straight into its connection's reply
-            // buffer behind a reply header, so the data is copied once, page cache to socket
-            // buffer.
-            (DiskKind::Read { offset, len }, Some((cur, c))) if *cur == id => {
-                let slot = &mut self.slots[id];
-                let start = c.out.len();
-                if slot.structured {
-                    reply::read_data_chunk(c.out, slot.cookie, offset, len);
-                } else {
-                    reply::simple(c.out, slot.cookie, 0);
-                }
-                let data_at = c.out.len();
-                c.out.resize(data_at + len as usize, 0);
-                match v.backing.read_cached(&mut c.out[data_at..], offset) {
-                    Ok(true) => {
-                        slot.replied = true;
-                        Some(Ok(()))
-                    }
-                    // Not in the page cache: a worker waits for the disk, not the loop.
-                    Ok(false) => {
-                        c.out.truncate(start);
-                        None
-                    }
-                    Err(e) => {
-                        c.out.truncate(start);
-                        Some(Err(os(e)))
-                    }
-                }
-            }
-            (DiskKind::Read { offset, len }, _) => {
-                let mut buf = self.pool.get(len as usize);
-                match v.backing.read_cached(&mut buf, offset) {
-                    Ok(true) => {
-                        self.slots[id].data = Some(buf);
-                        Some(Ok(()))
-                    }
-                    Ok(false) => {
-                        self.pool.put(buf);
-                        None
-                    }
-                    Err(e) => {
-                        self.pool.put(buf);
-                        Some(Err(os(e)))
-                    }
-                }
-            }
-            (DiskKind::Write { offset, len }, current) => {
-                let payload: &[u8] = match (&self.slots[id].data, current) {
-                    (Some(_), _) if len >= LARGE_WRITE => return None,
-                    (Some(owned), _) => owned,
-                    (
-                        None,
-                        Some((
-                            cur,
-                            Current {
-                                payload: Some(p), ..
-                            },
-                        )),
-                    ) if *cur == id => p,
-                    _ => unreachable!("a write's payload is neither at hand nor owned"),
-                };
-                Some(v.backing.write_at(payload, offset).map_err(os))
-            }
-            _ => None,
-        }
-    }
-
-    fn hand_to_worker(&mut self, volume: usize, op: DiskOp) {
-        let buf = match (op.token, op.kind) {
-            (DiskToken::Req(_), DiskKind::Read { len, .. }) => Some(self.pool.get(len as usize)),
-            (DiskToken::Req(req), DiskKind::Write { .. }) => Some(
-                self.slots[req.0 as usize]
-                    .data
-                    .take()
-                    .expect("an asynchronous write owns its payload"),
-            ),
-            _ => None,
-        };
-        let backing = Arc::clone(&self.volumes[volume].backing);
-        self.workers.submit(Job {
-            tag: (volume, op),
-            backing,
-            kind: op.kind,
-            buf,
-            also: Vec::new(),
-        });
     }
 }
 

@@ -1,7 +1,8 @@
 //! `tandem serve`: export local files or block devices over NBD, unreplicated.
 
 use crate::listener::Listener;
-use crate::reactor::{Reactor, VolumeCtx};
+use crate::reactor::Reactor;
+use crate::serve_core::VolumeCtx;
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
