@@ -148,24 +148,9 @@ impl NodeReactor {
                     disks.push(ReplicaAtStart::None);
                 }
                 Some(path) => {
-                    let existed = path.exists();
-                    let b = Backing::open(&OpenOptions {
-                        path: path.clone(),
-                        size: Some(vc.size),
-                        direct: false,
-                        read_only: false,
-                    })
-                    .with_context(|| format!("resource {} volume {}", cfg.name, vc.number))?;
-                    // The engine decides what each may be trusted with (ReplicaAtStart).
-                    disks.push(if existed {
-                        ReplicaAtStart::Existing
-                    } else {
-                        warn!(resource = %cfg.name, volume = vc.number,
-                            "backing file {} did not exist: created it empty. It holds no data, so it starts Inconsistent and is synced in full from an up-to-date peer before it serves reads, unless every node's replica of this volume is new (a new cluster)",
-                            path.display());
-                        ReplicaAtStart::Created
-                    });
-                    backings.push(Some(Arc::new(b)));
+                    let (b, found) = open_backing(&cfg, vc, path)?;
+                    disks.push(found);
+                    backings.push(Some(b));
                 }
             }
             exports.push(ExportInfo {
@@ -176,25 +161,7 @@ impl NodeReactor {
                 block: BlockSizes::new(512),
             });
             for ep in &nv.nbd {
-                let l = match ep {
-                    Endpoint::Tcp(a) => Listener::Tcp(
-                        mio::net::TcpListener::bind(*a)
-                            .with_context(|| format!("cannot listen for NBD on {a}"))?,
-                    ),
-                    Endpoint::Unix(p) => {
-                        crate::serve::bind(&[crate::serve::ListenAddr::Unix(p.clone())])?
-                            .pop()
-                            .expect("one listener")
-                    }
-                };
-                let e = self.entries.insert(Entry::NbdListener { l });
-                if let Entry::NbdListener { l } = &mut self.entries[e] {
-                    self.poll
-                        .registry()
-                        .register(l.source(), MioToken(e), Interest::READABLE)?;
-                    info!(resource = %cfg.name, volume = vc.number, "NBD on {}", l.describe());
-                }
-                self.nbd_listener_of.insert(e, (r, v));
+                self.listen_nbd(&cfg, vc.number, ep, (r, v))?;
             }
         }
         let mut pl = mio::net::TcpListener::bind(my.address).with_context(|| {
@@ -250,6 +217,34 @@ impl NodeReactor {
         Ok(())
     }
 
+    /// An NBD listener for volume `rv` = (resource, volume index).
+    fn listen_nbd(
+        &mut self,
+        cfg: &ResourceConfig,
+        number: u16,
+        ep: &Endpoint,
+        rv: (usize, usize),
+    ) -> Result<()> {
+        let l = match ep {
+            Endpoint::Tcp(a) => Listener::Tcp(
+                mio::net::TcpListener::bind(*a)
+                    .with_context(|| format!("cannot listen for NBD on {a}"))?,
+            ),
+            Endpoint::Unix(p) => crate::serve::bind(&[crate::serve::ListenAddr::Unix(p.clone())])?
+                .pop()
+                .expect("one listener"),
+        };
+        let e = self.entries.insert(Entry::NbdListener { l });
+        if let Entry::NbdListener { l } = &mut self.entries[e] {
+            self.poll
+                .registry()
+                .register(l.source(), MioToken(e), Interest::READABLE)?;
+            info!(resource = %cfg.name, volume = number, "NBD on {}", l.describe());
+        }
+        self.nbd_listener_of.insert(e, rv);
+        Ok(())
+    }
+
     pub(super) fn listen_control(&mut self, path: &Path) -> Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).ok();
@@ -274,4 +269,30 @@ impl NodeReactor {
         info!("control socket {}", path.display());
         Ok(())
     }
+}
+
+/// Opens (or creates) a volume's backing file and says what was found there; the engine
+/// decides what each may be trusted with ([`ReplicaAtStart`]).
+fn open_backing(
+    cfg: &ResourceConfig,
+    vc: &tandem_config::VolumeConfig,
+    path: &std::path::Path,
+) -> Result<(Arc<Backing>, ReplicaAtStart)> {
+    let existed = path.exists();
+    let b = Backing::open(&OpenOptions {
+        path: path.to_path_buf(),
+        size: Some(vc.size),
+        direct: false,
+        read_only: false,
+    })
+    .with_context(|| format!("resource {} volume {}", cfg.name, vc.number))?;
+    let found = if existed {
+        ReplicaAtStart::Existing
+    } else {
+        warn!(resource = %cfg.name, volume = vc.number,
+            "backing file {} did not exist: created it empty. It holds no data, so it starts Inconsistent and is synced in full from an up-to-date peer before it serves reads, unless every node's replica of this volume is new (a new cluster)",
+            path.display());
+        ReplicaAtStart::Created
+    };
+    Ok((Arc::new(b), found))
 }
