@@ -155,27 +155,8 @@ impl NodeReactor {
                     // Dead, but what is queued (an Error packet telling the peer why) still
                     // goes out before the close: see flush_entry.
                     pc.dead = true;
-                    let reason = e.to_string();
-                    let name = pc.name.clone();
-                    let dialed = pc.dialed;
-                    let res = &mut self.res[r];
-                    if matches!(e, HandshakeError::StandAlone { .. }) {
-                        // We refused it, as the administrator asked: not news.
-                        debug!(resource = %res.cfg.name, peer = %name, "{reason}");
-                    } else if let Some(d) = dialed {
-                        self.dial_failed(r, d, reason, Attempt::Refused);
-                    } else if let Some(slot) =
-                        claimed.and_then(|id| res.peers.iter_mut().find(|p| p.id == id))
-                    {
-                        // Its own dials fail the same way every interval: say it once.
-                        if slot.last_error.as_deref() != Some(reason.as_str()) {
-                            error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
-                        }
-                        slot.last_error = Some(reason.to_string());
-                    } else {
-                        error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
-                    }
-                    return;
+                    let (name, dialed) = (pc.name.clone(), pc.dialed);
+                    return self.handshake_failed(r, &name, dialed, claimed, &e);
                 }
                 PeerStep::Established(est) => {
                     pc.hs = None;
@@ -242,6 +223,35 @@ impl NodeReactor {
                 error!(resource = %self.res[r].cfg.name, peer = %pc.name, "ProtocolError: {e}; dropping the connection");
                 pc.dead = true;
             }
+        }
+    }
+
+    /// A peer's handshake failed: said once per reason, and a dial that was refused backs
+    /// off.
+    fn handshake_failed(
+        &mut self,
+        r: usize,
+        name: &str,
+        dialed: Option<NodeId>,
+        claimed: Option<NodeId>,
+        e: &HandshakeError,
+    ) {
+        let reason = e.to_string();
+        let res = &mut self.res[r];
+        if matches!(e, HandshakeError::StandAlone { .. }) {
+            // We refused it, as the administrator asked: not news.
+            debug!(resource = %res.cfg.name, peer = %name, "{reason}");
+        } else if let Some(d) = dialed {
+            self.dial_failed(r, d, reason, Attempt::Refused);
+        } else if let Some(slot) = claimed.and_then(|id| res.peers.iter_mut().find(|p| p.id == id))
+        {
+            // Its own dials fail the same way every interval: say it once.
+            if slot.last_error.as_deref() != Some(reason.as_str()) {
+                error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
+            }
+            slot.last_error = Some(reason);
+        } else {
+            error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
         }
     }
 
