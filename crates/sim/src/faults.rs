@@ -71,6 +71,9 @@ pub struct Knobs {
     /// carries out the engine's actions (as buffered writes and small syncs do there), the
     /// rest later: both orders the daemon can produce.
     pub inline_disk_pct: u8,
+    /// Flushes go through the daemon's `tandem_engine::sync_plan` (which fdatasync answers
+    /// which flush, syncing ahead) instead of one fdatasync each.
+    pub sync_plan: bool,
 }
 
 impl Default for Knobs {
@@ -82,6 +85,7 @@ impl Default for Knobs {
             resync_chunk: 16 << 10,
             resync_window: 4,
             inline_disk_pct: 0,
+            sync_plan: false,
         }
     }
 }
@@ -94,6 +98,7 @@ impl Knobs {
         self.resync_chunk = [4 << 10, 16 << 10, 64 << 10][r.below(3) as usize];
         self.resync_window = 1 + r.below(8) as usize;
         self.inline_disk_pct = [0, 50, 100][r.below(3) as usize];
+        self.sync_plan = r.chance(0.5);
     }
 }
 
@@ -139,6 +144,9 @@ pub struct Coverage {
     pub sectors_reverted: u64,
     /// Disk operations completed inline rather than later.
     pub inline_ops: u64,
+    /// fdatasyncs started by the nodes' sync plans, and flushes they answered without one.
+    pub planned_syncs: u64,
+    pub flushes_without_sync: u64,
     /// Runs whose Primary failed its own disk and went on diskless.
     pub primary_disk_failures: u64,
     pub unconverged: u64,
@@ -148,7 +156,7 @@ impl std::fmt::Display for Coverage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "coverage: {} seeds, {} with a resync, {} restarts ({} lost their disks), {} disk failures ({} of the Primary), {} power losses ({} sectors reverted), {} disk operations completed inline, failovers: not modelled (node 0 stays Primary), {} unconverged",
+            "coverage: {} seeds, {} with a resync, {} restarts ({} lost their disks), {} disk failures ({} of the Primary), {} power losses ({} sectors reverted), {} disk operations completed inline, {} planned fdatasyncs ({} flushes answered without one), failovers: not modelled (node 0 stays Primary), {} unconverged",
             self.seeds,
             self.resynced,
             self.restarts,
@@ -158,6 +166,8 @@ impl std::fmt::Display for Coverage {
             self.power_losses,
             self.sectors_reverted,
             self.inline_ops,
+            self.planned_syncs,
+            self.flushes_without_sync,
             self.unconverged
         )
     }

@@ -29,6 +29,7 @@ use tandem_engine::replica::{
     DataRef, DiskChange, DiskState, Event, Msg, NodeId, Protocol, RAction, ReplicaAtStart,
     Resource, ResourceSpec, Role, Token,
 };
+use tandem_engine::sync_plan::{FlushPlan, SyncPlan, SyncStart};
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{Decoded, Packet};
 
@@ -150,6 +151,8 @@ pub struct Outcome {
     pub power_losses: usize,
     pub sectors_reverted: usize,
     pub inline_ops: usize,
+    pub planned_syncs: usize,
+    pub flushes_without_sync: usize,
     pub events: u64,
     /// Every replica ended UpToDate and identical. Only overlapping-fault runs may end
     /// without: they then stop after [`STUCK_AFTER_US`] and are checked for safety only.
@@ -182,6 +185,8 @@ struct DiskOpState {
     /// A flush: per volume, the stamp of every sector when it was issued (what an
     /// fdatasync issued then makes durable at least).
     covers: Option<Vec<Vec<u64>>>,
+    /// A sync planned by the node's [`SyncPlan`], covering writes up to this generation.
+    sync_gen: Option<u64>,
 }
 
 struct Node {
@@ -192,6 +197,8 @@ struct Node {
     durable: Vec<Vec<u64>>,
     held: BTreeMap<Token, Vec<u8>>,
     reads: BTreeMap<Token, Vec<u8>>,
+    /// Which fdatasync answers which flush (the daemon's plan), when the knobs say so.
+    syncs: SyncPlan<(u16, Token)>,
     ops: BTreeMap<u64, DiskOpState>,
     incarnation: u64,
 }
@@ -287,6 +294,9 @@ pub struct Sim {
     restarts: usize,
     /// Disk operations completed inline (see [`Knobs::inline_disk_pct`]).
     inline_ops: usize,
+    /// fdatasyncs the nodes' sync plans started, and flushes they answered without one.
+    planned_syncs: usize,
+    flushes_without_sync: usize,
     power_losses: usize,
     sectors_reverted: usize,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
@@ -370,6 +380,7 @@ impl Sim {
                         .collect(),
                     held: BTreeMap::new(),
                     reads: BTreeMap::new(),
+                    syncs: SyncPlan::default(),
                     ops: BTreeMap::new(),
                     incarnation: 0,
                 }
@@ -403,6 +414,8 @@ impl Sim {
             died_at: 0,
             restarts: 0,
             inline_ops: 0,
+            planned_syncs: 0,
+            flushes_without_sync: 0,
             power_losses: 0,
             sectors_reverted: 0,
             resync_reqs: 0,
@@ -591,8 +604,25 @@ impl Sim {
                             data: bytes,
                             incarnation: inc,
                             covers,
+                            sync_gen: None,
                         },
                     );
+                    if kind == DiskKind::Flush && self.sc.knobs.sync_plan {
+                        // The daemon's way: the plan says which fdatasync answers it.
+                        self.nodes[i].ops.remove(&op);
+                        match self.nodes[i].syncs.flush((volume, token)) {
+                            FlushPlan::Answer((v, t), r) => {
+                                self.flushes_without_sync += 1;
+                                let r = r.map_err(|()| IoError::Os(5));
+                                let mut out = Vec::new();
+                                self.nodes[i].engine.disk_done(v, t, kind, r, &mut out);
+                                queue.extend(out);
+                            }
+                            FlushPlan::Wait => {}
+                            FlushPlan::Start(st) => self.start_sync(node, st),
+                        }
+                        continue;
+                    }
                     let pct = self.sc.knobs.inline_disk_pct;
                     let inline = pct > 0
                         && !matches!(kind, DiskKind::Read { .. })
@@ -748,6 +778,9 @@ impl Sim {
         if st.incarnation != n.incarnation {
             return Vec::new(); // issued before a restart
         }
+        if let Some(gen) = st.sync_gen {
+            return self.sync_done(node, gen, st.covers.expect("a sync knows what it covers"));
+        }
         let volume = st.volume;
         if self.dead[node as usize] {
             // A dead disk writes, reads and syncs nothing.
@@ -792,6 +825,12 @@ impl Sim {
             }
             DiskKind::Cache { .. } => {}
         }
+        let ahead = match st.kind {
+            _ if !self.sc.knobs.sync_plan => None,
+            DiskKind::Write { len, .. } => n.syncs.wrote(u64::from(len)),
+            DiskKind::Zero { .. } | DiskKind::Trim { .. } => n.syncs.wrote(u64::MAX),
+            _ => None,
+        };
         if matches!(
             st.token,
             Token::PeerWrite { .. } | Token::ResyncWrite { .. }
@@ -808,6 +847,56 @@ impl Sim {
         self.nodes[node as usize]
             .engine
             .disk_done(volume, st.token, st.kind, Ok(()), &mut out);
+        if let Some(s) = ahead {
+            // Syncing ahead of a flush that is probably coming (see `sync_plan`).
+            self.start_sync(node, s);
+        }
+        out
+    }
+
+    /// Starts an fdatasync the node's [`SyncPlan`] asked for: it makes durable what every
+    /// volume held now.
+    fn start_sync(&mut self, node: NodeId, s: SyncStart) {
+        self.planned_syncs += 1;
+        let n = &mut self.nodes[node as usize];
+        let covers = n
+            .disks
+            .iter()
+            .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
+            .collect();
+        let op = self.next_op;
+        self.next_op += 1;
+        let st = DiskOpState {
+            volume: 0,
+            token: Token::Flush(s.gen),
+            kind: DiskKind::Flush,
+            data: None,
+            incarnation: n.incarnation,
+            covers: Some(covers),
+            sync_gen: Some(s.gen),
+        };
+        n.ops.insert(op, st);
+        let d = 5 + self.fault_rng.below(300);
+        self.at(d, Ev::DiskDone { node, op });
+    }
+
+    /// A planned sync finished: the flush it answers (if any) is told to the engine, and
+    /// the next sync the plan needs is started.
+    fn sync_done(&mut self, node: NodeId, gen: u64, covers: Vec<Vec<u64>>) -> Vec<RAction> {
+        let ok = !self.dead[node as usize];
+        let n = &mut self.nodes[node as usize];
+        if ok {
+            n.durable = covers;
+        }
+        let (answer, next) = n.syncs.sync_done(gen, ok);
+        let mut out = Vec::new();
+        if let Some(((v, t), r)) = answer {
+            let r = r.map_err(|()| IoError::Os(5));
+            n.engine.disk_done(v, t, DiskKind::Flush, r, &mut out);
+        }
+        if let Some(s) = next {
+            self.start_sync(node, s);
+        }
         out
     }
 
@@ -1227,6 +1316,7 @@ impl Sim {
         n.incarnation += 1;
         n.ops.clear();
         n.held.clear();
+        n.syncs = SyncPlan::default();
         n.reads.clear();
         if lost {
             for d in &mut n.disks {
@@ -1465,6 +1555,8 @@ impl Sim {
             power_losses: self.power_losses,
             sectors_reverted: self.sectors_reverted,
             inline_ops: self.inline_ops,
+            planned_syncs: self.planned_syncs,
+            flushes_without_sync: self.flushes_without_sync,
             events: self.events,
             converged,
         }
@@ -1684,6 +1776,8 @@ pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Co
                 cov.power_losses += out.power_losses as u64;
                 cov.sectors_reverted += out.sectors_reverted as u64;
                 cov.inline_ops += out.inline_ops as u64;
+                cov.planned_syncs += out.planned_syncs as u64;
+                cov.flushes_without_sync += out.flushes_without_sync as u64;
                 if !out.converged {
                     cov.unconverged += 1;
                     stuck.push(seed);
