@@ -1469,7 +1469,10 @@ impl Sim {
     /// Runs the scenario to the end and checks the final state. Panics with the seed and the
     /// recent history on any violation.
     pub fn run(mut self) -> Outcome {
-        let limit = 5_000_000u64;
+        let limit = std::env::var("TANDEM_SIM_EVENT_LIMIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5_000_000u64);
         // Since when the workload is done, every request answered and every link healed.
         let mut settled_at: Option<u64> = None;
         let mut converged = true;
