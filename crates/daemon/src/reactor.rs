@@ -376,16 +376,7 @@ impl Reactor {
             }
             let stuck = !c.dead && c.out_pending();
             if stuck != c.write_interest && !c.deregistered {
-                let interest = if stuck {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                if let Err(e) =
-                    self.poll
-                        .registry()
-                        .reregister(c.stream.source(), Token(k), interest)
-                {
+                if let Err(e) = c.stream.watch(self.poll.registry(), Token(k), stuck) {
                     info!(client = %c.name, "cannot watch the connection: {e}");
                     c.dead = true;
                 }
