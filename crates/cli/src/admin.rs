@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
-use tandem_daemon::control_api::{Answer, Request, ResourceStatus};
+use tandem_daemon::control_api::{Answer, Connection, Request, ResourceStatus};
 
 fn request(control: &Path, req: &Request) -> Result<Answer> {
     let mut s = UnixStream::connect(control).with_context(|| {
@@ -70,7 +70,7 @@ pub fn human(resources: &[ResourceStatus]) -> String {
             out += "\n";
         }
         for p in &r.peers {
-            if p.connection == "Connected" {
+            if p.connection == Connection::Connected {
                 out += &format!("  {} role:{}\n", p.name, p.role);
             } else {
                 out += &format!("  {} connection:{}", p.name, p.connection);

@@ -113,7 +113,7 @@ pub struct ResourceStatus {
     pub name: String,
     pub node_id: u8,
     /// `Primary` or `Secondary`.
-    pub role: String,
+    pub role: Role,
     pub app_in_flight: usize,
     pub nbd_clients: usize,
     pub volumes: Vec<VolumeStatus>,
@@ -123,8 +123,8 @@ pub struct ResourceStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct VolumeStatus {
     pub volume: u16,
-    /// `Diskless`, `Inconsistent`, `Outdated` or `UpToDate`.
-    pub disk: String,
+    /// Our replica's disk state (never `DUnknown`).
+    pub disk: Disk,
     pub size: u64,
     pub writes_in_flight: usize,
     pub resync_remaining_kib: Option<u64>,
@@ -135,10 +135,9 @@ pub struct VolumeStatus {
 pub struct PeerStatus {
     pub name: String,
     pub node_id: u8,
-    /// `Connected`, `Connecting`, `StandAlone` or `SplitBrain`.
-    pub connection: String,
+    pub connection: Connection,
     /// `Primary`, `Secondary`, or `Unknown` while not connected.
-    pub role: String,
+    pub role: Role,
     pub unacked: usize,
     pub last_error: Option<String>,
     pub split_brain: Option<String>,
@@ -149,11 +148,46 @@ pub struct PeerStatus {
 pub struct PeerVolumeStatus {
     pub volume: u16,
     /// The peer's disk state, or `DUnknown`.
-    pub peer_disk: String,
-    /// `Off`, `Established`, `SyncSource` or `SyncTarget`.
-    pub replication: String,
+    pub peer_disk: Disk,
+    pub replication: Replication,
     pub out_of_sync_kib: u64,
 }
+
+/// The words of `tandem status`, DRBD's; each is written as its name (`"UpToDate"`).
+macro_rules! status_words {
+    ($(#[$doc:meta])* $name:ident { $($word:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum $name {
+            $($word),+
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    $($name::$word => stringify!($word)),+
+                })
+            }
+        }
+    };
+}
+
+status_words!(
+    /// A node's role; `Unknown` for a peer that is not connected.
+    Role { Primary, Secondary, Unknown }
+);
+status_words!(
+    /// A replica's disk state; `DUnknown` for a peer's that we have not heard.
+    Disk { Diskless, Inconsistent, Outdated, UpToDate, DUnknown }
+);
+status_words!(
+    /// Our link to a peer.
+    Connection { Connected, Connecting, StandAlone, SplitBrain }
+);
+status_words!(
+    /// What a volume's replication with a peer is doing.
+    Replication { Off, Established, SyncSource, SyncTarget }
+);
 
 #[cfg(test)]
 mod tests {
@@ -174,6 +208,23 @@ mod tests {
         assert_eq!(back, r);
         let s: Request = serde_json::from_str(r#"{"cmd":"status","resource":null}"#).unwrap();
         assert_eq!(s, Request::Status { resource: None });
+    }
+
+    #[test]
+    fn status_words_are_written_as_their_names() {
+        let pv = PeerVolumeStatus {
+            volume: 0,
+            peer_disk: Disk::DUnknown,
+            replication: Replication::SyncTarget,
+            out_of_sync_kib: 4,
+        };
+        assert_eq!(
+            serde_json::to_string(&pv).unwrap(),
+            r#"{"volume":0,"peer_disk":"DUnknown","replication":"SyncTarget","out_of_sync_kib":4}"#
+        );
+        assert_eq!(Connection::StandAlone.to_string(), "StandAlone");
+        let role: Role = serde_json::from_str(r#""Unknown""#).unwrap();
+        assert_eq!(role, Role::Unknown);
     }
 
     #[test]

@@ -61,6 +61,23 @@ impl Stream {
         }
     }
 
+    /// Watches the socket for input, and for room to write too while `writable` (replies
+    /// stuck behind a full socket): with writability always watched, every reply the other
+    /// side reads would wake the loop once more.
+    pub fn watch(
+        &mut self,
+        registry: &mio::Registry,
+        token: mio::Token,
+        writable: bool,
+    ) -> io::Result<()> {
+        let interest = if writable {
+            mio::Interest::READABLE | mio::Interest::WRITABLE
+        } else {
+            mio::Interest::READABLE
+        };
+        registry.reregister(self.source(), token, interest)
+    }
+
     /// Writes `out[*pos..]` until it is all sent (then clears `out`) or the socket is full.
     pub fn write_queued(&mut self, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
         while *pos < out.len() {

@@ -3,7 +3,7 @@
 
 use std::io;
 use tandem_engine::{Io, IoError};
-use tandem_frontend::nbd::{Command, Errno, Request};
+use tandem_frontend::nbd::{reply, Command, Errno, Request};
 
 /// The engine's request for an NBD command (not `Disconnect`: a connection's own matter).
 pub(crate) fn io_of(req: &Request) -> Io {
@@ -23,6 +23,12 @@ pub(crate) fn io_of(req: &Request) -> Io {
         Command::Cache => Io::Cache { offset, len },
         Command::Disconnect => unreachable!("a disconnect is handled by the connection"),
     }
+}
+
+/// Answers a request that arrived while the daemon shuts down: it is not started.
+pub(crate) fn refuse_shutting_down(out: &mut Vec<u8>, structured: bool, cookie: u64) {
+    let msg = "server is shutting down";
+    reply::error(out, structured, cookie, Errno::Shutdown, msg);
 }
 
 /// Where the engine runs: its errors mean a little more in a replicated node.

@@ -3,7 +3,7 @@
 
 use crate::bufpool::BufPool;
 use crate::busy_poll::Waiter;
-use crate::conn::{Conn, Phase, ReadOutcome, Streaming, MAX_IN_FLIGHT, MAX_QUEUED_OUT};
+use crate::conn::{Conn, Phase, ReadOutcome, Streaming};
 use crate::listener::Listener;
 use crate::nbd_glue::{self, Served};
 use crate::serve_core::{Core, Current, VolumeCtx, LARGE_WRITE};
@@ -11,10 +11,11 @@ use crate::worker::Workers;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 use std::io;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_frontend::nbd::{
-    reply, Command, Decoded, Errno, HandshakeStep, RequestDecoder, TransmissionParams,
+    reply, Command, Decoded, HandshakeStep, Request, RequestDecoder, TransmissionParams,
 };
 use tracing::{debug, error, info, warn};
 
@@ -273,110 +274,7 @@ impl Reactor {
     fn process_requests(&mut self, k: usize, shutting_down: bool) {
         let Reactor { conns, core, .. } = self;
         let Some(c) = conns.get_mut(k) else { return };
-        let Phase::Transmission {
-            volume,
-            decoder,
-            structured,
-        } = &mut c.phase
-        else {
-            return;
-        };
-        let (volume, structured) = (*volume, *structured);
-        loop {
-            if let Some(st) = c.streaming.take_if(|st| st.complete()) {
-                if shutting_down {
-                    let msg = "server is shutting down";
-                    reply::error(&mut c.out, structured, st.req.cookie, Errno::Shutdown, msg);
-                    core.pool.put(st.buf);
-                } else {
-                    c.in_flight += 1;
-                    let current = Current {
-                        payload: None,
-                        out: &mut c.out,
-                    };
-                    core.submit(k, volume, structured, st.req, current, Some(st.buf));
-                }
-            }
-            if c.streaming.is_some() {
-                if c.eof {
-                    info!(client = %c.name, "client closed the connection in the middle of a write");
-                    c.read_closed = true;
-                }
-                return;
-            }
-            // Field-wise twin of Conn::has_room: the decoder keeps `c.phase` borrowed.
-            let room = !c.read_closed
-                && !c.dead
-                && c.in_flight < MAX_IN_FLIGHT
-                && c.out.len() - c.out_pos < MAX_QUEUED_OUT;
-            if !room {
-                return;
-            }
-            let (n, decoded) = decoder.decode(&c.inbuf[c.in_start..c.in_end]);
-            match decoded {
-                Decoded::NeedMore { need } => {
-                    c.need = need;
-                    advance(&mut c.in_start, &mut c.in_end, n);
-                    if c.eof && c.in_end > c.in_start {
-                        info!(client = %c.name, "client closed the connection in the middle of a request");
-                    }
-                    if shutting_down || c.eof {
-                        c.read_closed = true;
-                    }
-                    return;
-                }
-                Decoded::Fatal(e) => {
-                    warn!(client = %c.name, "protocol error, closing: {e}");
-                    c.read_closed = true;
-                }
-                Decoded::Rejected(r) => {
-                    warn!(client = %c.name, cookie = r.cookie, command = r.command, offset = r.offset, len = r.len, errno = ?r.errno, "request refused: {}", r.reason);
-                    reply::error(&mut c.out, structured, r.cookie, r.errno, r.reason);
-                }
-                Decoded::Request(req, _) if req.command == Command::Disconnect => {
-                    debug!(client = %c.name, "client sent NBD_CMD_DISC");
-                    c.read_closed = true;
-                }
-                Decoded::Request(req, _) if shutting_down => {
-                    reply::error(
-                        &mut c.out,
-                        structured,
-                        req.cookie,
-                        Errno::Shutdown,
-                        "server is shutting down",
-                    );
-                }
-                Decoded::Request(req, payload) => {
-                    c.in_flight += 1;
-                    core.submit(
-                        k,
-                        volume,
-                        structured,
-                        req,
-                        Current {
-                            payload: Some(payload),
-                            out: &mut c.out,
-                        },
-                        None,
-                    );
-                }
-                Decoded::WriteHeader(req) => {
-                    advance(&mut c.in_start, &mut c.in_end, n);
-                    let mut buf = core.pool.get(req.len as usize);
-                    let have = (c.in_end - c.in_start).min(buf.len());
-                    buf[..have].copy_from_slice(&c.inbuf[c.in_start..c.in_start + have]);
-                    advance(&mut c.in_start, &mut c.in_end, have);
-                    c.streaming = Some(Streaming {
-                        req,
-                        buf,
-                        filled: have,
-                    });
-                    c.need = 0;
-                    continue;
-                }
-            }
-            advance(&mut c.in_start, &mut c.in_end, n);
-        }
+        while next_request(c, core, k, shutting_down).is_continue() {}
     }
 
     fn worker_completions(&mut self) {
@@ -478,16 +376,7 @@ impl Reactor {
             }
             let stuck = !c.dead && c.out_pending();
             if stuck != c.write_interest && !c.deregistered {
-                let interest = if stuck {
-                    Interest::READABLE | Interest::WRITABLE
-                } else {
-                    Interest::READABLE
-                };
-                if let Err(e) =
-                    self.poll
-                        .registry()
-                        .reregister(c.stream.source(), Token(k), interest)
-                {
+                if let Err(e) = c.stream.watch(self.poll.registry(), Token(k), stuck) {
                     info!(client = %c.name, "cannot watch the connection: {e}");
                     c.dead = true;
                 }
@@ -603,6 +492,117 @@ impl Reactor {
 }
 
 /// Marks `n` input bytes consumed (field-wise, so a connection's decoder can stay borrowed).
+/// Takes the next request of connection `k` (in its transmission phase): a streamed write
+/// whose payload is complete, or the next item its decoder frames. Breaks when the
+/// connection must wait (limits, a partial request or payload) or sends no more.
+fn next_request(c: &mut Conn, core: &mut Core, k: usize, shutting_down: bool) -> ControlFlow<()> {
+    let Phase::Transmission {
+        volume, structured, ..
+    } = c.phase
+    else {
+        return ControlFlow::Break(());
+    };
+    if let Some(st) = c.streaming.take_if(|st| st.complete()) {
+        submit_streamed(c, core, (k, volume, structured), st, shutting_down);
+    }
+    if c.streaming.is_some() {
+        if c.eof {
+            info!(client = %c.name, "client closed the connection in the middle of a write");
+            c.read_closed = true;
+        }
+        return ControlFlow::Break(());
+    }
+    if !c.has_room() {
+        return ControlFlow::Break(());
+    }
+    let Phase::Transmission { decoder, .. } = &mut c.phase else {
+        unreachable!("the phase was Transmission a moment ago")
+    };
+    // The payload of a request stays where it lies in the input buffer, borrowed until
+    // the engine has it: hence the fields of `c`, not its methods, below.
+    let (n, decoded) = decoder.decode(&c.inbuf[c.in_start..c.in_end]);
+    match decoded {
+        Decoded::NeedMore { need } => {
+            c.need = need;
+            advance(&mut c.in_start, &mut c.in_end, n);
+            if c.eof && c.in_end > c.in_start {
+                info!(client = %c.name, "client closed the connection in the middle of a request");
+            }
+            if shutting_down || c.eof {
+                c.read_closed = true;
+            }
+            return ControlFlow::Break(());
+        }
+        Decoded::Fatal(e) => {
+            warn!(client = %c.name, "protocol error, closing: {e}");
+            c.read_closed = true;
+        }
+        Decoded::Rejected(r) => {
+            warn!(client = %c.name, cookie = r.cookie, command = r.command, offset = r.offset, len = r.len, errno = ?r.errno, "request refused: {}", r.reason);
+            reply::error(&mut c.out, structured, r.cookie, r.errno, r.reason);
+        }
+        Decoded::Request(req, _) if req.command == Command::Disconnect => {
+            debug!(client = %c.name, "client sent NBD_CMD_DISC");
+            c.read_closed = true;
+        }
+        Decoded::Request(req, _) if shutting_down => {
+            nbd_glue::refuse_shutting_down(&mut c.out, structured, req.cookie);
+        }
+        Decoded::Request(req, payload) => {
+            c.in_flight += 1;
+            let current = Current {
+                payload: Some(payload),
+                out: &mut c.out,
+            };
+            core.submit(k, volume, structured, req, current, None);
+        }
+        Decoded::WriteHeader(req) => {
+            start_streaming(c, core, req, n);
+            return ControlFlow::Continue(());
+        }
+    }
+    advance(&mut c.in_start, &mut c.in_end, n);
+    ControlFlow::Continue(())
+}
+
+/// A streamed write whose payload has all arrived, submitted (for connection `k` to
+/// `volume`, replying `structured` or not).
+fn submit_streamed(
+    c: &mut Conn,
+    core: &mut Core,
+    (k, volume, structured): (usize, usize, bool),
+    st: Streaming,
+    shutting_down: bool,
+) {
+    if shutting_down {
+        nbd_glue::refuse_shutting_down(&mut c.out, structured, st.req.cookie);
+        core.pool.put(st.buf);
+        return;
+    }
+    c.in_flight += 1;
+    let current = Current {
+        payload: None,
+        out: &mut c.out,
+    };
+    core.submit(k, volume, structured, st.req, current, Some(st.buf));
+}
+
+/// A large write's header (its `n` bytes taken): its payload goes straight into a buffer
+/// of its own, starting with what the input buffer already holds.
+fn start_streaming(c: &mut Conn, core: &mut Core, req: Request, n: usize) {
+    advance(&mut c.in_start, &mut c.in_end, n);
+    let mut buf = core.pool.get(req.len as usize);
+    let have = (c.in_end - c.in_start).min(buf.len());
+    buf[..have].copy_from_slice(&c.inbuf[c.in_start..c.in_start + have]);
+    advance(&mut c.in_start, &mut c.in_end, have);
+    c.streaming = Some(Streaming {
+        req,
+        buf,
+        filled: have,
+    });
+    c.need = 0;
+}
+
 fn advance(start: &mut usize, end: &mut usize, n: usize) {
     *start += n;
     debug_assert!(*start <= *end);

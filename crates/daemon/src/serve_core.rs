@@ -5,9 +5,8 @@
 
 use crate::bufpool::{BufPool, DataBuf};
 use crate::nbd_glue;
-use crate::worker::{Done, Job, Workers};
+use crate::worker::{os_error, Done, Job, Workers};
 use slab::Slab;
-use std::io;
 use std::sync::Arc;
 use tandem_engine::{Action, DiskKind, DiskOp, DiskToken, Io, IoError, ReqId, Volume};
 use tandem_frontend::nbd::{reply, ExportInfo, Request};
@@ -141,48 +140,21 @@ impl Core {
         op: DiskOp,
         current: Option<&mut (usize, Current)>,
     ) -> Option<Result<(), IoError>> {
-        let v = &self.volumes[volume];
-        if !v.inline_rw {
+        if !self.volumes[volume].inline_rw {
             return None;
         }
         let DiskToken::Req(req) = op.token else {
             return None;
         };
         let id = req.0 as usize;
-        let os = |e: io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
         match (op.kind, current) {
-            // The request being submitted: read straight into its connection's reply
-            // buffer behind a reply header, so the data is copied once, page cache to socket
-            // buffer.
             (DiskKind::Read { offset, len }, Some((cur, c))) if *cur == id => {
-                let slot = &mut self.slots[id];
-                let start = c.out.len();
-                if slot.structured {
-                    reply::read_data_chunk(c.out, slot.cookie, offset, len);
-                } else {
-                    reply::simple(c.out, slot.cookie, 0);
-                }
-                let data_at = c.out.len();
-                c.out.resize(data_at + len as usize, 0);
-                match v.backing.read_cached(&mut c.out[data_at..], offset) {
-                    Ok(true) => {
-                        slot.replied = true;
-                        Some(Ok(()))
-                    }
-                    // Not in the page cache: a worker waits for the disk, not the loop.
-                    Ok(false) => {
-                        c.out.truncate(start);
-                        None
-                    }
-                    Err(e) => {
-                        c.out.truncate(start);
-                        Some(Err(os(e)))
-                    }
-                }
+                self.read_into_reply(volume, id, c.out, offset, len)
             }
             (DiskKind::Read { offset, len }, _) => {
                 let mut buf = self.pool.get(len as usize);
-                match v.backing.read_cached(&mut buf, offset) {
+                let backing = &self.volumes[volume].backing;
+                match backing.read_cached(&mut buf, offset) {
                     Ok(true) => {
                         self.slots[id].data = Some(buf);
                         Some(Ok(()))
@@ -193,7 +165,7 @@ impl Core {
                     }
                     Err(e) => {
                         self.pool.put(buf);
-                        Some(Err(os(e)))
+                        Some(Err(os_error(e)))
                     }
                 }
             }
@@ -212,9 +184,50 @@ impl Core {
                     ) if *cur == id => p,
                     _ => unreachable!("a write's payload is neither at hand nor owned"),
                 };
-                Some(v.backing.write_at(payload, offset).map_err(os))
+                let backing = &self.volumes[volume].backing;
+                Some(backing.write_at(payload, offset).map_err(os_error))
             }
             _ => None,
+        }
+    }
+
+    /// A read of the request being submitted (slot `id`), straight into its connection's
+    /// reply buffer `out` behind a reply header, so the data is copied once, page cache to
+    /// socket buffer. `None`: the page cache does not hold it all, a worker must wait for
+    /// the disk.
+    fn read_into_reply(
+        &mut self,
+        volume: usize,
+        id: usize,
+        out: &mut Vec<u8>,
+        offset: u64,
+        len: u32,
+    ) -> Option<Result<(), IoError>> {
+        let slot = &mut self.slots[id];
+        let start = out.len();
+        if slot.structured {
+            reply::read_data_chunk(out, slot.cookie, offset, len);
+        } else {
+            reply::simple(out, slot.cookie, 0);
+        }
+        let data_at = out.len();
+        out.resize(data_at + len as usize, 0);
+        match self.volumes[volume]
+            .backing
+            .read_cached(&mut out[data_at..], offset)
+        {
+            Ok(true) => {
+                slot.replied = true;
+                Some(Ok(()))
+            }
+            Ok(false) => {
+                out.truncate(start);
+                None
+            }
+            Err(e) => {
+                out.truncate(start);
+                Some(Err(os_error(e)))
+            }
         }
     }
 

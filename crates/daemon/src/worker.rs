@@ -83,18 +83,22 @@ impl<T: Send + 'static> Workers<T> {
     }
 }
 
+/// The engine's error for a failed system call (EIO when the error carries no errno).
+pub fn os_error(e: std::io::Error) -> IoError {
+    IoError::Os(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
 /// Runs one disk operation. Used by the workers and, for operations cheap enough to run
 /// inline, by the event loop itself.
 pub fn execute(backing: &Backing, kind: DiskKind, buf: Option<&mut [u8]>) -> Result<(), IoError> {
-    let os = |e: std::io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
     match kind {
         DiskKind::Read { offset, .. } => backing
             .read_at(buf.expect("read without a buffer"), offset)
-            .map_err(os),
+            .map_err(os_error),
         DiskKind::Write { offset, .. } => backing
             .write_at(buf.expect("write without a payload"), offset)
-            .map_err(os),
-        DiskKind::Trim { offset, len } => backing.trim(offset, u64::from(len)).map_err(os),
+            .map_err(os_error),
+        DiskKind::Trim { offset, len } => backing.trim(offset, u64::from(len)).map_err(os_error),
         DiskKind::Zero {
             offset,
             len,
@@ -104,9 +108,9 @@ pub fn execute(backing: &Backing, kind: DiskKind, buf: Option<&mut [u8]>) -> Res
             .write_zeroes(offset, u64::from(len), may_punch, fast)
             .map_err(|e| match e {
                 ZeroError::NotFast => IoError::NotFast,
-                ZeroError::Io(e) => os(e),
+                ZeroError::Io(e) => os_error(e),
             }),
-        DiskKind::Cache { offset, len } => backing.cache(offset, u64::from(len)).map_err(os),
-        DiskKind::Flush => backing.sync_data().map_err(os),
+        DiskKind::Cache { offset, len } => backing.cache(offset, u64::from(len)).map_err(os_error),
+        DiskKind::Flush => backing.sync_data().map_err(os_error),
     }
 }

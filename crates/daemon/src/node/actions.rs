@@ -4,14 +4,31 @@
 
 use super::links::Attempt;
 use super::state::*;
-use crate::worker::{Done, Job};
+use crate::worker::{os_error, Done, Job};
 use anyhow::Result;
-use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_engine::replica::{DataRef, Msg, NodeId, RAction, Role, Token};
 use tandem_engine::sync_plan::{FlushPlan, SyncStart};
 use tandem_engine::{DiskKind, IoError};
+use tandem_storage::Backing;
 use tracing::{debug, error, info, warn};
+
+/// A disk operation the engine of resource `r` asked for (`RAction::Disk`).
+#[derive(Clone, Copy, Debug)]
+struct DiskAction {
+    r: usize,
+    volume: u16,
+    token: Token,
+    kind: DiskKind,
+}
+
+impl DiskAction {
+    /// What a worker's completion of it is for.
+    fn tag(self) -> Tag {
+        Tag::Op(self.r, self.volume, self.token)
+    }
+}
 
 impl NodeReactor {
     pub(super) fn resolve<'a>(&'a self, r: usize, d: DataRef, ctx: &Ctx<'a>) -> Option<&'a [u8]> {
@@ -56,7 +73,13 @@ impl NodeReactor {
                     data,
                 } => {
                     let mut more = Vec::new();
-                    self.disk(r, volume, token, kind, data, &ctx, &mut more);
+                    let a = DiskAction {
+                        r,
+                        volume,
+                        token,
+                        kind,
+                    };
+                    self.disk(a, data, &ctx, &mut more);
                     queue.extend(more);
                 }
                 RAction::Send { peer, msg } => self.send(r, peer, msg, &ctx),
@@ -106,96 +129,112 @@ impl NodeReactor {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn disk(
+    /// Carries out a disk operation: reads the page cache holds and buffered writes on the
+    /// loop, fdatasyncs as the sync plan says, everything else on a worker.
+    fn disk(
         &mut self,
-        r: usize,
-        volume: u16,
-        token: Token,
-        kind: DiskKind,
+        a: DiskAction,
         data: Option<DataRef>,
         ctx: &Ctx<'_>,
         out: &mut Vec<RAction>,
     ) {
-        let v = volume as usize;
+        let res = &self.res[a.r];
         // Flushes go to every replica this node keeps; the engine names volume 0.
-        let backing = match kind {
-            DiskKind::Flush => self.res[r].backings.iter().flatten().next().cloned(),
-            _ => self.res[r].backings.get(v).cloned().flatten(),
+        let backing = match a.kind {
+            DiskKind::Flush => res.backings.iter().flatten().next().cloned(),
+            _ => res.backings.get(a.volume as usize).cloned().flatten(),
         };
         let Some(backing) = backing else {
             error!("disk operation on a volume without a local replica");
-            return self.res[r]
-                .engine
-                .disk_done(volume, token, kind, Err(IoError::NoData), out);
+            return self.disk_done(a, Err(IoError::NoData), out);
         };
-        let os = |e: io::Error| IoError::Os(e.raw_os_error().unwrap_or(libc::EIO));
-        match kind {
-            DiskKind::Read { offset, len } => {
-                let mut buf = self.pool.get(len as usize);
-                let result = match backing.read_cached(&mut buf, offset) {
-                    Ok(true) => Ok(()),
-                    // Not in the page cache: a worker waits for the disk, not the loop.
-                    Ok(false) => {
-                        return self.workers.submit(Job {
-                            tag: Tag::Op(r, volume, token),
-                            backing,
-                            kind,
-                            buf: Some(buf),
-                            also: Vec::new(),
-                        })
-                    }
-                    Err(e) => Err(os(e)),
-                };
-                if result.is_ok() {
-                    self.disk_bufs.insert((r, token), buf);
-                    self.spent_reads.push((r, token));
-                } else {
-                    self.pool.put(buf);
-                }
-                self.res[r]
-                    .engine
-                    .disk_done(volume, token, kind, result, out);
-            }
+        match a.kind {
+            DiskKind::Read { offset, len } => self.read(a, backing, offset, len, out),
             DiskKind::Write { offset, len } => {
                 let bytes = data
-                    .and_then(|d| self.resolve(r, d, ctx))
+                    .and_then(|d| self.resolve(a.r, d, ctx))
                     .map(|b| &b[..len as usize]);
                 let result = match bytes {
-                    Some(b) => backing.write_at(b, offset).map_err(os),
+                    Some(b) => backing.write_at(b, offset).map_err(os_error),
                     None => {
-                        error!("write without its data ({token:?}); failing it");
+                        error!("write without its data ({:?}); failing it", a.token);
                         Err(IoError::Os(libc::EIO))
                     }
                 };
-                self.release_held(r, token);
-                let ahead = self.res[r].syncs.wrote(u64::from(len));
-                self.res[r]
-                    .engine
-                    .disk_done(volume, token, kind, result, out);
-                // Started once the ack is on its way, so the sync never delays it.
-                self.syncs_ahead.extend(ahead.map(|s| (r, s)));
+                self.written(a, len, result, out);
             }
-            DiskKind::Flush => match self.res[r].syncs.flush((volume, token)) {
+            DiskKind::Flush => match self.res[a.r].syncs.flush((a.volume, a.token)) {
                 FlushPlan::Answer((volume, token), result) => {
                     let result = result.map_err(|()| IoError::Os(libc::EIO));
-                    self.res[r]
+                    self.res[a.r]
                         .engine
-                        .disk_done(volume, token, kind, result, out);
+                        .disk_done(volume, token, a.kind, result, out);
                 }
                 FlushPlan::Wait => {}
-                FlushPlan::Start(s) => self.sync(r, s, out),
+                FlushPlan::Start(s) => self.sync(a.r, s, out),
             },
-            _ => {
-                self.workers.submit(Job {
-                    tag: Tag::Op(r, volume, token),
-                    backing,
-                    kind,
-                    buf: None,
-                    also: Vec::new(),
-                });
-            }
+            _ => self.workers.submit(Job {
+                tag: a.tag(),
+                backing,
+                kind: a.kind,
+                buf: None,
+                also: Vec::new(),
+            }),
         }
+    }
+
+    /// A read of `len` bytes at `offset`: on the loop if the page cache holds all of it,
+    /// else on a worker, which waits for the disk instead of the loop.
+    fn read(
+        &mut self,
+        a: DiskAction,
+        backing: Arc<Backing>,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<RAction>,
+    ) {
+        let mut buf = self.pool.get(len as usize);
+        let result = match backing.read_cached(&mut buf, offset) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                return self.workers.submit(Job {
+                    tag: a.tag(),
+                    backing,
+                    kind: a.kind,
+                    buf: Some(buf),
+                    also: Vec::new(),
+                })
+            }
+            Err(e) => Err(os_error(e)),
+        };
+        if result.is_ok() {
+            self.disk_bufs.insert((a.r, a.token), buf);
+            self.spent_reads.push((a.r, a.token));
+        } else {
+            self.pool.put(buf);
+        }
+        self.disk_done(a, result, out);
+    }
+
+    /// A write of `len` bytes done on the loop: its held bytes go, the sync plan counts it.
+    fn written(
+        &mut self,
+        a: DiskAction,
+        len: u32,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        self.release_held(a.r, a.token);
+        let ahead = self.res[a.r].syncs.wrote(u64::from(len));
+        self.disk_done(a, result, out);
+        // Started once the ack is on its way, so the sync never delays it.
+        self.syncs_ahead.extend(ahead.map(|s| (a.r, s)));
+    }
+
+    fn disk_done(&mut self, a: DiskAction, result: Result<(), IoError>, out: &mut Vec<RAction>) {
+        self.res[a.r]
+            .engine
+            .disk_done(a.volume, a.token, a.kind, result, out);
     }
 
     /// Runs a sync of resource `r`: a Secondary's sync over little written data on the
@@ -238,7 +277,7 @@ impl NodeReactor {
         let mut result = Ok(());
         for b in self.res[r].backings.iter().flatten() {
             if let Err(e) = b.sync_data() {
-                result = Err(IoError::Os(e.raw_os_error().unwrap_or(libc::EIO)));
+                result = Err(os_error(e));
             }
         }
         self.sync_done(r, s.gen, result, out);

@@ -8,6 +8,7 @@ use crate::nbd_glue::{self, Served};
 use anyhow::Result;
 use mio::{Interest, Token as MioToken};
 use std::io;
+use std::ops::ControlFlow;
 use std::time::Instant;
 use tandem_engine::replica::{AutoPromote, DataRef, RAction, Role, Token};
 use tandem_engine::{Io, IoError, ReqId};
@@ -94,70 +95,14 @@ impl NodeReactor {
         };
         let input = std::mem::take(&mut conn.inbuf);
         let (mut start, end) = (conn.in_start, conn.in_end);
-        while let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
-            if !conn.has_room() {
-                break;
-            }
-            if self.res[r].congested {
-                if !self.res[r].stalled.contains(&k) {
-                    self.res[r].stalled.push(k);
-                }
-                break;
-            }
-            let Phase::Transmission {
-                decoder,
-                structured,
-                ..
-            } = &mut conn.phase
-            else {
-                break;
-            };
-            let structured = *structured;
-            let (n, decoded) = decoder.decode(&input[start..end]);
-            match decoded {
-                Decoded::NeedMore { need } => {
-                    conn.need = need;
-                    start += n;
-                    if conn.eof || self.shutting_down {
-                        conn.read_closed = true;
-                    }
-                    break;
-                }
-                Decoded::Fatal(e) => {
-                    warn!(client = %conn.name, "protocol error, closing: {e}");
-                    conn.read_closed = true;
-                    break;
-                }
-                Decoded::Rejected(rj) => {
-                    warn!(client = %conn.name, cookie = rj.cookie, errno = ?rj.errno, "request refused: {}", rj.reason);
-                    reply::error(&mut conn.out, structured, rj.cookie, rj.errno, rj.reason);
-                }
-                Decoded::WriteHeader(_) => {
-                    unreachable!("streaming is not enabled for replicated volumes")
-                }
-                Decoded::Request(req, _) if req.command == Command::Disconnect => {
-                    conn.read_closed = true;
+        loop {
+            match self.next_nbd_request(k, r, v, &input[start..end]) {
+                ControlFlow::Continue(n) => start += n,
+                ControlFlow::Break(n) => {
                     start += n;
                     break;
                 }
-                Decoded::Request(req, _) if conn.fenced => {
-                    reply::error(&mut conn.out, structured, req.cookie, Errno::Io, FENCED);
-                }
-                Decoded::Request(req, _) if self.shutting_down => {
-                    reply::error(
-                        &mut conn.out,
-                        structured,
-                        req.cookie,
-                        Errno::Shutdown,
-                        "server is shutting down",
-                    );
-                }
-                Decoded::Request(req, payload) => {
-                    conn.in_flight += 1;
-                    self.submit_nbd(k, r, v, req, payload, structured);
-                }
             }
-            start += n;
         }
         if let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) {
             conn.inbuf = input;
@@ -168,6 +113,76 @@ impl NodeReactor {
                 conn.in_end = 0;
             }
         }
+    }
+
+    /// Decodes and handles the next request of client `k` from `input`: continues with the
+    /// bytes it took, or breaks with them when the client must wait (limits, congestion,
+    /// a partial request) or sends no more.
+    fn next_nbd_request(
+        &mut self,
+        k: usize,
+        r: usize,
+        v: usize,
+        input: &[u8],
+    ) -> ControlFlow<usize, usize> {
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+            return ControlFlow::Break(0);
+        };
+        if !conn.has_room() {
+            return ControlFlow::Break(0);
+        }
+        if self.res[r].congested {
+            if !self.res[r].stalled.contains(&k) {
+                self.res[r].stalled.push(k);
+            }
+            return ControlFlow::Break(0);
+        }
+        let Phase::Transmission {
+            decoder,
+            structured,
+            ..
+        } = &mut conn.phase
+        else {
+            return ControlFlow::Break(0);
+        };
+        let structured = *structured;
+        let (n, decoded) = decoder.decode(input);
+        match decoded {
+            Decoded::NeedMore { need } => {
+                conn.need = need;
+                if conn.eof || self.shutting_down {
+                    conn.read_closed = true;
+                }
+                return ControlFlow::Break(n);
+            }
+            Decoded::Fatal(e) => {
+                warn!(client = %conn.name, "protocol error, closing: {e}");
+                conn.read_closed = true;
+                return ControlFlow::Break(0);
+            }
+            Decoded::Rejected(rj) => {
+                warn!(client = %conn.name, cookie = rj.cookie, errno = ?rj.errno, "request refused: {}", rj.reason);
+                reply::error(&mut conn.out, structured, rj.cookie, rj.errno, rj.reason);
+            }
+            Decoded::WriteHeader(_) => {
+                unreachable!("streaming is not enabled for replicated volumes")
+            }
+            Decoded::Request(req, _) if req.command == Command::Disconnect => {
+                conn.read_closed = true;
+                return ControlFlow::Break(n);
+            }
+            Decoded::Request(req, _) if conn.fenced => {
+                reply::error(&mut conn.out, structured, req.cookie, Errno::Io, FENCED);
+            }
+            Decoded::Request(req, _) if self.shutting_down => {
+                nbd_glue::refuse_shutting_down(&mut conn.out, structured, req.cookie);
+            }
+            Decoded::Request(req, payload) => {
+                conn.in_flight += 1;
+                self.submit_nbd(k, r, v, req, payload, structured);
+            }
+        }
+        ControlFlow::Continue(n)
     }
 
     /// The NBD handshake of connection `k` (to volume `v` of resource `r`): true once it

@@ -3,33 +3,34 @@
 
 use super::state::{Ctx, Entry, NodeReactor, PeerSlot, ResCtx};
 use crate::control_api::{
-    Answer, PeerStatus, PeerVolumeStatus, Request, ResourceStatus, VolumeStatus,
+    Answer, Connection, Disk, PeerStatus, PeerVolumeStatus, Replication, Request, ResourceStatus,
+    Role, VolumeStatus,
 };
-use tandem_engine::replica::{DiskState, PeerStatus as EnginePeer, Repl, Role};
+use tandem_engine::replica::{self as engine, DiskState, PeerStatus as EnginePeer, Repl};
 use tracing::info;
 
-fn disk_name(d: DiskState) -> &'static str {
+fn disk_of(d: DiskState) -> Disk {
     match d {
-        DiskState::Diskless => "Diskless",
-        DiskState::Inconsistent => "Inconsistent",
-        DiskState::Outdated => "Outdated",
-        DiskState::UpToDate => "UpToDate",
+        DiskState::Diskless => Disk::Diskless,
+        DiskState::Inconsistent => Disk::Inconsistent,
+        DiskState::Outdated => Disk::Outdated,
+        DiskState::UpToDate => Disk::UpToDate,
     }
 }
 
-fn role_name(r: Role) -> &'static str {
+fn role_of(r: engine::Role) -> Role {
     match r {
-        Role::Primary => "Primary",
-        Role::Secondary => "Secondary",
+        engine::Role::Primary => Role::Primary,
+        engine::Role::Secondary => Role::Secondary,
     }
 }
 
-fn repl_name(r: Repl) -> &'static str {
+fn replication_of(r: Repl) -> Replication {
     match r {
-        Repl::Off => "Off",
-        Repl::Established => "Established",
-        Repl::SyncSource => "SyncSource",
-        Repl::SyncTarget => "SyncTarget",
+        Repl::Off => Replication::Off,
+        Repl::Established => Replication::Established,
+        Repl::SyncSource => Replication::SyncSource,
+        Repl::SyncTarget => Replication::SyncTarget,
     }
 }
 
@@ -120,7 +121,7 @@ impl NodeReactor {
                     .enumerate()
                     .map(|(i, v)| VolumeStatus {
                         volume: res.cfg.volumes[i].number,
-                        disk: disk_name(v.disk).into(),
+                        disk: disk_of(v.disk),
                         size: v.size,
                         writes_in_flight: v.writes_in_flight,
                         resync_remaining_kib: v.resync_remaining.map(|b| b / 1024),
@@ -135,7 +136,7 @@ impl NodeReactor {
                 ResourceStatus {
                     name: res.cfg.name.clone(),
                     node_id: res.me,
-                    role: role_name(st.role).into(),
+                    role: role_of(st.role),
                     app_in_flight: st.app_in_flight,
                     nbd_clients: res.engine.clients(),
                     volumes,
@@ -148,13 +149,13 @@ impl NodeReactor {
 
 fn peer_status(res: &ResCtx, slot: &PeerSlot, ps: Option<&EnginePeer>) -> PeerStatus {
     let connection = if ps.is_some_and(|p| p.connected) {
-        "Connected"
+        Connection::Connected
     } else if slot.split_brain.is_some() {
-        "SplitBrain"
+        Connection::SplitBrain
     } else if !slot.wanted {
-        "StandAlone"
+        Connection::StandAlone
     } else {
-        "Connecting"
+        Connection::Connecting
     };
     let volumes = ps
         .map(|p| {
@@ -163,8 +164,8 @@ fn peer_status(res: &ResCtx, slot: &PeerSlot, ps: Option<&EnginePeer>) -> PeerSt
                 .enumerate()
                 .map(|(i, pv)| PeerVolumeStatus {
                     volume: res.cfg.volumes[i].number,
-                    peer_disk: pv.disk.map(disk_name).unwrap_or("DUnknown").into(),
-                    replication: repl_name(pv.repl).into(),
+                    peer_disk: pv.disk.map_or(Disk::DUnknown, disk_of),
+                    replication: replication_of(pv.repl),
                     out_of_sync_kib: pv.out_of_sync_bytes / 1024,
                 })
                 .collect()
@@ -173,12 +174,10 @@ fn peer_status(res: &ResCtx, slot: &PeerSlot, ps: Option<&EnginePeer>) -> PeerSt
     PeerStatus {
         name: slot.name.clone(),
         node_id: slot.id,
-        connection: connection.into(),
+        connection,
         role: ps
             .filter(|p| p.connected)
-            .map(|p| role_name(p.role))
-            .unwrap_or("Unknown")
-            .into(),
+            .map_or(Role::Unknown, |p| role_of(p.role)),
         unacked: ps.map(|p| p.unacked).unwrap_or(0),
         last_error: slot.last_error.clone(),
         split_brain: slot.split_brain.clone(),

@@ -245,15 +245,7 @@ impl NodeReactor {
                 }
                 let stuck = !conn.dead && conn.out_pending();
                 if stuck != conn.write_interest {
-                    let i = if stuck {
-                        Interest::READABLE | Interest::WRITABLE
-                    } else {
-                        Interest::READABLE
-                    };
-                    let _ = self
-                        .poll
-                        .registry()
-                        .reregister(conn.stream.source(), MioToken(k), i);
+                    let _ = conn.stream.watch(self.poll.registry(), MioToken(k), stuck);
                     conn.write_interest = stuck;
                 }
                 remove = conn.finished();
@@ -275,15 +267,9 @@ impl NodeReactor {
                 }
                 let want_write = pc.connecting || pc.out_pending();
                 if !pc.dead && want_write != pc.write_interest {
-                    let i = if want_write {
-                        Interest::READABLE | Interest::WRITABLE
-                    } else {
-                        Interest::READABLE
-                    };
-                    let _ = self
-                        .poll
-                        .registry()
-                        .reregister(pc.stream.source(), MioToken(k), i);
+                    let _ = pc
+                        .stream
+                        .watch(self.poll.registry(), MioToken(k), want_write);
                     pc.write_interest = want_write;
                 }
                 remove = pc.dead;

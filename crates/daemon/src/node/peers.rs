@@ -137,40 +137,58 @@ impl NodeReactor {
         let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
             return;
         };
-        if pc.dead {
+        if pc.dead || (pc.hs.is_some() && !self.peer_handshake(k)) {
             return;
         }
+        self.peer_packets(k);
+    }
+
+    /// The handshake of peer connection `k`: true once it is authenticated and bound, and
+    /// packets may follow.
+    fn peer_handshake(&mut self, k: usize) -> bool {
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return false;
+        };
         let r = pc.res;
-        if let Some(hs) = pc.hs.as_mut() {
-            let (n, step) = hs.feed(&pc.inbuf[pc.in_start..pc.in_end], &mut pc.out);
-            if let Some(id) = hs.peer() {
-                pc.claimed = Some(id);
+        let Some(hs) = pc.hs.as_mut() else {
+            return true;
+        };
+        let (n, step) = hs.feed(&pc.inbuf[pc.in_start..pc.in_end], &mut pc.out);
+        if let Some(id) = hs.peer() {
+            pc.claimed = Some(id);
+        }
+        let claimed = pc.claimed;
+        pc.advance(n);
+        match step {
+            PeerStep::NeedMore => false,
+            PeerStep::Failed(e) => {
+                pc.hs = None;
+                // Dead, but what is queued (an Error packet telling the peer why) still
+                // goes out before the close: see flush_entry.
+                pc.dead = true;
+                let (name, dialed) = (pc.name.clone(), pc.dialed);
+                self.handshake_failed(r, &name, dialed, claimed, &e);
+                false
             }
-            let claimed = pc.claimed;
-            pc.advance(n);
-            match step {
-                PeerStep::NeedMore => return,
-                PeerStep::Failed(e) => {
-                    pc.hs = None;
-                    // Dead, but what is queued (an Error packet telling the peer why) still
-                    // goes out before the close: see flush_entry.
-                    pc.dead = true;
-                    let (name, dialed) = (pc.name.clone(), pc.dialed);
-                    return self.handshake_failed(r, &name, dialed, claimed, &e);
-                }
-                PeerStep::Established(est) => {
-                    pc.hs = None;
-                    pc.deadline = None;
-                    let peer = est.peer;
-                    let dialed = pc.dialed.is_some();
-                    self.bind_peer_conn(r, k, peer, dialed);
-                }
+            PeerStep::Established(est) => {
+                pc.hs = None;
+                pc.deadline = None;
+                let dialed = pc.dialed.is_some();
+                self.bind_peer_conn(r, k, est.peer, dialed);
+                true
             }
         }
+    }
+
+    /// The packets of peer connection `k`'s session, handed to the engine one by one.
+    fn peer_packets(&mut self, k: usize) {
         let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
             return;
         };
+        let r = pc.res;
         let Some(peer) = pc.peer else { return };
+        // Take the input so packet payloads can be borrowed while the engine's actions
+        // touch any entry (this connection's queue among them).
         let input = std::mem::take(&mut pc.inbuf);
         let (mut start, end) = (pc.in_start, pc.in_end);
         let mut failed = None;
@@ -183,23 +201,7 @@ impl NodeReactor {
                     break;
                 }
                 Ok(Frame::Packet(p, n)) => {
-                    self.handled += 1;
-                    let data = match p {
-                        Packet::Write { data, .. }
-                        | Packet::ReadReply { data, .. }
-                        | Packet::ResyncReply { data, .. } => Some(data),
-                        _ => None,
-                    };
-                    let mut actions = Vec::new();
-                    self.res[r].engine.packet(peer, &p, &mut actions);
-                    self.run_actions(
-                        r,
-                        actions,
-                        Ctx {
-                            incoming: data,
-                            payload: None,
-                        },
-                    );
+                    self.peer_packet(r, peer, &p);
                     start += n;
                     if !matches!(self.entries.get(k), Some(Entry::Peer(pc)) if !pc.dead) {
                         break;
@@ -224,6 +226,24 @@ impl NodeReactor {
                 pc.dead = true;
             }
         }
+    }
+
+    /// One packet of `peer` into resource `r`'s engine, its payload borrowed where it lies.
+    fn peer_packet(&mut self, r: usize, peer: NodeId, p: &Packet<'_>) {
+        self.handled += 1;
+        let data = match *p {
+            Packet::Write { data, .. }
+            | Packet::ReadReply { data, .. }
+            | Packet::ResyncReply { data, .. } => Some(data),
+            _ => None,
+        };
+        let mut actions = Vec::new();
+        self.res[r].engine.packet(peer, p, &mut actions);
+        let ctx = Ctx {
+            incoming: data,
+            payload: None,
+        };
+        self.run_actions(r, actions, ctx);
     }
 
     /// A peer's handshake failed: said once per reason, and a dial that was refused backs

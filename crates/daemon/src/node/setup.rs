@@ -16,7 +16,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-use tandem_config::{Endpoint, ResourceConfig};
+use tandem_config::{Endpoint, NodeConfig, ResourceConfig};
 use tandem_engine::replica::{NodeId, Protocol, ReplicaAtStart, Resource, ResourceSpec};
 use tandem_engine::sync_plan::{FlushPattern, SyncPlan};
 use tandem_frontend::nbd::{BlockSizes, ExportInfo};
@@ -164,37 +164,8 @@ impl NodeReactor {
                 self.listen_nbd(&cfg, vc.number, ep, (r, v))?;
             }
         }
-        let mut pl = mio::net::TcpListener::bind(my.address).with_context(|| {
-            format!(
-                "resource {}: cannot listen for peers on {}",
-                cfg.name, my.address
-            )
-        })?;
-        let e = self.entries.vacant_key();
-        self.poll
-            .registry()
-            .register(&mut pl, MioToken(e), Interest::READABLE)?;
-        self.entries.insert(Entry::PeerListener { res: r, l: pl });
-        let peers = cfg
-            .nodes
-            .iter()
-            .filter(|n| n.node_id != my.node_id)
-            .map(|n| PeerSlot {
-                id: n.node_id,
-                name: n.name.clone(),
-                address: n.address,
-                conn: None,
-                dialing: None,
-                link: Link::new(
-                    cfg.net.connect_interval,
-                    cfg.net.max_connect_interval,
-                    Instant::now(),
-                ),
-                wanted: true,
-                split_brain: None,
-                last_error: None,
-            })
-            .collect();
+        self.listen_peers(&cfg, &my, r)?;
+        let peers = peer_slots(&cfg, my.node_id);
         let engine = Resource::new(spec_of(&cfg, my.node_id), disks);
         let states: Vec<_> = (0..cfg.volumes.len())
             .map(|v| engine.disk(v as u16))
@@ -214,6 +185,22 @@ impl NodeReactor {
             syncs: SyncPlan::default(),
             nbd_flushes: FlushPattern::default(),
         });
+        Ok(())
+    }
+
+    /// The listener for resource `r`'s peers, on this node's replication address.
+    fn listen_peers(&mut self, cfg: &ResourceConfig, my: &NodeConfig, r: usize) -> Result<()> {
+        let mut pl = mio::net::TcpListener::bind(my.address).with_context(|| {
+            format!(
+                "resource {}: cannot listen for peers on {}",
+                cfg.name, my.address
+            )
+        })?;
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(&mut pl, MioToken(e), Interest::READABLE)?;
+        self.entries.insert(Entry::PeerListener { res: r, l: pl });
         Ok(())
     }
 
@@ -269,6 +256,27 @@ impl NodeReactor {
         info!("control socket {}", path.display());
         Ok(())
     }
+}
+
+/// The other nodes of a resource, not yet connected, each to be dialled at once.
+fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
+    let now = Instant::now();
+    let net = &cfg.net;
+    cfg.nodes
+        .iter()
+        .filter(|n| n.node_id != me)
+        .map(|n| PeerSlot {
+            id: n.node_id,
+            name: n.name.clone(),
+            address: n.address,
+            conn: None,
+            dialing: None,
+            link: Link::new(net.connect_interval, net.max_connect_interval, now),
+            wanted: true,
+            split_brain: None,
+            last_error: None,
+        })
+        .collect()
 }
 
 /// Opens (or creates) a volume's backing file and says what was found there; the engine
