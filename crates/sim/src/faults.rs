@@ -1,8 +1,10 @@
-//! The fault families a run is drawn from, what a power loss does to a disk, and the
-//! coverage a batch of runs reached.
+//! The fault families a run is drawn from, the engine knobs they draw, and the faults a
+//! run injects (links cut, restarts, power losses, disks failing).
 
 use crate::rng::Rng;
-use crate::{Scenario, SECTOR};
+use crate::{disks, spec, Ev, Scenario, Sim};
+use tandem_engine::replica::{NodeId, ReplicaAtStart, Resource};
+use tandem_engine::sync_plan::SyncPlan;
 
 /// Which failures a batch of runs injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,73 +104,119 @@ impl Knobs {
     }
 }
 
-/// A power loss: per 4 KiB block of `disk`, what was written since the last fdatasync
-/// (`durable` holds, per sector, the stamp that sync made durable) is kept, lost, or torn
-/// (each 512-byte sector kept or lost on its own). Returns the sectors that went back.
-pub fn lose_power(disk: &mut [u8], durable: &[u64], r: &mut Rng) -> usize {
-    let mut reverted = 0;
-    let per_block = (4096 / SECTOR) as usize;
-    for (b, block) in disk.chunks_mut(4096).enumerate() {
-        let fate = r.below(3);
-        for (s, sector) in block.chunks_mut(SECTOR as usize).enumerate() {
-            let lost = match fate {
-                0 => false,
-                1 => true,
-                _ => r.chance(0.5),
-            };
-            let want = durable[b * per_block + s];
-            if lost && crate::stamp_of(sector) != want {
-                // A sector's content is its stamp (zeroes for 0).
-                sector.fill(0);
-                if want != 0 {
-                    sector[..8].copy_from_slice(&want.to_le_bytes());
-                }
-                reverted += 1;
-            }
+impl Sim {
+    pub(crate) fn fault(&mut self) {
+        if !self.sc.overlapping_faults && !self.healthy() {
+            // One failure at a time: the next waits until the last one has healed.
+            self.at(5_000, Ev::Fault);
+            return;
+        }
+        let n = self.nodes.len() as NodeId;
+        let a = self.rng.below(u64::from(n)) as NodeId;
+        let b = (a + 1 + self.rng.below(u64::from(n) - 1) as NodeId) % n;
+        if self.sc.disk_errors && !self.any_dead() && self.fault_rng.chance(0.3) {
+            self.kill_disk();
+        } else if self.sc.restarts && a != 0 && !self.dead(a as usize) && self.rng.chance(0.4) {
+            self.restart(a);
+        } else if self.sc.faults {
+            self.cut(a.min(b), a.max(b), None);
+            let t = 2_000 + self.rng.below(60_000);
+            self.at(
+                t,
+                Ev::Heal {
+                    a: a.min(b),
+                    b: a.max(b),
+                },
+            );
+        }
+        if self.issued < self.sc.ops {
+            let t = 5_000 + self.rng.below(40_000);
+            self.at(t, Ev::Fault);
         }
     }
-    reverted
-}
 
-/// What a batch of runs reached: a family that never hits its fault proves nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Coverage {
-    pub seeds: u64,
-    /// Runs in which some replica finished a resync.
-    pub resynced: u64,
-    pub restarts: u64,
-    pub disks_lost: u64,
-    pub disk_failures: u64,
-    pub power_losses: u64,
-    /// Sectors a power loss took back to their last synced content.
-    pub sectors_reverted: u64,
-    /// Disk operations completed inline rather than later.
-    pub inline_ops: u64,
-    /// fdatasyncs started by the nodes' sync plans, and flushes they answered without one.
-    pub planned_syncs: u64,
-    pub flushes_without_sync: u64,
-    /// Runs whose Primary failed its own disk and went on diskless.
-    pub primary_disk_failures: u64,
-    pub unconverged: u64,
-}
+    /// The disk of a node that keeps replicas fails for good (each volume keeps a replica
+    /// elsewhere, so one dead disk loses nothing).
+    pub(crate) fn kill_disk(&mut self) {
+        let keepers: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.sc.any_replica(i))
+            .collect();
+        let i = keepers[self.fault_rng.below(keepers.len() as u64) as usize];
+        self.nodes[i].disk.die();
+        self.died_at = self.now;
+        self.note(format!(
+            "node {i}: its disk fails for good (EIO from now on)"
+        ));
+    }
 
-impl std::fmt::Display for Coverage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "coverage: {} seeds, {} with a resync, {} restarts ({} lost their disks), {} disk failures ({} of the Primary), {} power losses ({} sectors reverted), {} disk operations completed inline, {} planned fdatasyncs ({} flushes answered without one), failovers: not modelled (node 0 stays Primary), {} unconverged",
-            self.seeds,
-            self.resynced,
-            self.restarts,
-            self.disks_lost,
-            self.disk_failures,
-            self.primary_disk_failures,
-            self.power_losses,
-            self.sectors_reverted,
-            self.inline_ops,
-            self.planned_syncs,
-            self.flushes_without_sync,
-            self.unconverged
-        )
+    /// Whether node `i` keeps a replica of volume `v` on a disk that works.
+    pub(crate) fn live_replica(&self, i: usize, v: usize) -> bool {
+        self.sc.replica(i, v) && !self.dead(i)
+    }
+
+    pub(crate) fn dead(&self, i: usize) -> bool {
+        self.nodes[i].disk.dead()
+    }
+
+    pub(crate) fn any_dead(&self) -> bool {
+        self.nodes.iter().any(|n| n.disk.dead())
+    }
+
+    /// kill -9 of a secondary: the page cache keeps what was written; the engine's memory is
+    /// gone, so it comes back not knowing whether it is current. A power loss (see
+    /// [`Scenario::power_loss`]) loses, per 4 KiB block, some of what was not fdatasync'ed.
+    pub(crate) fn restart(&mut self, node: NodeId) {
+        self.note(format!("restart node {node}"));
+        self.restarts += 1;
+        // After a disk died, a replica may be the last of its volume: losing what it
+        // holds too would be a second failure at once, which loses data no engine can keep.
+        let one_failure = !self.any_dead();
+        if self.sc.power_loss && one_failure && self.fault_rng.chance(0.7) {
+            let reverted = self.nodes[node as usize]
+                .disk
+                .lose_power(&mut self.fault_rng);
+            self.power_losses += 1;
+            self.sectors_reverted += reverted;
+            self.note(format!(
+                "node {node} lost power: {reverted} sectors back to their last fdatasync"
+            ));
+        }
+        for other in 0..self.nodes.len() as NodeId {
+            if other != node {
+                self.cut(node.min(other), node.max(other), None);
+            }
+        }
+        let lost = self.sc.lose_disks
+            && !self.sc.overlapping_faults
+            && self.rng.chance(0.5)
+            && one_failure;
+        let n = &mut self.nodes[node as usize];
+        n.incarnation += 1;
+        n.ops.clear();
+        n.held.clear();
+        n.syncs = SyncPlan::default();
+        n.reads.clear();
+        if lost {
+            n.disk.wipe();
+        }
+        let found = if lost {
+            ReplicaAtStart::Created
+        } else {
+            ReplicaAtStart::Existing
+        };
+        n.engine = Resource::new(spec(&self.sc, node), disks(&self.sc, node as usize, found));
+        if lost {
+            self.disks_lost += 1;
+            self.note(format!("node {node} lost its disks"));
+        }
+        self.at(30_000, Ev::Restart { node });
+    }
+
+    pub(crate) fn rejoin(&mut self, node: NodeId) {
+        for other in 0..self.nodes.len() as NodeId {
+            if other != node && !self.links.get(&(node, other)).is_some_and(|l| l.up) {
+                self.connect(node.min(other), node.max(other));
+            }
+        }
     }
 }

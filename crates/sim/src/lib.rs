@@ -18,11 +18,17 @@
 //! disk failing for good (EIO), power losses (unsynced writes kept, lost or torn per 4 KiB
 //! block); see `docs/ARCHITECTURE.md` for what each must keep.
 
+mod batch;
+mod check;
+mod disk;
 mod faults;
 mod rng;
 
-pub use faults::{Coverage, Family, Knobs};
+pub use batch::{digest_family, digest_seeds, run_family, run_seeds, run_seeds_with, Coverage};
+pub use faults::{Family, Knobs};
 
+use check::{ReadRec, WriteRec};
+use disk::{stamp_of, Disk, SECTOR};
 use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
 use tandem_engine::replica::{
@@ -32,8 +38,6 @@ use tandem_engine::replica::{
 use tandem_engine::sync_plan::{FlushPlan, SyncPlan, SyncStart};
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{Decoded, Packet};
-
-pub(crate) const SECTOR: u64 = 512;
 
 /// What a run looks like.
 #[derive(Clone, Debug)]
@@ -191,10 +195,7 @@ struct DiskOpState {
 
 struct Node {
     engine: Resource,
-    /// Per volume; empty where the node keeps no replica.
-    disks: Vec<Vec<u8>>,
-    /// Per volume and sector: the stamp the last completed flush made durable.
-    durable: Vec<Vec<u64>>,
+    disk: Disk,
     held: BTreeMap<Token, Vec<u8>>,
     reads: BTreeMap<Token, Vec<u8>>,
     /// Which fdatasync answers which flush (the daemon's plan), when the knobs say so.
@@ -210,34 +211,6 @@ struct Link {
     since: u64,
     queue: std::collections::VecDeque<Vec<u8>>,
     last_delivery: u64,
-}
-
-/// A write as the checker sees it.
-#[derive(Clone, Debug)]
-struct WriteRec {
-    stamp: u64,
-    volume: u16,
-    offset: u64,
-    len: u64,
-    completed: Option<u64>,
-    /// Completion order (several completions share a simulated instant).
-    order: u64,
-    ok: bool,
-    /// Some replica's disk applied it. Under protocol A a diskless Primary acknowledges a
-    /// write once sent, so a write that no replica ever received may be lost: only such
-    /// writes are exempt from the checks.
-    applied: bool,
-    zero: bool,
-    fua: bool,
-    submitted: u64,
-}
-
-struct ReadRec {
-    req: ReqId,
-    volume: u16,
-    offset: u64,
-    stamps: Vec<u64>,
-    submitted: u64,
 }
 
 enum Pending {
@@ -287,8 +260,6 @@ pub struct Sim {
     /// Draws the failures of the new families, apart from `rng` (which keeps the
     /// schedules of the older ones).
     fault_rng: Rng,
-    /// Per node: its disk failed for good; every operation on it returns EIO.
-    dead: Vec<bool>,
     /// When the disk died (simulated µs).
     died_at: u64,
     restarts: usize,
@@ -342,10 +313,6 @@ fn disks(sc: &Scenario, node: usize, have: ReplicaAtStart) -> Vec<ReplicaAtStart
         .collect()
 }
 
-pub(crate) fn stamp_of(sector: &[u8]) -> u64 {
-    u64::from_le_bytes(sector[..8].try_into().expect("8 bytes"))
-}
-
 impl Sim {
     pub fn new(sc: Scenario) -> Sim {
         assert!(
@@ -374,10 +341,7 @@ impl Sim {
                             },
                         ),
                     ),
-                    disks: (0..sc.sizes.len()).map(|v| vec![0; size(v)]).collect(),
-                    durable: (0..sc.sizes.len())
-                        .map(|v| vec![0; size(v) / SECTOR as usize])
-                        .collect(),
+                    disk: Disk::new((0..sc.sizes.len()).map(size)),
                     held: BTreeMap::new(),
                     reads: BTreeMap::new(),
                     syncs: SyncPlan::default(),
@@ -386,7 +350,7 @@ impl Sim {
                 }
             })
             .collect();
-        let (sc_seed, n_nodes) = (sc.seed, sc.diskful.len());
+        let sc_seed = sc.seed;
         let mut sim = Sim {
             rng: Rng::new(sc.seed),
             sc,
@@ -410,7 +374,6 @@ impl Sim {
             resyncs: 0,
             disks_lost: 0,
             fault_rng: Rng::new(sc_seed ^ 0xd15c_fa17),
-            dead: vec![false; n_nodes],
             died_at: 0,
             restarts: 0,
             inline_ops: 0,
@@ -585,13 +548,7 @@ impl Sim {
                         self.sc.seed
                     );
                     let bytes = data.map(|d| self.resolve(node, d, incoming, kind.len() as usize));
-                    let covers = (kind == DiskKind::Flush).then(|| {
-                        self.nodes[i]
-                            .disks
-                            .iter()
-                            .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
-                            .collect()
-                    });
+                    let covers = (kind == DiskKind::Flush).then(|| self.nodes[i].disk.stamps());
                     let op = self.next_op;
                     self.next_op += 1;
                     let inc = self.nodes[i].incarnation;
@@ -782,7 +739,7 @@ impl Sim {
             return self.sync_done(node, gen, st.covers.expect("a sync knows what it covers"));
         }
         let volume = st.volume;
-        if self.dead[node as usize] {
+        if n.disk.dead() {
             // A dead disk writes, reads and syncs nothing.
             if matches!(
                 st.token,
@@ -797,19 +754,18 @@ impl Sim {
             n.engine.disk_done(volume, st.token, st.kind, eio, &mut out);
             return out;
         }
-        let disk = &mut n.disks[volume as usize];
+        let v = volume as usize;
         match st.kind {
             DiskKind::Write { offset, len } => {
                 let data = st.data.expect("write data captured at issue");
-                disk[offset as usize..(offset + u64::from(len)) as usize]
-                    .copy_from_slice(&data[..len as usize]);
+                n.disk.write(v, offset, &data[..len as usize]);
                 let stamp = stamp_of(&data);
                 if let Some(w) = self.writes.iter_mut().find(|w| w.stamp == stamp && !w.zero) {
                     w.applied = true;
                 }
             }
             DiskKind::Zero { offset, len, .. } | DiskKind::Trim { offset, len } => {
-                disk[offset as usize..(offset + u64::from(len)) as usize].fill(0);
+                n.disk.zero(v, offset, u64::from(len));
                 for w in self.writes.iter_mut().filter(|w| {
                     w.zero && w.volume == volume && w.offset == offset && w.len == u64::from(len)
                 }) {
@@ -817,11 +773,12 @@ impl Sim {
                 }
             }
             DiskKind::Read { offset, len } => {
-                let bytes = disk[offset as usize..(offset + u64::from(len)) as usize].to_vec();
+                let bytes = n.disk.read(v, offset, u64::from(len));
                 n.reads.insert(st.token, bytes);
             }
             DiskKind::Flush => {
-                n.durable = st.covers.expect("a flush knows what it covers");
+                n.disk
+                    .synced(st.covers.expect("a flush knows what it covers"));
             }
             DiskKind::Cache { .. } => {}
         }
@@ -859,11 +816,7 @@ impl Sim {
     fn start_sync(&mut self, node: NodeId, s: SyncStart) {
         self.planned_syncs += 1;
         let n = &mut self.nodes[node as usize];
-        let covers = n
-            .disks
-            .iter()
-            .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
-            .collect();
+        let covers = n.disk.stamps();
         let op = self.next_op;
         self.next_op += 1;
         let st = DiskOpState {
@@ -883,10 +836,10 @@ impl Sim {
     /// A planned sync finished: the flush it answers (if any) is told to the engine, and
     /// the next sync the plan needs is started.
     fn sync_done(&mut self, node: NodeId, gen: u64, covers: Vec<Vec<u64>>) -> Vec<RAction> {
-        let ok = !self.dead[node as usize];
         let n = &mut self.nodes[node as usize];
+        let ok = !n.disk.dead();
         if ok {
-            n.durable = covers;
+            n.disk.synced(covers);
         }
         let (answer, next) = n.syncs.sync_done(gen, ok);
         let mut out = Vec::new();
@@ -1130,223 +1083,6 @@ impl Sim {
         self.at(1, Ev::Workload);
     }
 
-    /// Stamps a replica of `volume` holds durably at `sector`, one per node keeping one.
-    fn durable_at(&self, volume: usize, sector: usize) -> impl Iterator<Item = u64> + '_ {
-        (0..self.nodes.len())
-            .filter(move |&i| self.sc.replica(i, volume))
-            .map(move |i| self.nodes[i].durable[volume][sector])
-    }
-
-    /// A FLUSH that succeeded made every write completed before it durable: per sector,
-    /// some replica's last fdatasync covered the latest such write (or a newer one). The
-    /// engine flushes every replica whatever the volume the FLUSH came on, so this holds for
-    /// every volume; but the FLUSH answers for its own volume only (as NBD's FLUSH does for
-    /// its export): with overlapping faults another volume may have lost every replica.
-    fn check_flush(&self, req: ReqId, volume: u16, submitted: u64) {
-        for (v, model) in self.model.iter().enumerate() {
-            // With one failure at a time a barrier reaches every volume's replicas; a dead
-            // disk plus a cut link is two, and another volume's last replica may be out of
-            // reach: then only the FLUSH's own volume is promised.
-            let two_failures = self.sc.overlapping_faults || self.dead.contains(&true);
-            if two_failures && v != volume as usize {
-                continue;
-            }
-            for (s, &(want, _)) in model.iter().enumerate() {
-                // Fast path: the latest successful write is durable somewhere.
-                if self.durable_at(v, s).any(|got| got == want) {
-                    continue;
-                }
-                let at = s as u64 * SECTOR;
-                let allowed = self.allowed_at(v as u16, at, submitted);
-                assert!(
-                    self.durable_at(v, s).any(|got| allowed.contains(&got)),
-                    "seed {}: flush {req:?} completed, but no replica of volume {v} has sector {s} durable: durable stamps {:?}, allowed {allowed:?}\n{:?}\n{}",
-                    self.sc.seed,
-                    self.durable_at(v, s).collect::<Vec<_>>(),
-                    self.sc,
-                    self.tail_log(300)
-                );
-            }
-        }
-    }
-
-    /// A FUA write that succeeded is durable on some replica.
-    fn check_fua(&self, w: &WriteRec) {
-        let v = w.volume as usize;
-        for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
-            assert!(
-                self.durable_at(v, s as usize).any(|got| got == w.stamp),
-                "seed {}: FUA write {} completed, but no replica of volume {v} has sector {s} durable: durable stamps {:?}\n{:?}\n{}",
-                self.sc.seed,
-                w.stamp,
-                self.durable_at(v, s as usize).collect::<Vec<_>>(),
-                self.sc,
-                self.tail_log(300)
-            );
-        }
-    }
-
-    /// A write that counts: it succeeded, and (see `WriteRec::applied`) reached a replica.
-    fn counts(&self, w: &WriteRec) -> bool {
-        w.ok
-    }
-
-    /// The stamps sector `at` of `volume` may show to a request submitted at clock
-    /// `submitted`: the latest write completed before, or a write in flight meanwhile.
-    fn allowed_at(&self, volume: u16, at: u64, submitted: u64) -> Vec<u64> {
-        let covering = self
-            .writes
-            .iter()
-            .filter(|w| w.volume == volume && w.offset <= at && at < w.offset + w.len);
-        let mut last_done: Option<&WriteRec> = None;
-        let mut allowed = Vec::new();
-        for w in covering {
-            match w.completed {
-                Some(_) if w.order < submitted && self.counts(w) => {
-                    if last_done.is_none_or(|l| l.order < w.order) {
-                        last_done = Some(w);
-                    }
-                }
-                // Failed or lost writes may have landed anywhere; others were in flight.
-                _ => allowed.push(w.stamp),
-            }
-        }
-        allowed.push(last_done.map_or(0, |w| w.stamp));
-        allowed
-    }
-
-    /// Every sector holds the latest write completed before the read began, or a write in
-    /// flight at some point while the read was.
-    fn check_read(&self, r: &ReadRec) {
-        for (k, &got) in r.stamps.iter().enumerate() {
-            let at = r.offset + k as u64 * SECTOR;
-            let allowed = self.allowed_at(r.volume, at, r.submitted);
-            assert!(
-                allowed.contains(&got),
-                "seed {}: read {:?} of volume {} sector {at} returned stamp {got}, allowed {allowed:?}\n{:?}\n{}",
-                self.sc.seed,
-                r.req,
-                r.volume,
-                self.sc,
-                self.tail_log(300)
-            );
-        }
-    }
-
-    fn fault(&mut self) {
-        if !self.sc.overlapping_faults && !self.healthy() {
-            // One failure at a time: the next waits until the last one has healed.
-            self.at(5_000, Ev::Fault);
-            return;
-        }
-        let n = self.nodes.len() as NodeId;
-        let a = self.rng.below(u64::from(n)) as NodeId;
-        let b = (a + 1 + self.rng.below(u64::from(n) - 1) as NodeId) % n;
-        if self.sc.disk_errors && !self.dead.contains(&true) && self.fault_rng.chance(0.3) {
-            self.kill_disk();
-        } else if self.sc.restarts && a != 0 && !self.dead[a as usize] && self.rng.chance(0.4) {
-            self.restart(a);
-        } else if self.sc.faults {
-            self.cut(a.min(b), a.max(b), None);
-            let t = 2_000 + self.rng.below(60_000);
-            self.at(
-                t,
-                Ev::Heal {
-                    a: a.min(b),
-                    b: a.max(b),
-                },
-            );
-        }
-        if self.issued < self.sc.ops {
-            let t = 5_000 + self.rng.below(40_000);
-            self.at(t, Ev::Fault);
-        }
-    }
-
-    /// The disk of a node that keeps replicas fails for good (each volume keeps a replica
-    /// elsewhere, so one dead disk loses nothing).
-    fn kill_disk(&mut self) {
-        let keepers: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.sc.any_replica(i))
-            .collect();
-        let i = keepers[self.fault_rng.below(keepers.len() as u64) as usize];
-        self.dead[i] = true;
-        self.died_at = self.now;
-        self.note(format!(
-            "node {i}: its disk fails for good (EIO from now on)"
-        ));
-    }
-
-    /// Whether node `i` keeps a replica of volume `v` on a disk that works.
-    fn live_replica(&self, i: usize, v: usize) -> bool {
-        self.sc.replica(i, v) && !self.dead[i]
-    }
-
-    /// kill -9 of a secondary: the page cache keeps what was written; the engine's memory is
-    /// gone, so it comes back not knowing whether it is current. A power loss (see
-    /// [`Scenario::power_loss`]) loses, per 4 KiB block, some of what was not fdatasync'ed.
-    fn restart(&mut self, node: NodeId) {
-        self.note(format!("restart node {node}"));
-        self.restarts += 1;
-        // After a disk died, a replica may be the last of its volume: losing what it
-        // holds too would be a second failure at once, which loses data no engine can keep.
-        let one_failure = !self.dead.contains(&true);
-        if self.sc.power_loss && one_failure && self.fault_rng.chance(0.7) {
-            let n = &mut self.nodes[node as usize];
-            let mut reverted = 0;
-            for (disk, durable) in n.disks.iter_mut().zip(&n.durable) {
-                reverted += faults::lose_power(disk, durable, &mut self.fault_rng);
-            }
-            self.power_losses += 1;
-            self.sectors_reverted += reverted;
-            self.note(format!(
-                "node {node} lost power: {reverted} sectors back to their last fdatasync"
-            ));
-        }
-        for other in 0..self.nodes.len() as NodeId {
-            if other != node {
-                self.cut(node.min(other), node.max(other), None);
-            }
-        }
-        let lost = self.sc.lose_disks
-            && !self.sc.overlapping_faults
-            && self.rng.chance(0.5)
-            && one_failure;
-        let n = &mut self.nodes[node as usize];
-        n.incarnation += 1;
-        n.ops.clear();
-        n.held.clear();
-        n.syncs = SyncPlan::default();
-        n.reads.clear();
-        if lost {
-            for d in &mut n.disks {
-                d.fill(0);
-            }
-            for d in &mut n.durable {
-                d.fill(0);
-            }
-        }
-        let found = if lost {
-            ReplicaAtStart::Created
-        } else {
-            ReplicaAtStart::Existing
-        };
-        n.engine = Resource::new(spec(&self.sc, node), disks(&self.sc, node as usize, found));
-        if lost {
-            self.disks_lost += 1;
-            self.note(format!("node {node} lost its disks"));
-        }
-        self.at(30_000, Ev::Restart { node });
-    }
-
-    fn rejoin(&mut self, node: NodeId) {
-        for other in 0..self.nodes.len() as NodeId {
-            if other != node && !self.links.get(&(node, other)).is_some_and(|l| l.up) {
-                self.connect(node.min(other), node.max(other));
-            }
-        }
-    }
-
     fn step(&mut self) -> bool {
         let more = self.step_event();
         self.schedule_tick();
@@ -1442,7 +1178,7 @@ impl Sim {
                     (!self.live_replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
                         && st.peers.iter().all(|p| {
                             p.connected
-                                && (p.volumes[v].out_of_sync_bytes == 0 || self.dead[p.id as usize])
+                                && (p.volumes[v].out_of_sync_bytes == 0 || self.dead(p.id as usize))
                         })
                 })
             })
@@ -1458,9 +1194,9 @@ impl Sim {
                 st.peers.iter().all(|p| p.connected && p.unacked == 0)
                     && (0..self.sc.sizes.len()).all(|v| {
                         (!self.live_replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
-                            && (st.volumes[v].resync_remaining.is_none() || self.dead[i])
+                            && (st.volumes[v].resync_remaining.is_none() || self.dead(i))
                             && st.peers.iter().all(|p| {
-                                p.volumes[v].out_of_sync_bytes == 0 || self.dead[p.id as usize]
+                                p.volumes[v].out_of_sync_bytes == 0 || self.dead(p.id as usize)
                             })
                     })
             })
@@ -1553,8 +1289,8 @@ impl Sim {
             resyncs: self.resyncs,
             disks_lost: self.disks_lost,
             restarts: self.restarts,
-            disk_failures: self.dead.iter().filter(|&&d| d).count(),
-            primary_disk_failed: self.dead[0],
+            disk_failures: self.nodes.iter().filter(|n| n.disk.dead()).count(),
+            primary_disk_failed: self.dead(0),
             power_losses: self.power_losses,
             sectors_reverted: self.sectors_reverted,
             inline_ops: self.inline_ops,
@@ -1564,237 +1300,4 @@ impl Sim {
             converged,
         }
     }
-
-    /// Per volume and sector, the stamps a replica may hold at the end: the last
-    /// acknowledged write, then any failed ones after it (a failed write may have landed on
-    /// some replicas; resync must then have spread it to all). Stamps are unique across
-    /// volumes: a write that landed in the wrong volume shows. `lost_ok`: a write
-    /// acknowledged before any replica applied it (protocols A and B) may be lost, as when
-    /// every replica that could still receive it failed meanwhile.
-    fn allowed_final(&self, v: usize, lost_ok: bool) -> Vec<Vec<u64>> {
-        let mut by_order: Vec<&WriteRec> = self
-            .writes
-            .iter()
-            .filter(|w| w.completed.is_some() && w.volume as usize == v)
-            .collect();
-        by_order.sort_by_key(|w| w.order);
-        let mut allowed: Vec<Vec<u64>> = vec![vec![0]; (self.sc.sizes[v] / SECTOR) as usize];
-        for w in by_order {
-            for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
-                let a = &mut allowed[s as usize];
-                if self.counts(w) && (w.applied || !lost_ok) {
-                    a.clear();
-                }
-                a.push(w.stamp);
-            }
-        }
-        allowed
-    }
-
-    /// The nodes that keep a replica of volume `v` on a disk that works.
-    fn replicas_of(&self, v: usize) -> Vec<usize> {
-        (0..self.nodes.len())
-            .filter(|&i| self.live_replica(i, v))
-            .collect()
-    }
-
-    /// An overlapping-fault run that could not converge: every request was still answered,
-    /// every read returned what it may, and nothing acknowledged that reached a replica is
-    /// lost (per sector, some replica holds the last such write or a failed one after it).
-    fn check_safety(&self) {
-        self.check_dead_known_behind();
-        let seed = self.sc.seed;
-        assert!(
-            self.pending.is_empty(),
-            "seed {seed}: requests never answered: {}",
-            self.pending.len()
-        );
-        for r in &self.reads {
-            self.check_read(r);
-        }
-        for v in 0..self.sc.sizes.len() {
-            let replicas = self.replicas_of(v);
-            for (s, want) in self.allowed_final(v, true).iter().enumerate() {
-                let at = s * SECTOR as usize;
-                let got: Vec<u64> = replicas
-                    .iter()
-                    .map(|&i| stamp_of(&self.nodes[i].disks[v][at..]))
-                    .collect();
-                assert!(
-                    got.iter().any(|g| want.contains(g)),
-                    "seed {seed}: volume {v} sector {s}: no replica holds the last acknowledged write: stamps {got:?}, allowed {want:?}\n{:?}\n{}",
-                    self.sc,
-                    self.tail_log(3000)
-                );
-            }
-        }
-    }
-
-    /// A replica whose disk died lacks every write made after: the Primary must know (its
-    /// out-of-sync bits for it), or a replica repaired and brought back would be taken
-    /// for current where it is not.
-    fn check_dead_known_behind(&self) {
-        let Some(d) = self.dead.iter().position(|&x| x).filter(|&d| d != 0) else {
-            return;
-        };
-        let primary = self.nodes[0].engine.status();
-        for v in 0..self.sc.sizes.len() {
-            let written = self
-                .writes
-                .iter()
-                .any(|w| w.ok && w.volume as usize == v && w.submitted > self.died_at);
-            let known = primary
-                .peers
-                .iter()
-                .find(|p| p.id as usize == d)
-                .is_some_and(|p| p.volumes[v].out_of_sync_bytes > 0);
-            assert!(
-                !written || !self.sc.replica(d, v) || known,
-                "seed {}: node {d}'s disk died, volume {v} was written after, and the Primary does not know node {d} lacks it\n{}",
-                self.sc.seed,
-                self.tail_log(200)
-            );
-        }
-    }
-
-    fn check_final(&self) {
-        self.check_dead_known_behind();
-        let seed = self.sc.seed;
-        assert!(
-            self.pending.is_empty(),
-            "seed {seed}: requests never answered: {}",
-            self.pending.len()
-        );
-        assert!(
-            self.in_sync(),
-            "seed {seed}: replicas never converged\n{}",
-            self.tail_log(80)
-        );
-        for r in &self.reads {
-            self.check_read(r);
-        }
-        for v in 0..self.sc.sizes.len() {
-            let allowed = self.allowed_final(v, false);
-            let replicas = self.replicas_of(v);
-            for &i in &replicas {
-                let disk = &self.nodes[i].disks[v];
-                for (s, want) in allowed.iter().enumerate() {
-                    let at = s * SECTOR as usize;
-                    let got = stamp_of(&disk[at..]);
-                    assert!(
-                        want.contains(&got),
-                        "seed {seed}: node {i} volume {v} sector {s}: stamp {got}, allowed (last acknowledged write, then failed ones) {want:?}\n{:?}\n{}",
-                        self.sc,
-                        self.tail_log(3000)
-                    );
-                }
-            }
-            let first = &self.nodes[replicas[0]].disks[v];
-            for &i in &replicas {
-                if let Some(s) = (0..first.len() / SECTOR as usize).find(|&s| {
-                    let r = s * SECTOR as usize..(s + 1) * SECTOR as usize;
-                    self.nodes[i].disks[v][r.clone()] != first[r]
-                }) {
-                    let at = s * SECTOR as usize;
-                    panic!(
-                        "seed {seed}: node {i}'s replica of volume {v} differs from node {}'s at sector {s} (stamps {} vs {})\n{:?}\n{}",
-                        replicas[0],
-                        stamp_of(&self.nodes[i].disks[v][at..]),
-                        stamp_of(&first[at..]),
-                        self.sc,
-                        self.tail_log(3000)
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// A fingerprint of how seeds `from..from + count` ran (requests completed and failed,
-/// resyncs, events, convergence): equal before and after a refactoring that must not
-/// change behaviour. `tandem-sim FROM COUNT [--overlapping] --digest` prints it.
-pub fn digest_seeds(from: u64, count: u64, overlapping: bool) -> u64 {
-    let family = if overlapping {
-        Family::Overlapping
-    } else {
-        Family::Single
-    };
-    digest_family(from, count, family)
-}
-
-/// [`digest_seeds`] for any fault family.
-pub fn digest_family(from: u64, count: u64, family: Family) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for seed in from..from + count {
-        let o = Sim::new(family.scenario(seed)).run();
-        for x in [
-            seed,
-            o.completed as u64,
-            o.failed as u64,
-            o.resyncs as u64,
-            o.events,
-            u64::from(o.converged),
-        ] {
-            h = (h ^ x).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
-/// Runs seeds `from..from + count` with single faults; returns the seeds that ended
-/// without an up-to-date replica (see [`run_seeds_with`]), or the first failing seed's
-/// panic message.
-pub fn run_seeds(from: u64, count: u64) -> Result<Vec<u64>, String> {
-    run_seeds_with(from, count, false)
-}
-
-/// Runs seeds `from..from + count`, with overlapping faults if asked; returns the seeds
-/// that ended unconverged (checked for safety only: with overlapping faults, or when no
-/// replica of a volume was left up to date), or the first failing seed's panic message.
-pub fn run_seeds_with(from: u64, count: u64, overlapping: bool) -> Result<Vec<u64>, String> {
-    let family = if overlapping {
-        Family::Overlapping
-    } else {
-        Family::Single
-    };
-    run_family(from, count, family).map(|(stuck, _)| stuck)
-}
-
-/// Runs seeds `from..from + count` of a fault family; returns the seeds that ended
-/// unconverged (checked for safety only) and the coverage reached, or the first failing
-/// seed's panic message.
-pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Coverage), String> {
-    let mut stuck = Vec::new();
-    let mut cov = Coverage::default();
-    for seed in from..from + count {
-        let sc = family.scenario(seed);
-        match std::panic::catch_unwind(|| Sim::new(sc).run()) {
-            Ok(out) => {
-                cov.seeds += 1;
-                cov.resynced += u64::from(out.resyncs > 0);
-                cov.restarts += out.restarts as u64;
-                cov.disks_lost += out.disks_lost as u64;
-                cov.disk_failures += out.disk_failures as u64;
-                cov.primary_disk_failures += u64::from(out.primary_disk_failed);
-                cov.power_losses += out.power_losses as u64;
-                cov.sectors_reverted += out.sectors_reverted as u64;
-                cov.inline_ops += out.inline_ops as u64;
-                cov.planned_syncs += out.planned_syncs as u64;
-                cov.flushes_without_sync += out.flushes_without_sync as u64;
-                if !out.converged {
-                    cov.unconverged += 1;
-                    stuck.push(seed);
-                }
-            }
-            Err(e) => {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                return Err(format!("seed {seed} ({}) failed: {msg}", family.name()));
-            }
-        }
-    }
-    Ok((stuck, cov))
 }

@@ -1,0 +1,134 @@
+//! A node's simulated disk: per volume, what the page cache holds (what reads see and a
+//! kill -9 keeps) and, per sector, what the last fdatasync made durable (all a power loss
+//! is sure to keep); and how the disk fails (EIO).
+//!
+//! Every sector the workload writes starts with its write's stamp and is zero after it (a
+//! zeroed sector is stamp 0), so a sector's stamp says all it holds: the durable copy is
+//! kept as stamps.
+
+use crate::rng::Rng;
+
+pub(crate) const SECTOR: u64 = 512;
+const BLOCK: usize = 4096;
+
+pub(crate) fn stamp_of(sector: &[u8]) -> u64 {
+    u64::from_le_bytes(sector[..8].try_into().expect("8 bytes"))
+}
+
+pub(crate) struct Disk {
+    /// Per volume; empty where the node keeps no replica.
+    vols: Vec<Vec<u8>>,
+    /// Per volume and sector: the stamp the last completed fdatasync made durable.
+    durable: Vec<Vec<u64>>,
+    /// Every operation on it fails with EIO: the disk is gone.
+    dead: bool,
+}
+
+impl Disk {
+    /// Volumes of these sizes in bytes (0: no replica), all zero and durable.
+    pub(crate) fn new(sizes: impl Iterator<Item = usize>) -> Disk {
+        let vols: Vec<Vec<u8>> = sizes.map(|s| vec![0; s]).collect();
+        let durable = vols
+            .iter()
+            .map(|d| vec![0; d.len() / SECTOR as usize])
+            .collect();
+        Disk {
+            vols,
+            durable,
+            dead: false,
+        }
+    }
+
+    pub(crate) fn volume(&self, v: usize) -> &[u8] {
+        &self.vols[v]
+    }
+
+    /// The stamp sector `s` of volume `v` holds now.
+    pub(crate) fn stamp(&self, v: usize, s: usize) -> u64 {
+        stamp_of(&self.vols[v][s * SECTOR as usize..])
+    }
+
+    /// The stamp sector `s` of volume `v` holds durably.
+    pub(crate) fn durable(&self, v: usize, s: usize) -> u64 {
+        self.durable[v][s]
+    }
+
+    pub(crate) fn write(&mut self, v: usize, offset: u64, data: &[u8]) {
+        self.vols[v][offset as usize..offset as usize + data.len()].copy_from_slice(data);
+    }
+
+    pub(crate) fn zero(&mut self, v: usize, offset: u64, len: u64) {
+        self.vols[v][offset as usize..(offset + len) as usize].fill(0);
+    }
+
+    pub(crate) fn read(&self, v: usize, offset: u64, len: u64) -> Vec<u8> {
+        self.vols[v][offset as usize..(offset + len) as usize].to_vec()
+    }
+
+    /// Per volume, the stamp of every sector now: what an fdatasync issued now makes
+    /// durable at least.
+    pub(crate) fn stamps(&self) -> Vec<Vec<u64>> {
+        self.vols
+            .iter()
+            .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
+            .collect()
+    }
+
+    /// An fdatasync issued when the disk held `covers` (see [`Disk::stamps`]) completed.
+    pub(crate) fn synced(&mut self, covers: Vec<Vec<u64>>) {
+        self.durable = covers;
+    }
+
+    /// A replaced disk (or a deleted backing file): nothing left.
+    pub(crate) fn wipe(&mut self) {
+        for d in &mut self.vols {
+            d.fill(0);
+        }
+        for d in &mut self.durable {
+            d.fill(0);
+        }
+    }
+
+    /// A power loss: per 4 KiB block, what was written since the last fdatasync is kept,
+    /// lost, or torn (each 512-byte sector kept or lost on its own). Returns the sectors
+    /// that went back.
+    pub(crate) fn lose_power(&mut self, r: &mut Rng) -> usize {
+        let mut reverted = 0;
+        let per_block = BLOCK / SECTOR as usize;
+        for (disk, durable) in self.vols.iter_mut().zip(&self.durable) {
+            for (b, block) in disk.chunks_mut(BLOCK).enumerate() {
+                let fate = r.below(3);
+                for (s, sector) in block.chunks_mut(SECTOR as usize).enumerate() {
+                    let lost = match fate {
+                        0 => false,
+                        1 => true,
+                        _ => r.chance(0.5),
+                    };
+                    let want = durable[b * per_block + s];
+                    if lost && stamp_of(sector) != want {
+                        set_stamp(sector, want);
+                        reverted += 1;
+                    }
+                }
+            }
+        }
+        reverted
+    }
+
+    /// The disk fails for good: every operation from now on returns EIO.
+    pub(crate) fn die(&mut self) {
+        self.dead = true;
+    }
+
+    pub(crate) fn dead(&self) -> bool {
+        self.dead
+    }
+}
+
+/// A sector's content is its stamp (zeroes for 0).
+fn set_stamp(sector: &mut [u8], stamp: u64) {
+    sector.fill(0);
+    if stamp != 0 {
+        sector[..8].copy_from_slice(&stamp.to_le_bytes());
+    }
+}
