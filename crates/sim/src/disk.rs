@@ -110,12 +110,15 @@ impl Disk {
 
     /// A power loss: per 4 KiB block, what was written since the last fdatasync is kept,
     /// lost, or torn (each 512-byte sector kept or lost on its own). Returns the sectors
-    /// that went back.
-    pub(crate) fn lose_power(&mut self, r: &mut Rng) -> usize {
+    /// that went back, and per volume the blocks that lost something.
+    pub(crate) fn lose_power(&mut self, r: &mut Rng) -> (usize, Vec<u64>) {
         let mut reverted = 0;
+        let mut blocks = Vec::new();
         let per_block = BLOCK / SECTOR as usize;
         for (disk, durable) in self.vols.iter_mut().zip(&self.durable) {
+            let mut hit = 0;
             for (b, block) in disk.chunks_mut(BLOCK).enumerate() {
+                let before = reverted;
                 let fate = r.below(3);
                 for (s, sector) in block.chunks_mut(SECTOR as usize).enumerate() {
                     let lost = match fate {
@@ -129,9 +132,11 @@ impl Disk {
                         reverted += 1;
                     }
                 }
+                hit += u64::from(reverted > before);
             }
+            blocks.push(hit);
         }
-        reverted
+        (reverted, blocks)
     }
 
     /// From now on the disk fails as `f` says.

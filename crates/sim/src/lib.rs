@@ -80,11 +80,13 @@ pub struct Scenario {
     pub one_off_eio: bool,
     /// Restarts may be power losses (see [`Family::PowerLoss`]).
     pub power_loss: bool,
-    /// Also check what the engine does not do yet (gaps the disk-errors family found; see
-    /// `docs/ARCHITECTURE.md`): a detached replica gets no write that was queued behind
-    /// another when it detached, and the Primary marks a failed replica out of sync for
-    /// every write it missed, failed ones too. Off in the test command until the engine
-    /// does both (`tandem-sim --pending-checks`, and an ignored test, run them).
+    /// Also check what the engine does not do yet (gaps the disk-errors and power-loss
+    /// families found; see `docs/ARCHITECTURE.md`): a detached replica gets no write that
+    /// was queued behind another when it detached; the Primary marks a failed replica out
+    /// of sync for every write it missed, failed ones too; and it marks a node that lost
+    /// power out of sync for every write it had not fdatasync'ed, acknowledged or not. Off
+    /// in the test command until the engine does all three (`tandem-sim --pending-checks`,
+    /// and ignored tests, run them).
     pub pending_checks: bool,
     pub knobs: Knobs,
 }
@@ -302,6 +304,9 @@ pub struct Sim {
     flushes_without_sync: usize,
     power_losses: usize,
     sectors_reverted: usize,
+    /// Per node that lost power and has not come back yet: per volume, the 4 KiB blocks
+    /// that lost something.
+    power_lost_blocks: Vec<Option<Vec<u64>>>,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
     resync_reqs: u64,
     /// Connections a node dropped (a conflict it cannot settle yet, then redialled).
@@ -419,6 +424,7 @@ impl Sim {
             flushes_without_sync: 0,
             power_losses: 0,
             sectors_reverted: 0,
+            power_lost_blocks: vec![None; n_nodes],
             resync_reqs: 0,
             tick_at: None,
             drops: 0,
@@ -502,6 +508,8 @@ impl Sim {
     }
 
     fn connect(&mut self, a: NodeId, b: NodeId) {
+        self.check_power_loss_known(a);
+        self.check_power_loss_known(b);
         let conn = self.next_conn;
         self.next_conn += 1;
         for (x, y) in [(a, b), (b, a)] {
