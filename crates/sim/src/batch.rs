@@ -1,7 +1,7 @@
 //! Runs of many seeds: a digest that proves a refactoring changed nothing, and the
 //! coverage a family reached.
 
-use crate::{Family, Sim};
+use crate::{Family, Outcome, Sim};
 
 /// A fingerprint of how seeds `from..from + count` ran (requests completed and failed,
 /// resyncs, events, convergence): equal before and after a refactoring that must not
@@ -57,25 +57,26 @@ pub fn run_seeds_with(from: u64, count: u64, overlapping: bool) -> Result<Vec<u6
 /// unconverged (checked for safety only) and the coverage reached, or the first failing
 /// seed's panic message.
 pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Coverage), String> {
+    run_family_with(from, count, family, false)
+}
+
+/// [`run_family`], with the checks of engine gaps not yet fixed if asked (see
+/// [`Scenario::pending_checks`](crate::Scenario::pending_checks)).
+pub fn run_family_with(
+    from: u64,
+    count: u64,
+    family: Family,
+    pending_checks: bool,
+) -> Result<(Vec<u64>, Coverage), String> {
     let mut stuck = Vec::new();
     let mut cov = Coverage::default();
     for seed in from..from + count {
-        let sc = family.scenario(seed);
+        let mut sc = family.scenario(seed);
+        sc.pending_checks = pending_checks;
         match std::panic::catch_unwind(|| Sim::new(sc).run()) {
             Ok(out) => {
-                cov.seeds += 1;
-                cov.resynced += u64::from(out.resyncs > 0);
-                cov.restarts += out.restarts as u64;
-                cov.disks_lost += out.disks_lost as u64;
-                cov.disk_failures += out.disk_failures as u64;
-                cov.primary_disk_failures += u64::from(out.primary_disk_failed);
-                cov.power_losses += out.power_losses as u64;
-                cov.sectors_reverted += out.sectors_reverted as u64;
-                cov.inline_ops += out.inline_ops as u64;
-                cov.planned_syncs += out.planned_syncs as u64;
-                cov.flushes_without_sync += out.flushes_without_sync as u64;
+                cov.add(&out);
                 if !out.converged {
-                    cov.unconverged += 1;
                     stuck.push(seed);
                 }
             }
@@ -92,45 +93,117 @@ pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Co
     Ok((stuck, cov))
 }
 
-/// What a batch of runs reached: a family that never hits its fault proves nothing.
+/// What a batch of runs reached, from what the simulator did and what the engines said
+/// (typed events), never from log text: a family that never hits its fault proves
+/// nothing. Per fault, the runs that hit it and how often.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Coverage {
     pub seeds: u64,
-    /// Runs in which some replica finished a resync.
+    /// Runs in which some replica finished a resync, and resyncs finished.
     pub resynced: u64,
+    pub resyncs: u64,
+    /// Runs with a restart (kill -9 or power loss of a Secondary), and restarts.
+    pub restarted: u64,
     pub restarts: u64,
+    /// Runs in which a restart lost the node's disk, and such restarts.
+    pub lost_disk: u64,
     pub disks_lost: u64,
+    /// Runs in which a disk failed (at most one per run): of the Primary's node, and of one
+    /// write or fdatasync only.
     pub disk_failures: u64,
+    pub primary_disk_failures: u64,
+    pub one_off_eios: u64,
+    /// Runs in which an engine detached a replica after an I/O error, and replicas so
+    /// detached.
+    pub detached: u64,
+    pub replicas_detached: u64,
+    /// Runs with a power loss, power losses, and the sectors they took back to their last
+    /// synced content.
+    pub power_lost: u64,
     pub power_losses: u64,
-    /// Sectors a power loss took back to their last synced content.
     pub sectors_reverted: u64,
     /// Disk operations completed inline rather than later.
     pub inline_ops: u64,
     /// fdatasyncs started by the nodes' sync plans, and flushes they answered without one.
     pub planned_syncs: u64,
     pub flushes_without_sync: u64,
-    /// Runs whose Primary failed its own disk and went on diskless.
-    pub primary_disk_failures: u64,
     pub unconverged: u64,
+}
+
+impl Coverage {
+    fn add(&mut self, o: &Outcome) {
+        let hit = |n: usize| u64::from(n > 0);
+        self.seeds += 1;
+        self.resynced += hit(o.resyncs);
+        self.resyncs += o.resyncs as u64;
+        self.restarted += hit(o.restarts);
+        self.restarts += o.restarts as u64;
+        self.lost_disk += hit(o.disks_lost);
+        self.disks_lost += o.disks_lost as u64;
+        self.disk_failures += hit(o.disk_failures);
+        self.primary_disk_failures += u64::from(o.primary_disk_failed);
+        self.one_off_eios += hit(o.one_off_eios);
+        self.detached += hit(o.replicas_detached);
+        self.replicas_detached += o.replicas_detached as u64;
+        self.power_lost += hit(o.power_losses);
+        self.power_losses += o.power_losses as u64;
+        self.sectors_reverted += o.sectors_reverted as u64;
+        self.inline_ops += o.inline_ops as u64;
+        self.planned_syncs += o.planned_syncs as u64;
+        self.flushes_without_sync += o.flushes_without_sync as u64;
+        self.unconverged += u64::from(!o.converged);
+    }
 }
 
 impl std::fmt::Display for Coverage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
+        writeln!(
             f,
-            "coverage: {} seeds, {} with a resync, {} restarts ({} lost their disks), {} disk failures ({} of the Primary), {} power losses ({} sectors reverted), {} disk operations completed inline, {} planned fdatasyncs ({} flushes answered without one), failovers: not modelled (node 0 stays Primary), {} unconverged",
-            self.seeds,
-            self.resynced,
-            self.restarts,
-            self.disks_lost,
+            "coverage of {} seeds (runs that hit it, and how often):",
+            self.seeds
+        )?;
+        writeln!(
+            f,
+            "  resync finished    {:>7} runs, {} resyncs",
+            self.resynced, self.resyncs
+        )?;
+        writeln!(
+            f,
+            "  restart            {:>7} runs, {} restarts",
+            self.restarted, self.restarts
+        )?;
+        writeln!(
+            f,
+            "  disk lost          {:>7} runs, {} restarts with a new empty disk",
+            self.lost_disk, self.disks_lost
+        )?;
+        writeln!(
+            f,
+            "  disk failed (EIO)  {:>7} runs ({} the Primary's, {} one write or fdatasync only); {} runs, {} replicas detached by the engines",
             self.disk_failures,
             self.primary_disk_failures,
-            self.power_losses,
-            self.sectors_reverted,
-            self.inline_ops,
-            self.planned_syncs,
-            self.flushes_without_sync,
+            self.one_off_eios,
+            self.detached,
+            self.replicas_detached
+        )?;
+        writeln!(
+            f,
+            "  power loss         {:>7} runs, {} power losses, {} sectors reverted",
+            self.power_lost, self.power_losses, self.sectors_reverted
+        )?;
+        writeln!(
+            f,
+            "  failover           not modelled (node 0 stays Primary; comes with quorum)"
+        )?;
+        writeln!(
+            f,
+            "  unconverged        {:>7} runs (checked for safety only)",
             self.unconverged
+        )?;
+        write!(
+            f,
+            "  disk operations completed inline {}, fdatasyncs planned {} ({} flushes answered without one)",
+            self.inline_ops, self.planned_syncs, self.flushes_without_sync
         )
     }
 }

@@ -55,7 +55,7 @@ impl Sim {
             // With one failure at a time a barrier reaches every volume's replicas; a dead
             // disk plus a cut link is two, and another volume's last replica may be out of
             // reach: then only the FLUSH's own volume is promised.
-            let two_failures = self.sc.overlapping_faults || self.any_dead();
+            let two_failures = self.sc.overlapping_faults || self.any_failed();
             if two_failures && v != volume as usize {
                 continue;
             }
@@ -178,7 +178,8 @@ impl Sim {
     /// every read returned what it may, and nothing acknowledged that reached a replica is
     /// lost (per sector, some replica holds the last such write or a failed one after it).
     pub(crate) fn check_safety(&self) {
-        self.check_dead_known_behind();
+        self.check_detached(false);
+        self.check_failed_known_behind(false);
         let seed = self.sc.seed;
         assert!(
             self.pending.is_empty(),
@@ -205,35 +206,9 @@ impl Sim {
         }
     }
 
-    /// A replica whose disk died lacks every write made after: the Primary must know (its
-    /// out-of-sync bits for it), or a replica repaired and brought back would be taken
-    /// for current where it is not.
-    pub(crate) fn check_dead_known_behind(&self) {
-        let Some(d) = (1..self.nodes.len()).find(|&i| self.dead(i)) else {
-            return;
-        };
-        let primary = self.nodes[0].engine.status();
-        for v in 0..self.sc.sizes.len() {
-            let written = self
-                .writes
-                .iter()
-                .any(|w| w.ok && w.volume as usize == v && w.submitted > self.died_at);
-            let known = primary
-                .peers
-                .iter()
-                .find(|p| p.id as usize == d)
-                .is_some_and(|p| p.volumes[v].out_of_sync_bytes > 0);
-            assert!(
-                !written || !self.sc.replica(d, v) || known,
-                "seed {}: node {d}'s disk died, volume {v} was written after, and the Primary does not know node {d} lacks it\n{}",
-                self.sc.seed,
-                self.tail_log(200)
-            );
-        }
-    }
-
     pub(crate) fn check_final(&self) {
-        self.check_dead_known_behind();
+        self.check_detached(true);
+        self.check_failed_known_behind(true);
         let seed = self.sc.seed;
         assert!(
             self.pending.is_empty(),

@@ -15,13 +15,32 @@ pub(crate) fn stamp_of(sector: &[u8]) -> u64 {
     u64::from_le_bytes(sector[..8].try_into().expect("8 bytes"))
 }
 
+/// How a disk fails: every operation answered with EIO from now on, or one only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The disk is gone.
+    Dead,
+    /// The next write or zeroing fails; the disk works again after (a bad sector
+    /// remapped, a path that failed over).
+    NextWrite,
+    /// The next fdatasync fails (what it should have made durable is not).
+    NextSync,
+}
+
+/// What a disk operation is, as far as failing goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpClass {
+    Write,
+    Sync,
+    Other,
+}
+
 pub(crate) struct Disk {
     /// Per volume; empty where the node keeps no replica.
     vols: Vec<Vec<u8>>,
     /// Per volume and sector: the stamp the last completed fdatasync made durable.
     durable: Vec<Vec<u64>>,
-    /// Every operation on it fails with EIO: the disk is gone.
-    dead: bool,
+    failure: Option<Failure>,
 }
 
 impl Disk {
@@ -35,7 +54,7 @@ impl Disk {
         Disk {
             vols,
             durable,
-            dead: false,
+            failure: None,
         }
     }
 
@@ -91,12 +110,15 @@ impl Disk {
 
     /// A power loss: per 4 KiB block, what was written since the last fdatasync is kept,
     /// lost, or torn (each 512-byte sector kept or lost on its own). Returns the sectors
-    /// that went back.
-    pub(crate) fn lose_power(&mut self, r: &mut Rng) -> usize {
+    /// that went back, and per volume the blocks that lost something.
+    pub(crate) fn lose_power(&mut self, r: &mut Rng) -> (usize, Vec<u64>) {
         let mut reverted = 0;
+        let mut blocks = Vec::new();
         let per_block = BLOCK / SECTOR as usize;
         for (disk, durable) in self.vols.iter_mut().zip(&self.durable) {
+            let mut hit = 0;
             for (b, block) in disk.chunks_mut(BLOCK).enumerate() {
+                let before = reverted;
                 let fate = r.below(3);
                 for (s, sector) in block.chunks_mut(SECTOR as usize).enumerate() {
                     let lost = match fate {
@@ -110,18 +132,53 @@ impl Disk {
                         reverted += 1;
                     }
                 }
+                hit += u64::from(reverted > before);
+            }
+            blocks.push(hit);
+        }
+        (reverted, blocks)
+    }
+
+    /// From now on the disk fails as `f` says.
+    pub(crate) fn fail(&mut self, f: Failure) {
+        self.failure = Some(f);
+    }
+
+    /// Whether every operation on it fails.
+    pub(crate) fn dead(&self) -> bool {
+        self.failure == Some(Failure::Dead)
+    }
+
+    /// A failure waits for an operation of this class.
+    pub(crate) fn armed_for(&self, op: OpClass) -> bool {
+        matches!(
+            (self.failure, op),
+            (Some(Failure::Dead), _)
+                | (Some(Failure::NextWrite), OpClass::Write)
+                | (Some(Failure::NextSync), OpClass::Sync)
+        )
+    }
+
+    /// An operation of this class completes now: whether it fails with EIO. A one-off
+    /// failure is used up by the operation it hits.
+    pub(crate) fn fails(&mut self, op: OpClass) -> bool {
+        if !self.armed_for(op) {
+            return false;
+        }
+        if !self.dead() {
+            self.failure = None;
+        }
+        true
+    }
+
+    /// A write that failed may have reached some of its sectors and not others, as a
+    /// device's failed request may: each sector of `data` lands or not.
+    pub(crate) fn write_some(&mut self, v: usize, offset: u64, data: &[u8], r: &mut Rng) {
+        for (k, sector) in data.chunks(SECTOR as usize).enumerate() {
+            if r.chance(0.5) {
+                self.write(v, offset + k as u64 * SECTOR, sector);
             }
         }
-        reverted
-    }
-
-    /// The disk fails for good: every operation from now on returns EIO.
-    pub(crate) fn die(&mut self) {
-        self.dead = true;
-    }
-
-    pub(crate) fn dead(&self) -> bool {
-        self.dead
     }
 }
 

@@ -21,10 +21,13 @@
 mod batch;
 mod check;
 mod disk;
+mod disk_errors;
 mod faults;
 mod rng;
 
-pub use batch::{digest_family, digest_seeds, run_family, run_seeds, run_seeds_with, Coverage};
+pub use batch::{
+    digest_family, digest_seeds, run_family, run_family_with, run_seeds, run_seeds_with, Coverage,
+};
 pub use faults::{Family, Knobs};
 
 use check::{ReadRec, WriteRec};
@@ -69,10 +72,22 @@ pub struct Scenario {
     /// one failure at a time (a lost disk while the only other replica lags loses data no
     /// engine can bring back).
     pub lose_disks: bool,
-    /// The disk of one node fails for good at some point (see [`Family::DiskErrors`]).
+    /// The disk of one node fails at some point (see [`Family::DiskErrors`]).
     pub disk_errors: bool,
+    /// That failure is one write or one fdatasync answered with EIO, the disk working
+    /// again after (the engine detaches the replica all the same, and its other operations
+    /// in flight land); otherwise the disk dies for good.
+    pub one_off_eio: bool,
     /// Restarts may be power losses (see [`Family::PowerLoss`]).
     pub power_loss: bool,
+    /// Also check what the engine does not do yet (gaps the disk-errors and power-loss
+    /// families found; see `docs/ARCHITECTURE.md`): a detached replica gets no write that
+    /// was queued behind another when it detached; the Primary marks a failed replica out
+    /// of sync for every write it missed, failed ones too; and it marks a node that lost
+    /// power out of sync for every write it had not fdatasync'ed, acknowledged or not. Off
+    /// in the test command until the engine does all three (`tandem-sim --pending-checks`,
+    /// and ignored tests, run them).
+    pub pending_checks: bool,
     pub knobs: Knobs,
 }
 
@@ -103,7 +118,9 @@ impl Scenario {
             fresh_start: false,
             lose_disks: false,
             disk_errors: false,
+            one_off_eio: false,
             power_loss: false,
+            pending_checks: false,
             knobs: Knobs::default(),
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
@@ -148,10 +165,13 @@ pub struct Outcome {
     /// Restarts that lost the node's disks (see [`Scenario::lose_disks`]).
     pub disks_lost: usize,
     pub restarts: usize,
-    /// Nodes whose disk failed for good (see [`Scenario::disk_errors`]), and whether one
-    /// was the Primary's.
+    /// Nodes whose disk failed (see [`Scenario::disk_errors`]), and whether one was the
+    /// Primary's; of those, failures of one operation only (see [`Scenario::one_off_eio`]).
     pub disk_failures: usize,
     pub primary_disk_failed: bool,
+    pub one_off_eios: usize,
+    /// Replicas the engines said they detached after an I/O error.
+    pub replicas_detached: usize,
     pub power_losses: usize,
     pub sectors_reverted: usize,
     pub inline_ops: usize,
@@ -260,8 +280,22 @@ pub struct Sim {
     /// Draws the failures of the new families, apart from `rng` (which keeps the
     /// schedules of the older ones).
     fault_rng: Rng,
-    /// When the disk died (simulated µs).
-    died_at: u64,
+    /// A disk failure was injected (one per run).
+    disk_fault: bool,
+    /// Draws what only one-off disk errors need, so runs whose disk dies for good keep
+    /// their schedules.
+    eio_rng: Rng,
+    /// Per node and volume: when the simulator made that replica fail (its disk died, or
+    /// an operation on it returned EIO). It is out of the final convergence checks.
+    failed_at: Vec<Vec<Option<u64>>>,
+    /// Per node and volume: the engine was given an EIO for that replica, so it must have
+    /// detached it.
+    eio_told: Vec<Vec<bool>>,
+    /// Per node and volume: the engine said it detached that replica (it then must issue
+    /// no more I/O on it). Forgotten at a restart.
+    detached: Vec<Vec<bool>>,
+    replicas_detached: usize,
+    one_off_eios: usize,
     restarts: usize,
     /// Disk operations completed inline (see [`Knobs::inline_disk_pct`]).
     inline_ops: usize,
@@ -270,6 +304,9 @@ pub struct Sim {
     flushes_without_sync: usize,
     power_losses: usize,
     sectors_reverted: usize,
+    /// Per node that lost power and has not come back yet: per volume, the 4 KiB blocks
+    /// that lost something.
+    power_lost_blocks: Vec<Option<Vec<u64>>>,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
     resync_reqs: u64,
     /// Connections a node dropped (a conflict it cannot settle yet, then redialled).
@@ -350,7 +387,7 @@ impl Sim {
                 }
             })
             .collect();
-        let sc_seed = sc.seed;
+        let (sc_seed, n_nodes, n_vols) = (sc.seed, sc.diskful.len(), sc.sizes.len());
         let mut sim = Sim {
             rng: Rng::new(sc.seed),
             sc,
@@ -374,13 +411,20 @@ impl Sim {
             resyncs: 0,
             disks_lost: 0,
             fault_rng: Rng::new(sc_seed ^ 0xd15c_fa17),
-            died_at: 0,
+            disk_fault: false,
+            eio_rng: Rng::new(sc_seed ^ 0x0e10_0e10),
+            failed_at: vec![vec![None; n_vols]; n_nodes],
+            eio_told: vec![vec![false; n_vols]; n_nodes],
+            detached: vec![vec![false; n_vols]; n_nodes],
+            replicas_detached: 0,
+            one_off_eios: 0,
             restarts: 0,
             inline_ops: 0,
             planned_syncs: 0,
             flushes_without_sync: 0,
             power_losses: 0,
             sectors_reverted: 0,
+            power_lost_blocks: vec![None; n_nodes],
             resync_reqs: 0,
             tick_at: None,
             drops: 0,
@@ -464,6 +508,8 @@ impl Sim {
     }
 
     fn connect(&mut self, a: NodeId, b: NodeId) {
+        self.check_power_loss_known(a);
+        self.check_power_loss_known(b);
         let conn = self.next_conn;
         self.next_conn += 1;
         for (x, y) in [(a, b), (b, a)] {
@@ -547,6 +593,7 @@ impl Sim {
                         "seed {}: node {node} issued {kind:?} on volume {volume}, of which it keeps no replica",
                         self.sc.seed
                     );
+                    self.check_no_io_when_detached(node, volume, token, kind);
                     let bytes = data.map(|d| self.resolve(node, d, incoming, kind.len() as usize));
                     let covers = (kind == DiskKind::Flush).then(|| self.nodes[i].disk.stamps());
                     let op = self.next_op;
@@ -571,6 +618,9 @@ impl Sim {
                             FlushPlan::Answer((v, t), r) => {
                                 self.flushes_without_sync += 1;
                                 let r = r.map_err(|()| IoError::Os(5));
+                                if r.is_err() {
+                                    self.told_eio(node, None);
+                                }
                                 let mut out = Vec::new();
                                 self.nodes[i].engine.disk_done(v, t, kind, r, &mut out);
                                 queue.extend(out);
@@ -626,12 +676,20 @@ impl Sim {
                     self.tail_log(300)
                 ),
                 RAction::Event(e) => {
-                    if let Event::DiskChanged {
-                        why: DiskChange::Synced { .. },
-                        ..
-                    } = e
-                    {
-                        self.resyncs += 1;
+                    match e {
+                        Event::DiskChanged {
+                            why: DiskChange::Synced { .. },
+                            ..
+                        } => self.resyncs += 1,
+                        Event::DiskChanged {
+                            volume,
+                            why: DiskChange::Failed(_),
+                            ..
+                        } => {
+                            self.detached[node as usize][volume as usize] = true;
+                            self.replicas_detached += 1;
+                        }
+                        _ => {}
                     }
                     self.note(format!("node {node}: {e}"));
                 }
@@ -739,21 +797,10 @@ impl Sim {
             return self.sync_done(node, gen, st.covers.expect("a sync knows what it covers"));
         }
         let volume = st.volume;
-        if n.disk.dead() {
-            // A dead disk writes, reads and syncs nothing.
-            if matches!(
-                st.token,
-                Token::PeerWrite { .. } | Token::ResyncWrite { .. }
-            ) {
-                // An application write's bytes stay until its request completes: its packets
-                // to peers may still be queued behind an inline completion (as in the daemon).
-                n.held.remove(&st.token);
-            }
-            let mut out = Vec::new();
-            let eio = Err(IoError::Os(5));
-            n.engine.disk_done(volume, st.token, st.kind, eio, &mut out);
-            return out;
+        if self.failing(node, st.kind) {
+            return self.fail_disk_op(node, st);
         }
+        let n = &mut self.nodes[node as usize];
         let v = volume as usize;
         match st.kind {
             DiskKind::Write { offset, len } => {
@@ -782,6 +829,7 @@ impl Sim {
             }
             DiskKind::Cache { .. } => {}
         }
+        let n = &mut self.nodes[node as usize];
         let ahead = match st.kind {
             _ if !self.sc.knobs.sync_plan => None,
             DiskKind::Write { len, .. } => n.syncs.wrote(u64::from(len)),
@@ -836,8 +884,11 @@ impl Sim {
     /// A planned sync finished: the flush it answers (if any) is told to the engine, and
     /// the next sync the plan needs is started.
     fn sync_done(&mut self, node: NodeId, gen: u64, covers: Vec<Vec<u64>>) -> Vec<RAction> {
+        let ok = !self.failing(node, DiskKind::Flush);
+        if !ok {
+            self.replicas_fail(node as usize, None);
+        }
         let n = &mut self.nodes[node as usize];
-        let ok = !n.disk.dead();
         if ok {
             n.disk.synced(covers);
         }
@@ -845,6 +896,10 @@ impl Sim {
         let mut out = Vec::new();
         if let Some(((v, t), r)) = answer {
             let r = r.map_err(|()| IoError::Os(5));
+            if r.is_err() {
+                self.told_eio(node, None);
+            }
+            let n = &mut self.nodes[node as usize];
             n.engine.disk_done(v, t, DiskKind::Flush, r, &mut out);
         }
         if let Some(s) = next {
@@ -1178,7 +1233,8 @@ impl Sim {
                     (!self.live_replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
                         && st.peers.iter().all(|p| {
                             p.connected
-                                && (p.volumes[v].out_of_sync_bytes == 0 || self.dead(p.id as usize))
+                                && (p.volumes[v].out_of_sync_bytes == 0
+                                    || self.is_failed(p.id as usize, v))
                         })
                 })
             })
@@ -1194,9 +1250,10 @@ impl Sim {
                 st.peers.iter().all(|p| p.connected && p.unacked == 0)
                     && (0..self.sc.sizes.len()).all(|v| {
                         (!self.live_replica(i, v) || st.volumes[v].disk == DiskState::UpToDate)
-                            && (st.volumes[v].resync_remaining.is_none() || self.dead(i))
+                            && (st.volumes[v].resync_remaining.is_none() || self.is_failed(i, v))
                             && st.peers.iter().all(|p| {
-                                p.volumes[v].out_of_sync_bytes == 0 || self.dead(p.id as usize)
+                                p.volumes[v].out_of_sync_bytes == 0
+                                    || self.is_failed(p.id as usize, v)
                             })
                     })
             })
@@ -1289,8 +1346,12 @@ impl Sim {
             resyncs: self.resyncs,
             disks_lost: self.disks_lost,
             restarts: self.restarts,
-            disk_failures: self.nodes.iter().filter(|n| n.disk.dead()).count(),
-            primary_disk_failed: self.dead(0),
+            disk_failures: (0..self.nodes.len())
+                .filter(|&i| self.node_failed(i))
+                .count(),
+            primary_disk_failed: self.node_failed(0),
+            one_off_eios: self.one_off_eios,
+            replicas_detached: self.replicas_detached,
             power_losses: self.power_losses,
             sectors_reverted: self.sectors_reverted,
             inline_ops: self.inline_ops,

@@ -18,11 +18,17 @@ fn seed_count() -> u64 {
 #[test]
 fn thousands_of_seeds() {
     let count = seed_count();
-    match tandem_sim::run_seeds(0, count) {
-        Ok(stuck) => assert!(
-            stuck.len() as u64 * 200 <= count,
-            "more than 0.5% of single-fault runs never converged: {stuck:?}"
-        ),
+    match tandem_sim::run_family(0, count, Family::Single) {
+        Ok((stuck, cov)) => {
+            eprintln!("{cov}");
+            assert!(cov.restarted * 40 >= count, "too few restarts: {cov}");
+            assert!(cov.resynced * 4 >= count, "too few resyncs: {cov}");
+            assert!(cov.lost_disk > 0, "no restart lost its disk: {cov}");
+            assert!(
+                stuck.len() as u64 * 200 <= count,
+                "more than 0.5% of single-fault runs never converged: {stuck:?}"
+            );
+        }
         Err(e) => panic!("{e}"),
     }
 }
@@ -35,20 +41,27 @@ fn thousands_of_seeds() {
 #[test]
 fn overlapping_faults_lose_nothing_acknowledged() {
     let count = seed_count();
-    match tandem_sim::run_seeds_with(0, count, true) {
-        Ok(stuck) => assert!(
-            stuck.len() as u64 * 50 <= count,
-            "more than 2% of overlapping-fault runs never converged: {stuck:?}"
-        ),
+    match tandem_sim::run_family(0, count, Family::Overlapping) {
+        Ok((stuck, cov)) => {
+            eprintln!("{cov}");
+            assert!(cov.restarted * 40 >= count, "too few restarts: {cov}");
+            assert!(cov.resynced * 4 >= count, "too few resyncs: {cov}");
+            assert!(
+                stuck.len() as u64 * 50 <= count,
+                "more than 2% of overlapping-fault runs never converged: {stuck:?}"
+            );
+        }
         Err(e) => panic!("{e}"),
     }
 }
 
-/// One node's disk fails for good (every later write, read and fdatasync on it returns
-/// EIO): its replicas detach, the Primary goes on with the others (diskless if it was its
-/// own disk), and nothing acknowledged is lost while an up-to-date replica is reachable.
-/// One failure at a time otherwise; runs left with no up-to-date replica (a restart of
-/// the last live one, outdated until metadata) are checked for safety only.
+/// One node's disk fails, for good (every later write, read and fdatasync on it returns
+/// EIO) or at one write or one fdatasync only: the engine detaches the replicas the EIO
+/// was for (and issues no more reads or writes on them), the Primary goes on with the
+/// others (diskless if it was its own disk), knows the failed replica lacks what was
+/// written after, and nothing acknowledged is lost while an up-to-date replica is
+/// reachable. One failure at a time otherwise; runs left with no up-to-date replica (a
+/// restart of the last live one, outdated until metadata) are checked for safety only.
 #[test]
 fn disk_errors_detach_the_replica_and_lose_nothing() {
     let count = seed_count();
@@ -62,6 +75,14 @@ fn disk_errors_detach_the_replica_and_lose_nothing() {
             assert!(
                 cov.primary_disk_failures * 50 >= count,
                 "too few Primaries lost their disk: {cov}"
+            );
+            assert!(
+                cov.one_off_eios * 25 >= count,
+                "too few failures of one write or fdatasync: {cov}"
+            );
+            assert!(
+                cov.detached * 10 >= count,
+                "too few replicas detached by the engine: {cov}"
             );
             assert!(
                 stuck.len() as u64 * 50 <= count,
@@ -81,10 +102,7 @@ fn power_losses_lose_nothing_acknowledged() {
     match tandem_sim::run_family(0, count, Family::PowerLoss) {
         Ok((stuck, cov)) => {
             eprintln!("{cov}");
-            assert!(
-                cov.power_losses * 20 >= count,
-                "too few power losses: {cov}"
-            );
+            assert!(cov.power_lost * 20 >= count, "too few power losses: {cov}");
             assert!(
                 cov.sectors_reverted > 0,
                 "no power loss took anything: {cov}"
@@ -95,6 +113,51 @@ fn power_losses_lose_nothing_acknowledged() {
             );
         }
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// The disk-errors family with the checks of two engine gaps it found (see
+/// `Scenario::pending_checks` and `docs/ARCHITECTURE.md`), ignored until the engine closes
+/// them: (1) `Replicas::release_applying` still issues a peer's write that waited behind an
+/// overlapping one when the replica detached (seed 683: node 1's fdatasync fails, its
+/// volume 0 detaches, and the write of seq 76, queued behind seq 75, goes to the detached
+/// disk when seq 75 lands); (2) `Requests::finish_write` marks the replicas that missed a
+/// write only if it is known to have landed somewhere, so a failed write whose only
+/// acknowledgement was lost with a link (it landed on that Secondary) is not marked for a
+/// detached replica, which then differs from the live ones unknown to the Primary (soak
+/// seed 90004521). Neither loses acknowledged data today (a detached replica comes back
+/// only through a restart, synced in full), but both break on-io-error detach as DRBD
+/// keeps it, and (2) loses the difference once metadata brings bitmap-based resync.
+#[test]
+#[ignore = "engine gaps: writes queued behind a detach are issued; failed writes not marked for a detached replica"]
+fn disk_errors_pending_engine_gaps() {
+    let count = seed_count();
+    if let Err(e) = tandem_sim::run_family_with(0, count, Family::DiskErrors, true) {
+        panic!("{e}");
+    }
+    if let Err(e) = tandem_sim::run_family_with(90004521, 1, Family::DiskErrors, true) {
+        panic!("{e}");
+    }
+}
+
+/// The power-loss family with the check of an engine gap it found (see
+/// `Scenario::pending_checks` and `docs/ARCHITECTURE.md`), ignored until the engine closes
+/// it: a Secondary acknowledges a write when it is written, not when it is fdatasync'ed,
+/// and when the connection drops the Primary marks out of sync only the writes not yet
+/// acknowledged (`Resource::peer_down_event` marks `Peer::unacked`; `Requests::on_write_ack`
+/// has dropped the rest). A node that lost power then lacks acknowledged writes the
+/// Primary believes it holds (seed 299: node 1 acknowledged seqs 125 and 126 of volume 1,
+/// lost them unsynced, and the Primary marked 1 of the 4 blocks lost). DRBD keeps such
+/// writes in its transfer log until the peer acknowledges the barrier after them (its
+/// fdatasync), and marks them when the connection is lost. Hidden today because every
+/// restarted replica is listed in full; it loses acknowledged writes as soon as metadata
+/// lets a restarted replica be resynced from the bitmaps alone.
+#[test]
+#[ignore = "engine gap: writes acknowledged but not yet fdatasync'ed by a Secondary are not marked when it disconnects"]
+fn power_losses_pending_engine_gap() {
+    let count = seed_count();
+    if let Err(e) = tandem_sim::run_family_with(0, count, Family::PowerLoss, true) {
+        panic!("{e}");
     }
 }
 
@@ -204,7 +267,9 @@ fn every_protocol_and_shape_without_faults() {
                 fresh_start: false,
                 lose_disks: false,
                 disk_errors: false,
+                one_off_eio: false,
                 power_loss: false,
+                pending_checks: false,
                 knobs: Knobs::default(),
             };
             let out = Sim::new(sc).run();
@@ -237,7 +302,9 @@ fn several_volumes_of_different_sizes_without_faults() {
                 fresh_start: false,
                 lose_disks: false,
                 disk_errors: false,
+                one_off_eio: false,
                 power_loss: false,
+                pending_checks: false,
                 knobs: Knobs::default(),
             };
             let out = Sim::new(sc).run();
@@ -283,7 +350,9 @@ fn a_flush_is_answered_only_by_replicas_of_its_volume() {
             fresh_start: false,
             lose_disks: false,
             disk_errors: false,
+            one_off_eio: false,
             power_loss: false,
+            pending_checks: false,
             knobs: Knobs::default(),
         };
         Sim::new(sc).run();
@@ -327,7 +396,9 @@ fn a_resync_interrupted_by_a_flapping_link_pulls_what_was_listed_again() {
             fresh_start: false,
             lose_disks: false,
             disk_errors: false,
+            one_off_eio: false,
             power_loss: false,
+            pending_checks: false,
             knobs: Knobs::default(),
         };
         Sim::new(sc).run();
