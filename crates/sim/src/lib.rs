@@ -1,22 +1,28 @@
 //! A deterministic simulator for the replicated engine.
 //!
 //! Several [`Resource`] engines run in one process over a simulated network (per-connection
-//! FIFO links with random delay, cut and healed at random) and simulated disks (operations
-//! complete after random delays, in any order). A resource has one to three volumes of
-//! different sizes; a seeded workload of overlapping writes, zeroing, reads and flushes runs
-//! on the Primary, each request on a volume of its own. Packets really go through the wire
-//! codec.
+//! FIFO links with random delay, cut and healed at random) and simulated disks (`disk.rs`:
+//! per volume what the page cache holds and, per sector, what the last fdatasync made
+//! durable; operations complete after random delays, in any order). A resource has one to
+//! three volumes of different sizes; a seeded workload of overlapping writes, zeroing,
+//! reads and flushes runs on the Primary, each request on a volume of its own. Packets
+//! really go through the wire codec.
 //!
-//! Checked while running, per volume: every read returns, per sector, the latest write
-//! completed before the read began or a write in flight meanwhile; no request fails while an
-//! up-to-date replica is reachable; a completed FLUSH has made every volume durable (per
-//! sector, some replica's last fdatasync covered that latest write or a newer one) and a
-//! completed FUA write is durable somewhere. Checked at the end, after healing every link
-//! and letting resync finish: every replica of every volume is up to date and
-//! byte-identical to the model (so nothing acknowledged was lost). The same seed always
-//! gives the same run. Fault families ([`Family`]): single failures, overlapping ones, a
-//! disk failing for good (EIO), power losses (unsynced writes kept, lost or torn per 4 KiB
-//! block); see `docs/ARCHITECTURE.md` for what each must keep.
+//! Checked while running (`check.rs`), per volume: every read returns, per sector, the
+//! latest write completed before the read began or a write in flight meanwhile; no request
+//! fails while an up-to-date replica is reachable; a completed FLUSH has made every volume
+//! durable (per sector, some replica's last fdatasync covered that latest write or a newer
+//! one) and a completed FUA write is durable somewhere; the engines' own invariants
+//! (`Resource::check_invariants`) hold after every step; a replica an engine detached gets
+//! no more reads or writes (`disk_errors.rs`). Checked at the end, after healing every link
+//! and letting resync finish: every live replica of every volume is up to date and
+//! byte-identical to the model (so nothing acknowledged was lost); every replica given an
+//! EIO is detached, and the Primary knows it lacks what was written after. The same seed
+//! always gives the same run. Fault families ([`Family`], `faults.rs`): single failures,
+//! overlapping ones, a disk failing with EIO (for good, or one write or fdatasync), power
+//! losses (unsynced writes kept, lost or torn per 4 KiB block); see `docs/ARCHITECTURE.md`
+//! for what each must keep. [`Scenario::pending_checks`] adds the checks of engine gaps
+//! not closed yet.
 
 mod batch;
 mod check;
