@@ -1710,3 +1710,59 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
         "synced with no Primary connected: still unproven: {out:?}"
     );
 }
+
+/// Soak seed 93076773 (disk errors): node 2's disk had failed (Diskless, still connected)
+/// and relayed to node 1 a write of the Primary that node 1 missed while cut off from it.
+/// Node 1, knowing node 2 lacked writes too, took that for "each replica lacks writes of
+/// the Primary that the other has", dropped the connection and redialled, forever. A peer
+/// whose replica failed holds none of the writes it relays: node 1 is simply behind.
+#[test]
+fn a_notice_relayed_by_a_peer_whose_disk_failed_is_no_conflict() {
+    let mut s = spec(1);
+    s.nodes = vec![(0, vec![true]), (1, vec![true]), (2, vec![true])];
+    let mut beta = Resource::new(s, vec![ReplicaAtStart::UpToDate]);
+    let mut out = Vec::new();
+    beta.peer_up(0, &mut out);
+    for p in [
+        Packet::Role {
+            role: Role::Primary,
+        },
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        beta.packet(0, &p, &mut out);
+    }
+    // A write of the Primary that could not go to node 2: node 2 lacks it.
+    let data = [7u8; 4096];
+    let write = Packet::Write {
+        volume: 0,
+        seq: 1,
+        offset: 0,
+        flags: write_flags::ACK_WRITE,
+        targets: 0b011,
+        data: &data,
+    };
+    beta.packet(0, &write, &mut out);
+    let _ = run_disk(&mut beta, &out);
+    assert_eq!(beta.status().peers[1].volumes[0].out_of_sync_bytes, 4096);
+    // Node 2 connects with its failed replica and relays a write node 1 missed.
+    out.clear();
+    meets(&mut beta, 2, DiskState::Diskless, &mut out);
+    let relay = Packet::OutOfSync {
+        volume: 0,
+        offset: 65536,
+        len: 4096,
+    };
+    beta.packet(2, &relay, &mut out);
+    assert_eq!(disconnects(&out), vec![], "{out:?}");
+    assert_eq!(beta.status().volumes[0].disk, DiskState::Inconsistent);
+}

@@ -141,13 +141,11 @@ impl Sim {
         self.sc.replica(i, v) && !self.is_failed(i, v)
     }
 
-    /// A replica the engine detached gets no more reads or writes. (An fdatasync may
+    /// A replica the engine detached gets no more reads or writes, not even one that was
+    /// queued behind an overlapping write when it detached (seed 683). (An fdatasync may
     /// still come: one queued behind the one that failed is issued when that one ends,
     /// `Requests::flushed`; nothing it answers is believed, since a replica that is not
-    /// UpToDate vouches for no barrier.) A peer's write or a resync write that waited
-    /// behind an overlapping one when the replica detached is still issued when that one
-    /// lands (`Replicas::release_applying`, a known gap): checked with
-    /// [`Scenario::pending_checks`](crate::Scenario::pending_checks) only.
+    /// UpToDate vouches for no barrier.)
     pub(crate) fn check_no_io_when_detached(
         &self,
         node: NodeId,
@@ -155,8 +153,7 @@ impl Sim {
         token: Token,
         kind: DiskKind,
     ) {
-        let queued = matches!(token, Token::PeerWrite { .. } | Token::ResyncWrite { .. });
-        if kind == DiskKind::Flush || (queued && !self.sc.pending_checks) {
+        if kind == DiskKind::Flush {
             return;
         }
         assert!(
@@ -195,12 +192,10 @@ impl Sim {
 
     /// A failed replica lacks what was written after it failed: the Primary must know (its
     /// out-of-sync bits for it), or a replica repaired and brought back would be taken for
-    /// current where it is not. With [`Scenario::pending_checks`](crate::Scenario::pending_checks)
-    /// and `converged` (the live replicas identical), precisely: the Primary has a bit set
-    /// for every 4 KiB block in which the failed replica differs from them. Not yet so: a
-    /// write that failed (its only acknowledgement lost with a link) may have landed on a
-    /// live replica, and `Requests::finish_write` marks the replicas that missed it only
-    /// for writes known to have landed.
+    /// current where it is not. With `converged` (the live replicas identical), precisely:
+    /// the Primary has a bit set for every 4 KiB block in which the failed replica differs
+    /// from them, failed writes included (seed 90004521: one whose only acknowledgement was
+    /// lost with its link had landed on a live replica).
     pub(crate) fn check_failed_known_behind(&self, converged: bool) {
         let primary = self.nodes[0].engine.status();
         for d in 1..self.nodes.len() {
@@ -223,7 +218,7 @@ impl Sim {
                     self.sc.seed,
                     self.tail_log(200)
                 );
-                let precise = converged && self.sc.pending_checks;
+                let precise = converged;
                 let Some(&good) = self.replicas_of(v).first().filter(|_| precise) else {
                     continue;
                 };

@@ -197,11 +197,12 @@ impl Sim {
 
     /// A node that lost power lacks what it wrote and had not fdatasync'ed, acknowledged
     /// or not: by the time it meets a peer again, the Primary must have marked every such
-    /// block out of sync for it (writes still in flight mark theirs when they end) (as DRBD's transfer log does for the epochs a peer has not yet
-    /// acknowledged as flushed), or a resync driven by the bitmaps (once metadata makes a
-    /// restarted replica provably current) misses them. Not yet so (the engine marks only
-    /// writes not acknowledged); today every restarted replica is listed in full, which
-    /// hides it: checked with [`Scenario::pending_checks`] only.
+    /// block out of sync for it (writes still in flight mark theirs when they end), as
+    /// DRBD's transfer log does for the epochs a peer has not yet acknowledged as flushed,
+    /// or a resync driven by the bitmaps (once metadata makes a restarted replica provably
+    /// current) misses them. Not yet so (the engine marks only writes not acknowledged;
+    /// issue 14 closes it with the metadata that needs it); today every restarted replica
+    /// is listed in full, which hides it: checked with [`Scenario::pending_checks`] only.
     pub(crate) fn check_power_loss_known(&mut self, node: NodeId) {
         let Some(lost) = self.power_lost_blocks[node as usize].take() else {
             return;

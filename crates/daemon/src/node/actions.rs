@@ -93,6 +93,9 @@ impl NodeReactor {
                         .unwrap_or_default();
                     self.held.insert((r, key), bytes);
                 }
+                RAction::Forget { key } => {
+                    self.held.remove(&(r, key));
+                }
                 RAction::Disconnect { peer, reason } => {
                     let name = self.res[r].peer_name(peer);
                     warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");

@@ -72,6 +72,9 @@ pub enum RAction {
     Send { peer: NodeId, msg: Msg },
     /// Copy the bytes at `from` and keep them under `key` until an action uses `Held{key}`.
     Retain { from: DataRef, key: Token },
+    /// Drop the bytes kept under `key`: the write that was to use them will not be issued
+    /// (it waited behind an overlapping one when its replica detached).
+    Forget { key: Token },
     /// Drop the connection to this peer.
     Disconnect { peer: NodeId, reason: LinkLoss },
     /// Our replica of `volume` and the peer's diverged: both were written by a Primary

@@ -22,6 +22,14 @@ struct HeldWrite {
     data: Option<DataRef>,
 }
 
+/// A write that waited here when its replica detached: it is never issued, and completes
+/// as a failed disk write would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Refused {
+    pub(super) token: Token,
+    pub(super) kind: DiskKind,
+}
+
 /// A peer's read (or resync read) waiting for an overlapping write to land here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct WaitingRead {
@@ -105,6 +113,30 @@ impl ApplyQueue {
             });
         }
         std::mem::take(&mut self.reads)
+    }
+
+    /// The replica detached: nothing waiting here will be issued. Hands back the held
+    /// writes (to be completed as failed, their kept bytes dropped) and the waiting reads
+    /// (to be answered again: a detached replica serves none).
+    pub(super) fn detach(&mut self, out: &mut Vec<RAction>) -> (Vec<Refused>, Vec<WaitingRead>) {
+        let held = self.held.drain();
+        let refused = held
+            .into_iter()
+            .map(|h| {
+                // An application write's bytes live as long as its request.
+                match h.data {
+                    Some(DataRef::Held { key, .. }) if !matches!(key, Token::App(_)) => {
+                        out.push(RAction::Forget { key })
+                    }
+                    _ => {}
+                }
+                Refused {
+                    token: h.token,
+                    kind: h.kind,
+                }
+            })
+            .collect();
+        (refused, std::mem::take(&mut self.reads))
     }
 
     pub(super) fn wait_read(&mut self, read: WaitingRead) {

@@ -7,6 +7,7 @@
 //! work on this state; it knows none of them.
 
 use super::action::RAction;
+use super::apply::Refused;
 use super::barriers::{Barriers, FlushWaiter};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::local::LocalVol;
@@ -25,6 +26,9 @@ pub(super) struct Replicas {
     /// Ids of requests to peers and of local flush waiters.
     pub(super) next_id: u64,
     pub(super) now_ms: u64,
+    /// Writes (per volume) that waited in the apply queue of a replica that detached:
+    /// completed as failed at the end of the event, by the rooms that issued them.
+    pub(super) refused: Vec<(u16, Refused)>,
 }
 
 impl Replicas {
@@ -75,6 +79,7 @@ impl Replicas {
             peers: Peers::new(peers),
             next_id: 1,
             now_ms: 0,
+            refused: Vec::new(),
         }
     }
 
@@ -103,6 +108,15 @@ impl Replicas {
         // carries on with the peers.
         self.vols[v].resync = None;
         self.set_disk(v, DiskState::Diskless, DiskChange::Failed(why), out);
+        // Nothing more reaches the failed disk, not even what waited behind a write in
+        // flight (simulator seed 683: a peer's write queued there was issued after the
+        // detach).
+        let (refused, reads) = self.vols[v].apply.detach(out);
+        self.refused
+            .extend(refused.into_iter().map(|r| (v as u16, r)));
+        for read in reads {
+            self.serve_read(v as u16, read, out);
+        }
     }
 
     /// Changes a volume's disk state and tells the driver and every connected peer.

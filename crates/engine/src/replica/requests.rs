@@ -249,7 +249,12 @@ impl Requests {
             // A failed write may still have landed on some replica (simulator seed
             // 3017270: written on a Secondary being synced, whose flush could not vouch
             // for it, while the other was cut off), so the replicas that missed it differ.
-            if landed && missed {
+            // A replica that detached is marked for every write it missed, like DRBD's
+            // diskless peers: even one that landed nowhere we know of may be on a replica
+            // whose acknowledgement was lost with its link (seed 90004521), and the mark
+            // cannot leave the live replicas without a source.
+            let detached = pv.diskful && pv.disk == Some(DiskState::Diskless);
+            if missed && (landed || detached) {
                 pv.oos.set_range(offset, len);
                 if pv.list == ListState::Sent {
                     pv.list = ListState::Stale;

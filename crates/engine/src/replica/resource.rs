@@ -206,6 +206,12 @@ impl Resource {
     /// What every event ends with: the auto-demotion a last request may allow, and the
     /// invariants (debug builds).
     fn after_event(&mut self, out: &mut Vec<RAction>) {
+        while !self.rep.refused.is_empty() {
+            for (volume, r) in std::mem::take(&mut self.rep.refused) {
+                let failed = Err(IoError::Os(EIO as i32));
+                self.disk_done_event(volume, r.token, r.kind, failed, out);
+            }
+        }
         if self.auto.should_demote() && self.demote_for(RoleChange::LastClientLeft, out).is_ok() {
             self.auto.clear();
         }
