@@ -15,6 +15,12 @@ impl std::ops::Deref for DataBuf {
     }
 }
 
+impl AsRef<[u8]> for DataBuf {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
 impl std::ops::DerefMut for DataBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.buf[..self.len]

@@ -176,9 +176,8 @@ impl Sim {
         let n = &mut self.nodes[node as usize];
         n.incarnation += 1;
         n.ops.clear();
-        n.held.clear();
+        n.data.clear();
         n.syncs = SyncPlan::default();
-        n.reads.clear();
         if lost {
             n.disk.wipe();
         }

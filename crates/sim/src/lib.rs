@@ -28,6 +28,7 @@ mod batch;
 mod check;
 mod disk;
 mod disk_errors;
+mod driver;
 mod faults;
 mod rng;
 
@@ -40,11 +41,12 @@ use check::{ReadRec, WriteRec};
 use disk::{stamp_of, Disk, SECTOR};
 use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
+use tandem_engine::driver::{DataStore, Inputs};
 use tandem_engine::replica::{
-    DataRef, DiskChange, DiskState, Event, Msg, NodeId, Protocol, RAction, ReplicaAtStart,
-    Resource, ResourceSpec, Role, Token,
+    DataRef, DiskState, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
+    Role, Token,
 };
-use tandem_engine::sync_plan::{FlushPlan, SyncPlan, SyncStart};
+use tandem_engine::sync_plan::{SyncPlan, SyncStart};
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{Decoded, Packet};
 
@@ -220,8 +222,8 @@ struct DiskOpState {
 struct Node {
     engine: Resource,
     disk: Disk,
-    held: BTreeMap<Token, Vec<u8>>,
-    reads: BTreeMap<Token, Vec<u8>>,
+    /// Kept payloads and finished reads (the driver core's store, as in the daemon).
+    data: DataStore<Vec<u8>>,
     /// Which fdatasync answers which flush (the daemon's plan), when the knobs say so.
     syncs: SyncPlan<(u16, Token)>,
     ops: BTreeMap<u64, DiskOpState>,
@@ -262,7 +264,6 @@ pub struct Sim {
     queue: BinaryHeap<std::cmp::Reverse<(u64, u64, Ev)>>,
     nodes: Vec<Node>,
     links: BTreeMap<(NodeId, NodeId), Link>,
-    payloads: BTreeMap<ReqId, Vec<u8>>,
     pending: BTreeMap<ReqId, Pending>,
     writes: Vec<WriteRec>,
     /// Reads, checked at the end when it is known which writes reached a replica.
@@ -292,9 +293,9 @@ pub struct Sim {
     /// Per node and volume: when the simulator made that replica fail (its disk died, or
     /// an operation on it returned EIO). It is out of the final convergence checks.
     failed_at: Vec<Vec<Option<u64>>>,
-    /// Per node and volume: the engine was given an EIO for that replica, so it must have
-    /// detached it.
-    eio_told: Vec<Vec<bool>>,
+    /// Per node and volume: when the engine was first given an EIO for that replica (it
+    /// must have detached it).
+    eio_told: Vec<Vec<Option<u64>>>,
     /// Per node and volume: the engine said it detached that replica (it then must issue
     /// no more I/O on it). Forgotten at a restart.
     detached: Vec<Vec<bool>>,
@@ -383,8 +384,7 @@ impl Sim {
                         ),
                     ),
                     disk: Disk::new((0..sc.sizes.len()).map(size)),
-                    held: BTreeMap::new(),
-                    reads: BTreeMap::new(),
+                    data: DataStore::default(),
                     syncs: SyncPlan::default(),
                     ops: BTreeMap::new(),
                     incarnation: 0,
@@ -400,7 +400,6 @@ impl Sim {
             queue: BinaryHeap::new(),
             nodes,
             links: BTreeMap::new(),
-            payloads: BTreeMap::new(),
             pending: BTreeMap::new(),
             writes: Vec::new(),
             reads: Vec::new(),
@@ -418,7 +417,7 @@ impl Sim {
             disk_fault: false,
             eio_rng: Rng::new(sc_seed ^ 0x0e10_0e10),
             failed_at: vec![vec![None; n_vols]; n_nodes],
-            eio_told: vec![vec![false; n_vols]; n_nodes],
+            eio_told: vec![vec![None; n_vols]; n_nodes],
             detached: vec![vec![false; n_vols]; n_nodes],
             replicas_detached: 0,
             one_off_eios: 0,
@@ -532,7 +531,7 @@ impl Sim {
         for (x, y) in [(a, b), (b, a)] {
             let mut out = Vec::new();
             self.nodes[x as usize].engine.peer_up(y, &mut out);
-            self.run_actions(x, out, None);
+            self.run_actions(x, out, &Inputs::default());
         }
     }
 
@@ -551,160 +550,14 @@ impl Sim {
             if Some(x) != except {
                 let mut out = Vec::new();
                 self.nodes[x as usize].engine.peer_down(y, &mut out);
-                self.run_actions(x, out, None);
+                self.run_actions(x, out, &Inputs::default());
             }
         }
     }
 
     // ------------------------------------------------------------------ driver
 
-    fn resolve(&self, node: NodeId, data: DataRef, incoming: Option<&[u8]>, len: usize) -> Vec<u8> {
-        let n = &self.nodes[node as usize];
-        let bytes: &[u8] = match data {
-            DataRef::Request(req) => self.payloads.get(&req).expect("payload of a live write"),
-            DataRef::Incoming { at } => {
-                &incoming.expect("incoming data outside a packet")[at as usize..]
-            }
-            DataRef::Disk(t) => n.reads.get(&t).expect("read buffer"),
-            DataRef::Held { key, at } => &n.held.get(&key).expect("held data")[at as usize..],
-        };
-        bytes[..len].to_vec()
-    }
-
-    /// Carries out a node's actions in order, as the daemon does: a disk operation that
-    /// completes inline (see [`Knobs::inline_disk_pct`]) has the engine told at once, and the
-    /// actions that follow from it queue behind the rest.
-    fn run_actions(&mut self, node: NodeId, actions: Vec<RAction>, incoming: Option<&[u8]>) {
-        let mut queue: std::collections::VecDeque<RAction> = actions.into();
-        while let Some(a) = queue.pop_front() {
-            match a {
-                RAction::Disk {
-                    volume,
-                    token,
-                    kind,
-                    data,
-                } => {
-                    let (i, v) = (node as usize, volume as usize);
-                    // The engine names volume 0 for a flush; the driver flushes every
-                    // replica the node keeps.
-                    let has_replica = if kind == DiskKind::Flush {
-                        self.sc.any_replica(i)
-                    } else {
-                        v < self.sc.sizes.len() && self.sc.replica(i, v)
-                    };
-                    assert!(
-                        has_replica,
-                        "seed {}: node {node} issued {kind:?} on volume {volume}, of which it keeps no replica",
-                        self.sc.seed
-                    );
-                    self.check_no_io_when_detached(node, volume, token, kind);
-                    let bytes = data.map(|d| self.resolve(node, d, incoming, kind.len() as usize));
-                    let covers = (kind == DiskKind::Flush).then(|| self.nodes[i].disk.stamps());
-                    let op = self.next_op;
-                    self.next_op += 1;
-                    let inc = self.nodes[i].incarnation;
-                    self.nodes[i].ops.insert(
-                        op,
-                        DiskOpState {
-                            volume,
-                            token,
-                            kind,
-                            data: bytes,
-                            incarnation: inc,
-                            covers,
-                            sync_gen: None,
-                        },
-                    );
-                    if kind == DiskKind::Flush && self.sc.knobs.sync_plan {
-                        // The daemon's way: the plan says which fdatasync answers it.
-                        self.nodes[i].ops.remove(&op);
-                        match self.nodes[i].syncs.flush((volume, token)) {
-                            FlushPlan::Answer((v, t), r) => {
-                                self.flushes_without_sync += 1;
-                                let r = r.map_err(|()| IoError::Os(5));
-                                if r.is_err() {
-                                    self.told_eio(node, None);
-                                }
-                                let mut out = Vec::new();
-                                self.nodes[i].engine.disk_done(v, t, kind, r, &mut out);
-                                queue.extend(out);
-                            }
-                            FlushPlan::Wait => {}
-                            FlushPlan::Start(st) => self.start_sync(node, st),
-                        }
-                        continue;
-                    }
-                    let pct = self.sc.knobs.inline_disk_pct;
-                    let inline = pct > 0
-                        && !matches!(kind, DiskKind::Read { .. })
-                        && self.fault_rng.below(100) < u64::from(pct);
-                    if inline {
-                        self.inline_ops += 1;
-                        queue.extend(self.finish_disk_op(node, op));
-                    } else {
-                        let d = 5 + self.rng.below(300);
-                        self.at(d, Ev::DiskDone { node, op });
-                    }
-                }
-                RAction::Complete { req, result, data } => {
-                    self.complete(node, req, result, data, incoming)
-                }
-                RAction::Send { peer, msg } => self.send(node, peer, msg, incoming),
-                RAction::Retain { from, key } => {
-                    let bytes = match from {
-                        DataRef::Request(req) => self.payloads[&req].clone(),
-                        DataRef::Incoming { at } => {
-                            incoming.expect("retain outside a packet")[at as usize..].to_vec()
-                        }
-                        other => self.resolve(node, other, incoming, 0),
-                    };
-                    self.nodes[node as usize].held.insert(key, bytes);
-                }
-                RAction::Forget { key } => {
-                    self.nodes[node as usize].held.remove(&key);
-                }
-                RAction::Disconnect { peer, reason } => {
-                    self.note(format!("node {node} drops {peer}: {reason}"));
-                    self.drops += 1;
-                    self.cut(node, peer, Some(node));
-                    let t = 50_000 + self.rng.below(50_000);
-                    self.at(
-                        t,
-                        Ev::Heal {
-                            a: node.min(peer),
-                            b: node.max(peer),
-                        },
-                    );
-                }
-                // Only node 0 is ever Primary: no two Primaries, so no split brain.
-                RAction::SplitBrain { peer, volume, .. } => panic!(
-                    "seed {}: node {node} reports a split brain with node {peer} on volume {volume}, but only node 0 was ever Primary\n{}",
-                    self.sc.seed,
-                    self.tail_log(300)
-                ),
-                RAction::Event(e) => {
-                    match e {
-                        Event::DiskChanged {
-                            why: DiskChange::Synced { .. },
-                            ..
-                        } => self.resyncs += 1,
-                        Event::DiskChanged {
-                            volume,
-                            why: DiskChange::Failed(_),
-                            ..
-                        } => {
-                            self.detached[node as usize][volume as usize] = true;
-                            self.replicas_detached += 1;
-                        }
-                        _ => {}
-                    }
-                    self.note(format!("node {node}: {e}"));
-                }
-            }
-        }
-    }
-
-    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg, incoming: Option<&[u8]>) {
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg, inputs: &Inputs<'_>) {
         if !self.links.get(&(from, to)).is_some_and(|l| l.up) {
             return;
         }
@@ -714,13 +567,13 @@ impl Sim {
         let mut buf = Vec::new();
         // Payloads are copied out first: the packet borrows them while `self` is used again.
         let payload: Option<Vec<u8>> = match msg {
-            Msg::Write { data, len, .. } => Some(self.resolve(from, data, incoming, len as usize)),
+            Msg::Write { data, len, .. } => Some(self.resolve(from, data, inputs, len as usize)),
             Msg::ReadReply {
                 data: Some(d), len, ..
             }
             | Msg::ResyncReply {
                 data: Some(d), len, ..
-            } => Some(self.resolve(from, d, incoming, len as usize)),
+            } => Some(self.resolve(from, d, inputs, len as usize)),
             _ => None,
         };
         let packet = msg.to_packet(|_, _| payload.as_deref().unwrap_or(&[]));
@@ -773,7 +626,11 @@ impl Sim {
         self.nodes[to as usize]
             .engine
             .packet(from, &packet, &mut out);
-        self.run_actions(to, out, data.as_deref());
+        let inputs = Inputs {
+            incoming: data.as_deref(),
+            payload: None,
+        };
+        self.run_actions(to, out, &inputs);
     }
 
     fn disk_done(&mut self, node: NodeId, op: u64) {
@@ -783,10 +640,10 @@ impl Sim {
             .is_some_and(|st| matches!(st.kind, DiskKind::Read { .. }));
         let token = self.nodes[node as usize].ops.get(&op).map(|st| st.token);
         let out = self.finish_disk_op(node, op);
-        self.run_actions(node, out, None);
+        self.run_actions(node, out, &Inputs::default());
         // Read buffers are consumed by the actions above (a reply or a completion).
         if let (true, Some(token)) = (is_read, token) {
-            self.nodes[node as usize].reads.remove(&token);
+            self.nodes[node as usize].data.take_read(token);
         }
     }
 
@@ -828,7 +685,7 @@ impl Sim {
             }
             DiskKind::Read { offset, len } => {
                 let bytes = n.disk.read(v, offset, u64::from(len));
-                n.reads.insert(st.token, bytes);
+                n.data.read_done(st.token, bytes);
             }
             DiskKind::Flush => {
                 n.disk
@@ -843,12 +700,7 @@ impl Sim {
             DiskKind::Zero { .. } | DiskKind::Trim { .. } => n.syncs.wrote(u64::MAX),
             _ => None,
         };
-        if matches!(
-            st.token,
-            Token::PeerWrite { .. } | Token::ResyncWrite { .. }
-        ) {
-            n.held.remove(&st.token);
-        }
+        n.data.write_ended(st.token);
         if self.trace {
             self.note(format!(
                 "  node {node} disk done: {:?} {:?}",
@@ -934,13 +786,14 @@ impl Sim {
             let offset = self.rng.below(sectors - 16) * SECTOR;
             let len = (1 + self.rng.below(16)) * SECTOR;
             let roll = self.rng.below(100);
+            let mut payload = None;
             let io = if roll < 55 {
                 let stamp = req.0;
                 let mut data = vec![0u8; len as usize];
                 for chunk in data.chunks_mut(SECTOR as usize) {
                     chunk[..8].copy_from_slice(&stamp.to_le_bytes());
                 }
-                self.payloads.insert(req, data);
+                payload = Some(data);
                 let fua = self.rng.chance(0.1);
                 self.writes.push(WriteRec {
                     stamp,
@@ -1033,7 +886,11 @@ impl Sim {
             self.note(format!("submit {req:?} volume {volume} {io:?}"));
             let mut out = Vec::new();
             self.nodes[0].engine.submit(req, volume, io, &mut out);
-            self.run_actions(0, out, None);
+            let inputs = Inputs {
+                incoming: None,
+                payload: payload.as_deref().map(|p| (req, p)),
+            };
+            self.run_actions(0, out, &inputs);
         }
         if self.issued < self.sc.ops {
             let d = 10 + self.rng.below(100);
@@ -1047,7 +904,7 @@ impl Sim {
         req: ReqId,
         result: Result<(), IoError>,
         data: Option<DataRef>,
-        incoming: Option<&[u8]>,
+        inputs: &Inputs<'_>,
     ) {
         assert_eq!(node, 0, "only the Primary completes application requests");
         let p = self
@@ -1099,8 +956,6 @@ impl Sim {
         }
         match p {
             Pending::Write { idx, .. } => {
-                self.payloads.remove(&req);
-                self.nodes[0].held.remove(&Token::App(req));
                 self.clock += 1;
                 let order = self.clock;
                 let w = &mut self.writes[idx];
@@ -1124,7 +979,7 @@ impl Sim {
                 submitted,
             } => {
                 if result.is_ok() {
-                    let bytes = self.resolve(0, data.expect("read data"), incoming, len as usize);
+                    let bytes = self.resolve(0, data.expect("read data"), inputs, len as usize);
                     let stamps = bytes.chunks(SECTOR as usize).map(stamp_of).collect();
                     self.clock += 1;
                     self.reads.push(ReadRec {
@@ -1179,7 +1034,7 @@ impl Sim {
                 for i in 0..self.nodes.len() {
                     let mut out = Vec::new();
                     self.nodes[i].engine.tick(self.now / 1000, &mut out);
-                    self.run_actions(i as NodeId, out, None);
+                    self.run_actions(i as NodeId, out, &Inputs::default());
                 }
             }
             Ev::Workload => self.workload(),
@@ -1205,7 +1060,7 @@ impl Sim {
                         self.tail_log(300)
                     ),
                 }
-                self.run_actions(0, out, None);
+                self.run_actions(0, out, &Inputs::default());
                 self.at(1, Ev::Workload);
                 if self.sc.fresh_start && (self.sc.faults || self.sc.restarts) {
                     let t = 1_000 + self.rng.below(20_000);

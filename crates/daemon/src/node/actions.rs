@@ -4,12 +4,15 @@
 
 use super::links::Attempt;
 use super::state::*;
+use crate::bufpool::DataBuf;
 use crate::worker::{os_error, Done, Job};
 use anyhow::Result;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tandem_engine::replica::{DataRef, Msg, NodeId, RAction, Role, Token};
+use tandem_engine::driver::{execute, DataStore, DiskRequest, Driver, SplitBrain};
+use tandem_engine::replica::{DataRef, Event, LinkLoss, Msg, NodeId, RAction, Role, Token};
 use tandem_engine::sync_plan::{FlushPlan, SyncStart};
+use tandem_engine::ReqId;
 use tandem_engine::{DiskKind, IoError};
 use tandem_storage::Backing;
 use tracing::{debug, error, info, warn};
@@ -32,22 +35,14 @@ impl DiskAction {
 
 impl NodeReactor {
     pub(super) fn resolve<'a>(&'a self, r: usize, d: DataRef, ctx: &Ctx<'a>) -> Option<&'a [u8]> {
-        match d {
-            DataRef::Request(req) => match ctx.payload {
-                Some((id, p)) if id == req => Some(p),
-                _ => self.held.get(&(r, Token::App(req))).map(|v| v.as_slice()),
-            },
-            DataRef::Incoming { at } => ctx.incoming.map(|b| &b[at as usize..]),
-            DataRef::Disk(t) => self.disk_bufs.get(&(r, t)).map(|b| &b[..]),
-            DataRef::Held { key, at } => self.held.get(&(r, key)).map(|v| &v[at as usize..]),
-        }
+        self.res[r].data.resolve(d, ctx)
     }
 
     /// Carries out the engine's actions (and those of inline disk completions). Never
     /// nests: nothing it calls runs actions itself, which is what lets it release the spent
     /// read buffers at the end.
     pub(super) fn run_actions(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
-        self.run_action_queue(r, actions, ctx);
+        execute(&mut ResourceDriver { node: self, r }, actions, &ctx);
         if let Some(ms) = self.res[r].engine.poll_timeout() {
             let at = self.started + Duration::from_millis(ms);
             self.engine_wake = Some(self.engine_wake.map_or(at, |w| w.min(at)));
@@ -55,80 +50,32 @@ impl NodeReactor {
         if self.res[r].demote_pending {
             self.finish_forced_demote(r);
         }
-        for key in std::mem::take(&mut self.spent_reads) {
-            if let Some(b) = self.disk_bufs.remove(&key) {
+        for (r, token) in std::mem::take(&mut self.spent_reads) {
+            if let Some(b) = self.res[r].data.take_read(token) {
                 self.pool.put(b);
             }
         }
     }
 
-    pub(super) fn run_action_queue(&mut self, r: usize, actions: Vec<RAction>, ctx: Ctx<'_>) {
-        let mut queue: std::collections::VecDeque<RAction> = actions.into();
-        while let Some(a) = queue.pop_front() {
-            match a {
-                RAction::Disk {
-                    volume,
-                    token,
-                    kind,
-                    data,
-                } => {
-                    let mut more = Vec::new();
-                    let a = DiskAction {
-                        r,
-                        volume,
-                        token,
-                        kind,
-                    };
-                    self.disk(a, data, &ctx, &mut more);
-                    queue.extend(more);
-                }
-                RAction::Send { peer, msg } => self.send(r, peer, msg, &ctx),
-                RAction::Complete { req, result, data } => {
-                    self.complete(r, req, result, data, &ctx)
-                }
-                RAction::Retain { from, key } => {
-                    let bytes = self
-                        .resolve(r, from, &ctx)
-                        .map(|b| b.to_vec())
-                        .unwrap_or_default();
-                    self.held.insert((r, key), bytes);
-                }
-                RAction::Forget { key } => {
-                    self.held.remove(&(r, key));
-                }
-                RAction::Disconnect { peer, reason } => {
-                    let name = self.res[r].peer_name(peer);
-                    warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");
-                    if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
-                        slot.last_error = Some(reason.to_string());
-                        // Not a peer that went away: redialling at once would meet the
-                        // same conflict, so this counts as a refusal (backs off).
-                        slot.link.failed(Attempt::Refused, Instant::now());
-                    }
-                    if let Some(k) = self.res[r]
-                        .peers
-                        .iter()
-                        .find(|p| p.id == peer)
-                        .and_then(|p| p.conn)
-                    {
-                        if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
-                            pc.dead = true;
-                        }
-                        self.mark_dirty(k);
-                    }
-                }
-                RAction::SplitBrain {
-                    peer,
-                    volume,
-                    mine,
-                    theirs,
-                    reported,
-                } => self.split_brain(r, peer, volume, mine, theirs, reported),
-                RAction::Event(e) if e.is_detail() => {
-                    debug!(resource = %self.res[r].cfg.name, "{e}")
-                }
-                RAction::Event(e) => info!(resource = %self.res[r].cfg.name, "{e}"),
+    fn disconnect(&mut self, r: usize, peer: NodeId, reason: LinkLoss) {
+        let name = self.res[r].peer_name(peer);
+        warn!(resource = %self.res[r].cfg.name, "dropping node {name}: {reason}");
+        if let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) {
+            slot.last_error = Some(reason.to_string());
+            // Not a peer that went away: redialling at once would meet the
+            // same conflict, so this counts as a refusal (backs off).
+            slot.link.failed(Attempt::Refused, Instant::now());
+        }
+        if let Some(k) = self.res[r]
+            .peers
+            .iter()
+            .find(|p| p.id == peer)
+            .and_then(|p| p.conn)
+        {
+            if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                pc.dead = true;
             }
+            self.mark_dirty(k);
         }
     }
 
@@ -211,7 +158,7 @@ impl NodeReactor {
             Err(e) => Err(os_error(e)),
         };
         if result.is_ok() {
-            self.disk_bufs.insert((a.r, a.token), buf);
+            self.res[a.r].data.read_done(a.token, buf);
             self.spent_reads.push((a.r, a.token));
         } else {
             self.pool.put(buf);
@@ -227,7 +174,7 @@ impl NodeReactor {
         result: Result<(), IoError>,
         out: &mut Vec<RAction>,
     ) {
-        self.release_held(a.r, a.token);
+        self.res[a.r].data.write_ended(a.token);
         let ahead = self.res[a.r].syncs.wrote(u64::from(len));
         self.disk_done(a, result, out);
         // Started once the ack is on its way, so the sync never delays it.
@@ -319,13 +266,6 @@ impl NodeReactor {
         }
     }
 
-    /// Held bytes for replicated and resync writes live until their disk write is done.
-    pub(super) fn release_held(&mut self, r: usize, token: Token) {
-        if matches!(token, Token::PeerWrite { .. } | Token::ResyncWrite { .. }) {
-            self.held.remove(&(r, token));
-        }
-    }
-
     pub(super) fn worker_completions(&mut self) {
         while let Ok(Done {
             tag,
@@ -343,7 +283,7 @@ impl NodeReactor {
                 Tag::Op(r, volume, token) => {
                     match (buf, kind, &result) {
                         (Some(b), DiskKind::Read { .. }, Ok(())) => {
-                            self.disk_bufs.insert((r, token), b);
+                            self.res[r].data.read_done(token, b);
                             self.spent_reads.push((r, token));
                         }
                         (Some(b), _, _) => self.pool.put(b),
@@ -393,7 +333,7 @@ impl NodeReactor {
             ..
         } = msg
         {
-            if let Some(b) = self.disk_bufs.remove(&(r, t)) {
+            if let Some(b) = self.res[r].data.take_read(t) {
                 self.pool.put(b);
             }
         }
@@ -424,6 +364,63 @@ impl NodeReactor {
             self.res[r].congested = false;
             let stalled = std::mem::take(&mut self.res[r].stalled);
             self.resume.extend(stalled);
+        }
+    }
+}
+
+/// One resource of the node as the driver core sees it ([`Driver`]).
+struct ResourceDriver<'a> {
+    node: &'a mut NodeReactor,
+    r: usize,
+}
+
+impl Driver for ResourceDriver<'_> {
+    type Buf = DataBuf;
+
+    fn store(&mut self) -> &mut DataStore<DataBuf> {
+        &mut self.node.res[self.r].data
+    }
+
+    fn disk(&mut self, op: DiskRequest, ctx: &Ctx<'_>, then: &mut Vec<RAction>) {
+        let a = DiskAction {
+            r: self.r,
+            volume: op.volume,
+            token: op.token,
+            kind: op.kind,
+        };
+        self.node.disk(a, op.data, ctx, then);
+    }
+
+    fn send(&mut self, peer: NodeId, msg: Msg, ctx: &Ctx<'_>) {
+        self.node.send(self.r, peer, msg, ctx);
+    }
+
+    fn complete(
+        &mut self,
+        req: ReqId,
+        result: Result<(), IoError>,
+        data: Option<DataRef>,
+        ctx: &Ctx<'_>,
+    ) {
+        self.node.complete(self.r, req, result, data, ctx);
+    }
+
+    fn disconnect(&mut self, peer: NodeId, reason: LinkLoss) {
+        self.node.disconnect(self.r, peer, reason);
+    }
+
+    fn split_brain(&mut self, f: SplitBrain) {
+        let r = self.r;
+        self.node
+            .split_brain(r, f.peer, f.volume, f.mine, f.theirs, f.reported);
+    }
+
+    fn event(&mut self, e: Event) {
+        let name = &self.node.res[self.r].cfg.name;
+        if e.is_detail() {
+            debug!(resource = %name, "{e}");
+        } else {
+            info!(resource = %name, "{e}");
         }
     }
 }

@@ -10,7 +10,7 @@ use mio::{Interest, Token as MioToken};
 use std::io;
 use std::ops::ControlFlow;
 use std::time::Instant;
-use tandem_engine::replica::{AutoPromote, DataRef, RAction, Role, Token};
+use tandem_engine::replica::{AutoPromote, DataRef, RAction, Role};
 use tandem_engine::{Io, IoError, ReqId};
 use tandem_frontend::nbd::{
     reply, Command, Decoded, Errno, HandshakeStep, Request, RequestDecoder, TransmissionParams,
@@ -396,18 +396,16 @@ impl NodeReactor {
         ctx: &Ctx<'_>,
     ) {
         let slot = self.slots.remove(req.0 as usize);
-        self.held.remove(&(r, Token::App(req)));
-        // The read's bytes, taken out of the reactor's maps (or borrowed from the packet
-        // being handled) so they are copied once, straight into the reply.
+        // The read's bytes, taken out of the store (or borrowed from the packet being
+        // handled) so they are copied once, straight into the reply.
         let disk_buf = match data {
-            Some(DataRef::Disk(t)) => self.disk_bufs.remove(&(r, t)),
+            Some(DataRef::Disk(t)) => self.res[r].data.take_read(t),
             _ => None,
         };
         let bytes: Option<&[u8]> = match data {
             Some(DataRef::Disk(_)) => disk_buf.as_deref(),
-            Some(DataRef::Incoming { at }) => ctx.incoming.map(|b| &b[at as usize..]),
-            Some(DataRef::Held { key, at }) => self.held.get(&(r, key)).map(|v| &v[at as usize..]),
-            Some(DataRef::Request(_)) | None => None,
+            Some(d) => self.res[r].data.resolve(d, ctx),
+            None => None,
         };
         let bytes = match (result, slot.read) {
             (Ok(()), Some((_, len))) => bytes.map(|b| &b[..len as usize]),

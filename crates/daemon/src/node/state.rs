@@ -15,9 +15,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_config::ResourceConfig;
+use tandem_engine::driver::DataStore;
 use tandem_engine::replica::{NodeId, PromoteError, Resource, Token};
 use tandem_engine::sync_plan::{FlushPattern, SyncPlan, SyncStart};
-use tandem_engine::ReqId;
 use tandem_frontend::nbd::ExportInfo;
 use tandem_storage::Backing;
 
@@ -62,6 +62,8 @@ pub(super) struct ResCtx {
     /// Our replication address: outgoing peer connections come from its IP.
     pub(super) my_address: std::net::SocketAddr,
     pub(super) engine: Resource,
+    /// Payloads the engine kept and finished reads it names (the driver core's store).
+    pub(super) data: DataStore<DataBuf>,
     pub(super) backings: Vec<Option<Arc<Backing>>>,
     pub(super) exports: Vec<ExportInfo>,
     pub(super) peers: Vec<PeerSlot>,
@@ -132,12 +134,8 @@ pub(super) struct Slot {
     pub(super) read: Option<(u64, u32)>,
 }
 
-/// Bytes the engine may name while its actions run.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Ctx<'a> {
-    pub(super) incoming: Option<&'a [u8]>,
-    pub(super) payload: Option<(ReqId, &'a [u8])>,
-}
+/// Bytes the engine may name while its actions run: those of the event being handled.
+pub(super) type Ctx<'a> = tandem_engine::driver::Inputs<'a>;
 
 /// What a disk worker's job was for.
 #[derive(Clone, Copy, Debug)]
@@ -158,8 +156,6 @@ pub(super) struct NodeReactor {
     pub(super) slots: Slab<Slot>,
     pub(super) workers: Workers<Tag>,
     pub(super) pool: BufPool,
-    pub(super) held: HashMap<(usize, Token), Vec<u8>>,
-    pub(super) disk_bufs: HashMap<(usize, Token), DataBuf>,
     /// Reads whose completion went to the engine: the engine uses their buffers only in
     /// the actions of that completion, so whatever is left once those ran goes back to
     /// the pool (an answer to a connection that dropped meanwhile is never sent).
