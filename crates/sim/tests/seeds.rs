@@ -126,8 +126,10 @@ fn power_losses_lose_nothing_acknowledged() {
 /// detached replica for every write it missed, like DRBD's diskless peers).
 #[test]
 fn disk_errors_regressions() {
+    // With the pending checks: the precise one of seed 90004521 is among them (soak seed
+    // 94003653 still fails it).
     for seed in [683, 90004521] {
-        if let Err(e) = tandem_sim::run_family_with(seed, 1, Family::DiskErrors, false) {
+        if let Err(e) = tandem_sim::run_family_with(seed, 1, Family::DiskErrors, true) {
             panic!("{e}");
         }
     }

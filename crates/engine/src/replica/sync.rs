@@ -166,14 +166,7 @@ impl Replicas {
         let v = self.check_range(volume, offset, u64::from(len))?;
         let peer = self.peers[i].id;
         let pv = &mut self.peers[i].vols[v];
-        // A peer whose replica failed holds none of the writes it tells us of: it relays
-        // what the Primary sent it, so we are simply behind (disk-errors seed 93076773: an
-        // up-to-date Secondary took the relay for a conflict and redialled forever).
-        let holds_data = pv.disk != Some(DiskState::Diskless);
-        if self.vols[v].disk == DiskState::UpToDate
-            && holds_data
-            && (pv.oos.count() > 0 || pv.wrote_apart())
-        {
+        if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
             if pv.wrote_apart() || pv.peer_wrote_apart {
                 // Each has writes the other lacks, and one of us made them as Primary
                 // apart from the other: two Primaries. Count what it lists; at the end of
@@ -183,8 +176,13 @@ impl Replicas {
             }
             // Each lacks writes of a third node, the Primary, which it missed while apart
             // from it: only that Primary knows which is newer where they overlap. Retry
-            // later (the Primary's lists settle it).
-            return Err(ProtocolError::LackPrimaryWrites { volume });
+            // later (the Primary's lists settle it). Not if the peer's replica failed: it
+            // holds none of the writes it tells us of but relays what the Primary sent
+            // it, so we are simply behind (disk-errors seed 93076773: an up-to-date
+            // Secondary took the relay for a conflict and redialled forever).
+            if pv.disk != Some(DiskState::Diskless) {
+                return Err(ProtocolError::LackPrimaryWrites { volume });
+            }
         }
         // After the end of its list, a peer's notices are live: a write we missed.
         let live = pv.listed;
