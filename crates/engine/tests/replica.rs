@@ -1766,3 +1766,86 @@ fn a_notice_relayed_by_a_peer_whose_disk_failed_is_no_conflict() {
     assert_eq!(disconnects(&out), vec![], "{out:?}");
     assert_eq!(beta.status().volumes[0].disk, DiskState::Inconsistent);
 }
+
+/// Soak seed 94003653 (disk errors, protocol B): a Secondary whose replica had just
+/// detached refused a write at once while an older write it overlapped was still being
+/// written there; the older one's acknowledgement came after the refusal, and the Primary
+/// took it for the newest data of the range. The refusal waits its turn.
+#[test]
+fn a_detached_replica_answers_overlapping_writes_in_order() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    beta.peer_up(0, &mut out);
+    for p in [
+        Packet::Role {
+            role: Role::Primary,
+        },
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        beta.packet(0, &p, &mut out);
+    }
+    let data = [7u8; 8192];
+    let write = |seq: u64, offset: u64, len: usize| Packet::Write {
+        volume: 0,
+        seq,
+        offset,
+        flags: write_flags::ACK_WRITE,
+        targets: 0b011,
+        data: &data[..len],
+    };
+    let disk = |out: &[RAction], seq: u64| {
+        out.iter()
+            .find_map(|a| match a {
+                RAction::Disk { token, kind, .. }
+                    if matches!(token, Token::PeerWrite { seq: s, .. } if *s == seq) =>
+                {
+                    Some((*token, *kind))
+                }
+                _ => None,
+            })
+            .expect("written")
+    };
+    out.clear();
+    beta.packet(0, &write(1, 0, 8192), &mut out);
+    let first = disk(&out, 1);
+    beta.packet(0, &write(2, 65536, 4096), &mut out);
+    let second = disk(&out, 2);
+    // The second fails: the replica detaches while the first is still being written.
+    beta.disk_done(0, second.0, second.1, Err(IoError::Os(5)), &mut out);
+    assert_eq!(beta.status().volumes[0].disk, DiskState::Diskless);
+    out.clear();
+    beta.packet(0, &write(3, 4096, 4096), &mut out);
+    let answers = |out: &[RAction]| -> Vec<(u64, bool)> {
+        out.iter()
+            .filter_map(|a| match a {
+                RAction::Send {
+                    msg: Msg::WriteAck { seq },
+                    ..
+                } => Some((*seq, true)),
+                RAction::Send {
+                    msg: Msg::NegAck { seq, .. },
+                    ..
+                } => Some((*seq, false)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(answers(&out), vec![], "refused only in its turn: {out:?}");
+    out.clear();
+    beta.disk_done(0, first.0, first.1, Ok(()), &mut out);
+    assert_eq!(answers(&out), vec![(1, true), (3, false)], "{out:?}");
+    assert!(
+        !out.iter().any(|a| matches!(a, RAction::Disk { .. })),
+        "nothing goes to the detached disk: {out:?}"
+    );
+}

@@ -185,12 +185,11 @@ impl Sim {
 
     /// A failed replica lacks what was written after it failed: the Primary must know (its
     /// out-of-sync bits for it), or a replica repaired and brought back would be taken for
-    /// current where it is not. With [`Scenario::pending_checks`](crate::Scenario::pending_checks)
-    /// and `converged` (the live replicas identical), precisely: the Primary has a bit set
-    /// for every 4 KiB block in which the failed replica differs from them, failed writes
-    /// included (seed 90004521, fixed: one whose only acknowledgement was lost with its link
-    /// had landed on a live replica). Still pending: soak seed 94003653 (one block of 41
-    /// unmarked after a one-off write error, not yet explained).
+    /// current where it is not. With `converged` (the live replicas identical), precisely:
+    /// the Primary has a bit set for every 4 KiB block in which the failed replica differs
+    /// from them, failed writes included (seed 90004521: one whose only acknowledgement was
+    /// lost with its link had landed on a live replica; soak seed 94003653: with protocol
+    /// B, the refusal of a write overtook the acknowledgement of an older overlapping one).
     pub(crate) fn check_failed_known_behind(&self, converged: bool) {
         let primary = self.nodes[0].engine.status();
         for d in 1..self.nodes.len() {
@@ -223,7 +222,7 @@ impl Sim {
                     self.sc.seed,
                     self.tail_log(200)
                 );
-                let precise = converged && self.sc.pending_checks;
+                let precise = converged;
                 let Some(&good) = self.replicas_of(v).first().filter(|_| precise) else {
                     continue;
                 };

@@ -92,9 +92,8 @@ pub struct Scenario {
     /// `docs/ARCHITECTURE.md`): the Primary marks a node that lost power out of sync for
     /// every write it had not fdatasync'ed, acknowledged or not. Off in the test command
     /// until the engine does (`tandem-sim --pending-checks` and an ignored test run it).
-    /// And the Primary's out-of-sync bits for a failed replica cover, block by block, every
-    /// difference from the live ones (seed 90004521 fixed; soak seed 94003653 still fails).
-    /// The detach gap the disk-errors family found (seed 683) is closed and always checked.
+    /// The gaps the disk-errors family found besides (seeds 683, 90004521, 94003653) are
+    /// closed and always checked.
     pub pending_checks: bool,
     pub knobs: Knobs,
 }

@@ -116,13 +116,21 @@ impl ApplyQueue {
     }
 
     /// The replica detached: nothing waiting here will be issued. Hands back the held
-    /// writes (to be completed as failed, their kept bytes dropped) and the waiting reads
-    /// (to be answered again: a detached replica serves none).
-    pub(super) fn detach(&mut self, out: &mut Vec<RAction>) -> (Vec<Refused>, Vec<WaitingRead>) {
-        let held = self.held.drain();
-        let refused = held
-            .into_iter()
-            .map(|h| {
+    /// writes whose turn came (to be completed as failed, their kept bytes dropped) and
+    /// the waiting reads (to be answered again: a detached replica serves none). A write
+    /// still behind one in flight keeps its place until that one lands, so the peer hears
+    /// of the two in order (soak seed 94003653: with protocol B, the refusal of a later
+    /// write overtook the acknowledgement of the earlier one it overlapped, and the
+    /// Primary took that acknowledgement for the newest data of the range).
+    pub(super) fn refuse(&mut self, out: &mut Vec<RAction>) -> (Vec<Refused>, Vec<WaitingRead>) {
+        let mut refused = Vec::new();
+        loop {
+            // Refused writes never enter `applying`: those behind them are free next pass.
+            let ready = self.held.ready(&self.applying);
+            if ready.is_empty() {
+                break;
+            }
+            refused.extend(ready.into_iter().map(|h| {
                 // An application write's bytes live as long as its request.
                 match h.data {
                     Some(DataRef::Held { key, .. }) if !matches!(key, Token::App(_)) => {
@@ -134,9 +142,23 @@ impl ApplyQueue {
                     token: h.token,
                     kind: h.kind,
                 }
-            })
-            .collect();
+            }));
+        }
         (refused, std::mem::take(&mut self.reads))
+    }
+
+    /// A write that arrived after the replica detached, behind an overlapping one still
+    /// in flight: refused in its turn (see [`refuse`](Self::refuse)).
+    pub(super) fn hold_refused(&mut self, token: Token, kind: DiskKind) {
+        let (offset, len) = (kind.offset(), kind.len());
+        let held = HeldWrite {
+            token,
+            offset,
+            len,
+            kind,
+            data: None,
+        };
+        self.held.push(offset, u64::from(len), held);
     }
 
     pub(super) fn wait_read(&mut self, read: WaitingRead) {

@@ -99,11 +99,6 @@ impl<T> Waiting<T> {
             .any(|(o, l, _)| *o < offset + len && offset < o + l)
     }
 
-    /// Removes and returns every waiting write, in arrival order.
-    pub fn drain(&mut self) -> Vec<T> {
-        self.queue.drain(..).map(|(_, _, item)| item).collect()
-    }
-
     /// Removes and returns the waiting writes that may start now: those that overlap neither
     /// a write in flight, nor an earlier waiting write, nor one started in this same pass.
     pub fn ready<K: Copy + Eq + std::fmt::Debug>(&mut self, in_flight: &InFlight<K>) -> Vec<T> {

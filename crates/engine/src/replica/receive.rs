@@ -123,6 +123,21 @@ impl Replicas {
         let (offset, len) = (kind.offset(), kind.len());
         self.note_third_parties(peer, v, NodeSet::from_bits(targets), offset, len, out);
         if !self.vols[v].attached() {
+            // Refused, but in its turn behind an overlapping write still in flight: with
+            // protocol A or B the Primary sends the next write before this one landed,
+            // and an acknowledgement of the older write arriving after our refusal of
+            // the newer one would tell it we hold the newest data (soak seed 94003653).
+            if self.vols[v].apply.busy(offset, u64::from(len)) {
+                let p = &mut self.peers[i];
+                p.rx_pending.insert(seq);
+                let token = Token::PeerWrite {
+                    peer,
+                    conn: p.conn,
+                    seq,
+                };
+                self.vols[v].apply.hold_refused(token, kind);
+                return Ok(());
+            }
             let msg = Msg::NegAck { seq, errno: EIO };
             out.push(RAction::Send { peer, msg });
             return Ok(());
@@ -254,6 +269,9 @@ impl Replicas {
 
     /// Starts peer writes (and serves peer reads) that waited for an overlapping one.
     pub(super) fn release_applying(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if !self.vols[v].attached() {
+            return self.refuse_applying(v, out);
+        }
         for read in self.vols[v].apply.release(v as u16, out) {
             // A request of a connection that has since gone is forgotten by the peer.
             if self.peers.on_conn(read.peer, read.conn).is_some() {

@@ -111,7 +111,13 @@ impl Replicas {
         // Nothing more reaches the failed disk, not even what waited behind a write in
         // flight (simulator seed 683: a peer's write queued there was issued after the
         // detach).
-        let (refused, reads) = self.vols[v].apply.detach(out);
+        self.refuse_applying(v, out);
+    }
+
+    /// Completes as failed the writes waiting in a detached replica's apply queue whose
+    /// turn came, and answers the reads waiting there again.
+    pub(super) fn refuse_applying(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let (refused, reads) = self.vols[v].apply.refuse(out);
         self.refused
             .extend(refused.into_iter().map(|r| (v as u16, r)));
         for read in reads {
