@@ -59,6 +59,19 @@ impl LocalVol {
         }
     }
 
+    /// Its own invariants: the apply queue's, and a resync only while Inconsistent.
+    pub(super) fn check(&self, resync_window: usize) -> Result<(), String> {
+        self.apply.check().map_err(|e| format!("applying: {e}"))?;
+        if let Some(rs) = &self.resync {
+            if self.disk != DiskState::Inconsistent {
+                return Err(format!("a resync while {:?}", self.disk));
+            }
+            rs.check(self.size, resync_window)
+                .map_err(|e| format!("resync: {e}"))?;
+        }
+        Ok(())
+    }
+
     pub(super) fn up_to_date(&self) -> bool {
         self.diskful && self.disk == DiskState::UpToDate
     }

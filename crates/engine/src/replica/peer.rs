@@ -206,6 +206,22 @@ pub(super) enum Timer {
 }
 
 impl Peer {
+    /// Nothing waits on a peer that is down; its bitmaps fit the volumes (`sizes`).
+    pub(super) fn check(&self, sizes: &[u64]) -> Result<(), String> {
+        if !self.up && (!self.unacked.is_empty() || !self.app_waiting.is_empty()) {
+            return Err("down, but writes wait on it".into());
+        }
+        if self.app_waiting.len() > self.unacked.len() {
+            return Err("more writes wait on it than it has unacked".into());
+        }
+        for (v, (pv, &size)) in self.vols.iter().zip(sizes).enumerate() {
+            pv.oos
+                .check(size)
+                .map_err(|e| format!("volume {v}: out-of-sync: {e}"))?;
+        }
+        Ok(())
+    }
+
     pub(super) fn new(id: NodeId, diskful: &[bool], sizes: &[u64]) -> Peer {
         Peer {
             id,

@@ -47,6 +47,19 @@ pub(super) struct Resync {
 }
 
 impl Resync {
+    /// Never more requests out than the window; its bitmaps fit the volume.
+    pub(super) fn check(&self, size: u64, window: usize) -> Result<(), String> {
+        if self.outstanding.len() > window {
+            return Err(format!(
+                "{} requests outstanding, window {window}",
+                self.outstanding.len()
+            ));
+        }
+        self.to_pull
+            .check(size)
+            .and_then(|()| self.fresh.check(size))
+    }
+
     pub(super) fn new(size: u64, live: bool) -> Resync {
         Resync {
             source: None,
