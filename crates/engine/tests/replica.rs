@@ -1849,3 +1849,41 @@ fn a_detached_replica_answers_overlapping_writes_in_order() {
         "nothing goes to the detached disk: {out:?}"
     );
 }
+
+/// Disk-errors soak seed 94017354: a dead disk answered the Primary's read with EIO and
+/// the replica stayed UpToDate (only the application's own reads detached it). A read
+/// that fails for a peer detaches the replica too.
+#[test]
+fn a_read_for_a_peer_that_fails_detaches_the_replica() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    meets(&mut beta, 0, DiskState::UpToDate, &mut out);
+    out.clear();
+    let req = Packet::ReadReq {
+        volume: 0,
+        id: 1,
+        offset: 0,
+        len: 4096,
+    };
+    beta.packet(0, &req, &mut out);
+    let (token, kind) = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Disk { token, kind, .. } => Some((*token, *kind)),
+            _ => None,
+        })
+        .expect("read for the peer");
+    out.clear();
+    beta.disk_done(0, token, kind, Err(IoError::Os(5)), &mut out);
+    assert_eq!(beta.status().volumes[0].disk, DiskState::Diskless);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Send {
+                msg: Msg::ReadReply { errno: 5, .. },
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+}

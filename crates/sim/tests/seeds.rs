@@ -127,10 +127,11 @@ fn power_losses_lose_nothing_acknowledged() {
 /// 94003653, with protocol B the detached replica refused a write at once while an older
 /// overlapping one was still in flight there, the older one's acknowledgement came after
 /// and the Primary took it for the newest data of the range (now the refusal waits its
-/// turn in the apply queue).
+/// turn in the apply queue); soak seed 94017354, a dead disk failed a read for a peer and
+/// the replica stayed UpToDate (now a failed peer or resync read detaches it too).
 #[test]
 fn disk_errors_regressions() {
-    for seed in [683, 90004521, 94003653] {
+    for seed in [683, 90004521, 94003653, 94017354] {
         if let Err(e) = tandem_sim::run_family_with(seed, 1, Family::DiskErrors, false) {
             panic!("{e}");
         }

@@ -81,6 +81,8 @@ pub enum DiskChange {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalFailure {
     Read(IoError),
+    /// A read for a peer (its read, or a resync read of a sync target).
+    PeerRead(IoError),
     Write(IoError),
     ReplicatedWrite(IoError),
     ResyncWrite,
@@ -210,6 +212,7 @@ impl fmt::Display for LocalFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LocalFailure::Read(e) => return write!(f, "read failed: {e:?}"),
+            LocalFailure::PeerRead(e) => return write!(f, "read for a peer failed: {e:?}"),
             LocalFailure::Write(e) => return write!(f, "write failed: {e:?}"),
             LocalFailure::ReplicatedWrite(e) => return write!(f, "replicated write failed: {e:?}"),
             LocalFailure::ResyncWrite => "resync write failed",

@@ -6,7 +6,7 @@ use super::action::RAction;
 use super::apply::WaitingRead;
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::Bitmap;
-use super::event::ProtocolError;
+use super::event::{LocalFailure, ProtocolError};
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
@@ -310,6 +310,12 @@ impl Replicas {
             Ok(()) => (0, Some(DataRef::Disk(token))),
             Err(_) => (EIO, None),
         };
+        // A replica that fails a read fails for us too, as for the application's reads
+        // (disk-errors soak seed 94017354: a dead disk answered a peer's read with EIO and
+        // stayed UpToDate).
+        if let Err(e) = result {
+            self.local_disk_failed(v, LocalFailure::PeerRead(e), out);
+        }
         if let (true, Ok(()), Some(i), false) = (resync, result, current, stale) {
             // The peer pulls this range now; if it misses it, it asks again. Not
             // if the connection that asked is gone: the reply goes nowhere, and
