@@ -1887,3 +1887,24 @@ fn a_read_for_a_peer_that_fails_detaches_the_replica() {
         "{out:?}"
     );
 }
+
+/// Disk-errors soak seeds 94000749 and 94021068: a sync the driver started ahead of a
+/// flush failed with no flush waiting; the engine heard of it only at the next flush, and
+/// writes kept going to the disk that had lost some. The driver tells it at once.
+#[test]
+fn a_failed_sync_nobody_waits_for_detaches_every_replica() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    beta.sync_failed(&mut out);
+    assert_eq!(beta.status().volumes[0].disk, DiskState::Diskless);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Event(Event::DiskChanged {
+                to: DiskState::Diskless,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+}

@@ -197,16 +197,11 @@ impl Sim {
                 let Some(at) = self.failed_at[d][v] else {
                     continue;
                 };
-                // A failed fdatasync the engine hears of later (a sync the daemon's plan
-                // started ahead reports at the next flush) leaves writes between the two
-                // acknowledged by the failed replica: which of them it lacks, only barrier
-                // acknowledgements per epoch can tell (the transfer-log gap, pending).
+                // The engine hears of every failure when it happens (a failed sync ahead
+                // too: `Resource::sync_failed`, soak seeds 94000749 and 94021068), so every
+                // write submitted after it must be marked.
                 let told = self.eio_told[d][v].unwrap_or(at);
-                let since = if self.sc.pending_checks {
-                    at
-                } else {
-                    told.max(at)
-                };
+                let since = at;
                 let known = primary
                     .peers
                     .iter()

@@ -92,7 +92,8 @@ pub struct Scenario {
     /// `docs/ARCHITECTURE.md`): the Primary marks a node that lost power out of sync for
     /// every write it had not fdatasync'ed, acknowledged or not. Off in the test command
     /// until the engine does (`tandem-sim --pending-checks` and an ignored test run it).
-    /// The gaps the disk-errors family found besides (seeds 683, 90004521, 94003653) are
+    /// The gaps the disk-errors family found besides (seeds 683, 90004521, 94003653,
+    /// 94017354, 94000749, 94021068) are
     /// closed and always checked.
     pub pending_checks: bool,
     pub knobs: Knobs,
@@ -761,6 +762,10 @@ impl Sim {
             }
             let n = &mut self.nodes[node as usize];
             n.engine.disk_done(v, t, DiskKind::Flush, r, &mut out);
+        } else if !ok {
+            // As the daemon does: a failed sync nobody waits for detaches at once.
+            self.told_eio(node, None);
+            self.nodes[node as usize].engine.sync_failed(&mut out);
         }
         if let Some(s) = next {
             self.start_sync(node, s);

@@ -128,10 +128,13 @@ fn power_losses_lose_nothing_acknowledged() {
 /// overlapping one was still in flight there, the older one's acknowledgement came after
 /// and the Primary took it for the newest data of the range (now the refusal waits its
 /// turn in the apply queue); soak seed 94017354, a dead disk failed a read for a peer and
-/// the replica stayed UpToDate (now a failed peer or resync read detaches it too).
+/// the replica stayed UpToDate (now a failed peer or resync read detaches it too); soak
+/// seeds 94000749 and 94021068, a sync started ahead of a flush failed with no flush
+/// waiting, and writes kept going to the failed disk until the next flush (now
+/// `Resource::sync_failed` detaches at once).
 #[test]
 fn disk_errors_regressions() {
-    for seed in [683, 90004521, 94003653, 94017354] {
+    for seed in [683, 90004521, 94003653, 94017354, 94000749, 94021068] {
         if let Err(e) = tandem_sim::run_family_with(seed, 1, Family::DiskErrors, false) {
             panic!("{e}");
         }

@@ -258,6 +258,9 @@ impl NodeReactor {
             self.res[r]
                 .engine
                 .disk_done(volume, token, DiskKind::Flush, result, out);
+        } else if result.is_err() {
+            // A sync ahead that failed with no flush waiting: the replicas detach now.
+            self.res[r].engine.sync_failed(out);
         }
         // Same rule as any sync. Never recurses more than once: nothing is written while
         // a sync runs on the loop, so the one after it covers every write.

@@ -229,6 +229,20 @@ impl Resource {
         self.after_event(out);
     }
 
+    /// An fdatasync the driver ran on its own (one started ahead of a flush, see
+    /// [`crate::sync_plan`]) failed, and no flush the engine asked for waits on it: every
+    /// local replica detaches now, not at the next flush (disk-errors soak seed 94021068:
+    /// a failed sync ahead was known only to the driver, and writes kept going to a disk
+    /// that had lost some).
+    pub fn sync_failed(&mut self, out: &mut Vec<RAction>) {
+        for v in 0..self.rep.vols.len() {
+            if self.rep.vols[v].diskful {
+                self.rep.local_disk_failed(v, LocalFailure::Fdatasync, out);
+            }
+        }
+        self.after_event(out);
+    }
+
     /// A disk operation issued with [`RAction::Disk`] finished.
     pub fn disk_done(
         &mut self,
