@@ -1908,3 +1908,43 @@ fn a_failed_sync_nobody_waits_for_detaches_every_replica() {
         "{out:?}"
     );
 }
+
+/// Two connections racing at a new cluster's start (the replication test
+/// `stopped_peer_back_pressure`, once in four runs): beta applied the new-cluster rule on
+/// the first connection, alpha only on the second, where it still said Inconsistent and
+/// created; beta listed it everything, and alpha pulled the whole volume of zeroes (and,
+/// with beta stopped before it heard alpha's UpToDate, later took the restored list for a
+/// split brain). Two replicas that both hold nothing but zeroes list nothing.
+#[test]
+fn a_new_cluster_met_again_over_a_second_connection_lists_nothing() {
+    let mut beta = started(1, ReplicaAtStart::Created);
+    let created = |disk| Packet::Volume {
+        volume: 0,
+        size: 1 << 20,
+        disk,
+        flags: tandem_wire::packet::volume_flags::CREATED,
+    };
+    let mut out = Vec::new();
+    beta.peer_up(0, &mut out);
+    beta.packet(0, &created(DiskState::Inconsistent), &mut out);
+    assert_eq!(
+        beta.status().volumes[0].disk,
+        DiskState::UpToDate,
+        "a new cluster"
+    );
+    beta.peer_down(0, &mut out);
+    out.clear();
+    beta.peer_up(0, &mut out);
+    beta.packet(0, &created(DiskState::Inconsistent), &mut out);
+    let listed: u64 = out
+        .iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                msg: Msg::OutOfSync { len, .. },
+                ..
+            } => Some(u64::from(*len)),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(listed, 0, "{out:?}");
+}

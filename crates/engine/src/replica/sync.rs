@@ -55,7 +55,14 @@ impl Replicas {
         // knows, and it lists everything.
         let unproven_current =
             self.role == Role::Primary && pv.unproven && disk == DiskState::UpToDate;
-        if mine == DiskState::UpToDate && (pv.needs_everything() || unproven_current) {
+        // Both created empty and ours has received nothing: both hold zeroes, and the
+        // peer reaches the new-cluster rule from the same facts. (Two connections racing
+        // at a new cluster's start once made one replica list everything to the other,
+        // a needless full resync.)
+        let both_empty = pv.created && self.vols[v].created;
+        if mine == DiskState::UpToDate
+            && ((pv.needs_everything() && !both_empty) || unproven_current)
+        {
             // Its currency is unknown (it restarted), or it holds nothing (created empty):
             // it needs everything.
             pv.oos.set_all();
