@@ -631,6 +631,33 @@ fn meets(n: &mut Resource, peer: u8, disk: DiskState, out: &mut Vec<RAction>) {
     }
 }
 
+/// Node 0 connects to `n` as an up-to-date Primary with nothing to list.
+fn primary_meets(n: &mut Resource, out: &mut Vec<RAction>) {
+    n.peer_up(0, out);
+    n.packet(
+        0,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        out,
+    );
+    for p in [
+        Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+        },
+        Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+    ] {
+        n.packet(0, &p, out);
+    }
+}
+
 fn resync_requests(out: &[RAction]) -> Vec<(u64, u32)> {
     out.iter()
         .filter_map(|a| match a {
@@ -1722,25 +1749,7 @@ fn a_notice_relayed_by_a_peer_whose_disk_failed_is_no_conflict() {
     s.nodes = vec![(0, vec![true]), (1, vec![true]), (2, vec![true])];
     let mut beta = Resource::new(s, vec![ReplicaAtStart::UpToDate]);
     let mut out = Vec::new();
-    beta.peer_up(0, &mut out);
-    for p in [
-        Packet::Role {
-            role: Role::Primary,
-        },
-        Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::UpToDate,
-            flags: 0,
-        },
-        Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-    ] {
-        beta.packet(0, &p, &mut out);
-    }
+    primary_meets(&mut beta, &mut out);
     // A write of the Primary that could not go to node 2: node 2 lacks it.
     let data = [7u8; 4096];
     let write = Packet::Write {
@@ -1775,25 +1784,7 @@ fn a_notice_relayed_by_a_peer_whose_disk_failed_is_no_conflict() {
 fn a_detached_replica_answers_overlapping_writes_in_order() {
     let mut beta = started(1, ReplicaAtStart::UpToDate);
     let mut out = Vec::new();
-    beta.peer_up(0, &mut out);
-    for p in [
-        Packet::Role {
-            role: Role::Primary,
-        },
-        Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::UpToDate,
-            flags: 0,
-        },
-        Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-    ] {
-        beta.packet(0, &p, &mut out);
-    }
+    primary_meets(&mut beta, &mut out);
     let data = [7u8; 8192];
     let write = |seq: u64, offset: u64, len: usize| Packet::Write {
         volume: 0,

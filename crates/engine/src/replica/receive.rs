@@ -122,19 +122,15 @@ impl Replicas {
         self.peers[i].rx_last_seq = seq;
         let (offset, len) = (kind.offset(), kind.len());
         self.note_third_parties(peer, v, NodeSet::from_bits(targets), offset, len, out);
+        let conn = self.peers[i].conn;
+        let token = Token::PeerWrite { peer, conn, seq };
         if !self.vols[v].attached() {
             // Refused, but in its turn behind an overlapping write still in flight: with
             // protocol A or B the Primary sends the next write before this one landed,
             // and an acknowledgement of the older write arriving after our refusal of
             // the newer one would tell it we hold the newest data (soak seed 94003653).
             if self.vols[v].apply.busy(offset, u64::from(len)) {
-                let p = &mut self.peers[i];
-                p.rx_pending.insert(seq);
-                let token = Token::PeerWrite {
-                    peer,
-                    conn: p.conn,
-                    seq,
-                };
+                self.peers[i].rx_pending.insert(seq);
                 self.vols[v].apply.hold_refused(token, kind);
                 return Ok(());
             }
@@ -157,11 +153,6 @@ impl Replicas {
             p.vols[v].written_before_list.push((offset, u64::from(len)));
         }
         p.rx_pending.insert(seq);
-        let token = Token::PeerWrite {
-            peer,
-            conn: p.conn,
-            seq,
-        };
         let data = matches!(kind, DiskKind::Write { .. }).then_some(DataRef::Incoming { at: 0 });
         self.vols[v]
             .apply

@@ -125,6 +125,15 @@ impl Replicas {
         }
     }
 
+    /// An fdatasync covers every local replica: all of them failed.
+    pub(super) fn fdatasync_failed(&mut self, out: &mut Vec<RAction>) {
+        for v in 0..self.vols.len() {
+            if self.vols[v].diskful {
+                self.local_disk_failed(v, LocalFailure::Fdatasync, out);
+            }
+        }
+    }
+
     /// Changes a volume's disk state and tells the driver and every connected peer.
     pub(super) fn set_disk(
         &mut self,

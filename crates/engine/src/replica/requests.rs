@@ -426,11 +426,7 @@ impl Requests {
         out: &mut Vec<RAction>,
     ) {
         if !ok {
-            for v in 0..rep.vols.len() {
-                if rep.vols[v].diskful {
-                    rep.local_disk_failed(v, LocalFailure::Fdatasync, out);
-                }
-            }
+            rep.fdatasync_failed(out);
         }
         let (waiters, next) = self.barriers.flushed(seq);
         for waiter in waiters {

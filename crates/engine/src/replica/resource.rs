@@ -235,11 +235,7 @@ impl Resource {
     /// a failed sync ahead was known only to the driver, and writes kept going to a disk
     /// that had lost some).
     pub fn sync_failed(&mut self, out: &mut Vec<RAction>) {
-        for v in 0..self.rep.vols.len() {
-            if self.rep.vols[v].diskful {
-                self.rep.local_disk_failed(v, LocalFailure::Fdatasync, out);
-            }
-        }
+        self.rep.fdatasync_failed(out);
         self.after_event(out);
     }
 
