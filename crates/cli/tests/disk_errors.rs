@@ -127,8 +127,13 @@ fn a_replica_whose_disk_fails_detaches_and_nothing_is_lost() {
             let path = line.split('"').nth(1).expect("a quoted path");
             sparse_file(std::path::Path::new(path), SIZE);
         }
+        // The failing disk cannot grow: beta's metadata goes to a file of its own.
         let beta = disk_line("beta");
-        text.replace(&beta, &format!("  disk = \"{failing}\""))
+        let beta_path = beta.split('"').nth(1).expect("a quoted path").to_string();
+        text.replace(
+            &beta,
+            &format!("  disk = \"{failing}\"\n  meta-disk = \"{beta_path}.md\""),
+        )
     };
     let specs = [ALPHA, BETA];
     let mut setup = Setup::new("C", &specs);

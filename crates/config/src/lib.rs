@@ -55,6 +55,8 @@
 //! |---|---|
 //! | `number` | the `[[volume]]` it configures |
 //! | `disk` | absolute path of the backing file or block device, or `"none"` for a diskless client; a node may not use one disk for two volumes |
+//! | `meta-disk` | where the volume's metadata lives: `"internal"` (default: at the end of the backing file or device, which must hold the volume plus the metadata), `"/path"` (a file or device of its own) or `"pmem:/path"` (a file on persistent memory, memory-mapped); not with `disk = "none"`; absolute paths, not used twice on a node |
+//! | `al-extents` | activity-log extents of 4 MiB: `7..=65534`, default 1237 (≈ 4.8 GiB of recently written area resynced after a crash of this node); not with `disk = "none"` |
 //! | `nbd` | NBD endpoints this node serves the volume on: `"unix:<absolute path>"` or `"tcp:<ip>:<port>"`; may be empty or absent; an endpoint is used at most once per node |
 //!
 //! Every volume needs at least one node with a disk.
@@ -231,6 +233,10 @@ pub struct NodeVolume {
     pub number: u16,
     /// Backing file or block device; `None` = diskless client (`disk = "none"`).
     pub disk: Option<PathBuf>,
+    /// Where the volume's metadata lives (only with a disk).
+    pub meta: MetaDisk,
+    /// Activity-log extents (4 MiB each) the metadata holds (`al-extents`).
+    pub al_extents: u32,
     /// NBD endpoints this node serves the volume on.
     pub nbd: Vec<Endpoint>,
 }
@@ -240,6 +246,22 @@ impl NodeVolume {
         self.disk.is_none()
     }
 }
+
+/// Where a volume's metadata lives (`meta-disk`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaDisk {
+    /// At the end of the backing file or device (`"internal"`, the default): the file
+    /// tandem creates is that much larger than the volume; a device must be.
+    Internal,
+    /// A file or device of its own (`"/path"`).
+    External(PathBuf),
+    /// A file on persistent memory, memory-mapped (`"pmem:/path"`): updates are stores
+    /// and cache-line write-backs, no syscall.
+    Pmem(PathBuf),
+}
+
+/// `al-extents` when not set: DRBD's default (about 4.8 GiB of hot area).
+pub const DEFAULT_AL_EXTENTS: u32 = 1237;
 
 /// An NBD listening endpoint: `unix:<absolute path>` or `tcp:<ip>:<port>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

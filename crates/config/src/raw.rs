@@ -60,6 +60,8 @@ pub(crate) struct RawNode {
 pub(crate) struct RawNodeVolume {
     pub number: i64,
     pub disk: String,
+    pub meta_disk: Option<String>,
+    pub al_extents: Option<i64>,
     #[serde(default)]
     pub nbd: Vec<String>,
 }

@@ -394,6 +394,9 @@ fn node_config(
             ));
         };
 
+        let (meta, al_extents) = meta_of(&nv, disk.is_some(), &key, &mut disks, number)
+            .map_err(|(k, m)| cx.err(k, m))?;
+
         let mut nbd = Vec::with_capacity(nv.nbd.len());
         for (k, s) in nv.nbd.iter().enumerate() {
             let ekey = format!("{vkey}.nbd[{k}]");
@@ -407,7 +410,16 @@ fn node_config(
             endpoints.insert(ep.clone(), ekey);
             nbd.push(ep);
         }
-        listed[slot] = Some((j, NodeVolume { number, disk, nbd }));
+        listed[slot] = Some((
+            j,
+            NodeVolume {
+                number,
+                disk,
+                meta,
+                al_extents,
+                nbd,
+            },
+        ));
     }
 
     let mut node_volumes = Vec::with_capacity(volumes.len());
@@ -432,4 +444,71 @@ fn node_config(
         address,
         volumes: node_volumes,
     })
+}
+
+/// A node volume's `meta-disk` and `al-extents`; errors as (key, message).
+fn meta_of(
+    nv: &crate::raw::RawNodeVolume,
+    diskful: bool,
+    key: &str,
+    disks: &mut HashMap<PathBuf, u16>,
+    number: u16,
+) -> Result<(crate::MetaDisk, u32), (String, String)> {
+    use crate::MetaDisk;
+    if !diskful {
+        if nv.meta_disk.is_some() {
+            return Err((
+                format!("{key}.meta-disk"),
+                "a diskless node keeps no metadata (remove meta-disk or set a disk)".into(),
+            ));
+        }
+        if nv.al_extents.is_some() {
+            return Err((
+                format!("{key}.al-extents"),
+                "a diskless node keeps no activity log (remove al-extents or set a disk)".into(),
+            ));
+        }
+        return Ok((MetaDisk::Internal, crate::DEFAULT_AL_EXTENTS));
+    }
+    let meta = match nv.meta_disk.as_deref() {
+        None | Some("internal") => MetaDisk::Internal,
+        Some(m) => {
+            let (pmem, path) = match m.strip_prefix("pmem:") {
+                Some(p) => (true, p),
+                None => (false, m),
+            };
+            if path.is_empty() || !Path::new(path).is_absolute() {
+                return Err((
+                    format!("{key}.meta-disk"),
+                    format!("{m:?} is neither \"internal\" nor an absolute path (\"/path\" or \"pmem:/path\")"),
+                ));
+            }
+            let path = PathBuf::from(path);
+            if let Some(other) = disks.insert(path.clone(), number) {
+                return Err((
+                    format!("{key}.meta-disk"),
+                    format!(
+                        "{:?} is already a disk or meta-disk of volume {other}",
+                        path
+                    ),
+                ));
+            }
+            if pmem {
+                MetaDisk::Pmem(path)
+            } else {
+                MetaDisk::External(path)
+            }
+        }
+    };
+    let al = match nv.al_extents {
+        None => crate::DEFAULT_AL_EXTENTS,
+        Some(n @ 7..=65534) => n as u32,
+        Some(n) => {
+            return Err((
+                format!("{key}.al-extents"),
+                format!("{n} is out of range 7..=65534"),
+            ))
+        }
+    };
+    Ok((meta, al))
 }

@@ -3,8 +3,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tandem_config::{
-    load, load_dir, parse, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume, Protocol,
-    ResourceConfig, VolumeConfig,
+    load, load_dir, parse, ConfigError, Endpoint, MetaDisk, NetConfig, NodeConfig, NodeVolume,
+    Protocol, ResourceConfig, VolumeConfig, DEFAULT_AL_EXTENTS,
 };
 
 const EXAMPLE: &str = include_str!("../example/r0.toml");
@@ -149,11 +149,15 @@ fn example_parses_to_expected_structure() {
                     NodeVolume {
                         number: 0,
                         disk: Some("/var/lib/tandem/r0-0.img".into()),
+                        meta: MetaDisk::Internal,
+                        al_extents: DEFAULT_AL_EXTENTS,
                         nbd: vec![unix("/run/tandem/r0-0.sock"), tcp("127.0.0.1:10809")],
                     },
                     NodeVolume {
                         number: 1,
                         disk: Some("/dev/vg0/r0-1".into()),
+                        meta: MetaDisk::Internal,
+                        al_extents: DEFAULT_AL_EXTENTS,
                         nbd: vec![unix("/run/tandem/r0-1.sock")],
                     },
                 ],
@@ -166,11 +170,15 @@ fn example_parses_to_expected_structure() {
                     NodeVolume {
                         number: 0,
                         disk: Some("/var/lib/tandem/r0-0.img".into()),
+                        meta: MetaDisk::Internal,
+                        al_extents: DEFAULT_AL_EXTENTS,
                         nbd: vec![unix("/run/tandem/r0-0.sock")],
                     },
                     NodeVolume {
                         number: 1,
                         disk: Some("/dev/vg0/r0-1".into()),
+                        meta: MetaDisk::Internal,
+                        al_extents: DEFAULT_AL_EXTENTS,
                         nbd: vec![],
                     },
                 ],
@@ -183,11 +191,15 @@ fn example_parses_to_expected_structure() {
                     NodeVolume {
                         number: 0,
                         disk: None,
+                        meta: MetaDisk::Internal,
+                        al_extents: DEFAULT_AL_EXTENTS,
                         nbd: vec![tcp("0.0.0.0:10809")],
                     },
                     NodeVolume {
                         number: 1,
                         disk: None,
+                        meta: MetaDisk::Internal,
+                        al_extents: DEFAULT_AL_EXTENTS,
                         nbd: vec![tcp("0.0.0.0:10810")],
                     },
                 ],
@@ -917,13 +929,9 @@ fn unknown_key_in_node() {
 fn unknown_key_in_node_volume() {
     let text = edit(
         "# nbd omitted: beta does not serve volume 1",
-        "meta-disk = \"internal\"",
+        "speed = \"fast\"",
     );
-    assert_syntax(
-        &text,
-        line_of(&text, "meta-disk"),
-        "unknown field `meta-disk`",
-    );
+    assert_syntax(&text, line_of(&text, "speed"), "unknown field `speed`");
 }
 
 #[test]
@@ -1048,4 +1056,54 @@ fn load_dir_reports_the_bad_file() {
     let err = load_dir(&dir.path().join("nope")).unwrap_err();
     assert!(matches!(err, ConfigError::ReadDir { .. }), "{err:?}");
     assert!(err.to_string().contains("cannot list directory"), "{err}");
+}
+
+#[test]
+fn meta_disk_and_al_extents() {
+    let text = edit(
+        "disk = \"/var/lib/tandem/r0-0.img\"    # absolute path of a file or block device",
+        "disk = \"/var/lib/tandem/r0-0.img\"\n  meta-disk = \"pmem:/mnt/pmem/r0-0.md\"\n  al-extents = 64",
+    );
+    let cfg = parse_r0(&text).unwrap();
+    let v = &cfg.node("alpha").unwrap().volumes[0];
+    assert_eq!(v.meta, MetaDisk::Pmem("/mnt/pmem/r0-0.md".into()));
+    assert_eq!(v.al_extents, 64);
+    let ext = edit(
+        "disk = \"/var/lib/tandem/r0-0.img\"    # absolute path of a file or block device",
+        "disk = \"/var/lib/tandem/r0-0.img\"\n  meta-disk = \"/var/lib/tandem/r0-0.md\"",
+    );
+    let v = parse_r0(&ext).unwrap().node("alpha").unwrap().volumes[0].clone();
+    assert_eq!(v.meta, MetaDisk::External("/var/lib/tandem/r0-0.md".into()));
+    let bad = |line: &str, key: &str, fragment: &str| {
+        let text = edit(
+            "disk = \"/var/lib/tandem/r0-0.img\"    # absolute path of a file or block device",
+            &format!("disk = \"/var/lib/tandem/r0-0.img\"\n  {line}"),
+        );
+        assert_invalid(&text, key, fragment);
+    };
+    bad(
+        "meta-disk = \"md.img\"",
+        "node[0] (alpha).volume[0].meta-disk",
+        "absolute path",
+    );
+    bad(
+        "meta-disk = \"pmem:\"",
+        "node[0] (alpha).volume[0].meta-disk",
+        "absolute path",
+    );
+    bad(
+        "meta-disk = \"/var/lib/tandem/r0-0.img\"",
+        "node[0] (alpha).volume[0].meta-disk",
+        "already a disk",
+    );
+    bad(
+        "al-extents = 6",
+        "node[0] (alpha).volume[0].al-extents",
+        "7..=65534",
+    );
+    bad(
+        "al-extents = 70000",
+        "node[0] (alpha).volume[0].al-extents",
+        "7..=65534",
+    );
 }

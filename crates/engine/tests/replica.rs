@@ -612,14 +612,20 @@ fn connect(a: (u8, &mut Resource), b: (u8, &mut Resource)) {
 }
 
 /// `peer` connects to `n`: its replica is `disk`, and it has nothing to list.
+/// An Outdated one restarted without metadata (unproven).
 fn meets(n: &mut Resource, peer: u8, disk: DiskState, out: &mut Vec<RAction>) {
     n.peer_up(peer, out);
+    let flags = if disk == DiskState::Outdated {
+        tandem_wire::packet::volume_flags::UNPROVEN
+    } else {
+        0
+    };
     for p in [
         Packet::Volume {
             volume: 0,
             size: 1 << 20,
             disk,
-            flags: 0,
+            flags,
         },
         Packet::OutOfSync {
             volume: 0,
@@ -1938,4 +1944,126 @@ fn a_new_cluster_met_again_over_a_second_connection_lists_nothing() {
         })
         .sum();
     assert_eq!(listed, 0, "{out:?}");
+}
+
+/// Issue 14: a node stopped cleanly and started again from what its metadata kept
+/// (`persisted` at the stop, `ReplicaAtStart::Consistent` + `restore_peer` at the start).
+fn restarted(n: &Resource, me: u8) -> Resource {
+    let kept = n.persisted(0).expect("quiet at the stop");
+    let mut again = started(me, ReplicaAtStart::after_clean_stop(kept.consistent));
+    for p in &kept.peers {
+        again
+            .restore_peer(0, p.node, p.out_of_sync.words(), p.wrote_apart)
+            .unwrap();
+    }
+    again
+}
+
+fn synced_bytes(out: &[RAction]) -> Option<u64> {
+    out.iter().find_map(|a| match a {
+        RAction::Event(Event::DiskChanged {
+            why: tandem_engine::replica::DiskChange::Synced { bytes, .. },
+            ..
+        }) => Some(*bytes),
+        _ => None,
+    })
+}
+
+/// A Secondary stopped cleanly while the Primary wrote two blocks comes back listed only
+/// those two blocks (not everything, as a replica without metadata is) and is UpToDate
+/// after pulling them.
+#[test]
+fn a_secondary_back_from_a_clean_restart_pulls_only_what_it_missed() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    beta.peer_down(0, &mut out);
+    alpha.peer_down(1, &mut out);
+    let mut beta = restarted(&beta, 1);
+    assert_eq!(beta.disk(0), DiskState::Outdated);
+    write_alone(&mut alpha, 0);
+    write_alone(&mut alpha, 65536);
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    assert_eq!(beta.disk(0), DiskState::UpToDate, "{b:?}");
+    assert_eq!(synced_bytes(&b), Some(8192), "only the two blocks: {b:?}");
+    assert_eq!(alpha.status().peers[0].volumes[0].out_of_sync_bytes, 0);
+}
+
+/// The Primary stopped cleanly first, having written while the Secondary was away: its
+/// metadata kept what the Secondary lacks. Both start again; neither is up to date on its
+/// own, but once both have met and listed, the Primary's side lacks nothing and is
+/// proven, and the Secondary pulls the one block (no `--force`, no full resync).
+#[test]
+fn a_whole_cluster_back_from_clean_restarts_needs_no_force() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    beta.peer_down(0, &mut out);
+    alpha.peer_down(1, &mut out);
+    write_alone(&mut alpha, 4096);
+    let mut alpha = restarted(&alpha, 0);
+    let mut beta = restarted(&beta, 1);
+    assert_eq!(alpha.disk(0), DiskState::Outdated, "not proven alone");
+    assert_eq!(
+        alpha.promote(false, &mut out).unwrap_err(),
+        PromoteError::NoUpToDate(0)
+    );
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    let (a, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    assert_eq!(alpha.disk(0), DiskState::UpToDate, "{a:?}");
+    assert_eq!(beta.disk(0), DiskState::UpToDate, "{b:?}");
+    assert_eq!(synced_bytes(&a), None, "alpha lacked nothing");
+    assert_eq!(synced_bytes(&b), Some(4096), "{b:?}");
+}
+
+/// A node that crashed (no clean stop: unproven) forgot what it knew of the others: a
+/// replica back from a clean restart does not take it for proof, and both wait for an
+/// up-to-date replica (or the administrator) rather than guess.
+#[test]
+fn a_crashed_peer_is_no_proof() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    beta.peer_down(0, &mut out);
+    let mut beta = restarted(&beta, 1);
+    let mut alpha = started(0, ReplicaAtStart::Existing);
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    assert_eq!(alpha.disk(0), DiskState::Outdated);
+    assert_eq!(beta.disk(0), DiskState::Outdated);
+}
+
+#[test]
+fn the_state_is_taken_only_when_quiet_and_restored_only_into_a_consistent_start() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    assert_eq!(
+        alpha.persisted(0).unwrap_err(),
+        tandem_engine::replica::NotQuiet::PeerUp(1)
+    );
+    let mut crashed = started(1, ReplicaAtStart::Existing);
+    assert_eq!(
+        crashed.restore_peer(0, 0, &[0; 4], false).unwrap_err(),
+        tandem_engine::replica::RestoreError::NotConsistent(0)
+    );
+    let mut clean = started(1, ReplicaAtStart::Consistent);
+    assert!(matches!(
+        clean.restore_peer(0, 2, &[0; 4], false).unwrap_err(),
+        tandem_engine::replica::RestoreError::NotAPeer(2, 0)
+    ));
+    assert!(matches!(
+        clean.restore_peer(0, 0, &[0; 1], false).unwrap_err(),
+        tandem_engine::replica::RestoreError::Short { .. }
+    ));
 }

@@ -105,6 +105,8 @@ pub struct Coverage {
     /// Runs with a restart (kill -9 or power loss of a Secondary), and restarts.
     pub restarted: u64,
     pub restarts: u64,
+    /// Restarts that were clean stops (metadata kept).
+    pub clean_stops: u64,
     /// Runs in which a restart lost the node's disk, and such restarts.
     pub lost_disk: u64,
     pub disks_lost: u64,
@@ -138,6 +140,7 @@ impl Coverage {
         self.resyncs += o.resyncs as u64;
         self.restarted += hit(o.restarts);
         self.restarts += o.restarts as u64;
+        self.clean_stops += o.clean_stops as u64;
         self.lost_disk += hit(o.disks_lost);
         self.disks_lost += o.disks_lost as u64;
         self.disk_failures += hit(o.disk_failures);
@@ -169,8 +172,8 @@ impl std::fmt::Display for Coverage {
         )?;
         writeln!(
             f,
-            "  restart            {:>7} runs, {} restarts",
-            self.restarted, self.restarts
+            "  restart            {:>7} runs, {} restarts ({} clean stops)",
+            self.restarted, self.restarts, self.clean_stops
         )?;
         writeln!(
             f,

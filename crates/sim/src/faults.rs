@@ -48,6 +48,7 @@ impl Family {
                 } else {
                     sc.power_loss = true;
                     sc.restarts = true;
+                    sc.clean_stops = false;
                 }
             }
         }
@@ -107,6 +108,12 @@ impl Knobs {
     }
 }
 
+/// One volume's replica as a clean stop left it.
+pub(crate) struct KeptVolume {
+    consistent: bool,
+    peers: Vec<(NodeId, Vec<u64>, bool)>,
+}
+
 impl Sim {
     pub(crate) fn fault(&mut self) {
         if !self.sc.overlapping_faults && !self.healthy() {
@@ -151,7 +158,9 @@ impl Sim {
         // After a disk failed, a replica may be the last of its volume: losing what it
         // holds too would be a second failure at once, which loses data no engine can keep.
         let one_failure = !self.disk_fault;
+        let mut power_lost = false;
         if self.sc.power_loss && one_failure && self.fault_rng.chance(0.7) {
+            power_lost = true;
             let (reverted, blocks) = self.nodes[node as usize]
                 .disk
                 .lose_power(&mut self.fault_rng);
@@ -171,6 +180,8 @@ impl Sim {
             && !self.sc.overlapping_faults
             && self.rng.chance(0.5)
             && one_failure;
+        let clean = self.sc.clean_stops && !power_lost && !lost && self.clean_rng.chance(0.5);
+        let kept = clean.then(|| self.stop_cleanly(node));
         // A new engine has detached nothing yet.
         self.detached[node as usize].fill(false);
         let n = &mut self.nodes[node as usize];
@@ -187,11 +198,61 @@ impl Sim {
             ReplicaAtStart::Existing
         };
         n.engine = Resource::new(spec(&self.sc, node), disks(&self.sc, node as usize, found));
+        if let Some(kept) = kept {
+            self.start_from_metadata(node, kept);
+        }
         if lost {
             self.disks_lost += 1;
             self.note(format!("node {node} lost its disks"));
         }
         self.at(30_000, Ev::Restart { node });
+    }
+
+    /// The node's links are down: what its engine keeps per volume across a clean stop
+    /// (the metadata the daemon writes): consistent or not, and per peer the blocks it
+    /// lacks and whether we wrote them as Primary apart from it.
+    fn stop_cleanly(&mut self, node: NodeId) -> Vec<Option<KeptVolume>> {
+        self.clean_stops += 1;
+        self.note(format!("node {node} stops cleanly"));
+        let engine = &self.nodes[node as usize].engine;
+        (0..self.sc.sizes.len() as u16)
+            .map(|v| {
+                if !self.sc.replica(node as usize, v as usize) {
+                    return None;
+                }
+                let kept = engine
+                    .persisted(v)
+                    .unwrap_or_else(|e| panic!("seed {}: a clean stop: {e}", self.sc.seed));
+                Some(KeptVolume {
+                    consistent: kept.consistent,
+                    peers: kept
+                        .peers
+                        .iter()
+                        .map(|p| (p.node, p.out_of_sync.words().to_vec(), p.wrote_apart))
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// A new engine from what a clean stop kept.
+    fn start_from_metadata(&mut self, node: NodeId, kept: Vec<Option<KeptVolume>>) {
+        let found = kept
+            .iter()
+            .map(|k| match k {
+                None => ReplicaAtStart::None,
+                Some(k) => ReplicaAtStart::after_clean_stop(k.consistent),
+            })
+            .collect();
+        let n = &mut self.nodes[node as usize];
+        n.engine = Resource::new(spec(&self.sc, node), found);
+        for (v, k) in kept.iter().enumerate() {
+            for (peer, words, apart) in k.iter().filter(|k| k.consistent).flat_map(|k| &k.peers) {
+                n.engine
+                    .restore_peer(v as u16, *peer, words, *apart)
+                    .expect("restored into a consistent start");
+            }
+        }
     }
 
     /// A node that lost power lacks what it wrote and had not fdatasync'ed, acknowledged

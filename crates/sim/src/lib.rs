@@ -88,6 +88,12 @@ pub struct Scenario {
     pub one_off_eio: bool,
     /// Restarts may be power losses (see [`Family::PowerLoss`]).
     pub power_loss: bool,
+    /// Half the restarts that are no power loss and keep the disk are clean stops: the
+    /// node drops its links, its engine hands over what it keeps (`Resource::persisted`,
+    /// as the daemon writes it to the metadata) and the new engine starts from it
+    /// (`ReplicaAtStart::Consistent`, `restore_peer`), as `tandem node` does after
+    /// SIGTERM. Drawn from a stream of its own; not in the power-loss family.
+    pub clean_stops: bool,
     /// Also check what the engine does not do yet (a gap the power-loss family found; see
     /// `docs/ARCHITECTURE.md`): the Primary marks a node that lost power out of sync for
     /// every write it had not fdatasync'ed, acknowledged or not. Off in the test command
@@ -128,6 +134,7 @@ impl Scenario {
             disk_errors: false,
             one_off_eio: false,
             power_loss: false,
+            clean_stops: false,
             pending_checks: false,
             knobs: Knobs::default(),
         };
@@ -151,6 +158,7 @@ impl Scenario {
         // Drawn last, so older seeds keep their schedules.
         sc.fresh_start = r.chance(0.2);
         sc.lose_disks = sc.restarts && r.chance(0.5);
+        sc.clean_stops = sc.restarts && Rng::new(seed ^ 0xc1ea_5709).chance(0.5);
         sc
     }
 
@@ -173,6 +181,8 @@ pub struct Outcome {
     /// Restarts that lost the node's disks (see [`Scenario::lose_disks`]).
     pub disks_lost: usize,
     pub restarts: usize,
+    /// Restarts that were clean stops (see [`Scenario::clean_stops`]).
+    pub clean_stops: usize,
     /// Nodes whose disk failed (see [`Scenario::disk_errors`]), and whether one was the
     /// Primary's; of those, failures of one operation only (see [`Scenario::one_off_eio`]).
     pub disk_failures: usize,
@@ -304,6 +314,9 @@ pub struct Sim {
     replicas_detached: usize,
     one_off_eios: usize,
     restarts: usize,
+    clean_stops: usize,
+    /// Decides which restarts are clean stops (see [`Scenario::clean_stops`]).
+    clean_rng: Rng,
     /// Disk operations completed inline (see [`Knobs::inline_disk_pct`]).
     inline_ops: usize,
     /// fdatasyncs the nodes' sync plans started, and flushes they answered without one.
@@ -424,6 +437,8 @@ impl Sim {
             replicas_detached: 0,
             one_off_eios: 0,
             restarts: 0,
+            clean_stops: 0,
+            clean_rng: Rng::new(sc_seed ^ 0xc1ea_c1ea),
             inline_ops: 0,
             planned_syncs: 0,
             flushes_without_sync: 0,
@@ -1214,6 +1229,7 @@ impl Sim {
             resyncs: self.resyncs,
             disks_lost: self.disks_lost,
             restarts: self.restarts,
+            clean_stops: self.clean_stops,
             disk_failures: (0..self.nodes.len())
                 .filter(|&i| self.node_failed(i))
                 .count(),

@@ -271,6 +271,7 @@ fn every_protocol_and_shape_without_faults() {
                 disk_errors: false,
                 one_off_eio: false,
                 power_loss: false,
+                clean_stops: false,
                 pending_checks: false,
                 knobs: Knobs::default(),
             };
@@ -306,6 +307,7 @@ fn several_volumes_of_different_sizes_without_faults() {
                 disk_errors: false,
                 one_off_eio: false,
                 power_loss: false,
+                clean_stops: false,
                 pending_checks: false,
                 knobs: Knobs::default(),
             };
@@ -354,6 +356,7 @@ fn a_flush_is_answered_only_by_replicas_of_its_volume() {
             disk_errors: false,
             one_off_eio: false,
             power_loss: false,
+            clean_stops: false,
             pending_checks: false,
             knobs: Knobs::default(),
         };
@@ -400,6 +403,7 @@ fn a_resync_interrupted_by_a_flapping_link_pulls_what_was_listed_again() {
             disk_errors: false,
             one_off_eio: false,
             power_loss: false,
+            clean_stops: false,
             pending_checks: false,
             knobs: Knobs::default(),
         };

@@ -243,6 +243,27 @@ impl Backing {
         self.file.sync_data()
     }
 
+    /// Makes a regular file `size` bytes long (sparse), e.g. to give a file made before
+    /// metadata existed room for it at its end. Refused for block devices and for
+    /// shrinking: data is never cut off.
+    pub fn grow_to(&mut self, size: u64) -> io::Result<()> {
+        if self.kind != BackingKind::File {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a block device cannot grow",
+            ));
+        }
+        if size < self.size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("would shrink {} bytes to {size}", self.size),
+            ));
+        }
+        self.file.set_len(size)?;
+        self.size = size;
+        Ok(())
+    }
+
     /// Discards a range. TRIM is advisory, so a store that cannot punch holes ignores it.
     pub fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         match self.fallocate(

@@ -82,8 +82,37 @@ impl NodeReactor {
                         b.sync_data().context("final flush")?;
                     }
                 }
+                self.write_metadata_at_stop();
                 info!("all requests finished and flushed; exiting");
                 return Ok(());
+            }
+        }
+    }
+
+    /// A clean stop: every peer is let go (the engine marks what they did not confirm),
+    /// and each replica's metadata takes what the engine keeps and says "stopped
+    /// cleanly". A replica whose state cannot be taken stays marked as crashed (the next
+    /// start resyncs it in full): never a clean mark over doubtful state.
+    fn write_metadata_at_stop(&mut self) {
+        for r in &mut self.res {
+            let mut out = Vec::new();
+            for p in &r.peers {
+                r.engine.peer_down(p.id, &mut out);
+            }
+            for (v, m) in r.metas.iter_mut().enumerate() {
+                let Some(m) = m else { continue };
+                let done = r
+                    .engine
+                    .persisted(v as u16)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|kept| m.stop_cleanly(&kept));
+                match done {
+                    Ok(()) => {
+                        info!(resource = %r.cfg.name, volume = v, "metadata of {}: stopped cleanly", m.describe())
+                    }
+                    Err(e) => warn!(resource = %r.cfg.name, volume = v,
+                        "metadata of {}: not marked clean ({e:#}); the next start resyncs this replica in full", m.describe()),
+                }
             }
         }
     }

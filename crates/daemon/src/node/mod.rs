@@ -11,6 +11,7 @@ mod control;
 mod control_conn;
 mod event_loop;
 mod links;
+mod metadata;
 mod peer;
 mod peers;
 mod setup;

@@ -3,6 +3,7 @@
 //! and the control socket.
 
 use super::links::Link;
+use super::metadata;
 use super::state::*;
 use super::NodeOptions;
 use crate::bufpool::BufPool;
@@ -20,8 +21,7 @@ use tandem_config::{Endpoint, NodeConfig, ResourceConfig};
 use tandem_engine::replica::{NodeId, Protocol, ReplicaAtStart, Resource, ResourceSpec};
 use tandem_engine::sync_plan::{FlushPattern, SyncPlan};
 use tandem_frontend::nbd::{BlockSizes, ExportInfo};
-use tandem_storage::{Backing, OpenOptions};
-use tracing::{info, warn};
+use tracing::info;
 
 pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
     ResourceSpec {
@@ -136,19 +136,25 @@ impl NodeReactor {
         let r = self.res.len();
         let my = cfg.node(node).expect("filtered on this node").clone();
         let mut backings = Vec::new();
+        let mut metas = Vec::new();
         let mut disks = Vec::new();
+        let mut restore = Vec::new();
         let mut exports = Vec::new();
         for (v, vc) in cfg.volumes.iter().enumerate() {
             let nv = &my.volumes[v];
             match &nv.disk {
                 None => {
                     backings.push(None);
+                    metas.push(None);
                     disks.push(ReplicaAtStart::None);
                 }
                 Some(path) => {
-                    let (b, found) = open_backing(&cfg, vc, path)?;
-                    disks.push(found);
-                    backings.push(Some(b));
+                    let o =
+                        metadata::open_replica(&cfg, v, my.node_id, path, &nv.meta, nv.al_extents)?;
+                    disks.push(o.found);
+                    backings.push(Some(o.backing));
+                    metas.push(Some(o.meta));
+                    restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
                 }
             }
             exports.push(ExportInfo {
@@ -164,7 +170,24 @@ impl NodeReactor {
         }
         self.listen_peers(&cfg, &my, r)?;
         let peers = peer_slots(&cfg, my.node_id);
-        let engine = Resource::new(spec_of(&cfg, my.node_id), disks);
+        let mut engine = Resource::new(spec_of(&cfg, my.node_id), disks);
+        for (v, (peer, words, apart)) in restore {
+            engine
+                .restore_peer(v, peer, &words, apart)
+                .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
+        }
+        for (v, m) in metas.iter_mut().enumerate() {
+            if let Some(m) = m {
+                let peers: Vec<NodeId> = cfg
+                    .nodes
+                    .iter()
+                    .filter(|n| n.node_id != my.node_id && !n.volumes[v].is_diskless())
+                    .map(|n| n.node_id)
+                    .collect();
+                m.mark_running(&peers)
+                    .with_context(|| format!("resource {} volume {v}", cfg.name))?;
+            }
+        }
         let states: Vec<_> = (0..cfg.volumes.len())
             .map(|v| engine.disk(v as u16))
             .collect();
@@ -176,6 +199,7 @@ impl NodeReactor {
             engine,
             data: Default::default(),
             backings,
+            metas,
             exports,
             peers,
             demote_pending: false,
@@ -276,30 +300,4 @@ fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
             last_error: None,
         })
         .collect()
-}
-
-/// Opens (or creates) a volume's backing file and says what was found there; the engine
-/// decides what each may be trusted with ([`ReplicaAtStart`]).
-fn open_backing(
-    cfg: &ResourceConfig,
-    vc: &tandem_config::VolumeConfig,
-    path: &std::path::Path,
-) -> Result<(Arc<Backing>, ReplicaAtStart)> {
-    let existed = path.exists();
-    let b = Backing::open(&OpenOptions {
-        path: path.to_path_buf(),
-        size: Some(vc.size),
-        direct: false,
-        read_only: false,
-    })
-    .with_context(|| format!("resource {} volume {}", cfg.name, vc.number))?;
-    let found = if existed {
-        ReplicaAtStart::Existing
-    } else {
-        warn!(resource = %cfg.name, volume = vc.number,
-            "backing file {} did not exist: created it empty. It holds no data, so it starts Inconsistent and is synced in full from an up-to-date peer before it serves reads, unless every node's replica of this volume is new (a new cluster)",
-            path.display());
-        ReplicaAtStart::Created
-    };
-    Ok((Arc::new(b), found))
 }

@@ -65,6 +65,8 @@ pub(super) struct ResCtx {
     /// Payloads the engine kept and finished reads it names (the driver core's store).
     pub(super) data: DataStore<DataBuf>,
     pub(super) backings: Vec<Option<Arc<Backing>>>,
+    /// Each replica's metadata (`None` where the node keeps no replica).
+    pub(super) metas: Vec<Option<super::metadata::VolumeMeta>>,
     pub(super) exports: Vec<ExportInfo>,
     pub(super) peers: Vec<PeerSlot>,
     /// `tandem secondary --force` with requests in flight: the clients are fenced, and the

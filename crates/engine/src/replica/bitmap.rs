@@ -32,6 +32,30 @@ impl Bitmap {
         self.block
     }
 
+    /// The words as kept on disk (`tandem-meta`): bit `j` of word `w` is block `64w + j`.
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// Loads words read back from disk. Bits past the last block are ignored (a slot on
+    /// disk is rounded up to whole pages); a length that does not cover every block is the
+    /// caller's bug.
+    pub fn load_words(&mut self, words: &[u64]) {
+        assert!(
+            words.len() >= self.words.len(),
+            "{} words for {} blocks",
+            words.len(),
+            self.blocks
+        );
+        let n = self.words.len();
+        self.words.copy_from_slice(&words[..n]);
+        let tail = self.blocks % 64;
+        if tail != 0 {
+            *self.words.last_mut().expect("tail implies a word") &= (1u64 << tail) - 1;
+        }
+        self.set = self.words.iter().map(|w| u64::from(w.count_ones())).sum();
+    }
+
     /// It covers a volume of `size` bytes, and its count of set blocks is the true one.
     pub fn check(&self, size: u64) -> Result<(), String> {
         if self.blocks != size.div_ceil(self.block) {

@@ -68,6 +68,10 @@ pub enum DiskChange {
     Behind { peer: NodeId },
     /// Every replica was created empty at its node's start and all have met.
     NewCluster,
+    /// Back from a clean restart, proven current: `by` an up-to-date peer whose list
+    /// named nothing we lack, or (`None`) every diskful node has met and listed to us and
+    /// none restarted without proof.
+    Proven { by: Option<NodeId> },
     /// A resync finished, after pulling `bytes` from `source`.
     Synced {
         source: Option<NodeId>,
@@ -196,6 +200,14 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::NewCluster => write!(
                 f,
                 "every replica was created empty at its node's start (a new cluster): UpToDate without a sync"
+            ),
+            DiskChange::Proven { by: Some(peer) } => write!(
+                f,
+                "back from a clean restart; node {peer} (up to date) lists nothing we lack: UpToDate"
+            ),
+            DiskChange::Proven { by: None } => write!(
+                f,
+                "back from a clean restart; every node keeping a replica has met and listed what we lack (nothing): UpToDate"
             ),
             DiskChange::Synced {
                 source, bytes, ..

@@ -45,6 +45,9 @@ impl LocalVol {
                 (DiskState::Inconsistent, true, Some(rs))
             }
             ReplicaAtStart::Existing => (DiskState::Outdated, false, None),
+            // The only replica there is: nothing anywhere can be newer.
+            ReplicaAtStart::Consistent if alone => (DiskState::UpToDate, false, None),
+            ReplicaAtStart::Consistent => (DiskState::Outdated, false, None),
             ReplicaAtStart::UpToDate => (DiskState::UpToDate, false, None),
         };
         LocalVol {

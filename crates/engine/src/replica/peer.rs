@@ -65,10 +65,15 @@ impl PeerVol {
     }
 
     /// Its replica must be listed in full: it restarted without proof of being current
-    /// (Outdated), or it was created empty at its start.
+    /// (unproven: a crash, or no metadata), or it was created empty at its start. A replica
+    /// back from a clean restart (Outdated, not unproven) kept what it knew: it is listed
+    /// only what it missed.
     pub(super) fn needs_everything(&self) -> bool {
-        self.disk == Some(DiskState::Outdated)
-            || ((self.created || self.unproven) && self.disk == Some(DiskState::Inconsistent))
+        let behind = matches!(
+            self.disk,
+            Some(DiskState::Outdated | DiskState::Inconsistent)
+        );
+        (self.unproven && behind) || (self.created && self.disk == Some(DiskState::Inconsistent))
     }
 }
 

@@ -35,8 +35,8 @@ const EIO: u32 = tandem_wire::Errno::Io.code();
 /// The replicated engine of one resource on one node.
 #[derive(Debug)]
 pub struct Resource {
-    rep: Replicas,
-    app: Requests,
+    pub(super) rep: Replicas,
+    pub(super) app: Requests,
     auto: AutoRole,
 }
 

@@ -45,6 +45,14 @@ pub enum ReplicaAtStart {
     /// The backing store existed: without persistent metadata its currency is unknown, so
     /// it is Outdated and resynced from an up-to-date peer.
     Existing,
-    /// Known to be current (tests; later, persistent metadata that proves it).
+    /// Its metadata says it was shut down cleanly while consistent (UpToDate, or waiting
+    /// for proof after an earlier clean restart), and what it knew of its peers was
+    /// restored ([`Resource::restore_peer`](super::Resource::restore_peer)): it is as if
+    /// every link had been cut meanwhile. Outdated until proven current: an up-to-date
+    /// (and itself proven) peer's list has ended and it pulled what that list named, or
+    /// every diskful node has met and listed to it and none restarted without proof.
+    /// Peers list it only what they know it missed, not everything.
+    Consistent,
+    /// Known to be current (tests).
     UpToDate,
 }

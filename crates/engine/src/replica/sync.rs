@@ -86,6 +86,7 @@ impl Replicas {
             self.pump_resync(b, v as u16, out);
         }
         self.check_fresh_cluster(v, out);
+        self.check_proven(v, out);
         Ok(())
     }
 
@@ -157,7 +158,56 @@ impl Replicas {
             rs.lists_open.retain(|&n| n != peer);
         }
         self.pump_resync(b, volume, out);
+        self.check_proven(v, out);
         Ok(())
+    }
+
+    /// A replica back from a clean restart (Outdated, not unproven) that lacks nothing
+    /// any connected peer knows of becomes UpToDate once that knowledge is complete: an
+    /// up-to-date peer (itself proven: one that restarted without proof may have forgotten
+    /// writes we missed) has listed to us, or every node keeping a replica has met and
+    /// listed to us and each kept what it knew (none unproven or created empty). Anything
+    /// listed makes it a sync target instead, and the resync's end makes it UpToDate.
+    pub(super) fn check_proven(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let vol = &self.vols[v];
+        let waiting = vol.diskful
+            && vol.disk == DiskState::Outdated
+            && !vol.unproven
+            && !vol.created
+            && vol.resync.is_none();
+        if !waiting || !self.peers.all_listed(v) {
+            return;
+        }
+        let by_peer = self
+            .peers
+            .up()
+            .find(|p| {
+                let pv = &p.vols[v];
+                pv.diskful && pv.listed && pv.disk == Some(DiskState::UpToDate) && !pv.unproven
+            })
+            .map(|p| p.id);
+        let all_met = || {
+            self.peers.iter().all(|p| {
+                let pv = &p.vols[v];
+                !pv.diskful
+                    || (p.up && pv.listed && pv.disk.is_some() && !pv.unproven && !pv.created)
+            })
+        };
+        if by_peer.is_none() && !all_met() {
+            return;
+        }
+        for p in self.peers.iter_mut() {
+            if p.vols[v].repl == Repl::SyncTarget {
+                p.vols[v].repl = Repl::Established;
+            }
+        }
+        self.set_disk(
+            v,
+            DiskState::UpToDate,
+            DiskChange::Proven { by: by_peer },
+            out,
+        );
+        self.offer_to_outdated(v, out);
     }
 
     /// The peer says we lack this range (in its list, or live: a write we missed).

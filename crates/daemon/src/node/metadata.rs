@@ -1,0 +1,361 @@
+//! Each replica's metadata (`tandem-meta`): found, created or refused when the node starts,
+//! marked running (not clean) before any I/O, and written back from what the engine keeps
+//! (`Resource::persisted`) when the node stops cleanly. What the engine may trust at start
+//! follows from it: a clean stop while consistent starts `Consistent` with the peers'
+//! bitmaps restored; anything else (a crash, a file made before metadata) starts unproven.
+
+use anyhow::{bail, Context, Result};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
+use tandem_engine::replica::{NodeId, Persisted, ReplicaAtStart};
+use tandem_meta::{
+    CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax, PeerFlags,
+    PeerSlot, Placement, PmemTarget, SbFlags,
+};
+use tandem_storage::{Backing, OpenOptions};
+use tracing::{info, warn};
+
+/// Internal metadata lives in the backing store itself.
+#[derive(Debug)]
+pub(super) struct BackingTarget(pub(super) Arc<Backing>);
+
+impl MetaTarget for BackingTarget {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.0.read_at(buf, off)
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.0.write_at(buf, off)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.size())
+    }
+    fn describe(&self) -> String {
+        format!("{} (internal metadata)", self.0.path().display())
+    }
+}
+
+/// Where one replica's metadata is.
+#[derive(Debug)]
+pub(super) enum Target {
+    Internal(BackingTarget),
+    File(FileTarget),
+    Pmem(PmemTarget),
+}
+
+impl MetaTarget for Target {
+    fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        match self {
+            Target::Internal(t) => t.read_at(buf, off),
+            Target::File(t) => t.read_at(buf, off),
+            Target::Pmem(t) => t.read_at(buf, off),
+        }
+    }
+    fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        match self {
+            Target::Internal(t) => t.write_at(buf, off),
+            Target::File(t) => t.write_at(buf, off),
+            Target::Pmem(t) => t.write_at(buf, off),
+        }
+    }
+    fn sync(&self) -> io::Result<()> {
+        match self {
+            Target::Internal(t) => t.sync(),
+            Target::File(t) => t.sync(),
+            Target::Pmem(t) => t.sync(),
+        }
+    }
+    fn size(&self) -> io::Result<u64> {
+        match self {
+            Target::Internal(t) => t.size(),
+            Target::File(t) => t.size(),
+            Target::Pmem(t) => t.size(),
+        }
+    }
+    fn describe(&self) -> String {
+        match self {
+            Target::Internal(t) => t.describe(),
+            Target::File(t) => t.describe(),
+            Target::Pmem(t) => t.describe(),
+        }
+    }
+}
+
+/// One replica's metadata while the node runs.
+#[derive(Debug)]
+pub(super) struct VolumeMeta {
+    store: MetaStore<Target>,
+}
+
+/// A replica opened at start: its backing store, what the engine is told, the peers'
+/// bitmaps to restore (node, words, wrote apart), and its metadata.
+pub(super) struct Opened {
+    pub(super) backing: Arc<Backing>,
+    pub(super) found: ReplicaAtStart,
+    pub(super) restore: Vec<(NodeId, Vec<u64>, bool)>,
+    pub(super) meta: VolumeMeta,
+}
+
+/// The other nodes keeping a replica of volume `v`: one bitmap slot each.
+fn diskful_peers(cfg: &ResourceConfig, v: usize, me: NodeId) -> Vec<NodeId> {
+    cfg.nodes
+        .iter()
+        .filter(|n| n.node_id != me && !n.volumes[v].is_diskless())
+        .map(|n| n.node_id)
+        .collect()
+}
+
+fn geometry(cfg: &ResourceConfig, v: usize, me: NodeId, al_extents: u32) -> Geometry {
+    let peers = diskful_peers(cfg, v, me).len().max(1) as u8;
+    Geometry::with_al_extents(peers, al_extents)
+}
+
+/// A random identity for a new replica.
+fn device_uuid() -> Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).context("no randomness for a replica's identity")?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Opens (or creates) volume `v`'s backing store and its metadata, and says what the engine
+/// may trust. Corrupted metadata is refused with the file and the way out; nothing is
+/// reinitialised behind the operator's back.
+pub(super) fn open_replica(
+    cfg: &ResourceConfig,
+    v: usize,
+    me: NodeId,
+    disk: &Path,
+    meta_disk: &MetaDisk,
+    al_extents: u32,
+) -> Result<Opened> {
+    let vc = &cfg.volumes[v];
+    let what = || format!("resource {} volume {}", cfg.name, vc.number);
+    let g = geometry(cfg, v, me, al_extents);
+    let existed = disk.exists();
+    let (backing, target, md_existed) = match meta_disk {
+        MetaDisk::Internal => {
+            let layout = Layout::new(Placement::Internal, g, vc.size)
+                .with_context(|| format!("{}: internal metadata", what()))?;
+            let (backing, had_room) =
+                open_internal(vc, disk, layout.md_end()).with_context(what)?;
+            (
+                Arc::clone(&backing),
+                Target::Internal(BackingTarget(backing)),
+                had_room,
+            )
+        }
+        MetaDisk::External(path) | MetaDisk::Pmem(path) => {
+            let backing = Arc::new(open_backing(disk, Some(vc.size)).with_context(what)?);
+            let md_existed = path.exists();
+            if !md_existed {
+                let size = Layout::required_external_size(vc.size, g)?;
+                FileTarget::create(path, size).with_context(|| {
+                    format!("{}: creating meta-disk {}", what(), path.display())
+                })?;
+            }
+            let target = match meta_disk {
+                MetaDisk::Pmem(_) => Target::Pmem(
+                    PmemTarget::open(path, NonDax::Emulate)
+                        .with_context(|| format!("{}: mapping {}", what(), path.display()))?,
+                ),
+                _ => Target::File(
+                    FileTarget::open(path)
+                        .with_context(|| format!("{}: opening {}", what(), path.display()))?,
+                ),
+            };
+            (backing, target, md_existed)
+        }
+    };
+    let placement = match meta_disk {
+        MetaDisk::Internal => Placement::Internal,
+        _ => Placement::External,
+    };
+    let peers = diskful_peers(cfg, v, me);
+    if !md_existed {
+        // New metadata: for a new replica (it holds nothing), or for one that holds data
+        // of unknown currency (made before metadata existed): unproven, synced in full.
+        let layout = Layout::new(placement, g, vc.size)?;
+        let mut init = CreateInfo::new(me, peers, device_uuid()?);
+        if existed {
+            init.flags = SbFlags::EMPTY;
+            warn!(resource = %cfg.name, volume = vc.number,
+                "{} has no metadata: created it; the replica's data is of unknown currency and is synced in full from an up-to-date peer",
+                disk.display());
+        }
+        let store = MetaStore::create(target, layout, init)
+            .with_context(|| format!("{}: creating metadata", what()))?;
+        let found = if existed {
+            ReplicaAtStart::Existing
+        } else {
+            warn!(resource = %cfg.name, volume = vc.number,
+                "backing file {} did not exist: created it empty. It holds no data, so it starts Inconsistent and is synced in full from an up-to-date peer before it serves reads, unless every node's replica of this volume is new (a new cluster)",
+                disk.display());
+            ReplicaAtStart::Created
+        };
+        return Ok(Opened {
+            backing,
+            found,
+            restore: Vec::new(),
+            meta: VolumeMeta { store },
+        });
+    }
+    let locate = match placement {
+        Placement::Internal => Locate::Internal { md_offset: vc.size },
+        Placement::External => Locate::External,
+    };
+    let (store, loaded) = MetaStore::open(target, locate).with_context(|| {
+        format!(
+            "{}: the replica's metadata cannot be used; the volume is not attached",
+            what()
+        )
+    })?;
+    if let Some(r) = &loaded.repaired_slot {
+        warn!(resource = %cfg.name, volume = vc.number,
+            "metadata of {}: {r:?}; the other copy is used and this one is rewritten",
+            disk.display());
+    }
+    let sb = &loaded.superblock;
+    if sb.node_id != me {
+        bail!(
+            "{}: the metadata of {} belongs to node id {}, this node is {me}; was the disk moved? `tandem create-md --force` makes it this node's (and resyncs it in full)",
+            what(),
+            disk.display(),
+            sb.node_id
+        );
+    }
+    if sb.layout.data_size() != vc.size {
+        bail!(
+            "{}: the metadata of {} describes a volume of {} bytes, the configuration {} bytes",
+            what(),
+            disk.display(),
+            sb.layout.data_size(),
+            vc.size
+        );
+    }
+    let clean = sb.flags.contains(SbFlags::CLEAN);
+    let found = if clean && sb.flags.contains(SbFlags::CONSISTENT) {
+        ReplicaAtStart::Consistent
+    } else if clean && sb.flags.contains(SbFlags::FULL_SYNC) {
+        // Created, never synced, stopped cleanly: it still holds nothing.
+        ReplicaAtStart::Created
+    } else {
+        ReplicaAtStart::Existing
+    };
+    let mut restore = Vec::new();
+    if found == ReplicaAtStart::Consistent {
+        for &p in &peers {
+            if let Some(slot) = sb.slot_of_peer(p) {
+                let words = store.read_bitmap(slot)?;
+                let apart = sb.peers[slot].flags.contains(PeerFlags::WROTE_APART);
+                restore.push((p, words, apart));
+            }
+        }
+    }
+    info!(resource = %cfg.name, volume = vc.number,
+        "metadata of {}: {}; starts {found:?}",
+        disk.display(),
+        if clean { "stopped cleanly" } else { "did not stop cleanly (crash or kill)" });
+    Ok(Opened {
+        backing,
+        found,
+        restore,
+        meta: VolumeMeta { store },
+    })
+}
+
+/// The backing file with room for internal metadata of `md_end` bytes in all: created so,
+/// grown to it when it is exactly the volume's size (made before metadata existed), a
+/// block device that big; and whether it already had that room (and so metadata).
+fn open_internal(vc: &VolumeConfig, disk: &Path, md_end: u64) -> Result<(Arc<Backing>, bool)> {
+    if !disk.exists() {
+        return Ok((Arc::new(open_backing(disk, Some(md_end))?), false));
+    }
+    let mut b = open_backing(disk, None)?;
+    let size = b.size();
+    if size == vc.size {
+        b.grow_to(md_end).with_context(|| {
+            format!(
+                "{} holds the volume but no room for its metadata",
+                disk.display()
+            )
+        })?;
+        return Ok((Arc::new(b), false));
+    }
+    if size < md_end {
+        bail!(
+            "{} is {size} bytes; the volume ({} bytes) and its internal metadata need {md_end} (or use meta-disk = \"/path\")",
+            disk.display(),
+            vc.size
+        );
+    }
+    Ok((Arc::new(b), true))
+}
+
+fn open_backing(disk: &Path, size: Option<u64>) -> Result<Backing> {
+    Ok(Backing::open(&OpenOptions {
+        path: PathBuf::from(disk),
+        size,
+        direct: false,
+        read_only: false,
+    })?)
+}
+
+impl VolumeMeta {
+    /// Before the first I/O: the metadata no longer says "stopped cleanly", so a crash from
+    /// now on is seen as one. Peers configured since it was made get a free slot.
+    pub(super) fn mark_running(&mut self, peers: &[NodeId]) -> Result<()> {
+        let mut sb = self.store.superblock().clone();
+        sb.flags.remove(SbFlags::CLEAN);
+        for &p in peers {
+            if sb.slot_of_peer(p).is_none() {
+                let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
+                    bail!(
+                        "{}: no bitmap slot left for node {p} (the metadata has {}); `tandem create-md --force` remakes it for the configured nodes (the replica is then resynced in full)",
+                        self.store.target().describe(),
+                        sb.peers.len()
+                    );
+                };
+                sb.peers[free] = PeerSlot::new(p);
+            }
+        }
+        self.store.write_superblock(&sb)?;
+        Ok(())
+    }
+
+    /// At a clean stop (data already flushed): the engine's knowledge written back, then
+    /// the superblock saying so.
+    pub(super) fn stop_cleanly(&mut self, kept: &Persisted<'_>) -> Result<()> {
+        let mut sb = self.store.superblock().clone();
+        let layout = *self.store.layout();
+        let words = layout.bitmap_words();
+        for p in &kept.peers {
+            let Some(slot) = sb.slot_of_peer(p.node) else {
+                continue;
+            };
+            let mut w = p.out_of_sync.words().to_vec();
+            w.resize(words, 0);
+            self.store
+                .write_bitmap_pages(slot, &w, 0, layout.bitmap_pages())?;
+            sb.peers[slot]
+                .flags
+                .set(PeerFlags::WROTE_APART, p.wrote_apart);
+        }
+        self.store.sync()?;
+        sb.flags.set(SbFlags::CONSISTENT, kept.consistent);
+        sb.flags.set(SbFlags::WAS_UP_TO_DATE, kept.up_to_date);
+        sb.flags
+            .set(SbFlags::FULL_SYNC, kept.created && !kept.consistent);
+        sb.flags.remove(SbFlags::PRIMARY);
+        sb.flags.insert(SbFlags::CLEAN);
+        self.store.write_superblock(&sb)?;
+        Ok(())
+    }
+
+    pub(super) fn describe(&self) -> String {
+        self.store.target().describe()
+    }
+}

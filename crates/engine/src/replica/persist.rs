@@ -1,0 +1,157 @@
+//! What a replica keeps across a clean restart: whether it was consistent, and per peer
+//! the blocks that peer lacks from it (and whether it wrote them as Primary apart from it).
+//! The driver writes it to the volume's metadata when the node stops cleanly and hands it
+//! back at the next start ([`ReplicaAtStart::Consistent`] and [`Resource::restore_peer`]).
+//! A crash leaves none of it trusted: the replica starts unproven, as before metadata.
+
+use super::bitmap::Bitmap;
+use super::resource::Resource;
+use super::spec::{NodeId, ReplicaAtStart};
+use tandem_wire::packet::DiskState;
+
+/// One volume's replica as it stops.
+#[derive(Debug)]
+pub struct Persisted<'a> {
+    /// It may start again as [`ReplicaAtStart::Consistent`].
+    pub consistent: bool,
+    /// It was UpToDate (reported in the metadata for operators; the start is Outdated
+    /// all the same unless it is the only replica).
+    pub up_to_date: bool,
+    /// It was created empty and has received nothing: it may start as
+    /// [`ReplicaAtStart::Created`] again (a new cluster whose nodes did not all meet
+    /// before this stop is still new).
+    pub created: bool,
+    pub peers: Vec<PersistedPeer<'a>>,
+}
+
+#[derive(Debug)]
+pub struct PersistedPeer<'a> {
+    pub node: NodeId,
+    /// Blocks the peer may lack from us ([`Bitmap::words`]).
+    pub out_of_sync: &'a Bitmap,
+    /// We wrote some of them as Primary while apart from it (a split brain if it did too).
+    pub wrote_apart: bool,
+}
+
+/// Why the state cannot be taken now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotQuiet {
+    #[error("peer {0} is still connected")]
+    PeerUp(NodeId),
+    #[error("{0} application requests are in flight")]
+    Requests(usize),
+    #[error("the node keeps no replica of volume {0}")]
+    NoReplica(u16),
+}
+
+/// Why a peer's bitmap cannot be restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    #[error("node {0} is not a diskful peer of volume {1}")]
+    NotAPeer(NodeId, u16),
+    #[error("volume {0} did not start Consistent")]
+    NotConsistent(u16),
+    #[error("{got} bitmap words for volume {volume}, at least {want} needed")]
+    Short {
+        volume: u16,
+        got: usize,
+        want: usize,
+    },
+}
+
+impl Resource {
+    /// What volume `volume`'s replica keeps across a clean restart. Only once every peer
+    /// is disconnected and no application request is in flight: the transfer log has then
+    /// marked every write a peer did not confirm.
+    pub fn persisted(&self, volume: u16) -> Result<Persisted<'_>, NotQuiet> {
+        let rep = &self.rep;
+        if let Some(p) = rep.peers.up().next() {
+            return Err(NotQuiet::PeerUp(p.id));
+        }
+        if self.app_in_flight() > 0 {
+            return Err(NotQuiet::Requests(self.app_in_flight()));
+        }
+        let vol = rep
+            .vols
+            .get(volume as usize)
+            .filter(|v| v.diskful)
+            .ok_or(NotQuiet::NoReplica(volume))?;
+        let up_to_date = vol.disk == DiskState::UpToDate;
+        // Outdated after a clean restart and not yet proven: still consistent. Anything
+        // being synced, failed, or never proven after a crash is not.
+        let waiting_proof = vol.disk == DiskState::Outdated && !vol.unproven && !vol.created;
+        let peers = rep
+            .peers
+            .iter()
+            .filter(|p| p.vols[volume as usize].diskful)
+            .map(|p| {
+                let pv = &p.vols[volume as usize];
+                PersistedPeer {
+                    node: p.id,
+                    out_of_sync: &pv.oos,
+                    wrote_apart: pv.wrote_apart(),
+                }
+            })
+            .collect();
+        Ok(Persisted {
+            consistent: up_to_date || waiting_proof,
+            up_to_date,
+            created: vol.created,
+            peers,
+        })
+    }
+
+    /// Before the first event: what a replica that started [`ReplicaAtStart::Consistent`]
+    /// knew of peer `node` when it stopped.
+    pub fn restore_peer(
+        &mut self,
+        volume: u16,
+        node: NodeId,
+        words: &[u64],
+        wrote_apart: bool,
+    ) -> Result<(), RestoreError> {
+        let v = volume as usize;
+        let rep = &mut self.rep;
+        let vol = rep
+            .vols
+            .get(v)
+            .ok_or(RestoreError::NotAPeer(node, volume))?;
+        if !vol.diskful || vol.unproven || vol.created {
+            return Err(RestoreError::NotConsistent(volume));
+        }
+        let size = vol.size;
+        let i = rep
+            .peers
+            .index(node)
+            .filter(|&i| rep.peers[i].vols[v].diskful)
+            .ok_or(RestoreError::NotAPeer(node, volume))?;
+        let pv = &mut rep.peers[i].vols[v];
+        let want = pv.oos.words().len();
+        if words.len() < want {
+            return Err(RestoreError::Short {
+                volume,
+                got: words.len(),
+                want,
+            });
+        }
+        pv.oos.load_words(words);
+        // Which of the blocks we wrote as Primary is not kept: all it missed stands in.
+        pv.apart = (wrote_apart && pv.oos.count() > 0).then(|| {
+            let mut apart = Bitmap::new(size);
+            apart.union_with(&pv.oos);
+            apart
+        });
+        Ok(())
+    }
+}
+
+impl ReplicaAtStart {
+    /// The start a replica's clean stop allows.
+    pub fn after_clean_stop(consistent: bool) -> ReplicaAtStart {
+        if consistent {
+            ReplicaAtStart::Consistent
+        } else {
+            ReplicaAtStart::Existing
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Everything a volume's metadata holds, as a serialisable value (`tandem dump-md` prints
+//! it as JSON) and as a short text for `tandem show-gi`. Generation ids are printed as 16
+//! hex digits.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::bitmap::count_set;
+use crate::error::MetaError;
+use crate::layout::{Region, AL_EXTENT, BITMAP_BLOCK};
+use crate::store::{Loaded, MetaStore};
+use crate::superblock::VERSION;
+use crate::target::MetaTarget;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MetaDump {
+    pub target: String,
+    pub format_version: u32,
+    pub layout: LayoutDump,
+    pub superblock: SuperblockDump,
+    pub peers: Vec<PeerDump>,
+    pub activity_log: AlDump,
+    /// A superblock slot that did not hold the newest copy, and why.
+    pub repaired_slot: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LayoutDump {
+    pub placement: &'static str,
+    pub data_size: u64,
+    pub md_offset: u64,
+    pub md_size: u64,
+    pub max_peers: u8,
+    pub al_extents: u32,
+    pub al_ring_blocks: u32,
+    pub bitmap_block: u64,
+    pub al_extent: u64,
+    pub bitmap_slot_bytes: u64,
+    pub regions: Vec<Region>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SuperblockDump {
+    pub seq: u64,
+    pub flags: Vec<&'static str>,
+    pub node_id: u8,
+    pub device_uuid: String,
+    pub current_gi: String,
+    /// Newest first.
+    pub history: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PeerDump {
+    pub slot: usize,
+    /// `None`: a free slot.
+    pub node_id: Option<u8>,
+    pub bitmap_gi: String,
+    pub flags: Vec<&'static str>,
+    /// Set bits: 4 KiB blocks that may differ on that peer.
+    pub out_of_sync_blocks: u64,
+    pub out_of_sync_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AlDump {
+    pub newest_seq: u64,
+    pub next_seq: u64,
+    pub replayed_transactions: u32,
+    pub hot_extents: Vec<u32>,
+    /// The block after the newest, ignored as a torn write, and why.
+    pub torn_block: Option<String>,
+}
+
+/// A generation id (or uuid) as 16 upper-case hex digits.
+pub fn hex(v: u64) -> String {
+    format!("{v:016X}")
+}
+
+impl MetaDump {
+    /// From what `open` loaded and each slot's count of set bits.
+    pub fn new(target: &str, loaded: &Loaded, set_bits: &[u64]) -> MetaDump {
+        let sb = &loaded.superblock;
+        let l = &sb.layout;
+        let g = l.geometry();
+        assert_eq!(set_bits.len(), sb.peers.len(), "one count per slot");
+        MetaDump {
+            target: target.to_string(),
+            format_version: VERSION,
+            layout: LayoutDump {
+                placement: l.placement().name(),
+                data_size: l.data_size(),
+                md_offset: l.md_offset(),
+                md_size: l.md_size(),
+                max_peers: g.max_peers,
+                al_extents: g.al_extents,
+                al_ring_blocks: g.al_ring_blocks,
+                bitmap_block: BITMAP_BLOCK,
+                al_extent: AL_EXTENT,
+                bitmap_slot_bytes: l.bitmap_slot_bytes(),
+                regions: l.regions(),
+            },
+            superblock: SuperblockDump {
+                seq: sb.seq,
+                flags: sb.flags.names(),
+                node_id: sb.node_id,
+                device_uuid: hex(sb.device_uuid),
+                current_gi: hex(sb.current_gi),
+                history: sb.history.iter().map(|&g| hex(g)).collect(),
+            },
+            peers: sb
+                .peers
+                .iter()
+                .zip(set_bits)
+                .enumerate()
+                .map(|(slot, (p, &bits))| PeerDump {
+                    slot,
+                    node_id: p.node_id,
+                    bitmap_gi: hex(p.bitmap_gi),
+                    flags: p.flags.names(),
+                    out_of_sync_blocks: bits,
+                    out_of_sync_bytes: (bits * BITMAP_BLOCK).min(l.data_size()),
+                })
+                .collect(),
+            activity_log: AlDump {
+                newest_seq: loaded.al.newest_seq,
+                next_seq: loaded.al.next_seq,
+                replayed_transactions: loaded.al.replayed,
+                hot_extents: loaded.al.hot.clone(),
+                torn_block: loaded
+                    .al
+                    .torn_block
+                    .as_ref()
+                    .map(|(b, e)| format!("block {b}: {e}")),
+            },
+            repaired_slot: loaded.repaired_slot.as_ref().map(|r| r.to_string()),
+        }
+    }
+
+    /// The generation ids and flags, for `tandem show-gi`.
+    pub fn show_gi(&self) -> String {
+        let sb = &self.superblock;
+        let mut out = String::new();
+        let _ = writeln!(out, "node {} ({})", sb.node_id, self.target);
+        let _ = writeln!(out, "current   {}", sb.current_gi);
+        for p in self.peers.iter() {
+            let Some(node) = p.node_id else { continue };
+            let _ = writeln!(
+                out,
+                "bitmap    {}  node {node} (slot {}), {} blocks out of sync{}",
+                p.bitmap_gi,
+                p.slot,
+                p.out_of_sync_blocks,
+                if p.flags.contains(&"full-sync") {
+                    ", full sync"
+                } else {
+                    ""
+                }
+            );
+        }
+        let _ = writeln!(out, "history   {}", sb.history.join(" "));
+        let _ = writeln!(out, "flags     {}", sb.flags.join(" "));
+        out
+    }
+}
+
+impl<T: MetaTarget> MetaStore<T> {
+    /// Reads every bitmap slot to count its bits.
+    pub fn dump(&self, loaded: &Loaded) -> Result<MetaDump, MetaError> {
+        let slots = usize::from(self.layout().geometry().max_peers);
+        let counts = (0..slots)
+            .map(|s| self.read_bitmap(s).map(|w| count_set(&w)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MetaDump::new(&self.target().describe(), loaded, &counts))
+    }
+}
