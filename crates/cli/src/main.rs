@@ -78,12 +78,39 @@ enum Cmd {
         #[command(flatten)]
         control: ControlArg,
     },
+    /// Print a replica's metadata as JSON (superblock, generation ids, bitmap slots,
+    /// activity log).
+    DumpMd(ReplicaArg),
+    /// Print a replica's generation ids and flags.
+    ShowGi(ReplicaArg),
+    /// Write new metadata for a replica whose node is not running (`--force` over metadata
+    /// that is there, valid or not: the replica is then resynced in full).
+    CreateMd {
+        #[command(flatten)]
+        replica: ReplicaArg,
+        #[arg(long)]
+        force: bool,
+    },
     /// Disconnect a resource from all its peers.
     Down {
         resource: String,
         #[command(flatten)]
         control: ControlArg,
     },
+}
+
+/// One node's replica of one volume, found through the resource files.
+#[derive(clap::Args)]
+struct ReplicaArg {
+    resource: String,
+    /// The node whose replica it is.
+    #[arg(long)]
+    name: String,
+    #[arg(long, default_value_t = 0)]
+    volume: u16,
+    /// Directory holding one TOML file per resource.
+    #[arg(long, default_value = "/etc/tandem")]
+    config_dir: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -208,6 +235,14 @@ fn main() {
             control,
         } => admin::verb(&control.control, Request::Disconnect { resource, peer }),
         Cmd::Up { resource, control } => admin::verb(&control.control, Request::Up { resource }),
+        Cmd::DumpMd(r) => tandem_daemon::node::dump_md(&r.config_dir, &r.resource, &r.name, r.volume)
+            .map(|d| println!("{}", serde_json::to_string_pretty(&d).expect("a dump serialises"))),
+        Cmd::ShowGi(r) => tandem_daemon::node::dump_md(&r.config_dir, &r.resource, &r.name, r.volume)
+            .map(|d| print!("{}", d.show_gi())),
+        Cmd::CreateMd { replica: r, force } => {
+            tandem_daemon::node::create_md(&r.config_dir, &r.resource, &r.name, r.volume, force)
+                .map(|t| println!("new metadata on {t}; this replica is resynced in full from an up-to-date peer when its node starts (if no other replica can prove it is current, `tandem primary --force` on the one you trust)"))
+        }
         Cmd::Down { resource, control } => {
             admin::verb(&control.control, Request::Down { resource })
         }

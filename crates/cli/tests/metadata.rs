@@ -179,6 +179,48 @@ fn a_corrupted_superblock_is_refused_with_the_way_out() {
     let f = std::fs::File::open(&disk).unwrap();
     f.read_exact_at(&mut b, at).unwrap();
     assert_eq!(b, flipped, "the metadata was rewritten");
+    // The way out it names: inspect, then remake (only with --force), and beta is synced
+    // in full from alpha.
+    let cfg = c.dir.join("beta").join("cfg");
+    let tool = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(tandem_bin());
+        cmd.args(args)
+            .args(["r0", "--name", "beta", "--config-dir"])
+            .arg(&cfg);
+        run(&mut cmd, Duration::from_secs(30))
+    };
+    let dump = tool(&["dump-md"]);
+    assert!(
+        !dump.success() && dump.stderr.contains("checksum"),
+        "{}",
+        dump.describe()
+    );
+    let refused = tool(&["create-md"]);
+    assert!(
+        !refused.success() && refused.stderr.contains("--force"),
+        "{}",
+        refused.describe()
+    );
+    tool(&["create-md", "--force"]).expect_success();
+    let gi = tool(&["show-gi"]);
+    gi.expect_success();
+    assert!(gi.stdout.contains("node 1"), "{}", gi.describe());
+    for n in &mut c.nodes {
+        n.daemon.restart();
+    }
+    for n in &mut c.nodes {
+        n.daemon.wait_ready(READY_TIMEOUT);
+    }
+    c.wait_connected();
+    // Beta's new metadata knows nothing: it cannot vouch for alpha, so the operator
+    // names the current replica (as create-md says).
+    let alpha = &c.node("alpha").daemon;
+    alpha
+        .admin(&["primary", RESOURCE, "--force"])
+        .expect_success();
+    alpha.admin(&["secondary", RESOURCE]).expect_success();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
 }
 
 /// The main job, `scripts/run`, started twice over the same state: the second start comes

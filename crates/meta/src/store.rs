@@ -150,6 +150,12 @@ impl<T: MetaTarget> MetaStore<T> {
             .size()
             .map_err(|source| io_err(&name, "size query", 0, 0, source))?;
         let md_offset = locate.md_offset();
+        if !md_offset.is_multiple_of(MD_BLOCK) {
+            return Err(MetaError::usage(
+                name,
+                format!("metadata offset {md_offset} is not a multiple of 4096"),
+            ));
+        }
         let offsets = [md_offset, md_offset + MD_BLOCK];
         if size < md_offset + 2 * MD_BLOCK {
             return Err(MetaError::TooSmall {

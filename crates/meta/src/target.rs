@@ -36,14 +36,22 @@ impl FileTarget {
         Ok(FileTarget::from_file(file, path))
     }
 
-    /// Creates (or truncates) a sparse file of `size` bytes, e.g. for external metadata of
-    /// the size `Layout::required_external_size` gives.
+    /// Opens an existing file or device for reading only (`dump-md` and `show-gi`): a write
+    /// through it fails.
+    pub fn open_read_only(path: &Path) -> io::Result<FileTarget> {
+        let file = OpenOptions::new().read(true).open(path)?;
+        Ok(FileTarget::from_file(file, path))
+    }
+
+    /// Creates a new sparse file of `size` bytes, e.g. for external metadata of the size
+    /// `Layout::required_external_size` gives. Fails if `path` exists: metadata is never
+    /// truncated behind the operator's back (reinitialise an existing file with `open`
+    /// and `MetaStore::create`).
     pub fn create(path: &Path, size: u64) -> io::Result<FileTarget> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(path)?;
         file.set_len(size)?;
         Ok(FileTarget::from_file(file, path))

@@ -32,8 +32,11 @@ fn dump_and_show_gi() {
     drop(store);
 
     let (store, loaded) =
-        MetaStore::open(FileTarget::open(&path).unwrap(), Locate::External).unwrap();
+        MetaStore::open(FileTarget::open_read_only(&path).unwrap(), Locate::External).unwrap();
     let dump = store.dump(&loaded).unwrap();
+    // Read only: a write through it fails.
+    assert!(store.sync().is_ok());
+    assert!(store.write_bitmap_pages(1, &words, 0, 1).is_err());
     let json: serde_json::Value = serde_json::to_value(&dump).unwrap();
     assert_eq!(json["format_version"], 1);
     assert_eq!(json["superblock"]["current_gi"], "0123456789ABCDEF");

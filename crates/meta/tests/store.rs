@@ -428,6 +428,9 @@ fn sizes_and_misuse_are_refused() {
     );
 
     let (path, _) = external(&s, g);
+    // An existing metadata file is never truncated by `create`.
+    assert!(FileTarget::create(&path, 4096).is_err());
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), layout.md_end());
     // A truncated metadata file is refused at open.
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let (mut store, loaded) = open(&path, Locate::External);

@@ -359,3 +359,131 @@ impl VolumeMeta {
         self.store.target().describe()
     }
 }
+
+/// One node's replica of one volume, from its resource file: `(config, volume index, node id,
+/// disk, meta-disk, al-extents)`.
+fn replica_of(
+    config_dir: &Path,
+    resource: &str,
+    node: &str,
+    volume: u16,
+) -> Result<(ResourceConfig, usize, NodeId, PathBuf, MetaDisk, u32)> {
+    let cfg = tandem_config::load_dir(config_dir)?
+        .into_iter()
+        .find(|c| c.name == resource)
+        .with_context(|| format!("no resource {resource:?} in {}", config_dir.display()))?;
+    let me = cfg
+        .node(node)
+        .with_context(|| format!("resource {resource} has no node {node:?}"))?;
+    let v = cfg
+        .volumes
+        .iter()
+        .position(|vc| vc.number == volume)
+        .with_context(|| format!("resource {resource} has no volume {volume}"))?;
+    let nv = &me.volumes[v];
+    let Some(disk) = nv.disk.clone() else {
+        bail!("node {node} keeps no replica of {resource} volume {volume} (disk = \"none\"): no metadata");
+    };
+    Ok((
+        cfg.clone(),
+        v,
+        me.node_id,
+        disk,
+        nv.meta.clone(),
+        nv.al_extents,
+    ))
+}
+
+/// `tandem dump-md`: everything a replica's metadata holds (read only; works while the node
+/// runs, showing what was last written).
+pub fn dump_md(
+    config_dir: &Path,
+    resource: &str,
+    node: &str,
+    volume: u16,
+) -> Result<tandem_meta::MetaDump> {
+    let (cfg, v, _, disk, meta, _) = replica_of(config_dir, resource, node, volume)?;
+    let (target, locate) = match &meta {
+        MetaDisk::Internal => (
+            FileTarget::open(&disk).with_context(|| format!("opening {}", disk.display()))?,
+            Locate::Internal {
+                md_offset: cfg.volumes[v].size,
+            },
+        ),
+        MetaDisk::External(p) | MetaDisk::Pmem(p) => (
+            FileTarget::open(p).with_context(|| format!("opening {}", p.display()))?,
+            Locate::External,
+        ),
+    };
+    let (store, loaded) = MetaStore::open(target, locate)?;
+    Ok(store.dump(&loaded)?)
+}
+
+/// `tandem create-md`: writes new metadata for a replica whose node is not running. Over
+/// metadata that is there (valid or not) only with `force`; the replica's data is then of
+/// unknown currency and is resynced in full from an up-to-date peer when the node starts.
+pub fn create_md(
+    config_dir: &Path,
+    resource: &str,
+    node: &str,
+    volume: u16,
+    force: bool,
+) -> Result<String> {
+    let (cfg, v, me, disk, meta, al) = replica_of(config_dir, resource, node, volume)?;
+    let vc = &cfg.volumes[v];
+    let g = geometry(&cfg, v, me, al);
+    // The lock a running node holds on its backing store: never under a running node.
+    let backing = open_backing(&disk, None)
+        .with_context(|| format!("{} (is the node running?)", disk.display()))?;
+    let (target, placement) = match &meta {
+        MetaDisk::Internal => {
+            let layout = Layout::new(Placement::Internal, g, vc.size)?;
+            if backing.size() < layout.md_end() {
+                bail!(
+                    "{} is {} bytes; the volume and its internal metadata need {}",
+                    disk.display(),
+                    backing.size(),
+                    layout.md_end()
+                );
+            }
+            (
+                Target::Internal(BackingTarget(Arc::new(backing))),
+                Placement::Internal,
+            )
+        }
+        MetaDisk::External(p) | MetaDisk::Pmem(p) => {
+            drop(backing);
+            if !p.exists() {
+                FileTarget::create(p, Layout::required_external_size(vc.size, g)?)?;
+            }
+            (Target::File(FileTarget::open(p)?), Placement::External)
+        }
+    };
+    let locate = match placement {
+        Placement::Internal => Locate::Internal { md_offset: vc.size },
+        Placement::External => Locate::External,
+    };
+    let mut buf = vec![0u8; 2 * tandem_meta::MD_BLOCK as usize];
+    let blank =
+        target.read_at(&mut buf, locate_offset(locate)).is_ok() && buf.iter().all(|&b| b == 0);
+    if !blank && !force {
+        bail!(
+            "{} already holds metadata (or something else) where the superblock goes; `--force` overwrites it, and the replica is then resynced in full",
+            target.describe()
+        );
+    }
+    let name = target.describe();
+    let layout = Layout::new(placement, g, vc.size)?;
+    let mut init = CreateInfo::new(me, diskful_peers(&cfg, v, me), device_uuid()?);
+    // Whatever the data holds, it is unproven: resynced in full from an up-to-date peer.
+    init.flags = SbFlags::CLEAN;
+    MetaStore::create(target, layout, init)?;
+    Ok(name)
+}
+
+fn locate_offset(l: Locate) -> u64 {
+    match l {
+        Locate::Internal { md_offset } => md_offset,
+        Locate::External => 0,
+    }
+}

@@ -17,6 +17,8 @@ mod peers;
 mod setup;
 mod state;
 
+pub use metadata::{create_md, dump_md};
+
 use anyhow::{bail, Result};
 use state::NodeReactor;
 use std::path::PathBuf;

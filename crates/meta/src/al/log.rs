@@ -195,16 +195,10 @@ impl ActivityLog {
         if self.in_flight.is_some() || self.waiting.is_empty() {
             return None;
         }
-        // Victim candidates: unused slots, empty ones first, then least recently used.
-        let mut candidates: Vec<u32> = (0..self.al_extents)
+        // Victim candidates: slots no write uses (chosen among below, by `victim_order`).
+        let candidates: Vec<u32> = (0..self.al_extents)
             .filter(|&s| self.in_use[s as usize] == 0)
             .collect();
-        candidates.sort_by_key(|&s| {
-            (
-                self.table[s as usize] != EXTENT_NONE,
-                self.last_use[s as usize],
-            )
-        });
         let mut needed: Vec<u32> = Vec::new();
         let mut releases = Vec::new();
         // Extents of the writes served: never victims. `shielded` counts candidates among them.
@@ -226,7 +220,8 @@ impl ActivityLog {
                 })
                 .count();
             let want = needed.len() + missing.len();
-            if want > UPDATES_PER_TRANSACTION || want > candidates.len() - shielded - newly_shielded
+            if want > UPDATES_PER_TRANSACTION
+                || want > candidates.len().saturating_sub(shielded + newly_shielded)
             {
                 break;
             }
@@ -238,11 +233,20 @@ impl ActivityLog {
         if releases.is_empty() {
             return None;
         }
-        let victims: Vec<u32> = candidates
+        let mut victims: Vec<u32> = candidates
             .into_iter()
             .filter(|&s| !protected.contains(&self.table[s as usize]))
-            .take(needed.len())
             .collect();
+        // The `needed` first in victim order, without sorting the whole table (it may hold
+        // 65534 slots).
+        let n = needed.len();
+        if n < victims.len() {
+            if n > 0 {
+                victims.select_nth_unstable_by_key(n - 1, |&s| self.victim_order(s));
+            }
+            victims.truncate(n);
+        }
+        victims.sort_by_key(|&s| self.victim_order(s));
         assert_eq!(victims.len(), needed.len(), "victims were counted");
         Some(self.build(needed, victims, releases))
     }
@@ -455,6 +459,12 @@ impl ActivityLog {
             }
         }
         Ok(())
+    }
+
+    /// Empty slots first, then the least recently used.
+    fn victim_order(&self, slot: u32) -> (bool, u64, u32) {
+        let s = slot as usize;
+        (self.table[s] != EXTENT_NONE, self.last_use[s], slot)
     }
 
     fn is_hot(&self, extent: u32) -> bool {
