@@ -265,3 +265,53 @@ fn scripts_run_twice_over_the_same_state_needs_no_force() {
         );
     }
 }
+
+/// Beta keeps its metadata in a file of its own; its backing file is deleted while it is
+/// stopped (a replaced disk). The old metadata, which says "stopped cleanly, consistent",
+/// describes data that is gone: it must not vouch for the new file of zeroes. Beta is
+/// synced in full and the replicas end identical.
+#[test]
+fn external_metadata_does_not_vouch_for_a_new_backing_file() {
+    const TEST: &str = "metadata::external_metadata_does_not_vouch_for_a_new_backing_file";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let tweak = |node: &str, text: String| {
+        if node != "beta" {
+            return text;
+        }
+        let line = text
+            .lines()
+            .find(|l| l.contains("disk = ") && l.contains("/beta/"))
+            .expect("beta's disk line")
+            .to_string();
+        let path = line.split('"').nth(1).expect("a quoted path").to_string();
+        text.replace(&line, &format!("{line}\n  meta-disk = \"{path}.md\""))
+    };
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            tweak: &tweak,
+            ..Setup::new("C", &NODES)
+        },
+    );
+    c.wait_connected();
+    write_random(&c, "gamma", 2 * MIB, 5);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("beta").daemon.stop(Duration::from_secs(20));
+    let disk = c.node("beta").disk.clone();
+    assert!(disk.with_extension("img.md").exists(), "beta's meta-disk");
+    std::fs::remove_file(&disk).unwrap();
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let pulled: u64 = kib_pulled_since_start(c.node("beta")).iter().sum();
+    assert!(
+        pulled * KIB >= SIZE,
+        "beta's new file was not synced in full ({pulled} KiB pulled):\n{}",
+        c.node("beta").daemon.log()
+    );
+    c.assert_replicas_identical();
+}

@@ -30,7 +30,8 @@ impl Locate {
         })
     }
 
-    fn md_offset(self) -> u64 {
+    /// Where the superblock pair starts.
+    pub fn md_offset(self) -> u64 {
         match self {
             Locate::External => 0,
             Locate::Internal { md_offset } => md_offset,

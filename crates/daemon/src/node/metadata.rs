@@ -101,7 +101,7 @@ pub(super) struct Opened {
 }
 
 /// The other nodes keeping a replica of volume `v`: one bitmap slot each.
-fn diskful_peers(cfg: &ResourceConfig, v: usize, me: NodeId) -> Vec<NodeId> {
+pub(super) fn diskful_peers(cfg: &ResourceConfig, v: usize, me: NodeId) -> Vec<NodeId> {
     cfg.nodes
         .iter()
         .filter(|n| n.node_id != me && !n.volumes[v].is_diskless())
@@ -150,8 +150,15 @@ pub(super) fn open_replica(
         }
         MetaDisk::External(path) | MetaDisk::Pmem(path) => {
             let backing = Arc::new(open_backing(disk, Some(vc.size)).with_context(what)?);
-            let md_existed = path.exists();
-            if !md_existed {
+            if !existed && path.exists() {
+                // The data it described is gone (a new disk, a deleted file): it must not
+                // vouch for a file of zeroes. Made new below, over the same file.
+                warn!(resource = %cfg.name, volume = vc.number,
+                    "backing file {} is new: the metadata in {} describes data that is gone; writing new metadata",
+                    disk.display(), path.display());
+            }
+            let md_existed = existed && path.exists();
+            if !path.exists() {
                 let size = Layout::required_external_size(vc.size, g)?;
                 FileTarget::create(path, size).with_context(|| {
                     format!("{}: creating meta-disk {}", what(), path.display())
@@ -170,10 +177,7 @@ pub(super) fn open_replica(
             (backing, target, md_existed)
         }
     };
-    let placement = match meta_disk {
-        MetaDisk::Internal => Placement::Internal,
-        _ => Placement::External,
-    };
+    let (placement, locate) = placement_of(meta_disk, vc.size);
     let peers = diskful_peers(cfg, v, me);
     if !md_existed {
         // New metadata: for a new replica (it holds nothing), or for one that holds data
@@ -203,10 +207,6 @@ pub(super) fn open_replica(
             meta: VolumeMeta { store },
         });
     }
-    let locate = match placement {
-        Placement::Internal => Locate::Internal { md_offset: vc.size },
-        Placement::External => Locate::External,
-    };
     let (store, loaded) = MetaStore::open(target, locate).with_context(|| {
         format!(
             "{}: the replica's metadata cannot be used; the volume is not attached",
@@ -265,6 +265,15 @@ pub(super) fn open_replica(
         restore,
         meta: VolumeMeta { store },
     })
+}
+
+/// Where a volume of `size` bytes keeps its metadata, and where `open` finds the superblock
+/// (internal metadata starts right after the volume).
+fn placement_of(meta: &MetaDisk, size: u64) -> (Placement, Locate) {
+    match meta {
+        MetaDisk::Internal => (Placement::Internal, Locate::Internal { md_offset: size }),
+        MetaDisk::External(_) | MetaDisk::Pmem(_) => (Placement::External, Locate::External),
+    }
 }
 
 /// The backing file with room for internal metadata of `md_end` bytes in all: created so,
@@ -403,18 +412,12 @@ pub fn dump_md(
     volume: u16,
 ) -> Result<tandem_meta::MetaDump> {
     let (cfg, v, _, disk, meta, _) = replica_of(config_dir, resource, node, volume)?;
-    let (target, locate) = match &meta {
-        MetaDisk::Internal => (
-            FileTarget::open(&disk).with_context(|| format!("opening {}", disk.display()))?,
-            Locate::Internal {
-                md_offset: cfg.volumes[v].size,
-            },
-        ),
-        MetaDisk::External(p) | MetaDisk::Pmem(p) => (
-            FileTarget::open(p).with_context(|| format!("opening {}", p.display()))?,
-            Locate::External,
-        ),
+    let (_, locate) = placement_of(&meta, cfg.volumes[v].size);
+    let path = match &meta {
+        MetaDisk::Internal => &disk,
+        MetaDisk::External(p) | MetaDisk::Pmem(p) => p,
     };
+    let target = FileTarget::open(path).with_context(|| format!("opening {}", path.display()))?;
     let (store, loaded) = MetaStore::open(target, locate)?;
     Ok(store.dump(&loaded)?)
 }
@@ -435,7 +438,8 @@ pub fn create_md(
     // The lock a running node holds on its backing store: never under a running node.
     let backing = open_backing(&disk, None)
         .with_context(|| format!("{} (is the node running?)", disk.display()))?;
-    let (target, placement) = match &meta {
+    let (placement, locate) = placement_of(&meta, vc.size);
+    let target = match &meta {
         MetaDisk::Internal => {
             let layout = Layout::new(Placement::Internal, g, vc.size)?;
             if backing.size() < layout.md_end() {
@@ -446,26 +450,18 @@ pub fn create_md(
                     layout.md_end()
                 );
             }
-            (
-                Target::Internal(BackingTarget(Arc::new(backing))),
-                Placement::Internal,
-            )
+            Target::Internal(BackingTarget(Arc::new(backing)))
         }
         MetaDisk::External(p) | MetaDisk::Pmem(p) => {
             drop(backing);
             if !p.exists() {
                 FileTarget::create(p, Layout::required_external_size(vc.size, g)?)?;
             }
-            (Target::File(FileTarget::open(p)?), Placement::External)
+            Target::File(FileTarget::open(p)?)
         }
     };
-    let locate = match placement {
-        Placement::Internal => Locate::Internal { md_offset: vc.size },
-        Placement::External => Locate::External,
-    };
     let mut buf = vec![0u8; 2 * tandem_meta::MD_BLOCK as usize];
-    let blank =
-        target.read_at(&mut buf, locate_offset(locate)).is_ok() && buf.iter().all(|&b| b == 0);
+    let blank = target.read_at(&mut buf, locate.md_offset()).is_ok() && buf.iter().all(|&b| b == 0);
     if !blank && !force {
         bail!(
             "{} already holds metadata (or something else) where the superblock goes; `--force` overwrites it, and the replica is then resynced in full",
@@ -479,11 +475,4 @@ pub fn create_md(
     init.flags = SbFlags::CLEAN;
     MetaStore::create(target, layout, init)?;
     Ok(name)
-}
-
-fn locate_offset(l: Locate) -> u64 {
-    match l {
-        Locate::Internal { md_offset } => md_offset,
-        Locate::External => 0,
-    }
 }

@@ -178,13 +178,7 @@ impl NodeReactor {
         }
         for (v, m) in metas.iter_mut().enumerate() {
             if let Some(m) = m {
-                let peers: Vec<NodeId> = cfg
-                    .nodes
-                    .iter()
-                    .filter(|n| n.node_id != my.node_id && !n.volumes[v].is_diskless())
-                    .map(|n| n.node_id)
-                    .collect();
-                m.mark_running(&peers)
+                m.mark_running(&metadata::diskful_peers(&cfg, v, my.node_id))
                     .with_context(|| format!("resource {} volume {v}", cfg.name))?;
             }
         }
