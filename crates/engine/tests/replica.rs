@@ -2067,3 +2067,113 @@ fn the_state_is_taken_only_when_quiet_and_restored_only_into_a_consistent_start(
         tandem_engine::replica::RestoreError::Short { .. }
     ));
 }
+
+/// Issue 14: a node back from a crash (kill -9, power loss) whose metadata said its
+/// replica was consistent and whose activity log names `suspect` ranges.
+fn crashed(me: u8, suspect: &[(u64, u64)]) -> Resource {
+    let mut n = started(me, ReplicaAtStart::Crashed);
+    n.restore_suspect(0, suspect.iter().copied()).unwrap();
+    n
+}
+
+/// A Secondary back from a crash pulls, under the Primary, the ranges its activity log
+/// names and what the Primary lists it missed meanwhile — not the whole volume, as a
+/// replica without metadata is — and is UpToDate (proven) after.
+#[test]
+fn a_secondary_back_from_a_crash_pulls_its_activity_log_and_what_it_missed() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    alpha.peer_down(1, &mut out);
+    let mut beta = crashed(1, &[(0, 8192)]);
+    assert_eq!(beta.disk(0), DiskState::Outdated);
+    write_alone(&mut alpha, 65536);
+    alpha.promote(false, &mut out).unwrap();
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    let (a, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    assert_eq!(beta.disk(0), DiskState::UpToDate, "{b:?}");
+    assert_eq!(
+        synced_bytes(&b),
+        Some(3 * 4096),
+        "two suspect blocks and the one missed: {b:?}"
+    );
+    let listed: u64 = listed(&a, 1).iter().map(|&(_, l)| u64::from(l)).sum();
+    assert_eq!(
+        listed, 4096,
+        "the Primary lists only what it knows was missed"
+    );
+    // Proven: a later clean stop keeps it consistent.
+    let mut out = Vec::new();
+    beta.peer_down(0, &mut out);
+    assert!(beta.persisted(0).unwrap().consistent);
+}
+
+/// Without a Primary, a replica back from a crash waits: a Secondary's list is not all it
+/// missed, and that Secondary may be behind where the crashed one is suspect. Once the
+/// up-to-date node is promoted, it pulls under it.
+#[test]
+fn a_replica_back_from_a_crash_waits_for_a_primary() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    alpha.peer_down(1, &mut out);
+    let mut beta = crashed(1, &[(4096, 4096)]);
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    assert_ne!(beta.disk(0), DiskState::UpToDate, "{b:?}");
+    assert!(resync_requests(&b).is_empty(), "{b:?}");
+    let mut up_a = Vec::new();
+    alpha.promote(false, &mut up_a).unwrap();
+    let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, Vec::new()));
+    assert_eq!(beta.disk(0), DiskState::UpToDate, "{b:?}");
+    assert_eq!(synced_bytes(&b), Some(4096), "{b:?}");
+}
+
+/// A replica back from a crash tells its peers it pulls its suspect ranges itself: an
+/// up-to-date Primary lists it only what it missed (the flag), where one without that
+/// flag (no metadata) is listed everything.
+#[test]
+fn a_primary_lists_a_crashed_replica_only_what_it_missed() {
+    use tandem_wire::packet::volume_flags::{PULLS_SUSPECT, UNPROVEN};
+    for (flags, want) in [(UNPROVEN | PULLS_SUSPECT, 0), (UNPROVEN, 1 << 20)] {
+        let mut alpha = node(0);
+        let mut out = Vec::new();
+        alpha.promote(false, &mut out).unwrap();
+        out.clear();
+        alpha.peer_up(1, &mut out);
+        let volume = Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::Outdated,
+            flags,
+        };
+        alpha.packet(1, &volume, &mut out);
+        let listed: u64 = listed(&out, 1).iter().map(|&(_, l)| u64::from(l)).sum();
+        assert_eq!(listed, want, "flags {flags:#x}");
+    }
+}
+
+#[test]
+fn suspect_ranges_are_restored_only_into_a_crashed_start() {
+    let mut clean = started(1, ReplicaAtStart::Consistent);
+    assert_eq!(
+        clean.restore_suspect(0, [(0, 4096)]).unwrap_err(),
+        tandem_engine::replica::RestoreError::NotCrashed(0)
+    );
+    // The only replica there is: nothing to pull from, nothing newer anywhere.
+    let mut alone = Resource::new(
+        ResourceSpec {
+            nodes: vec![(0, vec![true])],
+            ..spec(0)
+        },
+        vec![ReplicaAtStart::Crashed],
+    );
+    assert_eq!(alone.disk(0), DiskState::UpToDate);
+    assert!(alone.restore_suspect(0, [(0, 4096)]).is_err());
+}

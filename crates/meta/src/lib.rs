@@ -17,7 +17,7 @@ pub mod store;
 pub mod superblock;
 pub mod target;
 
-pub use al::{replay, ActivityLog, AlReplay, Begin, Transaction, WaitId};
+pub use al::{replay, ActivityLog, AlReplay, Begin, SyncMark, Transaction, WaitId};
 pub use dump::MetaDump;
 pub use error::{AlBusy, AlError, LayoutError, MetaError, PickError, SuperblockError};
 pub use layout::{Geometry, Layout, Placement, AL_EXTENT, BITMAP_BLOCK, MD_BLOCK};

@@ -112,6 +112,8 @@ pub struct Coverage {
     pub disks_lost: u64,
     /// Runs in which a disk failed (at most one per run): of the Primary's node, and of one
     /// write or fdatasync only.
+    pub crash_starts: u64,
+    pub suspect_bytes: u64,
     pub disk_failures: u64,
     pub primary_disk_failures: u64,
     pub one_off_eios: u64,
@@ -141,6 +143,8 @@ impl Coverage {
         self.restarted += hit(o.restarts);
         self.restarts += o.restarts as u64;
         self.clean_stops += o.clean_stops as u64;
+        self.crash_starts += o.crash_starts as u64;
+        self.suspect_bytes += o.suspect_bytes;
         self.lost_disk += hit(o.disks_lost);
         self.disks_lost += o.disks_lost as u64;
         self.disk_failures += hit(o.disk_failures);
@@ -174,6 +178,12 @@ impl std::fmt::Display for Coverage {
             f,
             "  restart            {:>7} runs, {} restarts ({} clean stops)",
             self.restarted, self.restarts, self.clean_stops
+        )?;
+        writeln!(
+            f,
+            "  crash, consistent  {:>7} replicas restarted Crashed, pulling what their activity logs named ({} KiB)",
+            self.crash_starts,
+            self.suspect_bytes >> 10
         )?;
         writeln!(
             f,

@@ -93,6 +93,19 @@ impl Disk {
             .collect()
     }
 
+    /// The 4 KiB blocks of volume `v` holding something no fdatasync made durable, as
+    /// byte ranges: what a power loss may take, and so the least a crashed node's activity
+    /// log must name (its extents are coarser; the simulator gives the engine the least).
+    pub(crate) fn unsynced_blocks(&self, v: usize) -> Vec<(u64, u64)> {
+        let per_block = BLOCK / SECTOR as usize;
+        (0..self.durable[v].len() / per_block)
+            .filter(|&b| {
+                (b * per_block..(b + 1) * per_block).any(|s| self.stamp(v, s) != self.durable[v][s])
+            })
+            .map(|b| ((b * BLOCK) as u64, BLOCK as u64))
+            .collect()
+    }
+
     /// An fdatasync issued when the disk held `covers` (see [`Disk::stamps`]) completed.
     pub(crate) fn synced(&mut self, covers: Vec<Vec<u64>>) {
         self.durable = covers;

@@ -2,7 +2,7 @@
 //! run injects (links cut, restarts, power losses, disks failing).
 
 use crate::rng::Rng;
-use crate::{disks, spec, Ev, Scenario, Sim};
+use crate::{spec, Ev, Scenario, Sim};
 use tandem_engine::replica::{NodeId, ReplicaAtStart, Resource};
 use tandem_engine::sync_plan::SyncPlan;
 
@@ -158,13 +158,28 @@ impl Sim {
         // After a disk failed, a replica may be the last of its volume: losing what it
         // holds too would be a second failure at once, which loses data no engine can keep.
         let one_failure = !self.disk_fault;
+        // What its metadata says at the crash: per volume whether the replica was
+        // consistent (the daemon writes that flag before any write could change it) and
+        // what its activity log names (see `Disk::unsynced_blocks`).
+        let at_crash: Vec<(bool, Vec<(u64, u64)>)> = (0..self.sc.sizes.len())
+            .map(|v| {
+                let n = &self.nodes[node as usize];
+                let replica = self.sc.replica(node as usize, v);
+                let consistent = replica && n.engine.consistent(v as u16);
+                let suspect = if consistent {
+                    n.disk.unsynced_blocks(v)
+                } else {
+                    Vec::new()
+                };
+                (consistent, suspect)
+            })
+            .collect();
         let mut power_lost = false;
         if self.sc.power_loss && one_failure && self.fault_rng.chance(0.7) {
             power_lost = true;
-            let (reverted, blocks) = self.nodes[node as usize]
+            let (reverted, _) = self.nodes[node as usize]
                 .disk
                 .lose_power(&mut self.fault_rng);
-            self.power_lost_blocks[node as usize] = Some(blocks);
             self.power_losses += 1;
             self.sectors_reverted += reverted;
             self.note(format!(
@@ -192,12 +207,25 @@ impl Sim {
         if lost {
             n.disk.wipe();
         }
-        let found = if lost {
-            ReplicaAtStart::Created
-        } else {
-            ReplicaAtStart::Existing
-        };
-        n.engine = Resource::new(spec(&self.sc, node), disks(&self.sc, node as usize, found));
+        let found = (0..self.sc.sizes.len())
+            .map(|v| match () {
+                _ if !self.sc.replica(node as usize, v) => ReplicaAtStart::None,
+                _ if lost => ReplicaAtStart::Created,
+                _ if at_crash[v].0 => ReplicaAtStart::Crashed,
+                _ => ReplicaAtStart::Existing,
+            })
+            .collect();
+        n.engine = Resource::new(spec(&self.sc, node), found);
+        if !lost && kept.is_none() {
+            for (v, (consistent, suspect)) in at_crash.into_iter().enumerate() {
+                if consistent {
+                    self.crash_starts += 1;
+                    self.suspect_bytes += suspect.len() as u64 * 4096;
+                    // The only replica (nothing to pull from) keeps none.
+                    let _ = n.engine.restore_suspect(v as u16, suspect);
+                }
+            }
+        }
         if let Some(kept) = kept {
             self.start_from_metadata(node, kept);
         }
@@ -252,40 +280,6 @@ impl Sim {
                     .restore_peer(v as u16, *peer, words, *apart)
                     .expect("restored into a consistent start");
             }
-        }
-    }
-
-    /// A node that lost power lacks what it wrote and had not fdatasync'ed, acknowledged
-    /// or not: by the time it meets a peer again, the Primary must have marked every such
-    /// block out of sync for it (writes still in flight mark theirs when they end), as
-    /// DRBD's transfer log does for the epochs a peer has not yet acknowledged as flushed,
-    /// or a resync driven by the bitmaps (once metadata makes a restarted replica provably
-    /// current) misses them. Not yet so (the engine marks only writes not acknowledged;
-    /// issue 14 closes it with the metadata that needs it); today every restarted replica
-    /// is listed in full, which hides it: checked with [`Scenario::pending_checks`] only.
-    pub(crate) fn check_power_loss_known(&mut self, node: NodeId) {
-        let Some(lost) = self.power_lost_blocks[node as usize].take() else {
-            return;
-        };
-        if !self.sc.pending_checks {
-            return;
-        }
-        let primary = self.nodes[0].engine.status();
-        let Some(p) = primary.peers.iter().find(|p| p.id == node) else {
-            return;
-        };
-        for (v, &blocks) in lost.iter().enumerate() {
-            if primary.volumes[v].writes_in_flight > 0 {
-                continue;
-            }
-            let known = p.volumes[v].out_of_sync_bytes;
-            assert!(
-                known >= blocks * 4096,
-                "seed {}: node {node} lost power and with it writes in {blocks} blocks of volume {v} it had not fdatasync'ed; the Primary marked only {} blocks out of sync for it\n{}",
-                self.sc.seed,
-                known / 4096,
-                self.tail_log(200)
-            );
         }
     }
 

@@ -141,28 +141,6 @@ fn disk_errors_regressions() {
     }
 }
 
-/// The power-loss family with the check of an engine gap it found (see
-/// `Scenario::pending_checks` and `docs/ARCHITECTURE.md`), ignored until the engine closes
-/// it: a Secondary acknowledges a write when it is written, not when it is fdatasync'ed,
-/// and when the connection drops the Primary marks out of sync only the writes not yet
-/// acknowledged (`Resource::peer_down_event` marks `Peer::unacked`; `Requests::on_write_ack`
-/// has dropped the rest). A node that lost power then lacks acknowledged writes the
-/// Primary believes it holds (seed 299: node 1 acknowledged seqs 125 and 126 of volume 1,
-/// lost them unsynced, and the Primary marked 1 of the 4 blocks lost). DRBD keeps such
-/// writes in its transfer log until the peer acknowledges the barrier after them (its
-/// fdatasync), and marks them when the connection is lost. Hidden today because every
-/// restarted replica is listed in full; it loses acknowledged writes as soon as metadata
-/// lets a restarted replica be resynced from the bitmaps alone, so it is closed with that
-/// metadata (issue 14).
-#[test]
-#[ignore = "engine gap: writes acknowledged but not yet fdatasync'ed by a Secondary are not marked when it disconnects"]
-fn power_losses_pending_engine_gap() {
-    let count = seed_count();
-    if let Err(e) = tandem_sim::run_family_with(0, count, Family::PowerLoss, true) {
-        panic!("{e}");
-    }
-}
-
 /// Regressions found with overlapping faults. Seeds 31 and 1891: a write that failed had
 /// landed on one Secondary only, and the other Secondary was never told it lacked it, so
 /// the replicas differed after the heal. Seed 5603: a Secondary listed by the diskful

@@ -37,7 +37,12 @@ pub mod volume_flags {
     /// current data must list everything to it (it may have pulled from a replica that
     /// was itself behind).
     pub const UNPROVEN: u8 = 1 << 2;
-    pub const ALL: u8 = CREATED | WROTE_APART | UNPROVEN;
+    /// With [`UNPROVEN`]: the sender's replica was consistent when its node crashed, and it
+    /// knows where it may differ from its peers (its activity log's extents): it pulls
+    /// those itself, from a Primary's replica or under a Primary, so a peer lists it only
+    /// what it knows it missed, not everything.
+    pub const PULLS_SUSPECT: u8 = 1 << 3;
+    pub const ALL: u8 = CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT;
 }
 
 /// Flags of replicated writes.

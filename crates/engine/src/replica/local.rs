@@ -2,6 +2,7 @@
 //! queue and, while it is a sync target, its resync.
 
 use super::apply::ApplyQueue;
+use super::bitmap::Bitmap;
 use super::msg::Msg;
 use super::resync::Resync;
 use super::spec::ReplicaAtStart;
@@ -24,6 +25,10 @@ pub(super) struct LocalVol {
     /// the same, with the resync finished before the Primary came back). Cleared when a
     /// resync ends after a connected Primary's list, or when this node becomes Primary.
     pub(super) unproven: bool,
+    /// Back from a crash ([`ReplicaAtStart::Crashed`]) and not yet synced under a
+    /// Primary: the ranges where it may differ from every peer, pulled under each Primary
+    /// it meets (a Secondary cut off from the Primary may hold older data there).
+    pub(super) suspect: Option<Bitmap>,
     pub(super) apply: ApplyQueue,
     pub(super) resync: Option<Resync>,
     /// Resync requests still unanswered when their resync was dropped (a new cluster
@@ -48,6 +53,8 @@ impl LocalVol {
             // The only replica there is: nothing anywhere can be newer.
             ReplicaAtStart::Consistent if alone => (DiskState::UpToDate, false, None),
             ReplicaAtStart::Consistent => (DiskState::Outdated, false, None),
+            ReplicaAtStart::Crashed if alone => (DiskState::UpToDate, false, None),
+            ReplicaAtStart::Crashed => (DiskState::Outdated, false, None),
             ReplicaAtStart::UpToDate => (DiskState::UpToDate, false, None),
         };
         LocalVol {
@@ -55,7 +62,9 @@ impl LocalVol {
             disk,
             diskful: found != ReplicaAtStart::None,
             created,
-            unproven: found == ReplicaAtStart::Existing,
+            unproven: found == ReplicaAtStart::Existing
+                || (found == ReplicaAtStart::Crashed && !alone),
+            suspect: (found == ReplicaAtStart::Crashed && !alone).then(|| Bitmap::new(size)),
             apply: ApplyQueue::default(),
             resync,
             abandoned: BTreeSet::new(),
@@ -65,6 +74,12 @@ impl LocalVol {
     /// Its own invariants: the apply queue's, and a resync only while Inconsistent.
     pub(super) fn check(&self, resync_window: usize) -> Result<(), String> {
         self.apply.check().map_err(|e| format!("applying: {e}"))?;
+        if let Some(s) = &self.suspect {
+            if !self.unproven || !self.diskful {
+                return Err("suspect ranges kept by a proven or diskless replica".into());
+            }
+            s.check(self.size).map_err(|e| format!("suspect: {e}"))?;
+        }
         if let Some(rs) = &self.resync {
             if self.disk != DiskState::Inconsistent {
                 return Err(format!("a resync while {:?}", self.disk));
@@ -73,6 +88,16 @@ impl LocalVol {
                 .map_err(|e| format!("resync: {e}"))?;
         }
         Ok(())
+    }
+
+    /// It may start again as [`ReplicaAtStart::Consistent`] after a clean stop, or as
+    /// [`ReplicaAtStart::Crashed`] after a crash: UpToDate, or Outdated after a clean
+    /// restart and waiting for proof. Not while being synced, failed, created empty, or
+    /// unproven (a crash or no metadata, not yet synced under a Primary).
+    pub(super) fn keeps_consistent(&self) -> bool {
+        self.diskful
+            && (self.disk == DiskState::UpToDate
+                || (self.disk == DiskState::Outdated && !self.unproven && !self.created))
     }
 
     pub(super) fn up_to_date(&self) -> bool {
@@ -107,6 +132,7 @@ impl LocalVol {
             disk: self.disk,
             created: self.created,
             unproven: self.unproven,
+            pulls_suspect: self.unproven && self.suspect.is_some(),
             wrote_apart,
         }
     }

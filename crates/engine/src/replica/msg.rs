@@ -48,6 +48,9 @@ pub enum Msg {
         created: bool,
         /// Found on disk at start (currency unknown), not UpToDate since.
         unproven: bool,
+        /// Back from a crash, it pulls its suspect ranges itself (see
+        /// [`volume_flags::PULLS_SUSPECT`]).
+        pulls_suspect: bool,
         /// We were Primary and completed writes the receiver missed.
         wrote_apart: bool,
     },
@@ -140,6 +143,7 @@ impl Msg {
                 disk,
                 created,
                 unproven,
+                pulls_suspect,
                 wrote_apart,
             } => Packet::Volume {
                 volume,
@@ -147,6 +151,11 @@ impl Msg {
                 disk,
                 flags: if created { volume_flags::CREATED } else { 0 }
                     | if unproven { volume_flags::UNPROVEN } else { 0 }
+                    | if pulls_suspect {
+                        volume_flags::PULLS_SUSPECT
+                    } else {
+                        0
+                    }
                     | if wrote_apart {
                         volume_flags::WROTE_APART
                     } else {

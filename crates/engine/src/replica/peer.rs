@@ -40,6 +40,9 @@ pub(super) struct PeerVol {
     pub(super) created: bool,
     /// It said its replica was found at its start and has not been UpToDate since.
     pub(super) unproven: bool,
+    /// It said it came back from a crash knowing its suspect ranges and pulls them itself
+    /// ([`volume_flags::PULLS_SUSPECT`]): listed only what it missed, not everything.
+    pub(super) pulls_suspect: bool,
     pub(super) oos: Bitmap,
     /// Blocks we served it for its resync on this connection (taken out of `oos`): put
     /// back if the connection ends before it reports UpToDate, since the reply may have
@@ -73,7 +76,8 @@ impl PeerVol {
             self.disk,
             Some(DiskState::Outdated | DiskState::Inconsistent)
         );
-        (self.unproven && behind) || (self.created && self.disk == Some(DiskState::Inconsistent))
+        (self.unproven && !self.pulls_suspect && behind)
+            || (self.created && self.disk == Some(DiskState::Inconsistent))
     }
 }
 
@@ -121,6 +125,7 @@ impl PeerVol {
             disk: None,
             created: false,
             unproven: false,
+            pulls_suspect: false,
             oos: Bitmap::new(size),
             served: None,
             repl: Repl::Off,
@@ -138,6 +143,7 @@ impl PeerVol {
         self.disk = None;
         self.created = false;
         self.unproven = false;
+        self.pulls_suspect = false;
         self.repl = Repl::Off;
         self.listed = false;
         self.written_before_list.clear();

@@ -51,6 +51,8 @@ pub enum RestoreError {
     NotAPeer(NodeId, u16),
     #[error("volume {0} did not start Consistent")]
     NotConsistent(u16),
+    #[error("volume {0} did not start Crashed with peers")]
+    NotCrashed(u16),
     #[error("{got} bitmap words for volume {volume}, at least {want} needed")]
     Short {
         volume: u16,
@@ -77,9 +79,6 @@ impl Resource {
             .filter(|v| v.diskful)
             .ok_or(NotQuiet::NoReplica(volume))?;
         let up_to_date = vol.disk == DiskState::UpToDate;
-        // Outdated after a clean restart and not yet proven: still consistent. Anything
-        // being synced, failed, or never proven after a crash is not.
-        let waiting_proof = vol.disk == DiskState::Outdated && !vol.unproven && !vol.created;
         let peers = rep
             .peers
             .iter()
@@ -94,7 +93,7 @@ impl Resource {
             })
             .collect();
         Ok(Persisted {
-            consistent: up_to_date || waiting_proof,
+            consistent: vol.keeps_consistent(),
             up_to_date,
             created: vol.created,
             peers,
@@ -141,6 +140,45 @@ impl Resource {
             apart.union_with(&pv.oos);
             apart
         });
+        Ok(())
+    }
+}
+
+impl Resource {
+    /// Whether volume `volume`'s replica is consistent now, as its metadata must say
+    /// before any write that could make it otherwise lands (see
+    /// [`LocalVol::keeps_consistent`](super::local::LocalVol::keeps_consistent)): a crash
+    /// then starts it [`ReplicaAtStart::Crashed`], else [`ReplicaAtStart::Existing`].
+    pub fn consistent(&self, volume: u16) -> bool {
+        self.rep
+            .vols
+            .get(volume as usize)
+            .is_some_and(|v| v.keeps_consistent())
+    }
+
+    /// Before the first event: the ranges where a replica that started
+    /// [`ReplicaAtStart::Crashed`] may differ from its peers (its activity log's extents).
+    pub fn restore_suspect(
+        &mut self,
+        volume: u16,
+        ranges: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<(), RestoreError> {
+        let vol = self
+            .rep
+            .vols
+            .get_mut(volume as usize)
+            .ok_or(RestoreError::NotCrashed(volume))?;
+        let size = vol.size;
+        let suspect = vol
+            .suspect
+            .as_mut()
+            .ok_or(RestoreError::NotCrashed(volume))?;
+        for (offset, len) in ranges {
+            let end = offset.saturating_add(len).min(size);
+            if offset < end {
+                suspect.set_range(offset, end - offset);
+            }
+        }
         Ok(())
     }
 }

@@ -164,9 +164,24 @@ impl Resource {
     fn set_role(&mut self, to: Role, why: RoleChange, out: &mut Vec<RAction>) {
         let from = std::mem::replace(&mut self.rep.role, to);
         if to == Role::Primary {
-            // Its replicas are the reference now.
-            for vol in &mut self.rep.vols {
-                vol.unproven = false;
+            let me = self.rep.spec.me;
+            for v in 0..self.rep.vols.len() {
+                // Back from a crash and not yet synced: pulled under ourselves now, from
+                // an up-to-date replica; or, forced UpToDate, our data is the reference
+                // there and every peer may lack it.
+                if self.rep.vols[v].disk == DiskState::UpToDate {
+                    if let Some(suspect) = self.rep.vols[v].suspect.take() {
+                        for p in self.rep.peers.iter_mut().filter(|p| p.vols[v].diskful) {
+                            p.vols[v].oos.union_with(&suspect);
+                        }
+                    }
+                } else {
+                    self.rep.pull_suspect(v, me, out);
+                    self.rep.vols[v].suspect = None;
+                    self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
+                }
+                // Its replicas are the reference now.
+                self.rep.vols[v].unproven = false;
             }
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
@@ -415,7 +430,17 @@ impl Resource {
                 if role == Role::Primary && self.rep.role == Role::Primary {
                     return Err(ProtocolError::BothPrimary);
                 }
-                self.rep.peers[i].role = role;
+                let was = std::mem::replace(&mut self.rep.peers[i].role, role);
+                if role == Role::Primary && was != Role::Primary {
+                    // Promoted while connected: its list came already; our suspect ranges
+                    // are pulled under it now.
+                    for v in 0..self.rep.vols.len() {
+                        if self.rep.peers[i].vols[v].disk.is_some() {
+                            self.rep.pull_suspect(v, peer, out);
+                            self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
+                        }
+                    }
+                }
             }
             Packet::Volume {
                 volume,
@@ -527,6 +552,7 @@ impl Resource {
         let created = flags & volume_flags::CREATED != 0;
         let pv = &mut self.rep.peers[i].vols[v];
         pv.unproven = flags & volume_flags::UNPROVEN != 0;
+        pv.pulls_suspect = pv.unproven && flags & volume_flags::PULLS_SUSPECT != 0;
         pv.peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
         let before = pv.disk;
         // Writes in flight that missed it: its list waits for them to mark their bits.

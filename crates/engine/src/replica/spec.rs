@@ -53,6 +53,14 @@ pub enum ReplicaAtStart {
     /// every diskful node has met and listed to it and none restarted without proof.
     /// Peers list it only what they know it missed, not everything.
     Consistent,
+    /// Its metadata says the node crashed (kill -9, power loss) while the replica was
+    /// consistent, and names where it may differ from its peers: the extents of its
+    /// activity log, given with [`Resource::restore_suspect`](super::Resource::restore_suspect)
+    /// (writes in flight, or completed but maybe not durable). Outdated and unproven like
+    /// [`ReplicaAtStart::Existing`], but peers list it only what they know it missed: it
+    /// pulls its suspect ranges itself, and only under a Primary (whose list is the only
+    /// complete account of what it missed). Until then it waits.
+    Crashed,
     /// Known to be current (tests).
     UpToDate,
 }

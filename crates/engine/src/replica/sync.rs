@@ -32,6 +32,10 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let was = self.peers[i].vols[v].disk.replace(disk);
+        if was.is_none() && self.peers[i].role == Role::Primary {
+            // Its list (to come) names what we missed; our own suspect ranges we pull too.
+            self.pull_suspect(v, self.peers[i].id, out);
+        }
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
         pv.created =
@@ -53,8 +57,10 @@ impl Replicas {
         // An UpToDate replica that restarted and was synced by a peer while we were away
         // may hold what that peer lacked (see `LocalVol::unproven`): only the Primary
         // knows, and it lists everything.
-        let unproven_current =
-            self.role == Role::Primary && pv.unproven && disk == DiskState::UpToDate;
+        let unproven_current = self.role == Role::Primary
+            && pv.unproven
+            && !pv.pulls_suspect
+            && disk == DiskState::UpToDate;
         // Both created empty and ours has received nothing: both hold zeroes, and the
         // peer reaches the new-cluster rule from the same facts. (Two connections racing
         // at a new cluster's start once made one replica list everything to the other,
@@ -248,6 +254,28 @@ impl Replicas {
         Ok(())
     }
 
+    /// Back from a crash, under Primary `primary` (a peer, or this node once promoted):
+    /// pull the ranges where our replica may differ from every other (kept until a resync
+    /// ends under a Primary's list: a Primary met later has them pulled again).
+    pub(super) fn pull_suspect(&mut self, v: usize, primary: NodeId, out: &mut Vec<RAction>) {
+        let vol = &mut self.vols[v];
+        let pulls = vol.attached() && vol.disk != DiskState::UpToDate;
+        let Some(suspect) = vol.suspect.as_ref().filter(|_| pulls) else {
+            return;
+        };
+        let bytes = suspect.count() * suspect.block_size();
+        let rs = vol
+            .resync
+            .get_or_insert_with(|| Resync::new(vol.size, false));
+        rs.to_pull.union_with(suspect);
+        rs.cursor = 0;
+        rs.live = false;
+        if vol.disk != DiskState::Inconsistent {
+            let why = DiskChange::CrashedExtents { primary, bytes };
+            self.set_disk(v, DiskState::Inconsistent, why, out);
+        }
+    }
+
     /// We lack this range (a peer says so): become a sync target for it.
     pub(super) fn mark_behind(
         &mut self,
@@ -286,6 +314,11 @@ impl Replicas {
     /// being synced itself (it serves what it has and refuses the rest), skipping those
     /// that just refused.
     pub(super) fn pick_source(&self, v: usize) -> Option<NodeId> {
+        if self.vols[v].suspect.is_some() && self.peers.primary().is_none() {
+            // Back from a crash: what a Secondary lists us is not all we missed, and it
+            // may be behind where we are suspect. Wait for a Primary.
+            return None;
+        }
         let rs = self.vols[v].resync.as_ref();
         let refused = |id: &NodeId| rs.is_some_and(|r| r.refused.contains(id));
         let has = |p: &&Peer, want: DiskState| p.vols[v].diskful && p.vols[v].disk == Some(want);
@@ -469,6 +502,7 @@ impl Replicas {
             .any(|p| p.role == Role::Primary && p.vols[v].listed)
         {
             self.vols[v].unproven = false;
+            self.vols[v].suspect = None;
         }
         let why = DiskChange::Synced {
             source: rs.source,

@@ -6,12 +6,27 @@
 //! - `begin(first, last)` before a data write: `Hot` → issue it; `Wait(id)` → hold it;
 //! - whenever a write waited, a transaction committed, or `end` freed an extent, ask
 //!   `next_transaction()`; if it gives one: write the bitmap pages of its `evicted`
-//!   extents, then the transaction block (synced), then call `committed(seq)` and issue
-//!   the writes it names;
-//! - `end(first, last)` when a data write is done.
+//!   extents and, if `evicts_dirty`, fdatasync the data; then write the transaction block
+//!   (synced), call `committed(seq)` and issue the writes it names;
+//! - `end(first, last)` when a data write is done (completed, maybe only into a cache);
+//! - `sync_started()` just before each fdatasync of the data, `sync_done(mark)` when it
+//!   succeeded (a failed one is simply never reported).
 //!
 //! Only one transaction is in flight at a time: a replay tolerates losing the newest
 //! block only, so the next may not be written before the one before it is durable.
+//!
+//! **Clean and dirty.** Once a transaction that evicts an extent is durable, a crash no
+//! longer marks that extent; that is only safe if every write to it is already durable on
+//! the data disk, else a power loss could drop a completed but unflushed write there, on
+//! this replica only, where nobody marks it. Rather than a data fdatasync before every
+//! evicting transaction (DRBD's pre-flush), the log knows which extents are *clean*: no
+//! write to them ended since the start of the newest data sync that completed. An extent
+//! is *dirty* from the `end` of a write to it until a sync that started after that `end`
+//! completes. Victims are clean extents first, and a transaction that must evict a dirty
+//! one says so (`evicts_dirty`). `clean_unused()` / `dirty_unused()` let the driver start
+//! a data sync ahead, in the background, when clean victims run low. Extents of a replayed
+//! table start dirty: the process before may have crashed with writes still in the page
+//! cache; the first data sync cleans them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -34,6 +49,11 @@ pub enum Begin {
     Wait(WaitId),
 }
 
+/// Names the start of a data sync (`ActivityLog::sync_started`); give it back to
+/// `sync_done` of the same log once that sync succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SyncMark(u64);
+
 /// A transaction to write: one 4 KiB block at `block_index` of the ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transaction {
@@ -47,6 +67,13 @@ pub struct Transaction {
     /// block**: once the block is durable a crash no longer marks them, so their bits must
     /// already be on disk.
     pub evicted: Vec<u32>,
+    /// Some `evicted` extent is dirty: a write to it ended after the start of the newest
+    /// data sync that completed. **The data must then be synced (fdatasync) before this
+    /// block is written**, like the bitmap pages: once the block is durable a crash no
+    /// longer marks those extents, so a write to them lost at a power loss would leave the
+    /// replicas different where nobody looks. Wrap that sync in `sync_started` /
+    /// `sync_done` too: it cleans every other extent as well. False: no data sync needed.
+    pub evicts_dirty: bool,
     /// The waiting writes it was built for (`committed` may release more: any whose
     /// extents are all hot by then).
     pub releases: Vec<WaitId>,
@@ -76,6 +103,12 @@ pub struct ActivityLog {
     in_use: Vec<u32>,
     /// LRU clock value of each slot's last use.
     last_use: Vec<u64>,
+    /// Clock value of the last `end` on each slot's extent since it came into the slot: 0
+    /// for none (an empty slot, a newcomer), 1 for a replayed extent (dirty until a sync).
+    last_end: Vec<u64>,
+    /// The newest mark whose data sync completed: a slot is dirty iff its `last_end` is
+    /// above it (marks and ends share `clock`, so they never tie).
+    synced: u64,
     /// Slots the transaction in flight changes: their extent is not hot yet (added) or
     /// no longer (evicted, and so no longer in `table`).
     pending: Vec<bool>,
@@ -110,6 +143,8 @@ impl ActivityLog {
             len => return Err(AlError::TableSize { len, al_extents }),
         };
         let mut slot_of = HashMap::new();
+        // Replayed extents are dirty (`last_end` 1) until a data sync started after now.
+        let last_end: Vec<u64> = table.iter().map(|&e| u64::from(e != EXTENT_NONE)).collect();
         for (slot, &e) in table.iter().enumerate() {
             let slot = slot as u32;
             if e == EXTENT_NONE {
@@ -133,8 +168,10 @@ impl ActivityLog {
             slot_of,
             in_use: vec![0; n],
             last_use: vec![0; n],
+            last_end,
+            synced: 0,
             pending: vec![false; n],
-            clock: 0,
+            clock: 1,
             next_seq,
             waiting: VecDeque::new(),
             in_flight: None,
@@ -170,7 +207,9 @@ impl ActivityLog {
         Begin::Wait(id)
     }
 
-    /// A write begun on `first..=last` is done.
+    /// A write begun on `first..=last` is done: it completed, maybe only into the page
+    /// cache or the disk's cache, so its extents are dirty until a data sync started after
+    /// this call completes.
     ///
     /// # Panics
     /// If no write holds one of these extents (an `end` without its `begin`).
@@ -184,13 +223,53 @@ impl ActivityLog {
             };
             self.in_use[slot] -= 1;
             self.last_use[slot] = self.clock;
+            self.last_end[slot] = self.clock;
         }
+    }
+
+    /// The driver is about to start a data sync (fdatasync of the data file). Every write
+    /// `end`ed before this call is durable once that sync succeeds: tell `sync_done`.
+    pub fn sync_started(&mut self) -> SyncMark {
+        self.clock += 1;
+        SyncMark(self.clock)
+    }
+
+    /// The data sync started at `mark` succeeded: every extent whose writes all ended
+    /// before `mark` is clean. Syncs may overlap and finish in any order; an older mark
+    /// reported after a newer one changes nothing.
+    ///
+    /// # Panics
+    /// If `mark` is newer than anything this log handed out (it came from another log).
+    pub fn sync_done(&mut self, mark: SyncMark) {
+        assert!(
+            mark.0 <= self.clock,
+            "AL sync_done({mark:?}) but the clock is {}: a mark from another log?",
+            self.clock
+        );
+        self.synced = self.synced.max(mark.0);
+    }
+
+    /// Slots no write uses and the transaction in flight does not change, whose extent is
+    /// dirty: victims that would need a data sync first. O(al_extents).
+    pub fn dirty_unused(&self) -> usize {
+        (0..self.al_extents as usize)
+            .filter(|&s| self.is_unused(s) && self.is_dirty(s))
+            .count()
+    }
+
+    /// Slots no write uses and the transaction in flight does not change, empty or with a
+    /// clean extent: victims that need no data sync. O(al_extents).
+    pub fn clean_unused(&self) -> usize {
+        (0..self.al_extents as usize)
+            .filter(|&s| self.is_unused(s) && !self.is_dirty(s))
+            .count()
     }
 
     /// The next transaction, if none is in flight and some waiting write can be served:
     /// every extent the waiting writes need, in arrival order, as long as they fit in one
-    /// transaction and victims (unused extents, least recently used first) are found. A
-    /// write that does not fit waits for a later one, and so does every write behind it.
+    /// transaction and victims (unused slots: empty ones first, then clean extents, then
+    /// dirty ones, each least recently used first) are found. A write that does not fit
+    /// waits for a later one, and so does every write behind it.
     pub fn next_transaction(&mut self) -> Option<Transaction> {
         if self.in_flight.is_some() || self.waiting.is_empty() {
             return None;
@@ -254,6 +333,7 @@ impl ActivityLog {
     fn build(&mut self, needed: Vec<u32>, victims: Vec<u32>, releases: Vec<WaitId>) -> Transaction {
         self.clock += 1;
         let mut evicted = Vec::new();
+        let mut evicts_dirty = false;
         let mut updates = Vec::with_capacity(needed.len());
         for (&e, &slot) in needed.iter().zip(&victims) {
             let s = slot as usize;
@@ -261,11 +341,13 @@ impl ActivityLog {
             if old != EXTENT_NONE {
                 self.slot_of.remove(&old);
                 evicted.push(old);
+                evicts_dirty |= self.is_dirty(s);
             }
             self.table[s] = e;
             self.slot_of.insert(e, slot);
             self.pending[s] = true;
             self.last_use[s] = self.clock;
+            self.last_end[s] = 0;
             updates.push(AlUpdate {
                 slot: u16::try_from(slot).expect("slots fit u16"),
                 extent: e,
@@ -284,6 +366,7 @@ impl ActivityLog {
             block,
             added: needed,
             evicted,
+            evicts_dirty,
             releases,
         }
     }
@@ -325,7 +408,8 @@ impl ActivityLog {
     }
 
     /// For a clean shutdown: an `Init` transaction that empties the log. Every hot extent
-    /// is in `evicted` (the caller flushes the whole bitmap first).
+    /// is in `evicted` (the caller flushes the whole bitmap first, and syncs the data first
+    /// if `evicts_dirty`).
     pub fn clean(&mut self) -> Result<Transaction, AlBusy> {
         let in_use: u64 = self.in_use.iter().map(|&n| u64::from(n)).sum();
         if in_use > 0 || !self.waiting.is_empty() || self.in_flight.is_some() {
@@ -337,7 +421,9 @@ impl ActivityLog {
         }
         let mut evicted: Vec<u32> = self.slot_of.keys().copied().collect();
         evicted.sort_unstable();
+        let evicts_dirty = (0..self.al_extents as usize).any(|s| self.is_dirty(s));
         self.table.fill(EXTENT_NONE);
+        self.last_end.fill(0);
         self.slot_of.clear();
         self.pending.fill(true);
         let seq = self.take_seq();
@@ -352,6 +438,7 @@ impl ActivityLog {
             block: AlBlock::init(seq, self.al_extents).encode(),
             added: Vec::new(),
             evicted,
+            evicts_dirty,
             releases: Vec::new(),
         })
     }
@@ -399,8 +486,9 @@ impl ActivityLog {
             self.table.len(),
             self.in_use.len(),
             self.last_use.len(),
+            self.last_end.len(),
             self.pending.len(),
-        ] != [n; 4]
+        ] != [n; 5]
         {
             return Err(format!("per-slot vectors are not {n} long"));
         }
@@ -418,9 +506,23 @@ impl ActivityLog {
                 ));
             }
         }
+        if self.synced > self.clock {
+            return Err(format!(
+                "synced up to {} but the clock is {}",
+                self.synced, self.clock
+            ));
+        }
         for s in 0..n {
             if self.in_use[s] > 0 && (self.table[s] == EXTENT_NONE || self.pending[s]) {
                 return Err(format!("slot {s} is in use but not hot"));
+            }
+            if self.last_end[s] > self.clock || self.last_use[s] > self.clock {
+                return Err(format!("slot {s} was used or ended after the clock"));
+            }
+            if self.last_end[s] != 0 && (self.table[s] == EXTENT_NONE || self.pending[s]) {
+                return Err(format!(
+                    "slot {s} is empty or being changed, but a write ended on it"
+                ));
             }
         }
         let pending: Vec<u32> = (0..n as u32)
@@ -461,10 +563,31 @@ impl ActivityLog {
         Ok(())
     }
 
-    /// Empty slots first, then the least recently used.
-    fn victim_order(&self, slot: u32) -> (bool, u64, u32) {
+    /// Clean before dirty (no data sync needed), among them empty slots first, then the
+    /// least recently used.
+    ///
+    /// Today the first key changes no choice: an unused slot was last used by an `end` (or
+    /// is a replayed one, unused since), and a sync cleans everything that ended before
+    /// it, so the clean unused slots are always the least recently used ones. The key
+    /// keeps the preference should the LRU order ever change (e.g. to begin times).
+    fn victim_order(&self, slot: u32) -> (bool, bool, u64, u32) {
         let s = slot as usize;
-        (self.table[s] != EXTENT_NONE, self.last_use[s], slot)
+        (
+            self.is_dirty(s),
+            self.table[s] != EXTENT_NONE,
+            self.last_use[s],
+            slot,
+        )
+    }
+
+    /// A write to this slot's extent ended after the start of the newest completed sync.
+    fn is_dirty(&self, s: usize) -> bool {
+        self.last_end[s] > self.synced
+    }
+
+    /// No write uses the slot and the transaction in flight does not change it.
+    fn is_unused(&self, s: usize) -> bool {
+        self.in_use[s] == 0 && !self.pending[s]
     }
 
     fn is_hot(&self, extent: u32) -> bool {
@@ -693,5 +816,226 @@ mod tests {
     #[should_panic(expected = "not in use")]
     fn end_without_begin_panics() {
         log(7).end(1, 1);
+    }
+
+    /// Whether `extent`'s slot is dirty (white box).
+    fn dirty(l: &ActivityLog, extent: u32) -> bool {
+        l.is_dirty(l.slot_of[&extent] as usize)
+    }
+
+    /// A log of 7 holding 0..7, every write ended in order (0 first): all dirty.
+    fn full_and_ended() -> ActivityLog {
+        let mut l = log(7);
+        for e in 0..7 {
+            l.begin(e, e);
+        }
+        commit(&mut l);
+        for e in 0..7 {
+            l.end(e, e);
+        }
+        l
+    }
+
+    #[test]
+    fn an_end_makes_its_extents_dirty_until_a_sync_started_after_it_completes() {
+        let mut l = log(7);
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (7, 0));
+        l.begin(2, 3);
+        let tx = l.next_transaction().unwrap();
+        assert!(!tx.evicts_dirty);
+        // The two slots being filled are neither clean nor dirty victims.
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (5, 0));
+        l.committed(tx.seq);
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (5, 0));
+        assert!(!dirty(&l, 2), "a newcomer has no write ended yet");
+        l.end(2, 3);
+        assert!(dirty(&l, 2) && dirty(&l, 3));
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (5, 2));
+        let m = l.sync_started();
+        assert_eq!(l.dirty_unused(), 2, "started is not done");
+        l.sync_done(m);
+        assert!(!dirty(&l, 2) && !dirty(&l, 3));
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (7, 0));
+        l.check().unwrap();
+    }
+
+    #[test]
+    fn a_write_in_use_across_a_whole_sync_stays_dirty() {
+        let mut l = full_and_ended();
+        let m0 = l.sync_started();
+        l.sync_done(m0);
+        assert_eq!(l.begin(4, 4), Begin::Hot);
+        let m = l.sync_started();
+        l.sync_done(m);
+        // In use: counted as neither.
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (6, 0));
+        l.end(4, 4);
+        assert!(dirty(&l, 4), "it may have completed after the sync started");
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (6, 1));
+        l.check().unwrap();
+    }
+
+    #[test]
+    fn overlapping_syncs_clean_only_what_ended_before_their_start() {
+        let mut l = full_and_ended();
+        let old = l.sync_started();
+        l.begin(1, 1);
+        l.end(1, 1); // after `old`
+        let new = l.sync_started();
+        l.begin(2, 2);
+        l.end(2, 2); // after `new`
+
+        // The older sync finishing cleans what ended before it only.
+        l.sync_done(old);
+        assert_eq!(
+            (0..7).filter(|&e| dirty(&l, e)).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        l.sync_done(new);
+        assert_eq!(
+            (0..7).filter(|&e| dirty(&l, e)).collect::<Vec<_>>(),
+            vec![2]
+        );
+        // Newer first, then the older one late: it must not clean 2 (nor dirty 1 again).
+        let mut l = full_and_ended();
+        let old = l.sync_started();
+        l.begin(1, 1);
+        l.end(1, 1);
+        let new = l.sync_started();
+        l.begin(2, 2);
+        l.end(2, 2);
+        l.sync_done(new);
+        l.sync_done(old);
+        assert_eq!(
+            (0..7).filter(|&e| dirty(&l, e)).collect::<Vec<_>>(),
+            vec![2]
+        );
+        l.check().unwrap();
+        // The same mark twice changes nothing either.
+        l.sync_done(new);
+        assert_eq!(l.dirty_unused(), 1);
+    }
+
+    #[test]
+    fn evicts_dirty_says_whether_a_victim_has_an_unsynced_write() {
+        let mut l = full_and_ended();
+        l.begin(10, 10);
+        let (tx, _) = commit(&mut l);
+        assert_eq!(tx.evicted, vec![0]);
+        assert!(tx.evicts_dirty, "0 was never synced");
+        l.end(10, 10);
+        let m = l.sync_started();
+        l.sync_done(m);
+        l.begin(11, 12);
+        let (tx, _) = commit(&mut l);
+        assert_eq!(tx.evicted, vec![1, 2]);
+        assert!(!tx.evicts_dirty);
+        l.end(11, 12);
+        // 3..7 and 10 are clean, 11 and 12 dirty: the clean go first, then a dirty one.
+        for e in 20..24 {
+            l.begin(e, e);
+        }
+        let (tx, _) = commit(&mut l);
+        let mut evicted = tx.evicted.clone();
+        evicted.sort_unstable();
+        assert_eq!(evicted, vec![3, 4, 5, 6]);
+        assert!(!tx.evicts_dirty);
+        for e in 20..24 {
+            l.end(e, e);
+        }
+        l.begin(30, 30);
+        let (tx, _) = commit(&mut l);
+        assert_eq!(tx.evicted, vec![10]);
+        assert!(!tx.evicts_dirty);
+        l.begin(31, 31);
+        let (tx, _) = commit(&mut l);
+        assert_eq!(tx.evicted, vec![11]);
+        assert!(tx.evicts_dirty);
+    }
+
+    #[test]
+    fn a_clean_victim_goes_before_an_older_dirty_one() {
+        let mut l = full_and_ended();
+        let m = l.sync_started();
+        l.sync_done(m);
+        l.begin(3, 3);
+        l.end(3, 3);
+        // Through the API a dirty slot is never older than a clean one (an unused slot's
+        // last use is its last end); make 3 the least recently used by hand, as an LRU by
+        // begin time would, to see the preference itself.
+        let s3 = l.slot_of[&3] as usize;
+        l.last_use[s3] = 0;
+        assert!(dirty(&l, 3));
+        l.begin(20, 20);
+        let (tx, _) = commit(&mut l);
+        assert_eq!(tx.evicted, vec![0]);
+        assert!(!tx.evicts_dirty);
+        // Only dirty victims left beside 3? Then 3 goes, and says so.
+        l.end(20, 20);
+        for e in [1, 2, 4, 5, 6, 20] {
+            l.begin(e, e);
+        }
+        l.begin(21, 21);
+        let (tx, _) = commit(&mut l);
+        assert_eq!((tx.evicted, tx.evicts_dirty), (vec![3], true));
+    }
+
+    #[test]
+    fn replayed_extents_are_dirty_until_a_sync() {
+        let ring = crate::layout::min_ring_blocks(7);
+        let table = [4, 9, EXTENT_NONE, 2, EXTENT_NONE, EXTENT_NONE, 7];
+        let mut l = ActivityLog::new(7, ring, &table, 5).unwrap();
+        l.check().unwrap();
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (3, 4));
+        // Empty slots go first: no eviction at all.
+        l.begin(20, 22);
+        let (tx, _) = commit(&mut l);
+        assert!(tx.evicted.is_empty() && !tx.evicts_dirty);
+        l.end(20, 22);
+        l.begin(30, 30);
+        let (tx, _) = commit(&mut l);
+        assert_eq!((tx.evicted.clone(), tx.evicts_dirty), (vec![4], true));
+        l.end(30, 30);
+        let m = l.sync_started();
+        l.sync_done(m);
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (7, 0));
+        l.begin(31, 31);
+        let (tx, _) = commit(&mut l);
+        assert_eq!((tx.evicted.clone(), tx.evicts_dirty), (vec![9], false));
+    }
+
+    #[test]
+    fn clean_says_whether_it_evicts_a_dirty_extent() {
+        let mut l = log(1237);
+        l.begin(5, 6);
+        commit(&mut l);
+        l.end(5, 6);
+        let tx = l.clean().unwrap();
+        assert!(tx.evicts_dirty);
+        l.committed(tx.seq);
+        l.check().unwrap();
+        assert_eq!((l.clean_unused(), l.dirty_unused()), (1237, 0));
+
+        let mut l = log(1237);
+        l.begin(5, 6);
+        commit(&mut l);
+        l.end(5, 6);
+        let m = l.sync_started();
+        l.sync_done(m);
+        let tx = l.clean().unwrap();
+        assert!(!tx.evicts_dirty);
+        assert!(!log(7).clean().unwrap().evicts_dirty, "an empty log");
+    }
+
+    #[test]
+    #[should_panic(expected = "another log")]
+    fn a_mark_from_another_log_panics() {
+        let mut a = log(7);
+        let mut b = log(7);
+        for _ in 0..5 {
+            a.sync_started();
+        }
+        let m = a.sync_started();
+        b.sync_done(m);
     }
 }

@@ -9,5 +9,5 @@ pub mod log;
 pub mod replay;
 
 pub use format::{AlBlock, AlKind, AlUpdate, EXTENT_NONE};
-pub use log::{ActivityLog, Begin, Transaction, WaitId};
+pub use log::{ActivityLog, Begin, SyncMark, Transaction, WaitId};
 pub use replay::{replay, AlReplay};
