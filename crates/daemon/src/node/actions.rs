@@ -17,13 +17,20 @@ use tandem_engine::{DiskKind, IoError};
 use tandem_storage::Backing;
 use tracing::{debug, error, info, warn};
 
+/// A write's bytes: in the engine's store or the packet being handled, or copied while
+/// it waited for the activity log.
+pub(super) enum Bytes<'a, 'c> {
+    Ref(Option<DataRef>, &'c Ctx<'a>),
+    Owned(Option<&'c [u8]>),
+}
+
 /// A disk operation the engine of resource `r` asked for (`RAction::Disk`).
 #[derive(Clone, Copy, Debug)]
-struct DiskAction {
-    r: usize,
-    volume: u16,
-    token: Token,
-    kind: DiskKind,
+pub(super) struct DiskAction {
+    pub(super) r: usize,
+    pub(super) volume: u16,
+    pub(super) token: Token,
+    pub(super) kind: DiskKind,
 }
 
 impl DiskAction {
@@ -79,8 +86,7 @@ impl NodeReactor {
         }
     }
 
-    /// Carries out a disk operation: reads the page cache holds and buffered writes on the
-    /// loop, fdatasyncs as the sync plan says, everything else on a worker.
+    /// Carries out a disk operation once the activity log admits it (see `activity.rs`).
     fn disk(
         &mut self,
         a: DiskAction,
@@ -88,6 +94,29 @@ impl NodeReactor {
         ctx: &Ctx<'_>,
         out: &mut Vec<RAction>,
     ) {
+        if let Some(range) = super::activity::gated(a.token, a.kind) {
+            match self.al_gate(a.r, a.volume, a.token, range) {
+                super::activity::Gate::Go => {}
+                super::activity::Gate::Wait(id) => {
+                    let copy = match a.kind {
+                        DiskKind::Write { len, .. } => data
+                            .and_then(|d| self.resolve(a.r, d, ctx))
+                            .map(|b| b[..len as usize].to_vec()),
+                        _ => None,
+                    };
+                    return self.al_defer(a.r, id, a.volume, a.token, a.kind, copy);
+                }
+                super::activity::Gate::Failed => {
+                    return self.op_done(a, Err(IoError::Os(libc::EIO)), out)
+                }
+            }
+        }
+        self.issue(a, Bytes::Ref(data, ctx), out);
+    }
+
+    /// Carries out a disk operation: reads the page cache holds and buffered writes on the
+    /// loop, fdatasyncs as the sync plan says, everything else on a worker.
+    pub(super) fn issue(&mut self, a: DiskAction, data: Bytes<'_, '_>, out: &mut Vec<RAction>) {
         let res = &self.res[a.r];
         // Flushes go to every replica this node keeps; the engine names volume 0.
         let backing = match a.kind {
@@ -101,9 +130,12 @@ impl NodeReactor {
         match a.kind {
             DiskKind::Read { offset, len } => self.read(a, backing, offset, len, out),
             DiskKind::Write { offset, len } => {
-                let bytes = data
-                    .and_then(|d| self.resolve(a.r, d, ctx))
-                    .map(|b| &b[..len as usize]);
+                let bytes = match data {
+                    Bytes::Ref(d, ctx) => d
+                        .and_then(|d| self.resolve(a.r, d, ctx))
+                        .map(|b| &b[..len as usize]),
+                    Bytes::Owned(b) => b,
+                };
                 let result = match bytes {
                     Some(b) => backing.write_at(b, offset).map_err(os_error),
                     None => {
@@ -182,6 +214,18 @@ impl NodeReactor {
     }
 
     fn disk_done(&mut self, a: DiskAction, result: Result<(), IoError>, out: &mut Vec<RAction>) {
+        self.op_done(a, result, out);
+    }
+
+    /// A disk operation finished: the activity log frees a peer write's extents, the
+    /// engine hears of it.
+    pub(super) fn op_done(
+        &mut self,
+        a: DiskAction,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        self.al_op_done(a.r, a.volume, a.token, a.kind);
         self.res[a.r]
             .engine
             .disk_done(a.volume, a.token, a.kind, result, out);
@@ -296,6 +340,7 @@ impl NodeReactor {
                     let ahead = matches!(kind, DiskKind::Zero { .. } | DiskKind::Trim { .. })
                         .then(|| self.res[r].syncs.wrote(u64::MAX))
                         .flatten();
+                    self.al_op_done(r, volume, token, kind);
                     self.res[r]
                         .engine
                         .disk_done(volume, token, kind, result, &mut actions);
@@ -419,6 +464,10 @@ impl Driver for ResourceDriver<'_> {
     }
 
     fn event(&mut self, e: Event) {
+        if matches!(e, Event::DiskChanged { .. } | Event::RoleChanged { .. }) {
+            // Before any write that follows in these actions.
+            self.node.al_state_changed(self.r);
+        }
         let name = &self.node.res[self.r].cfg.name;
         if e.is_detail() {
             debug!(resource = %name, "{e}");

@@ -395,6 +395,7 @@ impl NodeReactor {
         data: Option<DataRef>,
         ctx: &Ctx<'_>,
     ) {
+        self.al_app_done(r, req);
         let slot = self.slots.remove(req.0 as usize);
         // The read's bytes, taken out of the store (or borrowed from the packet being
         // handled) so they are copied once, straight into the reply.

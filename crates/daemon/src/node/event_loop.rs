@@ -70,6 +70,10 @@ impl NodeReactor {
                 self.start_syncs_ahead();
                 self.flush_dirty();
             }
+            while !self.al_ready.is_empty() {
+                self.issue_al_ready();
+                self.flush_dirty();
+            }
             if self.shutting_down
                 && self.slots.is_empty()
                 && !self

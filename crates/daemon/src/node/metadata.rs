@@ -11,8 +11,8 @@ use std::sync::Arc;
 use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
 use tandem_engine::replica::{NodeId, Persisted, ReplicaAtStart};
 use tandem_meta::{
-    CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax, PeerFlags,
-    PeerSlot, Placement, PmemTarget, SbFlags,
+    ActivityLog, CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax,
+    PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, WaitId, AL_EXTENT,
 };
 use tandem_storage::{Backing, OpenOptions};
 use tracing::{info, warn};
@@ -85,18 +85,28 @@ impl MetaTarget for Target {
     }
 }
 
-/// One replica's metadata while the node runs.
+/// One replica's metadata while the node runs: the store, and the activity log every
+/// write to the replica passes (see `node/activity.rs`).
 #[derive(Debug)]
 pub(super) struct VolumeMeta {
     store: MetaStore<Target>,
+    pub(super) al: ActivityLog,
+}
+
+/// The extents `first..=last` a write of `len` bytes at `offset` touches (`len` > 0).
+pub(super) fn extents_of(offset: u64, len: u64) -> (u32, u32) {
+    let last = offset + len.max(1) - 1;
+    ((offset / AL_EXTENT) as u32, (last / AL_EXTENT) as u32)
 }
 
 /// A replica opened at start: its backing store, what the engine is told, the peers'
-/// bitmaps to restore (node, words, wrote apart), and its metadata.
+/// bitmaps to restore (node, words, wrote apart), after a crash the ranges its activity
+/// log names, and its metadata.
 pub(super) struct Opened {
     pub(super) backing: Arc<Backing>,
     pub(super) found: ReplicaAtStart,
     pub(super) restore: Vec<(NodeId, Vec<u64>, bool)>,
+    pub(super) suspect: Vec<(u64, u64)>,
     pub(super) meta: VolumeMeta,
 }
 
@@ -192,6 +202,7 @@ pub(super) fn open_replica(
         }
         let store = MetaStore::create(target, layout, init)
             .with_context(|| format!("{}: creating metadata", what()))?;
+        let al = activity_log(&store).with_context(what)?;
         let found = if existed {
             ReplicaAtStart::Existing
         } else {
@@ -204,7 +215,8 @@ pub(super) fn open_replica(
             backing,
             found,
             restore: Vec::new(),
-            meta: VolumeMeta { store },
+            suspect: Vec::new(),
+            meta: VolumeMeta { store, al },
         });
     }
     let (store, loaded) = MetaStore::open(target, locate).with_context(|| {
@@ -237,14 +249,44 @@ pub(super) fn open_replica(
         );
     }
     let clean = sb.flags.contains(SbFlags::CLEAN);
-    let found = if clean && sb.flags.contains(SbFlags::CONSISTENT) {
+    let consistent = sb.flags.contains(SbFlags::CONSISTENT);
+    // A torn newest transaction is tolerated (a crash while writing it); anything else
+    // refuses the volume, as corrupted metadata does.
+    let al = activity_log(&store).with_context(|| {
+        format!(
+            "{}: the replica's activity log cannot be used; the volume is not attached",
+            what()
+        )
+    })?;
+    let found = if clean && consistent {
         ReplicaAtStart::Consistent
     } else if clean && sb.flags.contains(SbFlags::FULL_SYNC) {
         // Created, never synced, stopped cleanly: it still holds nothing.
         ReplicaAtStart::Created
+    } else if !clean && consistent {
+        ReplicaAtStart::Crashed
     } else {
         ReplicaAtStart::Existing
     };
+    // After a crash the log's extents are where this replica may differ from its peers.
+    let suspect: Vec<(u64, u64)> = if found == ReplicaAtStart::Crashed {
+        al.hot_extents()
+            .into_iter()
+            .map(|e| u64::from(e) * AL_EXTENT)
+            .filter(|&o| o < vc.size)
+            .map(|o| (o, AL_EXTENT.min(vc.size - o)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if found == ReplicaAtStart::Crashed {
+        warn!(resource = %cfg.name, volume = vc.number,
+            "{} did not stop cleanly{}; its activity log names {} extents ({} MiB) where it may differ from its peers: those are pulled under the Primary, not the whole volume",
+            disk.display(),
+            if sb.flags.contains(SbFlags::PRIMARY) { " (it was Primary)" } else { "" },
+            suspect.len(),
+            suspect.iter().map(|&(_, l)| l).sum::<u64>() >> 20);
+    }
     let mut restore = Vec::new();
     if found == ReplicaAtStart::Consistent {
         for &p in &peers {
@@ -263,8 +305,15 @@ pub(super) fn open_replica(
         backing,
         found,
         restore,
-        meta: VolumeMeta { store },
+        suspect,
+        meta: VolumeMeta { store, al },
     })
+}
+
+/// The activity log as its ring left it.
+fn activity_log(store: &MetaStore<Target>) -> Result<ActivityLog> {
+    let replay = store.read_al()?;
+    Ok(ActivityLog::from_replay(&replay)?)
 }
 
 /// Where a volume of `size` bytes keeps its metadata, and where `open` finds the superblock
@@ -335,6 +384,71 @@ impl VolumeMeta {
         Ok(())
     }
 
+    /// The flags a crash is judged by, written (and synced) when they change: whether the
+    /// replica is consistent (a crash then starts it `Crashed`, trusting its activity log,
+    /// else `Existing`) and whether this node is Primary. Called before any write that
+    /// could make the replica otherwise lands.
+    pub(super) fn set_state(&mut self, consistent: bool, primary: bool) -> Result<()> {
+        let mut sb = self.store.superblock().clone();
+        sb.flags.set(SbFlags::CONSISTENT, consistent);
+        sb.flags.set(SbFlags::PRIMARY, primary);
+        if primary {
+            sb.flags.insert(SbFlags::WAS_UP_TO_DATE);
+        }
+        if sb.flags != self.store.superblock().flags {
+            self.store.write_superblock(&sb)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the next activity-log transaction, if one can serve the waiting writes: the
+    /// data synced first if it evicts an extent with writes not yet durable, the evicted
+    /// extents' bitmap pages (from `oos`, per peer node) before the block. Returns the
+    /// writes it released, `None` if none could be served now (every victim in use).
+    pub(super) fn write_transaction<'a>(
+        &mut self,
+        data: &Backing,
+        oos: impl Fn(NodeId) -> Option<&'a [u64]>,
+    ) -> Result<Option<Vec<WaitId>>> {
+        let Some(tx) = self.al.next_transaction() else {
+            return Ok(None);
+        };
+        if tx.evicts_dirty {
+            let mark = self.al.sync_started();
+            data.sync_data()
+                .context("fdatasync of the data before an activity-log transaction")?;
+            self.al.sync_done(mark);
+        }
+        if !tx.evicted.is_empty() {
+            let layout = *self.store.layout();
+            let words = layout.bitmap_words();
+            let extent_blocks = AL_EXTENT / tandem_meta::BITMAP_BLOCK;
+            let page_blocks = tandem_meta::MD_BLOCK * 8;
+            let mut pages: Vec<u64> = tx
+                .evicted
+                .iter()
+                .map(|&e| u64::from(e) * extent_blocks / page_blocks)
+                .filter(|&p| p < layout.bitmap_pages())
+                .collect();
+            pages.sort_unstable();
+            pages.dedup();
+            let sb = self.store.superblock();
+            for (slot, ps) in sb.peers.iter().enumerate() {
+                let Some(w) = ps.node_id.and_then(&oos) else {
+                    continue;
+                };
+                let mut w = w.to_vec();
+                w.resize(words, 0);
+                for &p in &pages {
+                    self.store.write_bitmap_pages(slot, &w, p, 1)?;
+                }
+            }
+            self.store.sync()?;
+        }
+        self.store.write_al(&tx)?;
+        Ok(Some(self.al.committed(tx.seq)))
+    }
+
     /// At a clean stop (data already flushed): the engine's knowledge written back, then
     /// the superblock saying so.
     pub(super) fn stop_cleanly(&mut self, kept: &Persisted<'_>) -> Result<()> {
@@ -354,6 +468,11 @@ impl VolumeMeta {
                 .set(PeerFlags::WROTE_APART, p.wrote_apart);
         }
         self.store.sync()?;
+        // The whole bitmap is on disk: an empty log (a clean start trusts no log anyway).
+        if let Ok(tx) = self.al.clean() {
+            self.store.write_al(&tx)?;
+            self.al.committed(tx.seq);
+        }
         sb.flags.set(SbFlags::CONSISTENT, kept.consistent);
         sb.flags.set(SbFlags::WAS_UP_TO_DATE, kept.up_to_date);
         sb.flags

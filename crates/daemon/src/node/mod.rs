@@ -6,6 +6,7 @@
 //! ([`tandem_engine::replica::Resource`]) decides, this module executes.
 
 mod actions;
+mod activity;
 mod clients;
 mod control;
 mod control_conn;

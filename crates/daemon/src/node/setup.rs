@@ -123,6 +123,7 @@ impl NodeReactor {
             next_conn_id: 0,
             busy_poll: opts.busy_poll,
             syncs_ahead: Vec::new(),
+            al_ready: Vec::new(),
             handled: 0,
         };
         for cfg in configs {
@@ -139,6 +140,7 @@ impl NodeReactor {
         let mut metas = Vec::new();
         let mut disks = Vec::new();
         let mut restore = Vec::new();
+        let mut suspect = Vec::new();
         let mut exports = Vec::new();
         for (v, vc) in cfg.volumes.iter().enumerate() {
             let nv = &my.volumes[v];
@@ -155,6 +157,7 @@ impl NodeReactor {
                     backings.push(Some(o.backing));
                     metas.push(Some(o.meta));
                     restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
+                    suspect.push((v as u16, o.suspect));
                 }
             }
             exports.push(ExportInfo {
@@ -176,9 +179,17 @@ impl NodeReactor {
                 .restore_peer(v, peer, &words, apart)
                 .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
         }
+        for (v, ranges) in suspect {
+            if !ranges.is_empty() {
+                engine
+                    .restore_suspect(v, ranges)
+                    .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
+            }
+        }
         for (v, m) in metas.iter_mut().enumerate() {
             if let Some(m) = m {
                 m.mark_running(&metadata::diskful_peers(&cfg, v, my.node_id))
+                    .and_then(|()| m.set_state(engine.consistent(v as u16), false))
                     .with_context(|| format!("resource {} volume {v}", cfg.name))?;
             }
         }
@@ -201,6 +212,8 @@ impl NodeReactor {
             stalled: Vec::new(),
             syncs: SyncPlan::default(),
             nbd_flushes: FlushPattern::default(),
+            al_app: Default::default(),
+            al_waiting: Vec::new(),
         });
         Ok(())
     }

@@ -82,6 +82,11 @@ pub(super) struct ResCtx {
     pub(super) syncs: SyncPlan<(u16, Token)>,
     /// Whether this resource's NBD clients flush after every few writes.
     pub(super) nbd_flushes: FlushPattern,
+    /// Application requests holding activity-log extents (volume, first, last) until
+    /// they are answered.
+    pub(super) al_app: std::collections::HashMap<tandem_engine::ReqId, Vec<(u16, u32, u32)>>,
+    /// Writes waiting for an activity-log transaction.
+    pub(super) al_waiting: Vec<super::activity::AlWaiting>,
 }
 
 impl ResCtx {
@@ -179,4 +184,6 @@ pub(super) struct NodeReactor {
     pub(super) syncs_ahead: Vec<(usize, SyncStart)>,
     /// NBD requests and peer packets handled since the last wait (see `busy_poll::BURST`).
     pub(super) handled: usize,
+    /// Writes an activity-log transaction released (or failed), issued after this round.
+    pub(super) al_ready: Vec<(usize, super::activity::AlWaiting)>,
 }

@@ -69,8 +69,9 @@ pub enum DiskChange {
     /// Every replica was created empty at its node's start and all have met.
     NewCluster,
     /// Back from a crash: the `bytes` its activity log names (where it may differ from
-    /// every peer) are pulled under Primary node `primary` (this node, if it was promoted).
-    CrashedExtents { primary: NodeId, bytes: u64 },
+    /// every peer) are pulled under Primary node `primary` (this node, if it was promoted),
+    /// or (`None`) with no Primary anywhere, once every node has met it and listed.
+    CrashedExtents { primary: Option<NodeId>, bytes: u64 },
     /// Back from a clean restart, proven current: `by` an up-to-date peer whose list
     /// named nothing we lack, or (`None`) every diskful node has met and listed to us and
     /// none restarted without proof.
@@ -200,11 +201,14 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::Behind { peer } => {
                 write!(f, "node {peer} lists writes we lack; resync needed")
             }
-            DiskChange::CrashedExtents { primary, bytes } => write!(
-                f,
-                "back from a crash; pulling the {} KiB its activity log names, under Primary node {primary}",
-                bytes >> 10
-            ),
+            DiskChange::CrashedExtents { primary, bytes } => {
+                let kib = bytes >> 10;
+                write!(f, "back from a crash; pulling the {kib} KiB its activity log names, ")?;
+                match primary {
+                    Some(p) => write!(f, "under Primary node {p}"),
+                    None => write!(f, "every node having met it and listed (none is Primary)"),
+                }
+            }
             DiskChange::NewCluster => write!(
                 f,
                 "every replica was created empty at its node's start (a new cluster): UpToDate without a sync"

@@ -156,6 +156,13 @@ impl Resource {
             .is_some_and(|v| v.keeps_consistent())
     }
 
+    /// What peer `node` may lack of our replica of `volume` now ([`Bitmap::words`]): the
+    /// driver writes the pages an activity-log transaction evicts before that transaction.
+    pub fn out_of_sync_words(&self, volume: u16, node: NodeId) -> Option<&[u64]> {
+        let p = self.rep.peers.get(node)?;
+        p.vols.get(volume as usize).map(|pv| pv.oos.words())
+    }
+
     /// Before the first event: the ranges where a replica that started
     /// [`ReplicaAtStart::Crashed`] may differ from its peers (its activity log's extents).
     pub fn restore_suspect(

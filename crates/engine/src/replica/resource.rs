@@ -176,7 +176,7 @@ impl Resource {
                         }
                     }
                 } else {
-                    self.rep.pull_suspect(v, me, out);
+                    self.rep.pull_suspect(v, Some(me), out);
                     self.rep.vols[v].suspect = None;
                     self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
                 }
@@ -436,7 +436,7 @@ impl Resource {
                     // are pulled under it now.
                     for v in 0..self.rep.vols.len() {
                         if self.rep.peers[i].vols[v].disk.is_some() {
-                            self.rep.pull_suspect(v, peer, out);
+                            self.rep.pull_suspect(v, Some(peer), out);
                             self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
                         }
                     }

@@ -34,7 +34,7 @@ impl Replicas {
         let was = self.peers[i].vols[v].disk.replace(disk);
         if was.is_none() && self.peers[i].role == Role::Primary {
             // Its list (to come) names what we missed; our own suspect ranges we pull too.
-            self.pull_suspect(v, self.peers[i].id, out);
+            self.pull_suspect(v, Some(self.peers[i].id), out);
         }
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
@@ -163,6 +163,14 @@ impl Replicas {
         if let Some(rs) = self.vols[v].resync.as_mut() {
             rs.lists_open.retain(|&n| n != peer);
         }
+        let current_peer = self
+            .peers
+            .up()
+            .any(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate));
+        if current_peer && self.peers.primary().is_none() && self.all_met(v) {
+            // The last list: every node has told what it knows we missed.
+            self.pull_suspect(v, None, out);
+        }
         self.pump_resync(b, volume, out);
         self.check_proven(v, out);
         Ok(())
@@ -254,10 +262,21 @@ impl Replicas {
         Ok(())
     }
 
-    /// Back from a crash, under Primary `primary` (a peer, or this node once promoted):
+    /// Every other node is connected and has listed what it knows we lack in `v`.
+    pub(super) fn all_met(&self, v: usize) -> bool {
+        self.peers.iter().all(|p| p.up && p.vols[v].listed)
+    }
+
+    /// Back from a crash, under Primary `primary` (a peer, or this node once promoted;
+    /// `None`: no node is Primary and every one has met us and listed):
     /// pull the ranges where our replica may differ from every other (kept until a resync
     /// ends under a Primary's list: a Primary met later has them pulled again).
-    pub(super) fn pull_suspect(&mut self, v: usize, primary: NodeId, out: &mut Vec<RAction>) {
+    pub(super) fn pull_suspect(
+        &mut self,
+        v: usize,
+        primary: Option<NodeId>,
+        out: &mut Vec<RAction>,
+    ) {
         let vol = &mut self.vols[v];
         let pulls = vol.attached() && vol.disk != DiskState::UpToDate;
         let Some(suspect) = vol.suspect.as_ref().filter(|_| pulls) else {
@@ -314,9 +333,10 @@ impl Replicas {
     /// being synced itself (it serves what it has and refuses the rest), skipping those
     /// that just refused.
     pub(super) fn pick_source(&self, v: usize) -> Option<NodeId> {
-        if self.vols[v].suspect.is_some() && self.peers.primary().is_none() {
-            // Back from a crash: what a Secondary lists us is not all we missed, and it
-            // may be behind where we are suspect. Wait for a Primary.
+        if self.vols[v].suspect.is_some() && self.peers.primary().is_none() && !self.all_met(v) {
+            // Back from a crash: what one Secondary lists us is not all we missed, and it
+            // may be behind where we are suspect. Wait for a Primary, or for every node to
+            // have met us and listed (none Primary: then all they know is told).
             return None;
         }
         let rs = self.vols[v].resync.as_ref();
@@ -496,6 +516,13 @@ impl Replicas {
             self.peers[i].vols[v].repl = Repl::Established;
         }
         // A connected Primary has told us all we lack: what we hold now is proven current.
+        let all_met_no_primary = self.peers.primary().is_none() && self.all_met(v);
+        if all_met_no_primary && self.vols[v].suspect.is_some() {
+            // Pulled what every node knew we missed, and our suspect ranges, from a
+            // current replica: current.
+            self.vols[v].unproven = false;
+            self.vols[v].suspect = None;
+        }
         if self
             .peers
             .up()

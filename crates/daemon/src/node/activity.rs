@@ -1,0 +1,234 @@
+//! The activity log on the write path: every write that changes a consistent replica (an
+//! application write here, or a peer's replicated write) first has its 4 MiB extents in the
+//! replica's activity log, so a crash names where the replica may differ from its peers
+//! (`ReplicaAtStart::Crashed`). A write to an extent not in the log waits for the
+//! transaction that adds it (`VolumeMeta::write_transaction`, written on the loop: a few
+//! microseconds on persistent memory, one synchronous write on a disk). An application
+//! write keeps its extents until the application is answered (every replica wrote it or was
+//! marked out of sync), a peer's write until it is written here. Resync writes pass
+//! without: a replica being synced is not consistent, and a crash resyncs it in full.
+//!
+//! A write that finds every extent of the log in use waits (its bytes copied) until one is
+//! freed; the event loop issues it then (`issue_al_ready`).
+
+use super::metadata::extents_of;
+use super::state::*;
+use tandem_engine::replica::{RAction, Token};
+use tandem_engine::{DiskKind, IoError, ReqId};
+use tandem_meta::{Begin, WaitId};
+use tracing::error;
+
+/// A write waiting for an activity-log transaction.
+#[derive(Debug)]
+pub(super) struct AlWaiting {
+    pub(super) id: WaitId,
+    pub(super) volume: u16,
+    pub(super) token: Token,
+    pub(super) kind: DiskKind,
+    /// A write's bytes (copied: the packet or request they came in is gone by then).
+    pub(super) data: Option<Vec<u8>>,
+    pub(super) failed: bool,
+}
+
+/// What the gate says of a write.
+pub(super) enum Gate {
+    /// Its extents are in the log (or it needs none): issue it.
+    Go,
+    /// It waits for a transaction: the caller hands over its bytes (`defer`).
+    Wait(WaitId),
+    /// The metadata could not be written: the write fails (the replica detaches).
+    Failed,
+}
+
+/// The range a data-changing disk operation covers, if the activity log gates it.
+pub(super) fn gated(token: Token, kind: DiskKind) -> Option<(u64, u64)> {
+    if !matches!(token, Token::App(_) | Token::PeerWrite { .. }) {
+        return None;
+    }
+    match kind {
+        DiskKind::Write { offset, len }
+        | DiskKind::Trim { offset, len }
+        | DiskKind::Zero { offset, len, .. } => Some((offset, u64::from(len))),
+        _ => None,
+    }
+}
+
+impl NodeReactor {
+    /// Brings the extents of a write of resource `r`, volume `v`, into the log.
+    pub(super) fn al_gate(&mut self, r: usize, v: u16, token: Token, range: (u64, u64)) -> Gate {
+        let Some(meta) = self.res[r]
+            .metas
+            .get_mut(v as usize)
+            .and_then(Option::as_mut)
+        else {
+            return Gate::Go;
+        };
+        let (first, last) = extents_of(range.0, range.1);
+        match meta.al.begin(first, last) {
+            Begin::Hot => {}
+            Begin::Wait(id) => match self.al_commit(r, v, Some(id)) {
+                Gate::Go => {}
+                other => return other,
+            },
+        }
+        if let Token::App(req) = token {
+            self.res[r]
+                .al_app
+                .entry(req)
+                .or_default()
+                .push((v, first, last));
+        }
+        Gate::Go
+    }
+
+    /// Keeps a write that waits for the log, with its bytes.
+    pub(super) fn al_defer(
+        &mut self,
+        r: usize,
+        id: WaitId,
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        data: Option<Vec<u8>>,
+    ) {
+        self.res[r].al_waiting.push(AlWaiting {
+            id,
+            volume,
+            token,
+            kind,
+            data,
+            failed: false,
+        });
+    }
+
+    /// Writes transactions while they serve waiting writes; those released (and, if the
+    /// metadata write failed, those failed) move to `al_ready`, except `mine` (the write
+    /// being gated now), for which it says what to do.
+    fn al_commit(&mut self, r: usize, v: u16, mine: Option<WaitId>) -> Gate {
+        let mut go = false;
+        loop {
+            let rc = &mut self.res[r];
+            let Some(meta) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) else {
+                return Gate::Go;
+            };
+            let Some(backing) = rc.backings.get(v as usize).cloned().flatten() else {
+                return Gate::Go;
+            };
+            let engine = &rc.engine;
+            let released = match meta
+                .write_transaction(&backing, |p| engine.out_of_sync_words(v, p))
+            {
+                Ok(Some(released)) => released,
+                Ok(None) => {
+                    return match (go, mine) {
+                        (true, _) | (_, None) => Gate::Go,
+                        (false, Some(id)) => Gate::Wait(id),
+                    }
+                }
+                Err(e) => {
+                    error!(resource = %rc.cfg.name, volume = v,
+                        "activity-log transaction on {} failed: {e:#}; the writes waiting for it fail and the replica detaches", meta.describe());
+                    // Every waiting write fails; the log stays as it was.
+                    for w in rc.al_waiting.iter_mut().filter(|w| w.volume == v) {
+                        w.failed = true;
+                    }
+                    let (failed, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut rc.al_waiting)
+                        .into_iter()
+                        .partition(|w| w.failed && Some(w.id) != mine);
+                    rc.al_waiting = kept;
+                    self.al_ready.extend(failed.into_iter().map(|w| (r, w)));
+                    return Gate::Failed;
+                }
+            };
+            for id in released {
+                if Some(id) == mine {
+                    go = true;
+                } else if let Some(i) = rc
+                    .al_waiting
+                    .iter()
+                    .position(|w| w.id == id && w.volume == v)
+                {
+                    let w = rc.al_waiting.swap_remove(i);
+                    self.al_ready.push((r, w));
+                }
+            }
+            if go {
+                return Gate::Go;
+            }
+        }
+    }
+
+    /// Application request `req` of resource `r` was answered: its extents are free.
+    pub(super) fn al_app_done(&mut self, r: usize, req: ReqId) {
+        let Some(ranges) = self.res[r].al_app.remove(&req) else {
+            return;
+        };
+        for (v, first, last) in ranges {
+            self.al_end(r, v, first, last);
+        }
+    }
+
+    /// A disk operation finished: a peer's write frees its extents.
+    pub(super) fn al_op_done(&mut self, r: usize, v: u16, token: Token, kind: DiskKind) {
+        if let (Token::PeerWrite { .. }, Some(range)) = (token, gated(token, kind)) {
+            let (first, last) = extents_of(range.0, range.1);
+            self.al_end(r, v, first, last);
+        }
+    }
+
+    fn al_end(&mut self, r: usize, v: u16, first: u32, last: u32) {
+        let Some(meta) = self.res[r]
+            .metas
+            .get_mut(v as usize)
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        meta.al.end(first, last);
+        if meta.al.waiting() > 0 {
+            self.al_commit(r, v, None);
+        }
+    }
+
+    /// Issues the writes a transaction released since (or fails them).
+    pub(super) fn issue_al_ready(&mut self) {
+        while let Some((r, w)) = self.al_ready.pop() {
+            let mut out: Vec<RAction> = Vec::new();
+            let a = super::actions::DiskAction {
+                r,
+                volume: w.volume,
+                token: w.token,
+                kind: w.kind,
+            };
+            if w.failed {
+                self.op_done(a, Err(IoError::Os(libc::EIO)), &mut out);
+            } else {
+                // The transaction counted its extents as used: an application write holds
+                // them until answered, as on the direct path.
+                if let (Token::App(req), Some(range)) = (w.token, gated(w.token, w.kind)) {
+                    let (first, last) = extents_of(range.0, range.1);
+                    self.res[r]
+                        .al_app
+                        .entry(req)
+                        .or_default()
+                        .push((w.volume, first, last));
+                }
+                self.issue(a, super::actions::Bytes::Owned(w.data.as_deref()), &mut out);
+            }
+            self.run_actions(r, out, Ctx::default());
+        }
+    }
+
+    /// The flags a crash is judged by follow the engine (see `VolumeMeta::set_state`).
+    pub(super) fn al_state_changed(&mut self, r: usize) {
+        let rc = &mut self.res[r];
+        let primary = rc.engine.role() == tandem_engine::replica::Role::Primary;
+        for (v, m) in rc.metas.iter_mut().enumerate() {
+            let Some(m) = m else { continue };
+            if let Err(e) = m.set_state(rc.engine.consistent(v as u16), primary) {
+                error!(resource = %rc.cfg.name, volume = v,
+                    "writing the metadata of {} failed: {e:#}", m.describe());
+            }
+        }
+    }
+}
