@@ -72,13 +72,15 @@ impl NodeReactor {
             },
         }
         if let Token::App(req) = token {
-            self.res[r]
-                .al_app
-                .entry(req)
-                .or_default()
-                .push((v, first, last));
+            self.al_hold(r, req, (v, first, last));
         }
         Gate::Go
+    }
+
+    /// An application write holds its extents until answered (one local write per request).
+    fn al_hold(&mut self, r: usize, req: ReqId, held: (u16, u32, u32)) {
+        let earlier = self.res[r].al_app.insert(req, held);
+        debug_assert!(earlier.is_none(), "two local writes for {req:?}");
     }
 
     /// Keeps a write that waits for the log, with its bytes.
@@ -160,10 +162,7 @@ impl NodeReactor {
 
     /// Application request `req` of resource `r` was answered: its extents are free.
     pub(super) fn al_app_done(&mut self, r: usize, req: ReqId) {
-        let Some(ranges) = self.res[r].al_app.remove(&req) else {
-            return;
-        };
-        for (v, first, last) in ranges {
+        if let Some((v, first, last)) = self.res[r].al_app.remove(&req) {
             self.al_end(r, v, first, last);
         }
     }
@@ -207,11 +206,7 @@ impl NodeReactor {
                 // them until answered, as on the direct path.
                 if let (Token::App(req), Some(range)) = (w.token, gated(w.token, w.kind)) {
                     let (first, last) = extents_of(range.0, range.1);
-                    self.res[r]
-                        .al_app
-                        .entry(req)
-                        .or_default()
-                        .push((w.volume, first, last));
+                    self.al_hold(r, req, (w.volume, first, last));
                 }
                 self.issue(a, super::actions::Bytes::Owned(w.data.as_deref()), &mut out);
             }

@@ -421,7 +421,6 @@ impl VolumeMeta {
         }
         if !tx.evicted.is_empty() {
             let layout = *self.store.layout();
-            let words = layout.bitmap_words();
             let extent_blocks = AL_EXTENT / tandem_meta::BITMAP_BLOCK;
             let page_blocks = tandem_meta::MD_BLOCK * 8;
             let mut pages: Vec<u64> = tx
@@ -437,10 +436,10 @@ impl VolumeMeta {
                 let Some(w) = ps.node_id.and_then(&oos) else {
                     continue;
                 };
-                let mut w = w.to_vec();
-                w.resize(words, 0);
+                // The engine's bitmap is the slot's size (both `ceil(blocks / 64)` words):
+                // written from where it is, no copy.
                 for &p in &pages {
-                    self.store.write_bitmap_pages(slot, &w, p, 1)?;
+                    self.store.write_bitmap_pages(slot, w, p, 1)?;
                 }
             }
             self.store.sync()?;
@@ -454,15 +453,12 @@ impl VolumeMeta {
     pub(super) fn stop_cleanly(&mut self, kept: &Persisted<'_>) -> Result<()> {
         let mut sb = self.store.superblock().clone();
         let layout = *self.store.layout();
-        let words = layout.bitmap_words();
         for p in &kept.peers {
             let Some(slot) = sb.slot_of_peer(p.node) else {
                 continue;
             };
-            let mut w = p.out_of_sync.words().to_vec();
-            w.resize(words, 0);
             self.store
-                .write_bitmap_pages(slot, &w, 0, layout.bitmap_pages())?;
+                .write_bitmap_pages(slot, p.out_of_sync.words(), 0, layout.bitmap_pages())?;
             sb.peers[slot]
                 .flags
                 .set(PeerFlags::WROTE_APART, p.wrote_apart);

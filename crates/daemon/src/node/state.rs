@@ -84,7 +84,7 @@ pub(super) struct ResCtx {
     pub(super) nbd_flushes: FlushPattern,
     /// Application requests holding activity-log extents (volume, first, last) until
     /// they are answered.
-    pub(super) al_app: std::collections::HashMap<tandem_engine::ReqId, Vec<(u16, u32, u32)>>,
+    pub(super) al_app: std::collections::HashMap<tandem_engine::ReqId, (u16, u32, u32)>,
     /// Writes waiting for an activity-log transaction.
     pub(super) al_waiting: Vec<super::activity::AlWaiting>,
 }
