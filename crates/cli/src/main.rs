@@ -91,6 +91,9 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Throw away a replica whose node is not running: its next start resyncs it in full
+    /// from an up-to-date peer (it serves nothing before).
+    Invalidate(ReplicaArg),
     /// Disconnect a resource from all its peers.
     Down {
         resource: String,
@@ -151,6 +154,11 @@ struct NodeArgs {
     disk_threads: usize,
     #[command(flatten)]
     busy_poll: BusyPollArg,
+    /// For benchmarks only: no activity-log transactions and no "consistent" mark while
+    /// running, the ceiling metadata writes are measured against. A crash or kill -9 of
+    /// this node then costs a full resync of its replicas (a clean stop costs nothing).
+    #[arg(long)]
+    unsafe_no_activity_log: bool,
 }
 
 #[derive(clap::Args)]
@@ -208,6 +216,7 @@ fn main() {
             control: a.control.control,
             disk_threads: a.disk_threads.max(1),
             busy_poll: a.busy_poll.window(),
+            activity_log: !a.unsafe_no_activity_log,
         }),
         Cmd::Status {
             resource,
@@ -242,6 +251,10 @@ fn main() {
         Cmd::CreateMd { replica: r, force } => {
             tandem_daemon::node::create_md(&r.config_dir, &r.resource, &r.name, r.volume, force)
                 .map(|t| println!("new metadata on {t}; this replica is resynced in full from an up-to-date peer when its node starts (if no other replica can prove it is current, `tandem primary --force` on the one you trust)"))
+        }
+        Cmd::Invalidate(r) => {
+            tandem_daemon::node::invalidate(&r.config_dir, &r.resource, &r.name, r.volume)
+                .map(|t| println!("invalidated the replica of {} volume {} on node {} (metadata on {t}): when the node starts it is resynced in full from an up-to-date peer, and serves nothing before", r.resource, r.volume, r.name))
         }
         Cmd::Down { resource, control } => {
             admin::verb(&control.control, Request::Down { resource })

@@ -400,3 +400,96 @@ fn a_killed_primary_returns_and_pulls_only_its_activity_log() {
     );
     c.assert_replicas_identical();
 }
+
+/// The benchmarks' ceiling, `--unsafe-no-activity-log`, is safe in the one way that
+/// matters: a node run without the log never marks its replica consistent while running,
+/// so after kill -9 it is synced in full (it does not trust a log it never kept), and the
+/// replicas end identical.
+#[test]
+fn a_node_run_without_the_activity_log_is_synced_in_full_after_a_crash() {
+    const TEST: &str =
+        "metadata::a_node_run_without_the_activity_log_is_synced_in_full_after_a_crash";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    beta.daemon.extra_args = vec!["--unsafe-no-activity-log".into()];
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 9);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let beta = c.node_mut("beta");
+    beta.daemon.kill9();
+    beta.daemon.extra_args.clear();
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let log = c.node("beta").daemon.log();
+    let last = &log[log.rfind("==== test harness: start").unwrap_or(0)..];
+    assert!(!last.contains("starts Crashed"), "{last}");
+    let total = total_pulled(c.node("beta"));
+    eprintln!(
+        "{TEST}: beta pulled {total} bytes after kill -9 without an activity log (full {SIZE})"
+    );
+    assert!(total >= SIZE, "beta must be synced in full:\n{last}");
+    c.assert_replicas_identical();
+}
+
+/// `tandem invalidate` throws a stopped replica away: refused while its node runs (with
+/// the reason), then the node comes back, proves nothing and is synced in full (not only
+/// what it missed), and the replicas end identical. A replica it cannot name is refused.
+#[test]
+fn an_invalidated_replica_is_synced_in_full() {
+    const TEST: &str = "metadata::an_invalidated_replica_is_synced_in_full";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 10);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let cfg = c.dir.join("beta").join("cfg");
+    let tool = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(tandem_bin());
+        cmd.arg("invalidate")
+            .args(args)
+            .args(["--name", "beta", "--config-dir"])
+            .arg(&cfg);
+        run(&mut cmd, Duration::from_secs(30))
+    };
+    let running = tool(&["r0"]);
+    assert!(
+        !running.success() && running.stderr.contains("is the node running"),
+        "{}",
+        running.describe()
+    );
+    let unknown = tool(&["nosuch"]);
+    assert!(
+        !unknown.success() && unknown.stderr.contains("nosuch"),
+        "{}",
+        unknown.describe()
+    );
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    let done = tool(&["r0"]);
+    done.expect_success();
+    assert!(
+        done.stdout.contains("resynced in full"),
+        "{}",
+        done.describe()
+    );
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let total = total_pulled(c.node("beta"));
+    eprintln!("{TEST}: beta pulled {total} bytes after invalidate (full {SIZE})");
+    assert!(
+        total >= SIZE,
+        "an invalidated replica must be synced in full, pulled {total}:\n{}",
+        c.node("beta").daemon.log()
+    );
+    c.assert_replicas_identical();
+}

@@ -120,6 +120,14 @@ impl<F> SyncPlan<F> {
         ahead.then(|| self.start())
     }
 
+    /// A sync wanted now for the driver's own reasons (the activity log running short of
+    /// extents whose writes are durable), if none runs and something was written since
+    /// the last one started.
+    pub fn sync_now(&mut self) -> Option<SyncStart> {
+        let due = self.running.is_none() && !self.failed && self.written > self.synced;
+        due.then(|| self.start())
+    }
+
     /// The local writes follow a flush-heavy pattern (see [`FlushPattern`]).
     pub fn flush_heavy(&self) -> bool {
         self.pattern.flush_heavy()

@@ -2177,3 +2177,50 @@ fn suspect_ranges_are_restored_only_into_a_crashed_start() {
     assert_eq!(alone.disk(0), DiskState::UpToDate);
     assert!(alone.restore_suspect(0, [(0, 4096)]).is_err());
 }
+
+/// A replica back from a crash keeps what its metadata knew its peers lack (the bitmap
+/// pages it wrote plus its activity log's extents): that knowledge may be nowhere else
+/// (soak seed 101022420). A replica that proves nothing else (`Existing`) takes none.
+#[test]
+fn a_crashed_replica_restores_what_its_peers_lack() {
+    let mut beta = crashed(1, &[(0, 4096)]);
+    let words = [0b1010u64; 4];
+    beta.restore_peer(0, 0, &words, false).unwrap();
+    let kept = beta.out_of_sync_words(0, 0).unwrap();
+    assert_eq!(kept[0], 0b1010, "{kept:?}");
+    let mut existing = started(1, ReplicaAtStart::Existing);
+    assert!(matches!(
+        existing.restore_peer(0, 0, &words, false).unwrap_err(),
+        tandem_engine::replica::RestoreError::NotConsistent(0)
+    ));
+}
+
+/// What a replica back from a crash kept of what an up-to-date peer lacks is not listed
+/// to it as a claim (unproven, it is no proof of being newer; the up-to-date peer's own
+/// list would meet it as a conflict and the link would loop): those blocks are pulled
+/// from the peer instead, like the activity log's.
+#[test]
+fn a_crashed_replica_pulls_what_it_kept_against_an_up_to_date_peer() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    alpha.peer_down(1, &mut out);
+    let mut beta = crashed(1, &[(0, 4096)]);
+    // Block 5 marked for alpha long ago (a stale bitmap page).
+    beta.restore_peer(0, 0, &[1 << 5, 0, 0, 0], false).unwrap();
+    write_alone(&mut alpha, 65536);
+    alpha.promote(false, &mut out).unwrap();
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    let (a, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    assert!(listed(&b, 0).is_empty(), "beta claims nothing: {b:?}");
+    assert_eq!(alpha.disk(0), DiskState::UpToDate, "{a:?}");
+    assert_eq!(beta.disk(0), DiskState::UpToDate, "{b:?}");
+    assert_eq!(
+        synced_bytes(&b),
+        Some(3 * 4096),
+        "the suspect block, the kept one and the one missed: {b:?}"
+    );
+}

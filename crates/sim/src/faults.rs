@@ -191,6 +191,31 @@ impl Sim {
                 self.cut(node.min(other), node.max(other), None);
             }
         }
+        // What its metadata kept of what each peer lacks: `tandem node` writes a bitmap
+        // page when its extent leaves the activity log and, after a crash, restores the
+        // pages plus the log's extents for every peer, a superset of the bitmap at the
+        // crash; here, that bitmap (links down: unconfirmed writes are marked) and the
+        // suspect blocks.
+        let kept_bitmaps: Vec<Vec<(NodeId, Vec<u64>)>> = at_crash
+            .iter()
+            .enumerate()
+            .map(|(v, (consistent, suspect))| {
+                let n = &self.nodes[node as usize];
+                (0..self.nodes.len() as NodeId)
+                    .filter(|&p| *consistent && p != node && self.sc.replica(p as usize, v))
+                    .filter_map(|p| {
+                        let mut words = n.engine.out_of_sync_words(v as u16, p)?.to_vec();
+                        // Its activity log's extents, for every peer, as the daemon does.
+                        for &(offset, len) in suspect {
+                            for b in offset / 4096..(offset + len).div_ceil(4096) {
+                                words[(b / 64) as usize] |= 1 << (b % 64);
+                            }
+                        }
+                        Some((p, words))
+                    })
+                    .collect()
+            })
+            .collect();
         let lost = self.sc.lose_disks
             && !self.sc.overlapping_faults
             && self.rng.chance(0.5)
@@ -223,6 +248,11 @@ impl Sim {
                     self.suspect_bytes += suspect.len() as u64 * 4096;
                     // The only replica (nothing to pull from) keeps none.
                     let _ = n.engine.restore_suspect(v as u16, suspect);
+                    for (peer, words) in &kept_bitmaps[v] {
+                        n.engine
+                            .restore_peer(v as u16, *peer, words, false)
+                            .expect("restored into a crashed start");
+                    }
                 }
             }
         }

@@ -167,11 +167,15 @@ fn disk_errors_regressions() {
 /// replica's resync finished before the Primary returned (it stays unproven, and a diskful
 /// Primary lists everything to it). Seed 80087183: a resync reply lost with the link; the
 /// source had already forgotten the range (now put back when the connection ends).
+/// Seed 101022420: a Secondary cut off before any write came back after a crash while
+/// the other, which had every write since, crashed too; the only knowledge of what the
+/// first missed was the second's bitmap, dropped at its crash (a crashed replica now
+/// restores the bitmaps its metadata kept).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
         31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754, 60017710, 60032299,
-        80045903, 80087183,
+        80045903, 80087183, 101022420,
     ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;

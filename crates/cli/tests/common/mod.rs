@@ -639,6 +639,8 @@ pub struct NodeDaemon {
     child: Option<Child>,
     starts: u32,
     command: String,
+    /// More `tandem node` arguments for the next (re)starts.
+    pub extra_args: Vec<String>,
 }
 
 impl NodeDaemon {
@@ -668,6 +670,7 @@ impl NodeDaemon {
             child: None,
             starts: 0,
             command: String::new(),
+            extra_args: Vec::new(),
         };
         d.restart();
         d
@@ -696,6 +699,7 @@ impl NodeDaemon {
             .arg(&self.config_dir)
             .arg("--control")
             .arg(&self.control)
+            .args(&self.extra_args)
             .env_remove("TANDEM_CONTROL")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

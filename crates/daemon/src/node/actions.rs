@@ -57,6 +57,13 @@ impl NodeReactor {
         if self.res[r].demote_pending {
             self.finish_forced_demote(r);
         }
+        if self.res[r].meta_failed == MetaFailed::Untold {
+            // Never nested: the second call finds it told.
+            self.res[r].meta_failed = MetaFailed::Told;
+            let mut out = Vec::new();
+            self.res[r].engine.sync_failed(&mut out);
+            self.run_actions(r, out, Ctx::default());
+        }
         for (r, token) in std::mem::take(&mut self.spent_reads) {
             if let Some(b) = self.res[r].data.take_read(token) {
                 self.pool.put(b);
@@ -94,6 +101,13 @@ impl NodeReactor {
         ctx: &Ctx<'_>,
         out: &mut Vec<RAction>,
     ) {
+        let changes = matches!(
+            a.kind,
+            DiskKind::Write { .. } | DiskKind::Trim { .. } | DiskKind::Zero { .. }
+        );
+        if changes && self.res[a.r].meta_failed != MetaFailed::No {
+            return self.op_done(a, Err(IoError::Os(libc::EIO)), out);
+        }
         if let Some(range) = super::activity::gated(a.token, a.kind) {
             match self.al_gate(a.r, a.volume, a.token, range) {
                 super::activity::Gate::Go => {}
@@ -251,11 +265,18 @@ impl NodeReactor {
 
     /// Starts an fdatasync of every local replica of resource `r` on a disk worker.
     pub(super) fn start_sync(&mut self, r: usize, s: SyncStart, out: &mut Vec<RAction>) {
-        let mut backings = self.res[r].backings.iter().flatten().cloned();
+        let mut backings = self.res[r]
+            .backings
+            .iter()
+            .flatten()
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter();
         let Some(backing) = backings.next() else {
             error!("a sync of a resource without local replicas");
             return self.sync_done(r, s.gen, Err(IoError::NoData), out);
         };
+        self.al_sync_started(r, s.gen);
         self.workers.submit(Job {
             tag: Tag::Sync { r, gen: s.gen },
             backing,
@@ -268,6 +289,7 @@ impl NodeReactor {
     /// Syncs every local replica of resource `r` on the event loop.
     pub(super) fn sync_inline(&mut self, r: usize, s: SyncStart, out: &mut Vec<RAction>) {
         // Every replica is synced even if one fails; the flush fails if any did.
+        self.al_sync_started(r, s.gen);
         let mut result = Ok(());
         for b in self.res[r].backings.iter().flatten() {
             if let Err(e) = b.sync_data() {
@@ -296,6 +318,7 @@ impl NodeReactor {
         if let Err(e) = result {
             error!(resource = %self.res[r].cfg.name, "fdatasync failed: {e:?}");
         }
+        self.al_sync_finished(r, gen, result.is_ok());
         let (answer, next) = self.res[r].syncs.sync_done(gen, result.is_ok());
         if let Some(((volume, token), ok)) = answer {
             let result = ok.map_err(|()| result.err().unwrap_or(IoError::Os(libc::EIO)));

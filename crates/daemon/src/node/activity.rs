@@ -8,8 +8,18 @@
 //! marked out of sync), a peer's write until it is written here. Resync writes pass
 //! without: a replica being synced is not consistent, and a crash resyncs it in full.
 //!
-//! A write that finds every extent of the log in use waits (its bytes copied) until one is
-//! freed; the event loop issues it then (`issue_al_ready`).
+//! A write that misses the log waits, its bytes copied, and the event loop writes one
+//! transaction for every write that missed in its round, after the round's packets are
+//! sent (`al_commit_pending`): at iodepth 16 sixteen misses cost one metadata write, not
+//! sixteen, and the peers already have the writes while the transaction is written. A
+//! write that finds every extent of the log in use waits until one is freed. Released
+//! writes are issued by the loop in the order they arrived (`issue_al_ready`).
+//!
+//! A transaction that must evict an extent whose writes may not be durable yet syncs the
+//! data first (see `tandem_meta::ActivityLog`); to keep that off the write path, a data
+//! sync is started ahead, on a worker, whenever fewer than `CLEAN_LOW` unused extents are
+//! clean (`al_sync_ahead`), and every data sync marks the extents it makes clean
+//! (`al_sync_started`, `al_sync_finished`).
 
 use super::metadata::extents_of;
 use super::state::*;
@@ -17,6 +27,9 @@ use tandem_engine::replica::{RAction, Token};
 use tandem_engine::{DiskKind, IoError, ReqId};
 use tandem_meta::{Begin, WaitId};
 use tracing::error;
+
+/// Fewer clean unused extents than this (or than half the log) start a data sync ahead.
+const CLEAN_LOW: usize = 128;
 
 /// A write waiting for an activity-log transaction.
 #[derive(Debug)]
@@ -56,6 +69,12 @@ pub(super) fn gated(token: Token, kind: DiskKind) -> Option<(u64, u64)> {
 impl NodeReactor {
     /// Brings the extents of a write of resource `r`, volume `v`, into the log.
     pub(super) fn al_gate(&mut self, r: usize, v: u16, token: Token, range: (u64, u64)) -> Gate {
+        if self.res[r].meta_failed != MetaFailed::No {
+            return Gate::Failed;
+        }
+        if !self.activity_log {
+            return Gate::Go;
+        }
         let Some(meta) = self.res[r]
             .metas
             .get_mut(v as usize)
@@ -64,12 +83,11 @@ impl NodeReactor {
             return Gate::Go;
         };
         let (first, last) = extents_of(range.0, range.1);
-        match meta.al.begin(first, last) {
-            Begin::Hot => {}
-            Begin::Wait(id) => match self.al_commit(r, v, Some(id)) {
-                Gate::Go => {}
-                other => return other,
-            },
+        if let Begin::Wait(id) = meta.al.begin(first, last) {
+            if !self.al_commits.contains(&(r, v)) {
+                self.al_commits.push((r, v));
+            }
+            return Gate::Wait(id);
         }
         if let Token::App(req) = token {
             self.al_hold(r, req, (v, first, last));
@@ -103,59 +121,101 @@ impl NodeReactor {
         });
     }
 
+    /// Writes the transactions the writes that missed in this round wait for.
+    pub(super) fn al_commit_pending(&mut self) {
+        for (r, v) in std::mem::take(&mut self.al_commits) {
+            self.al_commit(r, v);
+        }
+    }
+
     /// Writes transactions while they serve waiting writes; those released (and, if the
-    /// metadata write failed, those failed) move to `al_ready`, except `mine` (the write
-    /// being gated now), for which it says what to do.
-    fn al_commit(&mut self, r: usize, v: u16, mine: Option<WaitId>) -> Gate {
-        let mut go = false;
+    /// metadata write failed, all waiting) move to `al_ready`.
+    fn al_commit(&mut self, r: usize, v: u16) {
         loop {
             let rc = &mut self.res[r];
             let Some(meta) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) else {
-                return Gate::Go;
+                return;
             };
             let Some(backing) = rc.backings.get(v as usize).cloned().flatten() else {
-                return Gate::Go;
+                return;
             };
             let engine = &rc.engine;
-            let released = match meta
+            let mut released = match meta
                 .write_transaction(&backing, |p| engine.out_of_sync_words(v, p))
             {
                 Ok(Some(released)) => released,
-                Ok(None) => {
-                    return match (go, mine) {
-                        (true, _) | (_, None) => Gate::Go,
-                        (false, Some(id)) => Gate::Wait(id),
-                    }
-                }
+                Ok(None) => break,
                 Err(e) => {
                     error!(resource = %rc.cfg.name, volume = v,
                         "activity-log transaction on {} failed: {e:#}; the writes waiting for it fail and the replica detaches", meta.describe());
-                    // Every waiting write fails; the log stays as it was.
-                    for w in rc.al_waiting.iter_mut().filter(|w| w.volume == v) {
-                        w.failed = true;
-                    }
+                    rc.meta_failed = MetaFailed::Untold;
                     let (failed, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut rc.al_waiting)
                         .into_iter()
-                        .partition(|w| w.failed && Some(w.id) != mine);
+                        .partition(|w| w.volume == v);
                     rc.al_waiting = kept;
-                    self.al_ready.extend(failed.into_iter().map(|w| (r, w)));
-                    return Gate::Failed;
+                    self.al_ready.extend(failed.into_iter().map(|mut w| {
+                        w.failed = true;
+                        (r, w)
+                    }));
+                    return;
                 }
             };
+            // Ids grow with arrival: overlapping writes keep their order.
+            released.sort_unstable();
             for id in released {
-                if Some(id) == mine {
-                    go = true;
-                } else if let Some(i) = rc
+                if let Some(i) = rc
                     .al_waiting
                     .iter()
                     .position(|w| w.id == id && w.volume == v)
                 {
-                    let w = rc.al_waiting.swap_remove(i);
-                    self.al_ready.push((r, w));
+                    let w = rc.al_waiting.remove(i);
+                    self.al_ready.push_back((r, w));
                 }
             }
-            if go {
-                return Gate::Go;
+        }
+        self.al_sync_ahead(r, v);
+    }
+
+    /// Starts a data sync ahead when clean victims run low, so that a transaction seldom
+    /// has to sync the data itself, on the write path.
+    fn al_sync_ahead(&mut self, r: usize, v: u16) {
+        let rc = &mut self.res[r];
+        let Some(meta) = rc.metas.get(v as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let low = CLEAN_LOW.min(meta.al.al_extents() as usize / 2);
+        if meta.al.clean_unused() < low && meta.al.dirty_unused() > 0 {
+            if let Some(s) = rc.syncs.sync_now() {
+                self.syncs_ahead.push((r, s));
+            }
+        }
+    }
+
+    /// A data sync of every replica of resource `r` covering its writes up to `gen` starts.
+    pub(super) fn al_sync_started(&mut self, r: usize, gen: u64) {
+        let rc = &mut self.res[r];
+        let marks = rc
+            .metas
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(v, m)| Some((v as u16, m.as_mut()?.al.sync_started())))
+            .collect();
+        rc.al_sync = Some((gen, marks));
+    }
+
+    /// That sync finished: if it succeeded, the extents it covers are clean.
+    pub(super) fn al_sync_finished(&mut self, r: usize, gen: u64, ok: bool) {
+        let rc = &mut self.res[r];
+        let Some((g, marks)) = rc.al_sync.take() else {
+            return;
+        };
+        debug_assert_eq!(g, gen, "one data sync at a time");
+        if !ok || g != gen {
+            return;
+        }
+        for (v, mark) in marks {
+            if let Some(m) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) {
+                m.al.sync_done(mark);
             }
         }
     }
@@ -176,6 +236,9 @@ impl NodeReactor {
     }
 
     fn al_end(&mut self, r: usize, v: u16, first: u32, last: u32) {
+        if !self.activity_log {
+            return;
+        }
         let Some(meta) = self.res[r]
             .metas
             .get_mut(v as usize)
@@ -185,13 +248,13 @@ impl NodeReactor {
         };
         meta.al.end(first, last);
         if meta.al.waiting() > 0 {
-            self.al_commit(r, v, None);
+            self.al_commit(r, v);
         }
     }
 
     /// Issues the writes a transaction released since (or fails them).
     pub(super) fn issue_al_ready(&mut self) {
-        while let Some((r, w)) = self.al_ready.pop() {
+        while let Some((r, w)) = self.al_ready.pop_front() {
             let mut out: Vec<RAction> = Vec::new();
             let a = super::actions::DiskAction {
                 r,
@@ -220,9 +283,14 @@ impl NodeReactor {
         let primary = rc.engine.role() == tandem_engine::replica::Role::Primary;
         for (v, m) in rc.metas.iter_mut().enumerate() {
             let Some(m) = m else { continue };
-            if let Err(e) = m.set_state(rc.engine.consistent(v as u16), primary) {
+            // Without the log a crash cannot be bounded: never "consistent" while running.
+            let consistent = self.activity_log && rc.engine.consistent(v as u16);
+            if let Err(e) = m.set_state(consistent, primary) {
                 error!(resource = %rc.cfg.name, volume = v,
-                    "writing the metadata of {} failed: {e:#}", m.describe());
+                    "writing the metadata of {} failed: {e:#}; the replicas of this resource detach", m.describe());
+                if rc.meta_failed == MetaFailed::No {
+                    rc.meta_failed = MetaFailed::Untold;
+                }
             }
         }
     }

@@ -66,12 +66,13 @@ impl NodeReactor {
                 }
                 self.flush_dirty();
             }
-            if !self.syncs_ahead.is_empty() {
-                self.start_syncs_ahead();
+            while !self.al_commits.is_empty() || !self.al_ready.is_empty() {
+                self.al_commit_pending();
+                self.issue_al_ready();
                 self.flush_dirty();
             }
-            while !self.al_ready.is_empty() {
-                self.issue_al_ready();
+            if !self.syncs_ahead.is_empty() {
+                self.start_syncs_ahead();
                 self.flush_dirty();
             }
             if self.shutting_down

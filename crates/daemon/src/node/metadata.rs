@@ -91,6 +91,11 @@ impl MetaTarget for Target {
 pub(super) struct VolumeMeta {
     store: MetaStore<Target>,
     pub(super) al: ActivityLog,
+    /// Per bitmap slot, per page: this page is all zeros on disk, as this process last
+    /// wrote it. An eviction skips such a page while the engine's is still all zeros too,
+    /// which is every page while the peers are connected and in sync; anything else is
+    /// written (an exact rule: no page is skipped on a guess).
+    zero_on_disk: Vec<Vec<bool>>,
 }
 
 /// The extents `first..=last` a write of `len` bytes at `offset` touches (`len` > 0).
@@ -216,7 +221,7 @@ pub(super) fn open_replica(
             found,
             restore: Vec::new(),
             suspect: Vec::new(),
-            meta: VolumeMeta { store, al },
+            meta: VolumeMeta::new(store, al),
         });
     }
     let (store, loaded) = MetaStore::open(target, locate).with_context(|| {
@@ -288,10 +293,16 @@ pub(super) fn open_replica(
             suspect.iter().map(|&(_, l)| l).sum::<u64>() >> 20);
     }
     let mut restore = Vec::new();
-    if found == ReplicaAtStart::Consistent {
+    if matches!(found, ReplicaAtStart::Consistent | ReplicaAtStart::Crashed) {
         for &p in &peers {
             if let Some(slot) = sb.slot_of_peer(p) {
-                let words = store.read_bitmap(slot)?;
+                let mut words = store.read_bitmap(slot)?;
+                // After a crash the pages hold what was marked when their extents left
+                // the log; what was marked since lies in the log's extents: every peer
+                // may lack those.
+                for &(offset, len) in &suspect {
+                    set_blocks(&mut words, offset, len);
+                }
                 let apart = sb.peers[slot].flags.contains(PeerFlags::WROTE_APART);
                 restore.push((p, words, apart));
             }
@@ -306,8 +317,17 @@ pub(super) fn open_replica(
         found,
         restore,
         suspect,
-        meta: VolumeMeta { store, al },
+        meta: VolumeMeta::new(store, al),
     })
+}
+
+/// Sets the bits of the 4 KiB blocks `offset..offset + len` touches.
+fn set_blocks(words: &mut [u64], offset: u64, len: u64) {
+    let block = tandem_meta::BITMAP_BLOCK;
+    let (first, end) = (offset / block, (offset + len).div_ceil(block));
+    for b in first..end.min(words.len() as u64 * 64) {
+        words[(b / 64) as usize] |= 1 << (b % 64);
+    }
 }
 
 /// The activity log as its ring left it.
@@ -363,6 +383,16 @@ fn open_backing(disk: &Path, size: Option<u64>) -> Result<Backing> {
 }
 
 impl VolumeMeta {
+    fn new(store: MetaStore<Target>, al: ActivityLog) -> VolumeMeta {
+        let pages = store.layout().bitmap_pages() as usize;
+        let slots = store.superblock().peers.len();
+        VolumeMeta {
+            store,
+            al,
+            zero_on_disk: vec![vec![false; pages]; slots],
+        }
+    }
+
     /// Before the first I/O: the metadata no longer says "stopped cleanly", so a crash from
     /// now on is seen as one. Peers configured since it was made get a free slot.
     pub(super) fn mark_running(&mut self, peers: &[NodeId]) -> Result<()> {
@@ -432,6 +462,8 @@ impl VolumeMeta {
             pages.sort_unstable();
             pages.dedup();
             let sb = self.store.superblock();
+            let page_words = (tandem_meta::MD_BLOCK / 8) as usize;
+            let mut wrote = false;
             for (slot, ps) in sb.peers.iter().enumerate() {
                 let Some(w) = ps.node_id.and_then(&oos) else {
                     continue;
@@ -439,10 +471,24 @@ impl VolumeMeta {
                 // The engine's bitmap is the slot's size (both `ceil(blocks / 64)` words):
                 // written from where it is, no copy.
                 for &p in &pages {
+                    let start = (p as usize * page_words).min(w.len());
+                    let zero = w[start..(start + page_words).min(w.len())]
+                        .iter()
+                        .all(|&x| x == 0);
+                    let known = &mut self.zero_on_disk[slot][p as usize];
+                    if zero && *known {
+                        continue;
+                    }
+                    // Unknown until written: a failed write leaves it unknown.
+                    *known = false;
                     self.store.write_bitmap_pages(slot, w, p, 1)?;
+                    self.zero_on_disk[slot][p as usize] = zero;
+                    wrote = true;
                 }
             }
-            self.store.sync()?;
+            if wrote {
+                self.store.sync()?;
+            }
         }
         self.store.write_al(&tx)?;
         Ok(Some(self.al.committed(tx.seq)))
@@ -457,6 +503,7 @@ impl VolumeMeta {
             let Some(slot) = sb.slot_of_peer(p.node) else {
                 continue;
             };
+            self.zero_on_disk[slot].fill(false);
             self.store
                 .write_bitmap_pages(slot, p.out_of_sync.words(), 0, layout.bitmap_pages())?;
             sb.peers[slot]
@@ -535,6 +582,45 @@ pub fn dump_md(
     let target = FileTarget::open(path).with_context(|| format!("opening {}", path.display()))?;
     let (store, loaded) = MetaStore::open(target, locate)?;
     Ok(store.dump(&loaded)?)
+}
+
+/// `tandem invalidate`: throws away a replica whose node is not running. Its metadata is
+/// kept but no longer vouches for the data (not consistent, never up to date, stopped
+/// cleanly): at the next start the replica proves nothing and is resynced in full from an
+/// up-to-date peer; it serves nothing before. Returns where the metadata is.
+pub fn invalidate(config_dir: &Path, resource: &str, node: &str, volume: u16) -> Result<String> {
+    let (cfg, v, _, disk, meta, _) = replica_of(config_dir, resource, node, volume)?;
+    // The lock a running node holds on its backing store: never under a running node.
+    let backing = open_backing(&disk, None).with_context(|| {
+        format!(
+            "{} (is the node running? stop it first: a running replica is not thrown away under it)",
+            disk.display()
+        )
+    })?;
+    let (_, locate) = placement_of(&meta, cfg.volumes[v].size);
+    let target = match &meta {
+        MetaDisk::Internal => Target::Internal(BackingTarget(Arc::new(backing))),
+        MetaDisk::External(p) | MetaDisk::Pmem(p) => {
+            Target::File(FileTarget::open(p).with_context(|| format!("opening {}", p.display()))?)
+        }
+    };
+    let name = target.describe();
+    let (mut store, _) = MetaStore::open(target, locate).with_context(|| {
+        format!("{name}: no usable metadata to invalidate (`tandem create-md --force` writes new metadata, which also resyncs the replica in full)")
+    })?;
+    let mut sb = store.superblock().clone();
+    for f in [
+        SbFlags::CONSISTENT,
+        SbFlags::WAS_UP_TO_DATE,
+        SbFlags::PRIMARY,
+        SbFlags::FULL_SYNC,
+    ] {
+        sb.flags.remove(f);
+    }
+    sb.flags.insert(SbFlags::CLEAN);
+    store.write_superblock(&sb)?;
+    store.sync()?;
+    Ok(name)
 }
 
 /// `tandem create-md`: writes new metadata for a replica whose node is not running. Over

@@ -18,7 +18,7 @@ mod peers;
 mod setup;
 mod state;
 
-pub use metadata::{create_md, dump_md};
+pub use metadata::{create_md, dump_md, invalidate};
 
 use anyhow::{bail, Result};
 use state::NodeReactor;
@@ -39,6 +39,9 @@ pub struct NodeOptions {
     /// After handling events, keep polling (without sleeping) this long for more before
     /// blocking. Zero: always block.
     pub busy_poll: Duration,
+    /// Off only for benchmarks (`--unsafe-no-activity-log`): writes skip the activity log
+    /// and a running replica is never marked consistent, so a crash resyncs it in full.
+    pub activity_log: bool,
 }
 
 /// Loads the resources naming this node and serves them until SIGTERM/SIGINT.

@@ -123,7 +123,9 @@ impl NodeReactor {
             next_conn_id: 0,
             busy_poll: opts.busy_poll,
             syncs_ahead: Vec::new(),
-            al_ready: Vec::new(),
+            al_ready: Default::default(),
+            al_commits: Vec::new(),
+            activity_log: opts.activity_log,
             handled: 0,
         };
         for cfg in configs {
@@ -189,7 +191,9 @@ impl NodeReactor {
         for (v, m) in metas.iter_mut().enumerate() {
             if let Some(m) = m {
                 m.mark_running(&metadata::diskful_peers(&cfg, v, my.node_id))
-                    .and_then(|()| m.set_state(engine.consistent(v as u16), false))
+                    .and_then(|()| {
+                        m.set_state(self.activity_log && engine.consistent(v as u16), false)
+                    })
                     .with_context(|| format!("resource {} volume {v}", cfg.name))?;
             }
         }
@@ -214,6 +218,8 @@ impl NodeReactor {
             nbd_flushes: FlushPattern::default(),
             al_app: Default::default(),
             al_waiting: Vec::new(),
+            al_sync: None,
+            meta_failed: MetaFailed::No,
         });
         Ok(())
     }

@@ -87,6 +87,22 @@ pub(super) struct ResCtx {
     pub(super) al_app: std::collections::HashMap<tandem_engine::ReqId, (u16, u32, u32)>,
     /// Writes waiting for an activity-log transaction.
     pub(super) al_waiting: Vec<super::activity::AlWaiting>,
+    /// The data sync in flight (its generation) and the activity logs' marks taken at
+    /// its start: once it succeeds, the extents no write ended in since are clean.
+    pub(super) al_sync: Option<(u64, Vec<(u16, tandem_meta::SyncMark)>)>,
+    /// A metadata write of this resource failed (see `MetaFailed`).
+    pub(super) meta_failed: MetaFailed,
+}
+
+/// Whether the metadata could not be written. Its flags then may say "consistent" of a
+/// replica that no longer is (a crash would trust its activity log), so no write reaches
+/// the replica after the failure: each fails, which detaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MetaFailed {
+    No,
+    /// Failed; the engine is yet to be told (at the end of the actions being run).
+    Untold,
+    Told,
 }
 
 impl ResCtx {
@@ -184,6 +200,12 @@ pub(super) struct NodeReactor {
     pub(super) syncs_ahead: Vec<(usize, SyncStart)>,
     /// NBD requests and peer packets handled since the last wait (see `busy_poll::BURST`).
     pub(super) handled: usize,
-    /// Writes an activity-log transaction released (or failed), issued after this round.
-    pub(super) al_ready: Vec<(usize, super::activity::AlWaiting)>,
+    /// Writes an activity-log transaction released (or failed), issued after this round
+    /// in the order they arrived.
+    pub(super) al_ready: std::collections::VecDeque<(usize, super::activity::AlWaiting)>,
+    /// Volumes (resource, volume) with writes waiting for a transaction not yet written:
+    /// written after this round's sends, one transaction for all the writes that missed.
+    pub(super) al_commits: Vec<(usize, u16)>,
+    /// Off only for benchmarks (`NodeOptions::activity_log`).
+    pub(super) activity_log: bool,
 }

@@ -115,7 +115,11 @@ impl Resource {
             .vols
             .get(v)
             .ok_or(RestoreError::NotAPeer(node, volume))?;
-        if !vol.diskful || vol.unproven || vol.created {
+        // A replica back from a crash is unproven, but what it knew its peers lack (the
+        // bitmap its metadata kept, which with its activity log covers every block it
+        // marked) is still true, and may be known nowhere else.
+        let crashed = vol.suspect.is_some();
+        if !vol.diskful || (vol.unproven && !crashed) || vol.created {
             return Err(RestoreError::NotConsistent(volume));
         }
         let size = vol.size;

@@ -36,6 +36,9 @@ impl Replicas {
             // Its list (to come) names what we missed; our own suspect ranges we pull too.
             self.pull_suspect(v, Some(self.peers[i].id), out);
         }
+        if was.is_none() && disk == DiskState::UpToDate {
+            self.claims_become_suspect(i, v);
+        }
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
         pv.created =
@@ -293,6 +296,31 @@ impl Replicas {
             let why = DiskChange::CrashedExtents { primary, bytes };
             self.set_disk(v, DiskState::Inconsistent, why, out);
         }
+    }
+
+    /// Back from a crash, what our metadata kept of what peer `i` lacks (bitmap pages
+    /// written long ago, our activity log's extents) is no claim against an up-to-date
+    /// replica: unproven, we are no proof of being newer anywhere, and listing it would
+    /// meet the peer's own list of what we missed as a conflict no Primary settles (the
+    /// kill -9 test looped on it). Those blocks are where we may differ: we pull them from
+    /// a current replica, as our activity log's. Claims against a peer that is itself
+    /// behind stay (soak seed 101022420: they may be all anyone knows of what it missed).
+    fn claims_become_suspect(&mut self, i: usize, v: usize) {
+        let vol = &mut self.vols[v];
+        let pv = &mut self.peers[i].vols[v];
+        let Some(suspect) = vol.suspect.as_mut().filter(|_| vol.unproven) else {
+            return;
+        };
+        if !pv.diskful || pv.oos.count() == 0 {
+            return;
+        }
+        suspect.union_with(&pv.oos);
+        if let Some(rs) = vol.resync.as_mut() {
+            rs.to_pull.union_with(&pv.oos);
+            rs.cursor = 0;
+        }
+        pv.oos.clear_range(0, vol.size);
+        pv.apart = None;
     }
 
     /// We lack this range (a peer says so): become a sync target for it.
