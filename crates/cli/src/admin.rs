@@ -53,6 +53,23 @@ pub fn status(control: &Path, resource: Option<&str>, json: bool) -> Result<()> 
     Ok(())
 }
 
+/// ` done:37.5% (1.2 GiB of 3.2 GiB) rate:120 MiB/s eta:17s`, as far as it is known.
+fn progress(p: &tandem_daemon::control_api::ResyncProgress) -> String {
+    let mut s = format!(
+        " done:{:.1}% ({} of {})",
+        p.percent,
+        crate::size::human_kib(p.done_kib),
+        crate::size::human_kib(p.done_kib + p.left_kib)
+    );
+    if let Some(r) = p.rate_kib_s {
+        s += &format!(" rate:{}/s", crate::size::human_kib(r));
+    }
+    if let Some(e) = p.eta_s {
+        s += &format!(" eta:{e}s");
+    }
+    s
+}
+
 /// In the spirit of `drbdadm status`.
 pub fn human(resources: &[ResourceStatus]) -> String {
     let mut out = String::new();
@@ -62,6 +79,12 @@ pub fn human(resources: &[ResourceStatus]) -> String {
             out += &format!("  volume:{} disk:{}", v.volume, v.disk);
             if let Some(kib) = v.resync_remaining_kib {
                 out += &format!(" resync-remaining:{kib} KiB");
+            }
+            if let Some(p) = &v.resync {
+                out += &progress(p);
+                if let Some(from) = &p.peer {
+                    out += &format!(" from:{from}");
+                }
             }
             if !v.up_to_date_within_reach {
                 out += " (no up-to-date replica within reach: I/O fails until one returns; \
@@ -81,9 +104,13 @@ pub fn human(resources: &[ResourceStatus]) -> String {
             }
             for pv in &p.volumes {
                 out += &format!(
-                    "    volume:{} peer-disk:{} replication:{} out-of-sync:{} KiB\n",
+                    "    volume:{} peer-disk:{} replication:{} out-of-sync:{} KiB",
                     pv.volume, pv.peer_disk, pv.replication, pv.out_of_sync_kib
                 );
+                if let Some(r) = &pv.resync {
+                    out += &progress(r);
+                }
+                out += "\n";
             }
         }
     }

@@ -8,9 +8,32 @@ pub fn parse(s: &str) -> Result<u64, String> {
     }
 }
 
+/// KiB as a person reads them: `812 KiB`, `3.4 MiB`, `1.2 GiB`, `2.0 TiB`.
+pub fn human_kib(kib: u64) -> String {
+    const UNITS: [&str; 3] = ["MiB", "GiB", "TiB"];
+    if kib < 1024 {
+        return format!("{kib} KiB");
+    }
+    let mut v = kib as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{human_kib, parse};
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_kib(812), "812 KiB");
+        assert_eq!(human_kib(3 * 1024 + 400), "3.4 MiB");
+        assert_eq!(human_kib(1258291), "1.2 GiB");
+        assert_eq!(human_kib(2 << 30), "2.0 TiB");
+    }
 
     #[test]
     fn sizes() {

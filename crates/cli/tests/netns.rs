@@ -621,3 +621,86 @@ fn healed_cable_reconnects_within_seconds() {
     lab.c.stop_all();
     drop(net);
 }
+
+/// Resync progress as an operator sees it (issue 14 item 4): beta, thrown away with
+/// `tandem invalidate`, is synced in full from alpha over a cable limited to 200 Mbit/s;
+/// mid-way both ends show how far it is, how fast it goes and how long is left (beta on
+/// its volume, alpha on its peer line for beta), in `status --json` and in words.
+#[test]
+fn a_resync_shows_its_progress_on_both_ends() {
+    const TEST: &str = "netns::a_resync_shows_its_progress_on_both_ends";
+    let Some(mut lab) = start(TEST, Without::Skip) else {
+        return;
+    };
+    let net = lab.net.take().expect("namespaces");
+    let c = &mut lab.c;
+    c.wait_in_sync(Duration::from_secs(60));
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    let cfg = c.dir.join("beta").join("cfg");
+    run(
+        std::process::Command::new(tandem_bin())
+            .args(["invalidate", "r0", "--name", "beta", "--config-dir"])
+            .arg(&cfg),
+        Duration::from_secs(30),
+    )
+    .expect_success();
+    net.limit_to(index_of("beta"), Some("200mbit"));
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    // Rates need two samples a second apart: look once a second has passed mid-resync.
+    let (mut seen_beta, mut seen_alpha) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && (seen_beta.is_none() || seen_alpha.is_none()) {
+        thread::sleep(Duration::from_millis(200));
+        let b = c.node("beta").status();
+        let v = &arr_of(&b, "volumes")[0];
+        if let Some(r) = v.get("resync").filter(|r| !matches!(r, Json::Null)) {
+            if num_of(r, "rate_kib_s").is_some_and(|x| x > 0) {
+                seen_beta = Some(r.clone());
+            }
+        }
+        let a = c.node("alpha").status();
+        if let Some(p) = peer_of(&a, "beta") {
+            let pv = &arr_of(p, "volumes")[0];
+            if let Some(r) = pv.get("resync").filter(|r| !matches!(r, Json::Null)) {
+                if num_of(r, "rate_kib_s").is_some_and(|x| x > 0) {
+                    seen_alpha = Some(r.clone());
+                }
+            }
+        }
+    }
+    let words = c.node("beta").daemon.admin(&["status"]);
+    net.limit_to(index_of("beta"), None);
+    let total_kib = VOLUME_SIZE / 1024;
+    for (who, r) in [("beta", &seen_beta), ("alpha", &seen_alpha)] {
+        let r = r
+            .as_ref()
+            .unwrap_or_else(|| panic!("{who} never showed a resync with a rate"));
+        let (done, left) = (
+            num_of(r, "done_kib").unwrap(),
+            num_of(r, "left_kib").unwrap(),
+        );
+        let pct = r.get("percent").and_then(Json::as_f64).unwrap();
+        let rate = num_of(r, "rate_kib_s").unwrap();
+        eprintln!("{TEST}: {who}: {r:?}");
+        assert!(
+            done > 0 && left > 0 && done + left <= total_kib,
+            "{who}: {r:?}"
+        );
+        assert!((0.0..100.0).contains(&pct), "{who}: {r:?}");
+        // 200 Mbit/s is 24,414 KiB/s: the rate shown is the cable's, roughly.
+        assert!((2_000..=40_000).contains(&rate), "{who}: {r:?}");
+        assert!(num_of(r, "eta_s").is_some(), "{who}: {r:?}");
+    }
+    assert!(
+        words.stdout.contains("done:") && words.stdout.contains("rate:"),
+        "{}",
+        words.describe()
+    );
+    c.wait_in_sync(Duration::from_secs(60));
+    c.assert_replicas_identical();
+    drop(lab);
+    drop(net);
+}

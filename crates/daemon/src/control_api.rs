@@ -128,7 +128,27 @@ pub struct VolumeStatus {
     pub size: u64,
     pub writes_in_flight: usize,
     pub resync_remaining_kib: Option<u64>,
+    /// While this replica is a sync target.
+    #[serde(default)]
+    pub resync: Option<ResyncProgress>,
     pub up_to_date_within_reach: bool,
+}
+
+/// A resync as `tandem status` shows it, on the target (its volume line and the source's
+/// peer line) and on the source (the target's peer line).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResyncProgress {
+    /// The other end: the source on a target, the target on a source (`None`: a target
+    /// waiting for a source).
+    pub peer: Option<String>,
+    pub done_kib: u64,
+    pub left_kib: u64,
+    /// Of what this resync had to copy (done + left), 0.0..=100.0.
+    pub percent: f64,
+    /// Over the last ~10 s; `None` in its first half second.
+    pub rate_kib_s: Option<u64>,
+    /// Time left at that rate.
+    pub eta_s: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -151,6 +171,9 @@ pub struct PeerVolumeStatus {
     pub peer_disk: Disk,
     pub replication: Replication,
     pub out_of_sync_kib: u64,
+    /// While we sync it or it syncs us.
+    #[serde(default)]
+    pub resync: Option<ResyncProgress>,
 }
 
 /// The words of `tandem status`, DRBD's; each is written as its name (`"UpToDate"`).
@@ -217,10 +240,11 @@ mod tests {
             peer_disk: Disk::DUnknown,
             replication: Replication::SyncTarget,
             out_of_sync_kib: 4,
+            resync: None,
         };
         assert_eq!(
             serde_json::to_string(&pv).unwrap(),
-            r#"{"volume":0,"peer_disk":"DUnknown","replication":"SyncTarget","out_of_sync_kib":4}"#
+            r#"{"volume":0,"peer_disk":"DUnknown","replication":"SyncTarget","out_of_sync_kib":4,"resync":null}"#
         );
         assert_eq!(Connection::StandAlone.to_string(), "StandAlone");
         let role: Role = serde_json::from_str(r#""Unknown""#).unwrap();

@@ -156,6 +156,23 @@ impl NetLab {
         }
     }
 
+    /// Limits what reaches node `i` over its cable to `rate` (tc's words: `200mbit`);
+    /// `None` lifts the limit.
+    #[track_caller]
+    pub fn limit_to(&self, i: usize, rate: Option<&str>) {
+        let port = self.nodes[i].port.as_str();
+        let mut args = vec!["-n", self.hub.as_str(), "qdisc"];
+        match rate {
+            Some(r) => args.extend([
+                "replace", "dev", port, "root", "tbf", "rate", r, "burst", "256kb", "latency",
+                "100ms",
+            ]),
+            None => args.extend(["del", "dev", port, "root"]),
+        }
+        let r = run(tool("tc").args(&args), IP_TIMEOUT);
+        assert!(r.success(), "`tc {}`: {}", args.join(" "), r.describe());
+    }
+
     /// Bytes that went over node `i`'s cable: (from the node, to the node).
     #[track_caller]
     pub fn cable_bytes(&self, i: usize) -> (u64, u64) {

@@ -4,7 +4,7 @@
 use super::state::{Ctx, Entry, NodeReactor, PeerSlot, ResCtx};
 use crate::control_api::{
     Answer, Connection, Disk, PeerStatus, PeerVolumeStatus, Replication, Request, ResourceStatus,
-    Role, VolumeStatus,
+    ResyncProgress, Role, VolumeStatus,
 };
 use tandem_engine::replica::{self as engine, DiskState, PeerStatus as EnginePeer, Repl};
 use tracing::info;
@@ -109,12 +109,73 @@ impl NodeReactor {
         }
     }
 
+    /// Samples every resync's progress (see `progress.rs`).
+    pub(super) fn sample_resyncs(&mut self, now: u64) {
+        let mut seen = Vec::new();
+        for (r, res) in self.res.iter().enumerate() {
+            let st = res.engine.status();
+            for (v, vs) in st.volumes.iter().enumerate() {
+                if let (Some(left), Some(done)) = (vs.resync_remaining, vs.resync_pulled) {
+                    seen.push(((r, v as u16, None), Some(done), left));
+                }
+            }
+            for p in &st.peers {
+                for (v, pv) in p.volumes.iter().enumerate() {
+                    if pv.repl == Repl::SyncSource {
+                        seen.push(((r, v as u16, Some(p.id)), None, pv.out_of_sync_bytes));
+                    }
+                }
+            }
+        }
+        self.resyncs.sample(now, seen);
+    }
+
+    /// A resync's progress now: ours as a target (`peer` None), or peer's from us.
+    fn resync_view(
+        &self,
+        r: usize,
+        v: u16,
+        peer: Option<tandem_engine::replica::NodeId>,
+        done: Option<u64>,
+        left: u64,
+        other: Option<String>,
+    ) -> ResyncProgress {
+        let view = self
+            .resyncs
+            .get(&(r, v, peer))
+            .map(|p| p.view(self.now_ms(), done, left));
+        let done = view.map_or(done.unwrap_or(0), |w| w.done);
+        let total = done + left;
+        ResyncProgress {
+            peer: other,
+            done_kib: done / 1024,
+            left_kib: left / 1024,
+            percent: view.map_or(
+                if total == 0 {
+                    100.0
+                } else {
+                    done as f64 * 100.0 / total as f64
+                },
+                |w| w.percent,
+            ),
+            rate_kib_s: view.and_then(|w| w.rate).map(|b| b / 1024),
+            eta_s: view.and_then(|w| w.eta_s),
+        }
+    }
+
     fn status(&self, only: Option<&str>) -> Vec<ResourceStatus> {
         self.res
             .iter()
-            .filter(|r| only.is_none_or(|n| n == r.cfg.name))
-            .map(|res| {
+            .enumerate()
+            .filter(|(_, r)| only.is_none_or(|n| n == r.cfg.name))
+            .map(|(r, res)| {
                 let st = res.engine.status();
+                let target = |v: usize| {
+                    let vs = &st.volumes[v];
+                    let left = vs.resync_remaining?;
+                    let source = vs.resync_source.map(|s| res.peer_name(s));
+                    Some(self.resync_view(r, v as u16, None, vs.resync_pulled, left, source))
+                };
                 let volumes = st
                     .volumes
                     .iter()
@@ -125,13 +186,37 @@ impl NodeReactor {
                         size: v.size,
                         writes_in_flight: v.writes_in_flight,
                         resync_remaining_kib: v.resync_remaining.map(|b| b / 1024),
+                        resync: target(i),
                         up_to_date_within_reach: v.up_to_date_within_reach,
                     })
                     .collect();
                 let peers = res
                     .peers
                     .iter()
-                    .map(|slot| peer_status(res, slot, st.peers.iter().find(|p| p.id == slot.id)))
+                    .map(|slot| {
+                        let ps = st.peers.iter().find(|p| p.id == slot.id);
+                        let mut status = peer_status(res, slot, ps);
+                        for (i, pv) in status.volumes.iter_mut().enumerate() {
+                            let engine_pv = ps.and_then(|p| p.volumes.get(i));
+                            pv.resync = match engine_pv.map(|e| (e.repl, e.out_of_sync_bytes)) {
+                                Some((Repl::SyncSource, left)) => Some(self.resync_view(
+                                    r,
+                                    i as u16,
+                                    Some(slot.id),
+                                    None,
+                                    left,
+                                    Some(res.peer_name(slot.id)),
+                                )),
+                                Some((Repl::SyncTarget, _))
+                                    if st.volumes[i].resync_source == Some(slot.id) =>
+                                {
+                                    target(i)
+                                }
+                                _ => None,
+                            };
+                        }
+                        status
+                    })
                     .collect();
                 ResourceStatus {
                     name: res.cfg.name.clone(),
@@ -167,6 +252,7 @@ fn peer_status(res: &ResCtx, slot: &PeerSlot, ps: Option<&EnginePeer>) -> PeerSt
                     peer_disk: pv.disk.map_or(Disk::DUnknown, disk_of),
                     replication: replication_of(pv.repl),
                     out_of_sync_kib: pv.out_of_sync_bytes / 1024,
+                    resync: None,
                 })
                 .collect()
         })

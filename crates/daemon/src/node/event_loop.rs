@@ -215,6 +215,10 @@ impl NodeReactor {
             self.res[r].engine.tick(now, &mut actions);
             self.run_actions(r, actions, Ctx::default());
         }
+        if now >= self.resyncs_sampled_ms + 1000 {
+            self.resyncs_sampled_ms = now;
+            self.sample_resyncs(now);
+        }
         self.dial();
         // Handshakes (NBD or peer) that never finish.
         let now = Instant::now();

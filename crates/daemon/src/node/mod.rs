@@ -15,6 +15,7 @@ mod links;
 mod metadata;
 mod peer;
 mod peers;
+mod progress;
 mod setup;
 mod state;
 

@@ -126,6 +126,8 @@ impl NodeReactor {
             al_ready: Default::default(),
             al_commits: Vec::new(),
             activity_log: opts.activity_log,
+            resyncs: Default::default(),
+            resyncs_sampled_ms: 0,
             handled: 0,
         };
         for cfg in configs {

@@ -208,4 +208,8 @@ pub(super) struct NodeReactor {
     pub(super) al_commits: Vec<(usize, u16)>,
     /// Off only for benchmarks (`NodeOptions::activity_log`).
     pub(super) activity_log: bool,
+    /// Every resync here, sampled once a second for `tandem status`: (resource, volume,
+    /// `None` for ours as a target or the peer we sync).
+    pub(super) resyncs: super::progress::Resyncs<(usize, u16, Option<NodeId>)>,
+    pub(super) resyncs_sampled_ms: u64,
 }

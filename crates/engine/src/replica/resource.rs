@@ -79,6 +79,8 @@ impl Resource {
                 size: vol.size,
                 writes_in_flight: self.app.writes.in_flight(v),
                 resync_remaining: vol.resync.as_ref().map(Resync::remaining),
+                resync_pulled: vol.resync.as_ref().map(|r| r.pulled),
+                resync_source: vol.resync.as_ref().and_then(|r| r.source),
                 up_to_date_within_reach: self.rep.up_to_date_within_reach(v),
             });
         let peers = self.rep.peers.iter().map(|p| PeerStatus {

@@ -36,6 +36,9 @@ pub struct VolumeStatus {
     pub writes_in_flight: usize,
     /// Bytes still to pull while we are a sync target.
     pub resync_remaining: Option<u64>,
+    /// Bytes pulled so far by that resync, and the peer it pulls from now.
+    pub resync_pulled: Option<u64>,
+    pub resync_source: Option<NodeId>,
     /// This replica or a connected peer's is UpToDate. When not, reads fail, writes fail
     /// (no up-to-date replica vouches for them) and a resync waits for one to return.
     pub up_to_date_within_reach: bool,
