@@ -493,3 +493,63 @@ fn an_invalidated_replica_is_synced_in_full() {
     );
     c.assert_replicas_identical();
 }
+
+/// Metadata on persistent memory (`meta-disk = "pmem:/path"`, here a file on /dev/shm,
+/// which emulates its latency): beta, killed with kill -9 after writes, comes back
+/// `Crashed` from its mapped activity log and pulls only what it names and what it
+/// missed, as with metadata on its disk; the log says the file is not DAX.
+#[test]
+fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
+    const TEST: &str = "metadata::metadata_on_pmem_bounds_a_crash_like_metadata_on_disk";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        skip(TEST, "no /dev/shm");
+        return;
+    }
+    let md = shm.join(format!("tandem-test-{}-beta.md", std::process::id()));
+    let _ = std::fs::remove_file(&md);
+    let md_line = format!("\n  meta-disk = \"pmem:{}\"", md.display());
+    let tweak = move |node: &str, text: String| {
+        if node != "beta" {
+            return text;
+        }
+        let line = text
+            .lines()
+            .find(|l| l.contains("disk = ") && l.contains("/beta/"))
+            .expect("beta's disk line")
+            .to_string();
+        text.replace(&line, &format!("{line}{md_line}"))
+    };
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            tweak: &tweak,
+            ..Setup::new("C", &NODES)
+        },
+    );
+    c.wait_connected();
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 11);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    assert!(md.exists(), "beta's pmem meta-disk {}", md.display());
+    c.node_mut("beta").daemon.kill9();
+    write_region(&c, "gamma", 32 * MIB, 4 * MIB, 2 * MIB, 12);
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let log = c.node("beta").daemon.log();
+    let _ = std::fs::remove_file(&md);
+    assert!(log.contains("starts Crashed"), "{log}");
+    assert!(log.contains("not on a DAX filesystem"), "{log}");
+    let total = total_pulled(c.node("beta"));
+    eprintln!("{TEST}: beta pulled {total} bytes after kill -9 (full {SIZE})");
+    assert!(
+        total > 0 && total <= 12 * MIB,
+        "beta pulled {total} bytes:\n{log}"
+    );
+    c.assert_replicas_identical();
+}

@@ -180,10 +180,19 @@ pub(super) fn open_replica(
                 })?;
             }
             let target = match meta_disk {
-                MetaDisk::Pmem(_) => Target::Pmem(
-                    PmemTarget::open(path, NonDax::Emulate)
-                        .with_context(|| format!("{}: mapping {}", what(), path.display()))?,
-                ),
+                MetaDisk::Pmem(_) => {
+                    let t = PmemTarget::open(path, non_dax_of(path))
+                        .with_context(|| format!("{}: mapping {}", what(), path.display()))?;
+                    if !t.is_dax() {
+                        warn!(resource = %cfg.name, volume = vc.number, "meta-disk {} is not on a DAX filesystem: {}", path.display(),
+                        if on_tmpfs(path) {
+                            "on tmpfs it emulates persistent memory's latency, not its durability (the file is gone at reboot, and the replica is then resynced in full)"
+                        } else {
+                            "each update is made durable with msync (a system call), not with cache-line write-backs"
+                        });
+                    }
+                    Target::Pmem(t)
+                }
                 _ => Target::File(
                     FileTarget::open(path)
                         .with_context(|| format!("{}: opening {}", what(), path.display()))?,
@@ -319,6 +328,29 @@ pub(super) fn open_replica(
         suspect,
         meta: VolumeMeta::new(store, al),
     })
+}
+
+/// What a `pmem:` meta-disk does without DAX: on tmpfs, which keeps nothing across a
+/// reboot anyway, stores and fences as on persistent memory (the benchmarks' stand-in);
+/// anywhere else, msync, so that metadata on an ordinary filesystem is still durable.
+fn non_dax_of(path: &Path) -> NonDax {
+    if on_tmpfs(path) {
+        NonDax::Emulate
+    } else {
+        NonDax::Msync
+    }
+}
+
+fn on_tmpfs(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer of the size statfs(2) fills.
+    let rc = unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) };
+    // SAFETY: statfs filled it when it returned 0.
+    rc == 0 && unsafe { st.assume_init() }.f_type == libc::TMPFS_MAGIC
 }
 
 /// Sets the bits of the 4 KiB blocks `offset..offset + len` touches.
