@@ -29,6 +29,8 @@
 //! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
 //! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
 //! | `max-buffer` | `"64M"` | per-peer bytes queued for sending before writers wait; `>= 1M` |
+//! | `resync-min-rate` | `"32M"` | bytes per second a resync is held to while the application writes to the volume, and still gets (it always finishes); `"0"`: not held back |
+//! | `resync-max-rate` | `"0"` | bytes per second a resync never exceeds; `"0"`: unlimited (as fast as the link and disks go with 2 MiB in flight) |
 //!
 //! Durations are strings: a whole number and a unit, `ns`, `us`, `ms`, `s` or `m` (minutes), e.g.
 //! `"500ms"` ([`parse_duration`]); a bare integer is an error. Every duration is `> 0` and
@@ -186,6 +188,10 @@ pub struct NetConfig {
     pub timeout: Duration,
     /// Per-peer bytes queued for sending before writers wait (back-pressure).
     pub max_buffer: u64,
+    /// Bytes per second a resync gets while the application writes (0: not held back).
+    pub resync_min_rate: u64,
+    /// Bytes per second a resync never exceeds (0: unlimited).
+    pub resync_max_rate: u64,
 }
 
 impl Default for NetConfig {
@@ -197,6 +203,8 @@ impl Default for NetConfig {
             ping_timeout: Duration::from_millis(500),
             timeout: Duration::from_secs(6),
             max_buffer: 64 << 20,
+            resync_min_rate: 32 << 20,
+            resync_max_rate: 0,
         }
     }
 }

@@ -36,6 +36,8 @@ pub(crate) struct RawNet {
     pub ping_timeout: Option<Scalar>,
     pub timeout: Option<Scalar>,
     pub max_buffer: Option<Scalar>,
+    pub resync_min_rate: Option<Scalar>,
+    pub resync_max_rate: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -250,7 +250,24 @@ fn net_config(cx: &Ctx, raw: RawNet) -> Result<NetConfig, ConfigError> {
             None => d.max_buffer,
             Some(v) => size(v).map_err(|m| cx.err("net.max-buffer", m))?,
         },
+        resync_min_rate: match &raw.resync_min_rate {
+            None => d.resync_min_rate,
+            Some(v) => size(v).map_err(|m| cx.err("net.resync-min-rate", m))?,
+        },
+        resync_max_rate: match &raw.resync_max_rate {
+            None => d.resync_max_rate,
+            Some(v) => size(v).map_err(|m| cx.err("net.resync-max-rate", m))?,
+        },
     };
+    if net.resync_max_rate != 0 && net.resync_min_rate > net.resync_max_rate {
+        return Err(cx.err(
+            "net.resync-min-rate",
+            format!(
+                "{} bytes/s is above resync-max-rate ({} bytes/s); the resync could never get it",
+                net.resync_min_rate, net.resync_max_rate
+            ),
+        ));
+    }
     if net.max_buffer < MIN_MAX_BUFFER {
         return Err(cx.err(
             "net.max-buffer",

@@ -129,6 +129,8 @@ fn example_parses_to_expected_structure() {
             ping_timeout: Duration::from_millis(500),
             timeout: Duration::from_secs(6),
             max_buffer: 64 * 1024 * 1024,
+            resync_min_rate: 32 << 20,
+            resync_max_rate: 0,
         },
         volumes: vec![
             VolumeConfig {
@@ -563,6 +565,33 @@ fn max_buffer_at_least_1m() {
     );
     let ok = parse_r0(&edit("max-buffer = \"64M\"", "max-buffer = \"1M\"")).unwrap();
     assert_eq!(ok.net.max_buffer, 1 << 20);
+}
+
+#[test]
+fn resync_rates_are_sizes_per_second_and_the_floor_fits_under_the_ceiling() {
+    let rates = |min: &str, max: &str| {
+        edit(
+            "resync-min-rate = \"32M\"",
+            &format!("resync-min-rate = {min}"),
+        )
+        .replace(
+            "resync-max-rate = \"0\"",
+            &format!("resync-max-rate = {max}"),
+        )
+    };
+    let ok = parse_r0(&rates("\"8M\"", "\"1G\"")).unwrap();
+    assert_eq!(
+        (ok.net.resync_min_rate, ok.net.resync_max_rate),
+        (8 << 20, 1 << 30)
+    );
+    let off = parse_r0(&rates("\"0\"", "\"0\"")).unwrap();
+    assert_eq!(off.net.resync_min_rate, 0);
+    assert_invalid(
+        &rates("\"64M\"", "\"32M\""),
+        "net.resync-min-rate",
+        "above resync-max-rate",
+    );
+    assert_invalid(&rates("\"8M\"", "\"fast\""), "net.resync-max-rate", "");
 }
 
 #[test]

@@ -19,6 +19,7 @@ fn spec(me: u8) -> ResourceSpec {
         timeout_ms: 6000,
         resync_chunk: 64 << 10,
         resync_window: 4,
+        resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
     }
 }
 
@@ -2223,4 +2224,53 @@ fn a_crashed_replica_pulls_what_it_kept_against_an_up_to_date_peer() {
         Some(3 * 4096),
         "the suspect block, the kept one and the one missed: {b:?}"
     );
+}
+
+/// The resync-rate controller: at `resync-max-rate` 640 KiB/s a full resync of 1 MiB
+/// (64 KiB requests) asks for at most a tenth of a second's worth (one request) at once,
+/// goes on as time passes (the engine asks to be woken for it), and finishes.
+#[test]
+fn a_paced_resync_asks_as_time_allows_and_finishes() {
+    let mut alpha = node(0);
+    let mut out = Vec::new();
+    alpha.promote(false, &mut out).unwrap();
+    let mut beta = Resource::new(
+        ResourceSpec {
+            resync_rates: tandem_engine::replica::ResyncRates {
+                min: 0,
+                max: 640 << 10,
+            },
+            ..spec(1)
+        },
+        vec![ReplicaAtStart::Existing],
+    );
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    let first: u32 = resync_requests(&b).iter().map(|&(_, l)| l).sum();
+    assert_eq!(first, 64 << 10, "one request's worth at first: {b:?}");
+    assert_ne!(beta.disk(0), DiskState::UpToDate);
+    let mut pulled = u64::from(first);
+    let mut now = 0;
+    while beta.disk(0) != DiskState::UpToDate {
+        let wake = beta
+            .poll_timeout()
+            .expect("a paced resync asks to be woken");
+        assert!(wake > now, "woken at {wake} after {now}");
+        now = wake;
+        assert!(
+            now <= 3_000,
+            "1 MiB at 640 KiB/s takes about 1.6 s, not {now} ms"
+        );
+        let mut t = Vec::new();
+        beta.tick(now, &mut t);
+        pulled += resync_requests(&t)
+            .iter()
+            .map(|&(_, l)| u64::from(l))
+            .sum::<u64>();
+        exchange((1, &mut beta, t), (0, &mut alpha, Vec::new()));
+    }
+    assert_eq!(pulled, 1 << 20);
+    assert!(now >= 1_400, "1 MiB at 640 KiB/s cannot end at {now} ms");
 }

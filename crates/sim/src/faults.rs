@@ -3,7 +3,7 @@
 
 use crate::rng::Rng;
 use crate::{spec, Ev, Scenario, Sim};
-use tandem_engine::replica::{NodeId, ReplicaAtStart, Resource};
+use tandem_engine::replica::{NodeId, ReplicaAtStart, Resource, ResyncRates};
 use tandem_engine::sync_plan::SyncPlan;
 
 /// Which failures a batch of runs injects.
@@ -41,6 +41,15 @@ impl Family {
             Family::DiskErrors | Family::PowerLoss => {
                 let mut r = Rng::new(seed ^ 0xfa17_5eed);
                 sc.knobs.randomize(&mut r);
+                // A stream of its own, so these families keep their schedules: half the
+                // runs pace their resyncs (volumes are 256 KiB here).
+                let mut r = Rng::new(seed ^ 0x7a7e_5eed);
+                if r.chance(0.5) {
+                    sc.knobs.resync_rates = ResyncRates {
+                        min: [0, 64 << 10, 512 << 10][r.below(3) as usize],
+                        max: [0, 1 << 20][r.below(2) as usize],
+                    };
+                }
                 if self == Family::DiskErrors {
                     sc.disk_errors = true;
                     // A stream of its own: the runs whose disk dies keep their schedules.
@@ -77,6 +86,8 @@ pub struct Knobs {
     /// carries out the engine's actions (as buffered writes and small syncs do there), the
     /// rest later: both orders the daemon can produce.
     pub inline_disk_pct: u8,
+    /// The resync-rate controller's rates (see `tandem_engine::replica::ResyncRates`).
+    pub resync_rates: ResyncRates,
     /// Flushes go through the daemon's `tandem_engine::sync_plan` (which fdatasync answers
     /// which flush, syncing ahead) instead of one fdatasync each.
     pub sync_plan: bool,
@@ -92,6 +103,7 @@ impl Default for Knobs {
             resync_window: 4,
             inline_disk_pct: 0,
             sync_plan: false,
+            resync_rates: ResyncRates::UNLIMITED,
         }
     }
 }

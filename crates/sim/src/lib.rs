@@ -358,6 +358,7 @@ fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
         timeout_ms: sc.knobs.timeout_ms,
         resync_chunk: sc.knobs.resync_chunk,
         resync_window: sc.knobs.resync_window,
+        resync_rates: sc.knobs.resync_rates,
     }
 }
 

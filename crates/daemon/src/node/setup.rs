@@ -47,6 +47,10 @@ pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
         timeout_ms: cfg.net.timeout.as_millis() as u64,
         resync_chunk: 256 << 10,
         resync_window: 8,
+        resync_rates: tandem_engine::replica::ResyncRates {
+            min: cfg.net.resync_min_rate,
+            max: cfg.net.resync_max_rate,
+        },
     }
 }
 

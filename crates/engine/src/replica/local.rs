@@ -31,6 +31,9 @@ pub(super) struct LocalVol {
     pub(super) suspect: Option<Bitmap>,
     pub(super) apply: ApplyQueue,
     pub(super) resync: Option<Resync>,
+    /// When the application last wrote to this volume (here as Primary, or replicated to
+    /// us): a resync is held to its minimum rate while it writes (see `pace.rs`).
+    pub(super) written_ms: Option<u64>,
     /// Resync requests still unanswered when their resync was dropped (a new cluster
     /// found meanwhile): their replies are ignored.
     pub(super) abandoned: BTreeSet<u64>,
@@ -68,6 +71,7 @@ impl LocalVol {
             apply: ApplyQueue::default(),
             resync,
             abandoned: BTreeSet::new(),
+            written_ms: None,
         }
     }
 

@@ -120,6 +120,7 @@ impl Replicas {
             return Err(ProtocolError::WriteOutOfOrder { seq, last });
         }
         self.peers[i].rx_last_seq = seq;
+        self.vols[v].written_ms = Some(self.now_ms);
         let (offset, len) = (kind.offset(), kind.len());
         self.note_third_parties(peer, v, NodeSet::from_bits(targets), offset, len, out);
         let conn = self.peers[i].conn;

@@ -242,6 +242,11 @@ impl Resource {
 
     /// A new application request on `volume`, already validated by the frontend.
     pub fn submit(&mut self, req: ReqId, volume: u16, io: Io, out: &mut Vec<RAction>) {
+        if io.is_write() {
+            if let Some(vol) = self.rep.vols.get_mut(volume as usize) {
+                vol.written_ms = Some(self.rep.now_ms);
+            }
+        }
         self.app.submit_event(&mut self.rep, req, volume, io, out);
         self.after_event(out);
     }
@@ -600,8 +605,10 @@ impl Resource {
             .vols
             .iter()
             .filter_map(|v| v.resync.as_ref())
-            .filter(|r| !r.refused.is_empty())
-            .map(|r| r.retry_at_ms);
+            .flat_map(|r| {
+                let retry = (!r.refused.is_empty()).then_some(r.retry_at_ms);
+                retry.into_iter().chain(r.pace.wake_ms)
+            });
         let peers = self
             .rep
             .peers
@@ -613,12 +620,15 @@ impl Resource {
     fn tick_event(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
         self.rep.now_ms = now_ms;
         for v in 0..self.rep.vols.len() {
-            if let Some(rs) = self.rep.vols[v]
-                .resync
-                .as_mut()
-                .filter(|r| !r.refused.is_empty() && now_ms >= r.retry_at_ms)
-            {
+            let Some(rs) = self.rep.vols[v].resync.as_mut() else {
+                continue;
+            };
+            let retry = !rs.refused.is_empty() && now_ms >= rs.retry_at_ms;
+            if retry {
                 rs.refused.clear();
+            }
+            let paced = rs.pace.wake_ms.is_some_and(|w| now_ms >= w);
+            if retry || paced {
                 self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
             }
         }

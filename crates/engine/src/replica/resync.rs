@@ -44,6 +44,8 @@ pub(super) struct Resync {
     pub(super) live: bool,
     /// Bytes received from sources so far.
     pub(super) pulled: u64,
+    /// How fast it may pull (see `pace.rs`).
+    pub(super) pace: super::pace::Pace,
 }
 
 impl Resync {
@@ -58,6 +60,7 @@ impl Resync {
         self.to_pull
             .check(size)
             .and_then(|()| self.fresh.check(size))
+            .and_then(|()| self.pace.check())
     }
 
     pub(super) fn new(size: u64, live: bool) -> Resync {
@@ -76,6 +79,7 @@ impl Resync {
             stalled: false,
             live,
             pulled: 0,
+            pace: Default::default(),
         }
     }
 

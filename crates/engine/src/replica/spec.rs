@@ -28,6 +28,8 @@ pub struct ResourceSpec {
     /// Bytes per resync request and requests in flight per resync.
     pub resync_chunk: u32,
     pub resync_window: usize,
+    /// How fast a resync may pull (see `pace.rs`).
+    pub resync_rates: super::pace::ResyncRates,
 }
 
 /// What the driver found of a volume's local replica when the node started. The engine

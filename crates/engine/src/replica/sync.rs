@@ -409,14 +409,27 @@ impl Replicas {
         if rs.source != source && rs.outstanding.is_empty() {
             rs.source = source;
         }
+        let now = self.now_ms;
+        let loaded = self.vols[v]
+            .written_ms
+            .is_some_and(|t| now.saturating_sub(t) < super::pace::LOAD_WINDOW_MS);
+        let chunk = u64::from(self.spec.resync_chunk);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        rs.pace.refill(now, self.spec.resync_rates, loaded, chunk);
         while let Some(src) = rs
             .source
             .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
         {
+            if rs.to_pull.count() == 0 || !rs.pace.allows(now, chunk) {
+                break;
+            }
             let id = self.next_id;
             let Some((offset, len)) = rs.take_next(id, size, chunk_blocks) else {
                 break;
             };
+            rs.pace.spend(u64::from(len));
             self.next_id += 1;
             let msg = Msg::ResyncReq {
                 volume,
