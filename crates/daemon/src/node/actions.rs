@@ -224,7 +224,8 @@ impl NodeReactor {
         let ahead = self.res[a.r].syncs.wrote(u64::from(len));
         self.disk_done(a, result, out);
         // Started once the ack is on its way, so the sync never delays it.
-        self.syncs_ahead.extend(ahead.map(|s| (a.r, s)));
+        self.syncs_ahead
+            .extend(ahead.map(|s| (a.r, s, Ahead::OfFlush)));
     }
 
     fn disk_done(&mut self, a: DiskAction, result: Result<(), IoError>, out: &mut Vec<RAction>) {
@@ -300,9 +301,13 @@ impl NodeReactor {
     }
 
     pub(super) fn start_syncs_ahead(&mut self) {
-        for (r, s) in std::mem::take(&mut self.syncs_ahead) {
+        for (r, s, why) in std::mem::take(&mut self.syncs_ahead) {
             let mut actions = Vec::new();
-            self.sync(r, s, &mut actions);
+            match why {
+                Ahead::OfFlush => self.sync(r, s, &mut actions),
+                // Nobody waits for it: never on the loop, whatever the role.
+                Ahead::OfActivityLog => self.start_sync(r, s, &mut actions),
+            }
             self.run_actions(r, actions, Ctx::default());
         }
     }
@@ -367,7 +372,8 @@ impl NodeReactor {
                     self.res[r]
                         .engine
                         .disk_done(volume, token, kind, result, &mut actions);
-                    self.syncs_ahead.extend(ahead.map(|s| (r, s)));
+                    self.syncs_ahead
+                        .extend(ahead.map(|s| (r, s, Ahead::OfFlush)));
                     r
                 }
             };

@@ -186,7 +186,7 @@ impl NodeReactor {
         let low = CLEAN_LOW.min(meta.al.al_extents() as usize / 2);
         if meta.al.clean_unused() < low && meta.al.dirty_unused() > 0 {
             if let Some(s) = rc.syncs.sync_now() {
-                self.syncs_ahead.push((r, s));
+                self.syncs_ahead.push((r, s, Ahead::OfActivityLog));
             }
         }
     }

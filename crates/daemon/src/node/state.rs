@@ -160,6 +160,15 @@ pub(super) struct Slot {
 /// Bytes the engine may name while its actions run: those of the event being handled.
 pub(super) type Ctx<'a> = tandem_engine::driver::Inputs<'a>;
 
+/// Why a sync is started before anyone asks for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ahead {
+    /// The workload flushes often: the next flush will find it under way.
+    OfFlush,
+    /// The activity log runs short of clean extents to evict.
+    OfActivityLog,
+}
+
 /// What a disk worker's job was for.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Tag {
@@ -197,7 +206,7 @@ pub(super) struct NodeReactor {
     pub(super) next_conn_id: u64,
     pub(super) busy_poll: Duration,
     /// Syncs ahead of a flush (see [`tandem_engine::sync_plan`]), started after this round's sends.
-    pub(super) syncs_ahead: Vec<(usize, SyncStart)>,
+    pub(super) syncs_ahead: Vec<(usize, SyncStart, Ahead)>,
     /// NBD requests and peer packets handled since the last wait (see `busy_poll::BURST`).
     pub(super) handled: usize,
     /// Writes an activity-log transaction released (or failed), issued after this round
