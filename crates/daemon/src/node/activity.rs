@@ -139,6 +139,19 @@ impl NodeReactor {
             let Some(backing) = rc.backings.get(v as usize).cloned().flatten() else {
                 return;
             };
+            if meta.al.clean_unused() < meta.al.waiting() && meta.al.dirty_unused() > 0 {
+                // Victims would be dirty: rather than a data sync on the loop, wait for
+                // one on a worker (running, or started now); its end commits.
+                if rc.al_sync.is_some() {
+                    return;
+                }
+                if let Some(s) = rc.syncs.sync_now() {
+                    self.syncs_ahead.push((r, s, Ahead::OfActivityLog));
+                    return;
+                }
+                // None can start (nothing new to sync, or syncs failed): the
+                // transaction syncs the data itself.
+            }
             let engine = &rc.engine;
             let mut released = match meta
                 .write_transaction(&backing, |p| engine.out_of_sync_words(v, p))
@@ -203,20 +216,30 @@ impl NodeReactor {
         rc.al_sync = Some((gen, marks));
     }
 
-    /// That sync finished: if it succeeded, the extents it covers are clean.
+    /// That sync finished: if it succeeded, the extents it covers are clean. Writes that
+    /// waited for it get their transaction (if it failed, one that syncs itself, and
+    /// fails them if that fails too).
     pub(super) fn al_sync_finished(&mut self, r: usize, gen: u64, ok: bool) {
         let rc = &mut self.res[r];
-        let Some((g, marks)) = rc.al_sync.take() else {
-            return;
-        };
-        debug_assert_eq!(g, gen, "one data sync at a time");
-        if !ok || g != gen {
-            return;
-        }
-        for (v, mark) in marks {
-            if let Some(m) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) {
-                m.al.sync_done(mark);
+        if let Some((g, marks)) = rc.al_sync.take() {
+            debug_assert_eq!(g, gen, "one data sync at a time");
+            if ok && g == gen {
+                for (v, mark) in marks {
+                    if let Some(m) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) {
+                        m.al.sync_done(mark);
+                    }
+                }
             }
+        }
+        let waiting: Vec<u16> = (0..rc.metas.len() as u16)
+            .filter(|&v| {
+                rc.metas[v as usize]
+                    .as_ref()
+                    .is_some_and(|m| m.al.waiting() > 0)
+            })
+            .collect();
+        for v in waiting {
+            self.al_commit(r, v);
         }
     }
 
