@@ -48,8 +48,9 @@ sample PID[,PID...] OUT [--interval S] [--labels NAME,NAME...]
     starts with "# labels NAME..." (--labels, default the PIDs). Sampling
     stops when any of the PIDs is gone.
 
-diffblocks FILE_A FILE_B [--bs N]
-    Compare two files (replicas) block by block and print
+diffblocks FILE_A FILE_B [--bs N] [--size BYTES]
+    Compare two files (replicas) block by block, over their first BYTES if given
+    (tandem's internal metadata follows the volume and differs per node), and print
     "<differing blocks> <blocks compared> <size A> <size B>". Reads with
     O_DIRECT where possible, so the page cache is left as it was.
 """
@@ -491,6 +492,8 @@ def cmd_diffblocks(args):
                     n += r
                 ns.append(n)
             n = min(ns)
+            if args.size is not None:
+                n = max(0, min(n, args.size - off))
             if n == 0:
                 break
             total += (n + bs - 1) // bs
@@ -627,6 +630,8 @@ def main(argv=None):
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--bs", type=int, default=4096)
+    p.add_argument("--size", type=int, default=None,
+                   help="compare only the first SIZE bytes")
     p.set_defaults(func=cmd_diffblocks)
     args = ap.parse_args(argv)
     return args.func(args)

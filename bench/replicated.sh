@@ -340,7 +340,8 @@ for s in "${RUN_SERVERS[@]}"; do
   PREFILL[$s]=$(awk -v a="$t0" -v b="$t1" -v mb="$IMAGE_MB" 'BEGIN { printf "%.1f s (%.0f MiB/s)", b - a, mb / (b - a) }')
   files=${REPLICAS[$s]:-$WORKDIR/$s.img}
   for f in $files; do
-    cmp -s "$SRC" "$f" || die "$s: after the prefill $f differs from the data written"
+    # Only the volume: tandem's internal metadata follows it in the backing file.
+    cmp -s -n "$SIZE" "$SRC" "$f" || die "$s: after the prefill $f differs from the data written"
   done
   log "  ${PREFILL[$s]}; identical on: ${files//$WORKDIR\//}"
   [[ -z ${REPLICAS[$s]:-} ]] || REPLICA_DIFF[$s.prefill]="0"
@@ -363,7 +364,7 @@ compare_replicas() {
   for s in "${RUN_SERVERS[@]}"; do
     [[ -n ${REPLICAS[$s]:-} && -z ${DEAD[$s]:-} ]] || continue
     # shellcheck disable=SC2086  # two file names
-    read -r nd nt sa sb < <(python3 "$REPORT_PY" diffblocks ${REPLICAS[$s]})
+    read -r nd nt sa sb < <(python3 "$REPORT_PY" diffblocks --size "$SIZE" ${REPLICAS[$s]})
     REPLICA_DIFF[$s.$when]=$nd
     [[ $sa == "$sb" ]] || REPLICA_DIFF[$s.$when]+=" (sizes $sa, $sb)"
     ((nd == 0)) || log "WARNING: $s: $nd of $nt 4 KiB blocks differ between ${REPLICAS[$s]//$WORKDIR\//} ($when)"
