@@ -27,8 +27,17 @@
 //! a data sync ahead, in the background, when clean victims run low. Extents of a replayed
 //! table start dirty: the process before may have crashed with writes still in the page
 //! cache; the first data sync cleans them.
+//!
+//! **Cost.** The driver asks on every write that misses, so nothing on that path scans
+//! the table: the unused slots are kept in victim order (`idle`), the waiting writes are
+//! indexed by extent (`waiters_of`), and the dirty ones among the unused are counted
+//! (`dirty_idle`). `begin`, `end`, `committed` cost O(log n) per extent they touch,
+//! `next_transaction` O(k log n) for the k extents it brings in plus the waiting writes
+//! it looks at, `clean_unused` / `dirty_unused` O(1), and `sync_done` O(log n) plus a
+//! walk over the extents it cleans (each ended extent is cleaned at most once). Only
+//! `clean`, `hot_extents` and `check` go through every slot.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::al::format::{
     AlBlock, AlKind, AlUpdate, EXTENT_NONE, MAX_EXTENTS, UPDATES_PER_TRANSACTION,
@@ -79,9 +88,8 @@ pub struct Transaction {
     pub releases: Vec<WaitId>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Waiter {
-    id: WaitId,
     first: u32,
     last: u32,
 }
@@ -91,6 +99,18 @@ struct InFlight {
     seq: u64,
     slots: Vec<u32>,
 }
+
+/// Where an unused slot sorts in `idle`: `(holds an extent, when, slot)`, `when` being
+/// the last use of an empty slot and the last `end` of a full one.
+///
+/// That is `victim_order` without a key that changes when a sync completes. Empty slots
+/// (never dirty) sort first. An unused full slot was last used by an `end` (`last_use ==
+/// last_end`), or is a replayed one never used since (`last_use` 0, `last_end` 1, below
+/// any clock an `end` sees): ordering by `last_end` is ordering by `last_use`. And as
+/// dirty means `last_end > synced`, the clean ones are a prefix of that order and the
+/// dirty ones the rest, whatever `synced` is: completing a sync moves the boundary, not
+/// the slots. `check` compares this order with `victim_order`.
+type IdleKey = (bool, u64, u32);
 
 #[derive(Clone, Debug)]
 pub struct ActivityLog {
@@ -114,7 +134,16 @@ pub struct ActivityLog {
     pending: Vec<bool>,
     clock: u64,
     next_seq: u64,
-    waiting: VecDeque<Waiter>,
+    /// In arrival order (ids grow with arrival).
+    waiting: BTreeMap<WaitId, Waiter>,
+    /// `(extent, id)` for every extent of every waiting write: a commit makes only its
+    /// added extents hot, so only their waiters can go, and it looks at those alone.
+    waiters_of: BTreeSet<(u32, WaitId)>,
+    /// The unused slots (`is_unused`), in victim order: see `IdleKey`.
+    idle: BTreeSet<IdleKey>,
+    /// How many `idle` slots are dirty, so that `dirty_unused` / `clean_unused` need no
+    /// scan.
+    dirty_idle: usize,
     in_flight: Option<InFlight>,
     next_wait: u64,
 }
@@ -161,7 +190,7 @@ impl ActivityLog {
                 });
             }
         }
-        Ok(ActivityLog {
+        let mut log = ActivityLog {
             al_extents,
             ring_blocks,
             table,
@@ -173,10 +202,17 @@ impl ActivityLog {
             pending: vec![false; n],
             clock: 1,
             next_seq,
-            waiting: VecDeque::new(),
+            waiting: BTreeMap::new(),
+            waiters_of: BTreeSet::new(),
+            idle: BTreeSet::new(),
+            dirty_idle: 0,
             in_flight: None,
             next_wait: 0,
-        })
+        };
+        for s in 0..n {
+            log.enter_idle(s);
+        }
+        Ok(log)
     }
 
     /// The log as the ring left it.
@@ -203,7 +239,8 @@ impl ActivityLog {
         }
         let id = WaitId(self.next_wait);
         self.next_wait += 1;
-        self.waiting.push_back(Waiter { id, first, last });
+        self.waiting.insert(id, Waiter { first, last });
+        self.waiters_of.extend((first..=last).map(|e| (e, id)));
         Begin::Wait(id)
     }
 
@@ -224,6 +261,9 @@ impl ActivityLog {
             self.in_use[slot] -= 1;
             self.last_use[slot] = self.clock;
             self.last_end[slot] = self.clock;
+            if self.in_use[slot] == 0 {
+                self.enter_idle(slot);
+            }
         }
     }
 
@@ -246,23 +286,29 @@ impl ActivityLog {
             "AL sync_done({mark:?}) but the clock is {}: a mark from another log?",
             self.clock
         );
-        self.synced = self.synced.max(mark.0);
+        if mark.0 <= self.synced {
+            return;
+        }
+        // The unused slots this sync cleans are those ended after the last sync and
+        // before this one: a run of `idle`, counted in place (nothing moves).
+        let cleaned = self
+            .idle
+            .range((true, self.synced + 1, 0)..=(true, mark.0, u32::MAX))
+            .count();
+        self.dirty_idle -= cleaned;
+        self.synced = mark.0;
     }
 
     /// Slots no write uses and the transaction in flight does not change, whose extent is
-    /// dirty: victims that would need a data sync first. O(al_extents).
+    /// dirty: victims that would need a data sync first. O(1).
     pub fn dirty_unused(&self) -> usize {
-        (0..self.al_extents as usize)
-            .filter(|&s| self.is_unused(s) && self.is_dirty(s))
-            .count()
+        self.dirty_idle
     }
 
     /// Slots no write uses and the transaction in flight does not change, empty or with a
-    /// clean extent: victims that need no data sync. O(al_extents).
+    /// clean extent: victims that need no data sync. O(1).
     pub fn clean_unused(&self) -> usize {
-        (0..self.al_extents as usize)
-            .filter(|&s| self.is_unused(s) && !self.is_dirty(s))
-            .count()
+        self.idle.len() - self.dirty_idle
     }
 
     /// The next transaction, if none is in flight and some waiting write can be served:
@@ -274,16 +320,15 @@ impl ActivityLog {
         if self.in_flight.is_some() || self.waiting.is_empty() {
             return None;
         }
-        // Victim candidates: slots no write uses (chosen among below, by `victim_order`).
-        let candidates: Vec<u32> = (0..self.al_extents)
-            .filter(|&s| self.in_use[s as usize] == 0)
-            .collect();
+        // Victim candidates: slots no write uses. With nothing in flight no slot is
+        // pending, so they are exactly `idle`.
+        let candidates = self.idle.len();
         let mut needed: Vec<u32> = Vec::new();
         let mut releases = Vec::new();
         // Extents of the writes served: never victims. `shielded` counts candidates among them.
         let mut protected: HashSet<u32> = HashSet::new();
         let mut shielded = 0usize;
-        for w in &self.waiting {
+        for (&id, w) in &self.waiting {
             let missing: Vec<u32> = (w.first..=w.last)
                 .filter(|e| !self.is_hot(*e) && !needed.contains(e))
                 .collect();
@@ -300,32 +345,27 @@ impl ActivityLog {
                 .count();
             let want = needed.len() + missing.len();
             if want > UPDATES_PER_TRANSACTION
-                || want > candidates.len().saturating_sub(shielded + newly_shielded)
+                || want > candidates.saturating_sub(shielded + newly_shielded)
             {
                 break;
             }
             needed.extend(missing);
             protected.extend(newly);
             shielded += newly_shielded;
-            releases.push(w.id);
+            releases.push(id);
         }
         if releases.is_empty() {
             return None;
         }
-        let mut victims: Vec<u32> = candidates
-            .into_iter()
+        // `idle` is in victim order; what is skipped is shielded, so this walks at most
+        // `needed.len() + shielded` slots.
+        let victims: Vec<u32> = self
+            .idle
+            .iter()
+            .map(|&(_, _, s)| s)
             .filter(|&s| !protected.contains(&self.table[s as usize]))
+            .take(needed.len())
             .collect();
-        // The `needed` first in victim order, without sorting the whole table (it may hold
-        // 65534 slots).
-        let n = needed.len();
-        if n < victims.len() {
-            if n > 0 {
-                victims.select_nth_unstable_by_key(n - 1, |&s| self.victim_order(s));
-            }
-            victims.truncate(n);
-        }
-        victims.sort_by_key(|&s| self.victim_order(s));
         assert_eq!(victims.len(), needed.len(), "victims were counted");
         Some(self.build(needed, victims, releases))
     }
@@ -337,6 +377,7 @@ impl ActivityLog {
         let mut updates = Vec::with_capacity(needed.len());
         for (&e, &slot) in needed.iter().zip(&victims) {
             let s = slot as usize;
+            self.leave_idle(s);
             let old = self.table[s];
             if old != EXTENT_NONE {
                 self.slot_of.remove(&old);
@@ -390,20 +431,39 @@ impl ActivityLog {
                 other.map(|f| f.seq)
             ),
         };
-        for s in f.slots {
-            self.pending[s as usize] = false;
-        }
-        let mut released = Vec::new();
-        let mut still = VecDeque::with_capacity(self.waiting.len());
-        for w in std::mem::take(&mut self.waiting) {
-            if (w.first..=w.last).all(|e| self.is_hot(e)) {
-                self.use_range(w.first, w.last);
-                released.push(w.id);
-            } else {
-                still.push_back(w);
+        // Every waiting write has an extent that is not hot, and the only extents this
+        // commit makes hot are the ones it added: only their waiters may go.
+        let mut woken = Vec::new();
+        for &s in &f.slots {
+            let s = s as usize;
+            self.pending[s] = false;
+            // No write uses a pending slot; those the released writes use leave again
+            // below.
+            self.enter_idle(s);
+            let e = self.table[s];
+            if e != EXTENT_NONE {
+                woken.extend(
+                    self.waiters_of
+                        .range((e, WaitId(0))..=(e, WaitId(u64::MAX)))
+                        .map(|&(_, id)| id),
+                );
             }
         }
-        self.waiting = still;
+        // In arrival order, like the queue: each release ticks the LRU clock.
+        woken.sort_unstable();
+        woken.dedup();
+        let mut released = Vec::new();
+        for id in woken {
+            let w = self.waiting[&id];
+            if (w.first..=w.last).all(|e| self.is_hot(e)) {
+                self.waiting.remove(&id);
+                for e in w.first..=w.last {
+                    self.waiters_of.remove(&(e, id));
+                }
+                self.use_range(w.first, w.last);
+                released.push(id);
+            }
+        }
         released
     }
 
@@ -426,6 +486,9 @@ impl ActivityLog {
         self.last_end.fill(0);
         self.slot_of.clear();
         self.pending.fill(true);
+        // Every slot is pending now: none is a victim candidate until the commit.
+        self.idle.clear();
+        self.dirty_idle = 0;
         let seq = self.take_seq();
         self.in_flight = Some(InFlight {
             seq,
@@ -552,13 +615,49 @@ impl ActivityLog {
             }
             _ => {}
         }
-        for w in &self.waiting {
+        for (&id, w) in &self.waiting {
             if w.first > w.last || w.last - w.first >= self.max_span() {
-                return Err(format!("waiting write {:?} has a bad range", w.id));
+                return Err(format!("waiting write {id:?} has a bad range"));
             }
             if (w.first..=w.last).all(|e| self.is_hot(e)) {
-                return Err(format!("waiting write {:?} could go", w.id));
+                return Err(format!("waiting write {id:?} could go"));
             }
+            if id.0 >= self.next_wait {
+                return Err(format!("waiting write {id:?} was never handed out"));
+            }
+        }
+        // The indexes, against what they index.
+        let waiters_of: BTreeSet<(u32, WaitId)> = self
+            .waiting
+            .iter()
+            .flat_map(|(&id, w)| (w.first..=w.last).map(move |e| (e, id)))
+            .collect();
+        if waiters_of != self.waiters_of {
+            return Err("the waiting writes by extent are not the waiting writes".into());
+        }
+        let idle: BTreeSet<IdleKey> = (0..n)
+            .filter(|&s| self.is_unused(s))
+            .map(|s| self.idle_key(s))
+            .collect();
+        if idle != self.idle {
+            return Err("the idle slots are not the unused slots".into());
+        }
+        let dirty = (0..n)
+            .filter(|&s| self.is_unused(s) && self.is_dirty(s))
+            .count();
+        if dirty != self.dirty_idle {
+            return Err(format!(
+                "{dirty} unused slots are dirty but {} are counted",
+                self.dirty_idle
+            ));
+        }
+        // `next_transaction` takes victims in `idle` order: it must be `victim_order`.
+        let mut by_order: Vec<u32> = (0..n as u32)
+            .filter(|&s| self.is_unused(s as usize))
+            .collect();
+        by_order.sort_by_key(|&s| self.victim_order(s));
+        if !by_order.iter().copied().eq(self.idle.iter().map(|k| k.2)) {
+            return Err("the idle slots are not in victim order".into());
         }
         Ok(())
     }
@@ -570,6 +669,11 @@ impl ActivityLog {
     /// is a replayed one, unused since), and a sync cleans everything that ended before
     /// it, so the clean unused slots are always the least recently used ones. The key
     /// keeps the preference should the LRU order ever change (e.g. to begin times).
+    ///
+    /// `next_transaction` follows `idle` instead (see `IdleKey`), which `check` holds to
+    /// this order. Should the LRU order ever change, keep the clean and the dirty unused
+    /// slots in two sets by last use, and move slots from one to the other on
+    /// `sync_done`.
     fn victim_order(&self, slot: u32) -> (bool, bool, u64, u32) {
         let s = slot as usize;
         (
@@ -578,6 +682,35 @@ impl ActivityLog {
             self.last_use[s],
             slot,
         )
+    }
+
+    fn idle_key(&self, s: usize) -> IdleKey {
+        let full = self.table[s] != EXTENT_NONE;
+        let when = if full {
+            self.last_end[s]
+        } else {
+            self.last_use[s]
+        };
+        (full, when, s as u32)
+    }
+
+    /// Slot `s` just became unused (call after updating its fields).
+    fn enter_idle(&mut self, s: usize) {
+        let fresh = self.idle.insert(self.idle_key(s));
+        debug_assert!(fresh, "slot {s} was idle already");
+        if self.is_dirty(s) {
+            self.dirty_idle += 1;
+        }
+    }
+
+    /// Slot `s`, unused, is about to be used or changed (call before changing its
+    /// fields: they name its place in `idle`).
+    fn leave_idle(&mut self, s: usize) {
+        let was = self.idle.remove(&self.idle_key(s));
+        debug_assert!(was, "slot {s} was not idle");
+        if self.is_dirty(s) {
+            self.dirty_idle -= 1;
+        }
     }
 
     /// A write to this slot's extent ended after the start of the newest completed sync.
@@ -600,6 +733,10 @@ impl ActivityLog {
         self.clock += 1;
         for e in first..=last {
             let s = self.slot_of[&e] as usize;
+            // A hot slot no write uses is idle.
+            if self.in_use[s] == 0 {
+                self.leave_idle(s);
+            }
             self.in_use[s] += 1;
             self.last_use[s] = self.clock;
         }
