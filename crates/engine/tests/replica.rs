@@ -2274,3 +2274,38 @@ fn a_paced_resync_asks_as_time_allows_and_finishes() {
     assert_eq!(pulled, 1 << 20);
     assert!(now >= 1_400, "1 MiB at 640 KiB/s cannot end at {now} ms");
 }
+
+/// Under load (the Primary's writes arrive) a resync is held to `resync-min-rate`.
+#[test]
+fn a_resync_under_replicated_writes_is_held_to_the_minimum_rate() {
+    let mut alpha = node(0);
+    let mut out = Vec::new();
+    alpha.promote(false, &mut out).unwrap();
+    let mut beta = Resource::new(
+        ResourceSpec {
+            resync_rates: tandem_engine::replica::ResyncRates {
+                min: 640 << 10,
+                max: 0,
+            },
+            ..spec(1)
+        },
+        vec![ReplicaAtStart::Existing],
+    );
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    // A write from the application arrives with the connection.
+    alpha.submit(
+        ReqId(1),
+        0,
+        Io::Write {
+            offset: 0,
+            len: 4096,
+            fua: false,
+        },
+        &mut up_a,
+    );
+    let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    let asked: u32 = resync_requests(&b).iter().map(|&(_, l)| l).sum();
+    assert!(asked <= 128 << 10, "{asked} bytes asked at once under load: {b:?}");
+}

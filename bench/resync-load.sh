@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# resync-load.sh — what a resync costs the application (issue 14, item 4): the
+# latency of 4k random writes at iodepth 1 through a diskless Primary (gamma),
+# first with both diskful replicas in sync, then while beta, thrown away with
+# `tandem invalidate`, is synced in full from alpha. Two variants, one after the
+# other on fresh volumes:
+#
+#   paced     resync-min-rate = "32M" (the default): held to 32 MiB/s while the
+#             application writes
+#   unpaced   resync-min-rate = "0": as fast as 2 MiB in flight goes
+#
+# It prints a Markdown table (mean and p99 write latency idle and during the
+# resync, their ratio, how long the resync took) and writes it to
+# bench/results/; beta's log of each variant is kept in
+# $TMPDIR/resync-load-beta-VARIANT.log. A benchmark, not a test: it never fails on
+# slow numbers.
+#
+#   bench/resync-load.sh
+#   IMAGE_MB=1024 RUNTIME=12 VARIANTS="paced unpaced" TANDEM_BIN=... bench/resync-load.sh
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+IMAGE_MB=${IMAGE_MB:-1024}
+RUNTIME=${RUNTIME:-12}
+VARIANTS=${VARIANTS:-paced unpaced}
+TANDEM_BIN=${TANDEM_BIN:-$REPO/target/release/tandem}
+RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results}
+PORT=${TANDEM_PORT:-7792}
+IPS=(127.0.0.51 127.0.0.52 127.0.0.53)
+NODES=(alpha beta gamma)
+
+log() { printf '[resync-load] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+for t in fio nbdcopy python3; do command -v $t >/dev/null || die "$t is needed (apt-get install fio libnbd-bin python3)"; done
+[[ -x $TANDEM_BIN ]] || die "no tandem binary at $TANDEM_BIN (cargo build --release -p tandem-cli)"
+[[ $IMAGE_MB =~ ^[0-9]+$ ]] || die "IMAGE_MB must be a number of MiB"
+
+WORK=$(mktemp -d /tmp/resync-load.XXXXXX)
+PIDS=()
+stop_all() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'stop_all; rm -rf -- "$WORK"' EXIT
+
+status() { "$TANDEM_BIN" status --json --control "$WORK/$1.ctl" 2>/dev/null; }
+disk_of() { status "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["volumes"][0]["disk"])' 2>/dev/null || echo none; }
+wait_disk() { # node state seconds
+  local i
+  for ((i = 0; i < $3 * 20; i++)); do [[ $(disk_of "$1") == "$2" ]] && return 0; sleep 0.05; done
+  die "$1 not $2 within $3 s"
+}
+
+start_node() {
+  "$TANDEM_BIN" node --name "$1" --config-dir "$WORK/conf" --control "$WORK/$1.ctl" >>"$WORK/$1.log" 2>&1 &
+  PIDS+=($!)
+}
+
+# fio_lat SECONDS OUT — 4k random writes at iodepth 1 through gamma; prints "mean_us p99_us iops"
+fio_lat() {
+  fio --name=lat --ioengine=nbd --uri="nbd+unix:///?socket=$WORK/gamma.sock" --rw=randwrite \
+    --bs=4k --iodepth=1 --time_based --runtime="$1" --norandommap --randrepeat=0 \
+    --size="${IMAGE_MB}M" --output-format=json --output="$2" >/dev/null
+  python3 - "$2" <<'PY'
+import json, sys
+t = open(sys.argv[1]).read(); j = json.loads(t[t.find("{"):])
+w = j["jobs"][0]["write"]; c = w["clat_ns"]
+print(f'{c["mean"]/1000:.1f} {c["percentile"]["99.000000"]/1000:.1f} {w["iops"]:.0f}')
+PY
+}
+
+ROWS=()
+for variant in $VARIANTS; do
+  case $variant in
+    paced) rate='"32M"' ;;
+    unpaced) rate='"0"' ;;
+    *) die "unknown variant $variant (paced, unpaced)" ;;
+  esac
+  rm -rf "${WORK:?}"/* && mkdir -p "$WORK/conf"
+  {
+    printf '[resource]\nname = "r0"\nprotocol = "C"\nshared-secret = "resync-load-%s"\n\n[net]\nresync-min-rate = %s\n\n' "$$" "$rate"
+    printf '[[volume]]\nnumber = 0\nsize = "%sM"\n' "$IMAGE_MB"
+    for i in 0 1 2; do
+      printf '\n[[node]]\nname = "%s"\nnode-id = %d\naddress = "%s:%d"\n  [[node.volume]]\n  number = 0\n' \
+        "${NODES[i]}" "$i" "${IPS[i]}" "$PORT"
+      if ((i == 2)); then printf '  disk = "none"\n  nbd = ["unix:%s/gamma.sock"]\n' "$WORK"
+      else printf '  disk = "%s/%s.img"\n  nbd = []\n' "$WORK" "${NODES[i]}"; fi
+    done
+  } >"$WORK/conf/r0.toml"
+  for n in "${NODES[@]}"; do start_node "$n"; done
+  wait_disk alpha UpToDate 30
+  wait_disk beta UpToDate 30
+  "$TANDEM_BIN" primary r0 --control "$WORK/gamma.ctl" >/dev/null
+  log "$variant: prefilling ${IMAGE_MB} MiB through gamma"
+  dd if=/dev/urandom of="$WORK/src.img" bs=1M count="$IMAGE_MB" status=none
+  nbdcopy --flush "$WORK/src.img" "nbd+unix:///?socket=$WORK/gamma.sock"
+  rm -f "$WORK/src.img"
+  sleep 1
+  read -r idle_mean idle_p99 idle_iops < <(fio_lat "$RUNTIME" "$WORK/idle.json")
+  log "$variant: idle: mean ${idle_mean} us, p99 ${idle_p99} us"
+  # Beta thrown away: its next start is synced in full from alpha, under the writes.
+  kill -TERM "${PIDS[1]}"; wait "${PIDS[1]}" || true
+  "$TANDEM_BIN" invalidate r0 --name beta --config-dir "$WORK/conf" >/dev/null
+  t0=$(date +%s.%N)
+  start_node beta
+  fio_lat "$RUNTIME" "$WORK/sync.json" >"$WORK/sync.txt" &
+  fio_pid=$!
+  wait_disk beta UpToDate 600
+  t1=$(date +%s.%N)
+  wait "$fio_pid"
+  fio_end=$(date +%s.%N)
+  read -r sync_mean sync_p99 sync_iops <"$WORK/sync.txt"
+  took=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
+  during=$(python3 -c "print('yes' if $t1 <= $fio_end else 'no (it ended after the writes)')")
+  log "$variant: during the resync: mean ${sync_mean} us, p99 ${sync_p99} us; resync ${took} s"
+  ROWS+=("| $variant | $rate | $idle_iops | $idle_mean | $idle_p99 | $sync_iops | $sync_mean | $sync_p99 | $(python3 -c "print(f'{$sync_mean / $idle_mean:.2f}x')") | $took s ($(python3 -c "print(f'{$IMAGE_MB / ($t1 - $t0):.0f}')") MiB/s) | $during |")
+  cp "$WORK/beta.log" "${TMPDIR:-/tmp}/resync-load-beta-$variant.log"
+  stop_all
+done
+
+stamp=$(date +%Y%m%d-%H%M%S)
+mkdir -p "$RESULTS_DIR"
+out=$RESULTS_DIR/resync-load-$stamp.md
+{
+  echo "# Foreground writes during a full resync — $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo
+  echo "Command (cwd \`$REPO\`): \`IMAGE_MB=$IMAGE_MB RUNTIME=$RUNTIME VARIANTS=\"$VARIANTS\" TANDEM_BIN=$TANDEM_BIN bench/resync-load.sh\`"
+  echo
+  echo "tandem $("$TANDEM_BIN" --version 2>&1 | head -1), repo $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) CPUs; volume ${IMAGE_MB} MiB prefilled with random data; alpha and beta diskful, gamma diskless Primary (protocol C); fio 4k randwrite iodepth 1 through gamma for ${RUNTIME} s, idle and then from beta's restart after \`tandem invalidate\` (a full resync from alpha)."
+  echo
+  echo "| variant | resync-min-rate | idle IOPS | idle mean µs | idle p99 µs | during IOPS | during mean µs | during p99 µs | mean during / idle | resync took | ended while the writes went on |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$out"
+log "results written to $out"
