@@ -2307,5 +2307,8 @@ fn a_resync_under_replicated_writes_is_held_to_the_minimum_rate() {
     );
     let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
     let asked: u32 = resync_requests(&b).iter().map(|&(_, l)| l).sum();
-    assert!(asked <= 128 << 10, "{asked} bytes asked at once under load: {b:?}");
+    assert!(
+        asked <= 128 << 10,
+        "{asked} bytes asked at once under load: {b:?}"
+    );
 }
