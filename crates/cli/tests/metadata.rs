@@ -181,14 +181,7 @@ fn a_corrupted_superblock_is_refused_with_the_way_out() {
     assert_eq!(b, flipped, "the metadata was rewritten");
     // The way out it names: inspect, then remake (only with --force), and beta is synced
     // in full from alpha.
-    let cfg = c.dir.join("beta").join("cfg");
-    let tool = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(tandem_bin());
-        cmd.args(args)
-            .args(["r0", "--name", "beta", "--config-dir"])
-            .arg(&cfg);
-        run(&mut cmd, Duration::from_secs(30))
-    };
+    let tool = |args: &[&str]| c.replica_tool("beta", &[args, &["r0"]].concat());
     let dump = tool(&["dump-md"]);
     assert!(
         !dump.success() && dump.stderr.contains("checksum"),
@@ -450,22 +443,13 @@ fn an_invalidated_replica_is_synced_in_full() {
     let mut c = start(TEST);
     write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 10);
     c.wait_in_sync(SYNC_TIMEOUT);
-    let cfg = c.dir.join("beta").join("cfg");
-    let tool = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(tandem_bin());
-        cmd.arg("invalidate")
-            .args(args)
-            .args(["--name", "beta", "--config-dir"])
-            .arg(&cfg);
-        run(&mut cmd, Duration::from_secs(30))
-    };
-    let running = tool(&["r0"]);
+    let running = c.replica_tool("beta", &["invalidate", "r0"]);
     assert!(
         !running.success() && running.stderr.contains("is the node running"),
         "{}",
         running.describe()
     );
-    let unknown = tool(&["nosuch"]);
+    let unknown = c.replica_tool("beta", &["invalidate", "nosuch"]);
     assert!(
         !unknown.success() && unknown.stderr.contains("nosuch"),
         "{}",
@@ -473,7 +457,7 @@ fn an_invalidated_replica_is_synced_in_full() {
     );
     let beta = c.node_mut("beta");
     beta.daemon.stop(Duration::from_secs(10));
-    let done = tool(&["r0"]);
+    let done = c.replica_tool("beta", &["invalidate", "r0"]);
     done.expect_success();
     assert!(
         done.stdout.contains("resynced in full"),
@@ -569,14 +553,8 @@ fn a_resync_under_steady_writes_finishes() {
     write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 13);
     c.wait_in_sync(SYNC_TIMEOUT);
     c.node_mut("beta").daemon.stop(Duration::from_secs(10));
-    let cfg = c.dir.join("beta").join("cfg");
-    run(
-        std::process::Command::new(tandem_bin())
-            .args(["invalidate", "r0", "--name", "beta", "--config-dir"])
-            .arg(&cfg),
-        Duration::from_secs(30),
-    )
-    .expect_success();
+    c.replica_tool("beta", &["invalidate", "r0"])
+        .expect_success();
     let job = vec![
         "--name=load".to_string(),
         "--rw=randwrite".into(),

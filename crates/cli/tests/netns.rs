@@ -637,14 +637,8 @@ fn a_resync_shows_its_progress_on_both_ends() {
     c.wait_in_sync(Duration::from_secs(60));
     let beta = c.node_mut("beta");
     beta.daemon.stop(Duration::from_secs(10));
-    let cfg = c.dir.join("beta").join("cfg");
-    run(
-        std::process::Command::new(tandem_bin())
-            .args(["invalidate", "r0", "--name", "beta", "--config-dir"])
-            .arg(&cfg),
-        Duration::from_secs(30),
-    )
-    .expect_success();
+    c.replica_tool("beta", &["invalidate", "r0"])
+        .expect_success();
     net.limit_to(index_of("beta"), Some("200mbit"));
     let beta = c.node_mut("beta");
     beta.daemon.restart();

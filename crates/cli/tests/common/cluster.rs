@@ -486,6 +486,16 @@ impl Cluster {
         });
     }
 
+    /// `tandem ARGS --name NODE --config-dir <NODE's config>`: the tools that work on a
+    /// stopped node's replica (dump-md, show-gi, create-md, invalidate).
+    pub fn replica_tool(&self, node: &str, args: &[&str]) -> Run {
+        let mut cmd = std::process::Command::new(tandem_bin());
+        cmd.args(args)
+            .args(["--name", node, "--config-dir"])
+            .arg(self.dir.join(node).join("cfg"));
+        run(&mut cmd, Duration::from_secs(30))
+    }
+
     /// Every diskful node's backing file equals the first one's, byte for byte.
     #[track_caller]
     pub fn assert_replicas_identical(&self) {

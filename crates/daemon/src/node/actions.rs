@@ -120,9 +120,6 @@ impl NodeReactor {
                     };
                     return self.al_defer(a.r, id, a.volume, a.token, a.kind, copy);
                 }
-                super::activity::Gate::Failed => {
-                    return self.op_done(a, Err(IoError::Os(libc::EIO)), out)
-                }
             }
         }
         self.issue(a, Bytes::Ref(data, ctx), out);
@@ -266,18 +263,12 @@ impl NodeReactor {
 
     /// Starts an fdatasync of every local replica of resource `r` on a disk worker.
     pub(super) fn start_sync(&mut self, r: usize, s: SyncStart, out: &mut Vec<RAction>) {
-        let mut backings = self.res[r]
-            .backings
-            .iter()
-            .flatten()
-            .cloned()
-            .collect::<Vec<_>>()
-            .into_iter();
+        self.al_sync_started(r, s.gen);
+        let mut backings = self.res[r].backings.iter().flatten().cloned();
         let Some(backing) = backings.next() else {
             error!("a sync of a resource without local replicas");
             return self.sync_done(r, s.gen, Err(IoError::NoData), out);
         };
-        self.al_sync_started(r, s.gen);
         self.workers.submit(Job {
             tag: Tag::Sync { r, gen: s.gen },
             backing,

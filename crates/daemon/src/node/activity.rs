@@ -49,8 +49,6 @@ pub(super) enum Gate {
     Go,
     /// It waits for a transaction: the caller hands over its bytes (`defer`).
     Wait(WaitId),
-    /// The metadata could not be written: the write fails (the replica detaches).
-    Failed,
 }
 
 /// The range a data-changing disk operation covers, if the activity log gates it.
@@ -69,9 +67,6 @@ pub(super) fn gated(token: Token, kind: DiskKind) -> Option<(u64, u64)> {
 impl NodeReactor {
     /// Brings the extents of a write of resource `r`, volume `v`, into the log.
     pub(super) fn al_gate(&mut self, r: usize, v: u16, token: Token, range: (u64, u64)) -> Gate {
-        if self.res[r].meta_failed != MetaFailed::No {
-            return Gate::Failed;
-        }
         if !self.activity_log {
             return Gate::Go;
         }
@@ -132,6 +127,17 @@ impl NodeReactor {
     /// metadata write failed, all waiting) move to `al_ready`.
     fn al_commit(&mut self, r: usize, v: u16) {
         loop {
+            let Some(meta) = self.res[r].metas.get(v as usize).and_then(Option::as_ref) else {
+                return;
+            };
+            // Victims would be dirty: rather than a data sync on the loop, wait for one
+            // on a worker (running, or started now); its end commits. If none can run
+            // (nothing new to sync, or syncs failed), the transaction syncs the data
+            // itself.
+            let short = meta.al.clean_unused() < meta.al.waiting() && meta.al.dirty_unused() > 0;
+            if short && self.al_data_sync(r) {
+                return;
+            }
             let rc = &mut self.res[r];
             let Some(meta) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) else {
                 return;
@@ -139,19 +145,6 @@ impl NodeReactor {
             let Some(backing) = rc.backings.get(v as usize).cloned().flatten() else {
                 return;
             };
-            if meta.al.clean_unused() < meta.al.waiting() && meta.al.dirty_unused() > 0 {
-                // Victims would be dirty: rather than a data sync on the loop, wait for
-                // one on a worker (running, or started now); its end commits.
-                if rc.al_sync.is_some() {
-                    return;
-                }
-                if let Some(s) = rc.syncs.sync_now() {
-                    self.syncs_ahead.push((r, s, Ahead::OfActivityLog));
-                    return;
-                }
-                // None can start (nothing new to sync, or syncs failed): the
-                // transaction syncs the data itself.
-            }
             let engine = &rc.engine;
             let mut released = match meta
                 .write_transaction(&backing, |p| engine.out_of_sync_words(v, p))
@@ -198,9 +191,23 @@ impl NodeReactor {
         };
         let low = CLEAN_LOW.min(meta.al.al_extents() as usize / 2);
         if meta.al.clean_unused() < low && meta.al.dirty_unused() > 0 {
-            if let Some(s) = rc.syncs.sync_now() {
+            self.al_data_sync(r);
+        }
+    }
+
+    /// A data sync of resource `r` that will make extents clean: running, or started now
+    /// (on a worker). False if none can run.
+    fn al_data_sync(&mut self, r: usize) -> bool {
+        let rc = &mut self.res[r];
+        if rc.al_sync.is_some() {
+            return true;
+        }
+        match rc.syncs.sync_now() {
+            Some(s) => {
                 self.syncs_ahead.push((r, s, Ahead::OfActivityLog));
+                true
             }
+            None => false,
         }
     }
 

@@ -145,19 +145,11 @@ impl NodeReactor {
             .get(&(r, v, peer))
             .map(|p| p.view(self.now_ms(), done, left));
         let done = view.map_or(done.unwrap_or(0), |w| w.done);
-        let total = done + left;
         ResyncProgress {
             peer: other,
             done_kib: done / 1024,
             left_kib: left / 1024,
-            percent: view.map_or(
-                if total == 0 {
-                    100.0
-                } else {
-                    done as f64 * 100.0 / total as f64
-                },
-                |w| w.percent,
-            ),
+            percent: view.map_or_else(|| super::progress::percent(done, left), |w| w.percent),
             rate_kib_s: view.and_then(|w| w.rate).map(|b| b / 1024),
             eta_s: view.and_then(|w| w.eta_s),
         }

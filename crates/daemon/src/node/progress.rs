@@ -57,12 +57,7 @@ impl Progress {
     /// With `done` bytes pulled (`None` on a source: derived from what is left).
     pub(super) fn view(&self, now_ms: u64, done: Option<u64>, left: u64) -> View {
         let done = self.done(done, left);
-        let total = done.saturating_add(left);
-        let percent = if total == 0 {
-            100.0
-        } else {
-            done as f64 * 100.0 / total as f64
-        };
+        let percent = percent(done, left);
         let &(t0, d0) = self.samples.front().expect("a progress has a sample");
         let elapsed = now_ms.saturating_sub(t0);
         let rate = (elapsed >= 500).then(|| done.saturating_sub(d0) * 1000 / elapsed);
@@ -74,6 +69,15 @@ impl Progress {
             rate,
             eta_s,
         }
+    }
+}
+
+/// How far a resync with `done` bytes done and `left` to go is (100 when there was
+/// nothing to do).
+pub(super) fn percent(done: u64, left: u64) -> f64 {
+    match done.saturating_add(left) {
+        0 => 100.0,
+        total => done as f64 * 100.0 / total as f64,
     }
 }
 
