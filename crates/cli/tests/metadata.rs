@@ -601,3 +601,215 @@ fn a_resync_under_steady_writes_finishes() {
     c.wait_in_sync(SYNC_TIMEOUT);
     c.assert_replicas_identical();
 }
+
+/// Sequential 64 KiB writes over `[offset, offset + span)` with fio's verification
+/// headers (crc32c): run as is to write, with `--verify_only` to check every block.
+fn pattern_job(offset: u64, span: u64) -> Vec<String> {
+    vec![
+        "--name=pattern".to_string(),
+        "--rw=write".into(),
+        "--bs=64k".into(),
+        "--iodepth=4".into(),
+        format!("--offset={offset}"),
+        format!("--size={span}"),
+        "--verify=crc32c".into(),
+        "--verify_fatal=1".into(),
+        "--do_verify=0".into(),
+        "--verify_state_save=0".into(),
+        "--output-format=json".into(),
+    ]
+}
+
+/// kill -9 of every node, with writes in flight, after alpha had been killed first and
+/// gamma (the diskless Primary) wrote 8 MiB without it. Nobody ran `--force`: the nodes
+/// come back, beta's generation ids (changed by gamma before those writes completed) are
+/// newer than alpha's, so beta is the source even though alpha would rank first with the
+/// same ids; every write gamma acknowledged is readable, and the replicas end identical.
+#[test]
+fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes() {
+    const TEST: &str =
+        "metadata::a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 21);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("alpha").daemon.kill9();
+    let acked = fio(
+        pattern_job(16 * MIB, 8 * MIB),
+        nbd_engine(c.node("gamma")),
+        &[],
+    );
+    check_fio(&acked, "write", Some(8 * MIB));
+    // Writes in flight when the rest of the cluster dies.
+    let job = vec![
+        "--name=inflight".to_string(),
+        "--rw=randwrite".into(),
+        "--bs=4k".into(),
+        "--iodepth=16".into(),
+        format!("--offset={}", 32 * MIB),
+        format!("--size={}", 16 * MIB),
+        "--time_based".into(),
+        "--runtime=30".into(),
+        "--output-format=json".into(),
+    ];
+    let engine = nbd_engine(c.node("gamma"));
+    let load = std::thread::spawn(move || fio(job, engine, &[]));
+    std::thread::sleep(Duration::from_millis(1500));
+    c.node_mut("beta").daemon.kill9();
+    c.node_mut("gamma").daemon.kill9();
+    let _ = load.join();
+    for n in &mut c.nodes {
+        n.daemon.restart();
+    }
+    for n in &mut c.nodes {
+        n.daemon.wait_ready(READY_TIMEOUT);
+    }
+    c.wait_connected();
+    let up = wait_until(SYNC_TIMEOUT, || {
+        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
+    });
+    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    let beta_log = c.node("beta").daemon.log();
+    assert!(
+        beta_log.contains("none holds newer data by generation ids"),
+        "beta was not the source by its ids:\n{beta_log}"
+    );
+    let pulled = total_pulled(c.node("alpha"));
+    eprintln!(
+        "{TEST}: alpha pulled {pulled} bytes after the whole cluster's kill -9 (full {SIZE})"
+    );
+    assert!(
+        (8 * MIB..SIZE).contains(&pulled),
+        "alpha pulled {pulled} bytes: at least the 8 MiB it missed, not a full resync:\n{}",
+        c.node("alpha").daemon.log()
+    );
+    let check = fio(
+        pattern_job(16 * MIB, 8 * MIB),
+        nbd_engine(c.node("gamma")),
+        &["--verify_only", "--do_verify=1"],
+    );
+    check_fio(&check, "read", Some(8 * MIB));
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+}
+
+/// The loop device made over `file`, detached when dropped.
+struct Loop(String);
+
+impl Loop {
+    fn over(file: &std::path::Path) -> Loop {
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Loop(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn set_read_only(&self, ro: bool) {
+        let flag = if ro { "--setro" } else { "--setrw" };
+        let st = std::process::Command::new("blockdev")
+            .args([flag, &self.0])
+            .status()
+            .expect("blockdev");
+        assert!(st.success(), "blockdev {flag} {}", self.0);
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("blockdev")
+            .args(["--setrw", &self.0])
+            .status();
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.0])
+            .status();
+    }
+}
+
+/// A metadata write that fails detaches the replica instead of carrying on under flags
+/// that may be stale: beta's meta-disk is a loop device, made read-only under it (every
+/// later write to it fails with EPERM, a real failing device). Gamma's writes go on
+/// (alpha has them), beta's replica detaches and says why, and the daemon keeps running
+/// (it once panicked here: a peer's write failed for the metadata ended activity-log
+/// extents it never began). Back with a writable device and a restart, beta is synced
+/// (in full: a detached replica is not trusted, its clean stop says not consistent) and
+/// the replicas end identical.
+#[test]
+fn a_failed_metadata_write_detaches_the_replica() {
+    const TEST: &str = "metadata::a_failed_metadata_write_detaches_the_replica";
+    if !require_fio_nbd(TEST) || !require_tools(TEST, &["losetup", "blockdev"]) {
+        return;
+    }
+    if !is_root() {
+        skip(TEST, "needs root for loop devices");
+        return;
+    }
+    let external = |node: &str, text: String| {
+        if node != "beta" {
+            return text;
+        }
+        let line = text
+            .lines()
+            .find(|l| l.contains("disk = ") && l.contains("/beta/"))
+            .expect("beta's disk line")
+            .to_string();
+        let path = line.split('"').nth(1).expect("a quoted path").to_string();
+        text.replace(&line, &format!("{line}\n  meta-disk = \"{path}.md\""))
+    };
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            tweak: &external,
+            ..Setup::new("C", &NODES)
+        },
+    );
+    c.wait_connected();
+    write_region(&c, "gamma", 0, 8 * MIB, MIB, 31);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    // Beta again, its metadata now read through a loop device over the same file.
+    c.node_mut("beta").daemon.stop(Duration::from_secs(20));
+    let md = c.node("beta").disk.with_extension("img.md");
+    let dev = Loop::over(&md);
+    let conf = c.dir.join("beta").join("cfg").join("r0.toml");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text.replace(&md.display().to_string(), &dev.0)).unwrap();
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    dev.set_read_only(true);
+    // Writes all over the volume: new extents for beta's activity log, whose transaction
+    // now fails.
+    write_random(&c, "gamma", 4 * MIB, 32);
+    let detached = wait_until(SYNC_TIMEOUT, || disk_of(&c, "beta") == "Diskless");
+    c.node_mut("beta").daemon.assert_running();
+    let log = c.node("beta").daemon.log();
+    assert!(detached, "beta did not detach:\n{}\n{log}", c.describe());
+    assert!(
+        log.contains("writing the metadata of") || log.contains("metadata"),
+        "beta's log does not say why:\n{log}"
+    );
+    dev.set_read_only(false);
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(20));
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let pulled = total_pulled(c.node("beta"));
+    eprintln!("{TEST}: beta pulled {pulled} bytes after its metadata device failed (full {SIZE})");
+    assert!(
+        pulled > 0,
+        "beta pulled nothing:\n{}",
+        c.node("beta").daemon.log()
+    );
+    c.assert_replicas_identical();
+}

@@ -2,8 +2,9 @@
 //! data path under failures; these pin down what a misbehaving peer or operator gets.
 
 use tandem_engine::replica::{
-    AutoPromote, DiskState, Event, LinkLoss, Msg, PromoteError, Protocol, ProtocolError, RAction,
-    ReplicaAtStart, Resource, ResourceSpec, Role, RoleChange, Token,
+    AutoPromote, DiskChange, DiskState, Event, GenIds, LinkLoss, Msg, PromoteError, Protocol,
+    ProtocolError, RAction, ReplicaAtStart, Resource, ResourceSpec, Role, RoleChange, Token,
+    GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags, Packet};
@@ -20,6 +21,7 @@ fn spec(me: u8) -> ResourceSpec {
         resync_chunk: 64 << 10,
         resync_window: 4,
         resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
+        gi_seed: 0x5eed_0000 + u64::from(me),
     }
 }
 
@@ -57,6 +59,7 @@ fn a_peer_with_another_volume_size_is_dropped_and_nothing_changes() {
             size: 2 << 20,
             disk: DiskState::UpToDate,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -103,6 +106,7 @@ fn a_second_primary_is_refused() {
             size: 1 << 20,
             disk: DiskState::UpToDate,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -220,6 +224,7 @@ fn a_diskless_node_cannot_promote_without_an_up_to_date_peer() {
             size: 1 << 20,
             disk: DiskState::UpToDate,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -245,6 +250,7 @@ fn protocol_c_completes_only_after_every_peer_wrote() {
             size: 1 << 20,
             disk: DiskState::UpToDate,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -359,6 +365,7 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
                 size: 1 << 20,
                 disk: DiskState::UpToDate,
                 flags: 0,
+                gen: Default::default(),
             },
             &mut out,
         );
@@ -406,6 +413,7 @@ fn diskless_primary() -> Resource {
                 size: 1 << 20,
                 disk: DiskState::UpToDate,
                 flags: 0,
+                gen: Default::default(),
             },
             &mut out,
         );
@@ -497,6 +505,7 @@ fn an_up_to_date_replica_serves_resync_only_once_it_knows_what_it_lacks() {
                 size: 1 << 20,
                 disk,
                 flags: 0,
+                gen: Default::default(),
             },
             &mut out,
         );
@@ -544,6 +553,7 @@ fn a_flush_answered_only_by_a_replica_being_synced_fails() {
             size: 1 << 20,
             disk: DiskState::Inconsistent,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -627,6 +637,7 @@ fn meets(n: &mut Resource, peer: u8, disk: DiskState, out: &mut Vec<RAction>) {
             size: 1 << 20,
             disk,
             flags,
+            gen: Default::default(),
         },
         Packet::OutOfSync {
             volume: 0,
@@ -654,6 +665,7 @@ fn primary_meets(n: &mut Resource, out: &mut Vec<RAction>) {
             size: 1 << 20,
             disk: DiskState::UpToDate,
             flags: 0,
+            gen: Default::default(),
         },
         Packet::OutOfSync {
             volume: 0,
@@ -1078,6 +1090,7 @@ fn diskless_primary_connects(n: &mut Resource, out: &mut Vec<RAction>) {
             size: 1 << 20,
             disk: DiskState::Diskless,
             flags: 0,
+            gen: Default::default(),
         },
         out,
     );
@@ -1257,6 +1270,29 @@ fn a_write_received_but_not_acknowledged_as_written_is_out_of_sync_when_the_link
     p.packet(1, &Packet::RecvAck { seq }, &mut out);
     p.packet(1, &Packet::WriteAck { seq }, &mut out);
     p.peer_down(0, &mut out);
+    // Node 0 may hold the current generation id: the id changes before the write
+    // completes, and node 1 (which has the write) must hold the new one first.
+    assert_eq!(completion(&out, ReqId(1)), None, "{out:?}");
+    let gen = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 1,
+                msg: Msg::Generation { gen, .. },
+            } => Some(*gen),
+            _ => None,
+        })
+        .expect("the new generation goes to node 1");
+    assert_ne!(gen.current, 0);
+    p.packet(
+        1,
+        &Packet::GenAck {
+            volume: 0,
+            gi: gen.current,
+            adopted: true,
+        },
+        &mut out,
+    );
     assert_eq!(completion(&out, ReqId(1)), Some(Ok(())), "{out:?}");
     let st = p.status();
     let oos = st.peers.iter().find(|q| q.id == 0).unwrap().volumes[0].out_of_sync_bytes;
@@ -1281,6 +1317,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
             size: 1 << 20,
             disk: DiskState::Inconsistent,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -1345,6 +1382,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
             size: 1 << 20,
             disk: DiskState::UpToDate,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -1632,6 +1670,7 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
         size: 1 << 20,
         disk: DiskState::UpToDate,
         flags,
+        gen: Default::default(),
     };
     p.packet(
         1,
@@ -1697,6 +1736,7 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
             size: 1 << 20,
             disk: DiskState::Diskless,
             flags: 0,
+            gen: Default::default(),
         },
         &mut out,
     );
@@ -1921,6 +1961,7 @@ fn a_new_cluster_met_again_over_a_second_connection_lists_nothing() {
         size: 1 << 20,
         disk,
         flags: tandem_wire::packet::volume_flags::CREATED,
+        gen: Default::default(),
     };
     let mut out = Vec::new();
     beta.peer_up(0, &mut out);
@@ -2153,6 +2194,7 @@ fn a_primary_lists_a_crashed_replica_only_what_it_missed() {
             size: 1 << 20,
             disk: DiskState::Outdated,
             flags,
+            gen: Default::default(),
         };
         alpha.packet(1, &volume, &mut out);
         let listed: u64 = listed(&out, 1).iter().map(|&(_, l)| u64::from(l)).sum();
@@ -2391,4 +2433,316 @@ fn writes_arriving_mid_resync_hold_it() {
         after <= 128 << 10,
         "{after} bytes asked after a write arrived (before: {before}): {b:?}"
     );
+}
+
+// ------------------------------------------------------------------ generation ids
+
+fn gen(current: u64, history: &[u64]) -> GenIds {
+    let mut h = [0; GI_HISTORY];
+    h[..history.len()].copy_from_slice(history);
+    GenIds {
+        current,
+        history: h,
+    }
+}
+
+/// A replica back from a stop (`crashed`: kill -9 or power loss) with generation ids
+/// `g`, knowing its peer may lack `claims` (its bitmap, plus its activity log's extents
+/// after a crash, which are also its suspect ranges).
+fn back_with_ids(me: u8, crashed: bool, g: GenIds, claims: &[(u64, u64)]) -> Resource {
+    let found = if crashed {
+        ReplicaAtStart::Crashed
+    } else {
+        ReplicaAtStart::Consistent
+    };
+    let mut n = started(me, found);
+    let mut words = vec![0u64; (1 << 20) / 4096 / 64];
+    for &(o, l) in claims {
+        for b in o / 4096..(o + l).div_ceil(4096) {
+            words[(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+    if crashed {
+        n.restore_suspect(0, claims.iter().copied()).unwrap();
+    }
+    n.restore_peer(0, 1 - me, &words, false).unwrap();
+    n.restore_generation(0, g, false).unwrap();
+    n
+}
+
+/// Connects the two replicas and the diskless node 2 (no Primary anywhere) and runs
+/// everything to the end; returns what each replica did.
+fn whole_cluster_meets(a: &mut Resource, b: &mut Resource) -> (Vec<RAction>, Vec<RAction>) {
+    let mut client = started(2, ReplicaAtStart::None);
+    connect((0, a), (2, &mut client));
+    connect((1, b), (2, &mut client));
+    let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+    a.peer_up(1, &mut out_a);
+    b.peer_up(0, &mut out_b);
+    exchange((0, a, out_a), (1, b, out_b))
+}
+
+fn events(out: &[RAction]) -> Vec<&Event> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every node of a cluster was killed (kill -9) with the same generation ids: no replica
+/// can be proven current by a peer, and none needs `--force`. The lower node id ranks
+/// first; the other pulls its own activity-log extents and the winner's claims from it,
+/// and nothing else.
+#[test]
+fn a_whole_cluster_back_from_a_crash_settles_by_generation_ids() {
+    let g = gen(7, &[]);
+    let mut a = back_with_ids(0, true, g, &[(0, 8192)]);
+    let mut b = back_with_ids(1, true, g, &[(65536, 4096)]);
+    let (out_a, out_b) = whole_cluster_meets(&mut a, &mut b);
+    assert_eq!(a.disk(0), DiskState::UpToDate, "{:?}", events(&out_a));
+    assert_eq!(b.disk(0), DiskState::UpToDate, "{:?}", events(&out_b));
+    assert!(events(&out_a).iter().any(|e| matches!(
+        e,
+        Event::DiskChanged {
+            why: DiskChange::ProvenByGeneration { current: 7 },
+            ..
+        }
+    )));
+    let mut pulled = resync_requests(&out_b);
+    pulled.sort();
+    assert_eq!(
+        pulled,
+        vec![(0, 8192), (65536, 4096)],
+        "the union of both logs, no more"
+    );
+    assert!(
+        resync_requests(&out_a).is_empty(),
+        "the winner pulls nothing"
+    );
+    assert_eq!(b.generation(0), Some(&g));
+}
+
+/// The same whole-cluster crash after node 1 was cut off while node 0 took writes (the
+/// Primary changed the ids first): node 1's ids are older, so node 0 is the source even
+/// though node 1 has the lower rank otherwise, and node 1's own claims are pulled, not
+/// listed (they would have made node 0 pull old data).
+#[test]
+fn the_replica_with_newer_generation_ids_is_the_source() {
+    let mut a = back_with_ids(0, true, gen(5, &[]), &[(0, 4096)]);
+    let mut b = back_with_ids(1, true, gen(9, &[5]), &[(0, 16384)]);
+    let (out_a, out_b) = whole_cluster_meets(&mut a, &mut b);
+    assert_eq!(b.disk(0), DiskState::UpToDate, "{:?}", events(&out_b));
+    assert_eq!(a.disk(0), DiskState::UpToDate, "{:?}", events(&out_a));
+    assert!(
+        resync_requests(&out_b).is_empty(),
+        "the newer replica pulls nothing"
+    );
+    assert_eq!(resync_requests(&out_a), vec![(0, 16384)]);
+    assert_eq!(
+        a.generation(0).unwrap().current,
+        9,
+        "it adopts the source's ids"
+    );
+}
+
+/// A replica that stopped cleanly ranks above one that crashed with the same ids.
+#[test]
+fn a_clean_stop_ranks_above_a_crash_with_the_same_ids() {
+    let g = gen(3, &[1]);
+    let mut a = back_with_ids(0, true, g, &[(4096, 4096)]);
+    let mut b = back_with_ids(1, false, g, &[]);
+    let (out_a, out_b) = whole_cluster_meets(&mut a, &mut b);
+    assert_eq!(b.disk(0), DiskState::UpToDate, "{:?}", events(&out_b));
+    assert_eq!(a.disk(0), DiskState::UpToDate, "{:?}", events(&out_a));
+    assert_eq!(resync_requests(&out_a), vec![(4096, 4096)]);
+}
+
+/// Ids that each changed apart from the other (two partitions each wrote) are a split
+/// brain: reported on both sides, and neither becomes UpToDate.
+#[test]
+fn diverged_generation_ids_are_a_split_brain() {
+    let mut a = back_with_ids(0, false, gen(11, &[5]), &[]);
+    let mut b = back_with_ids(1, false, gen(12, &[5]), &[]);
+    let (out_a, out_b) = whole_cluster_meets(&mut a, &mut b);
+    assert!(!split_brains(&out_a).is_empty(), "{:?}", events(&out_a));
+    assert!(!split_brains(&out_b).is_empty(), "{:?}", events(&out_b));
+    assert_eq!(a.disk(0), DiskState::Outdated);
+    assert_eq!(b.disk(0), DiskState::Outdated);
+}
+
+/// Until every node keeping a replica has met it, a restarted replica cannot know that
+/// none holds newer data: it waits.
+#[test]
+fn a_restarted_replica_waits_for_every_diskful_node_before_ranking() {
+    let mut a = back_with_ids(0, true, gen(7, &[]), &[]);
+    let mut client = started(2, ReplicaAtStart::None);
+    connect((0, &mut a), (2, &mut client));
+    assert_eq!(a.disk(0), DiskState::Outdated);
+    assert!(a.promote(false, &mut Vec::new()).is_err());
+}
+
+/// The Primary writes while a replica that held the current ids is away: the ids change
+/// before the write completes, the connected replica adopts them (durably: the event comes
+/// before the acknowledgement), and only then does the write complete.
+#[test]
+fn a_write_missing_a_replica_completes_after_the_ids_changed() {
+    let mut p = diskless_primary();
+    let mut out = Vec::new();
+    p.peer_down(0, &mut out);
+    let g = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 1,
+                msg: Msg::Generation { gen, .. },
+            } => Some(*gen),
+            _ => None,
+        })
+        .expect("losing a holder changes the ids at once");
+    out.clear();
+    p.submit(
+        ReqId(1),
+        0,
+        Io::Write {
+            offset: 0,
+            len: 4096,
+            fua: false,
+        },
+        &mut out,
+    );
+    let seq = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 1,
+                msg: Msg::Write { seq, .. },
+            } => Some(*seq),
+            _ => None,
+        })
+        .unwrap();
+    p.packet(1, &Packet::WriteAck { seq }, &mut out);
+    assert_eq!(
+        completion(&out, ReqId(1)),
+        None,
+        "the rotation is not answered yet"
+    );
+    p.packet(
+        1,
+        &Packet::GenAck {
+            volume: 0,
+            gi: g.current,
+            adopted: true,
+        },
+        &mut out,
+    );
+    assert_eq!(completion(&out, ReqId(1)), Some(Ok(())));
+    // Node 1 holds the ids now; node 0 does not: a second write waits for nothing.
+    out.clear();
+    p.submit(
+        ReqId(2),
+        0,
+        Io::Write {
+            offset: 8192,
+            len: 4096,
+            fua: false,
+        },
+        &mut out,
+    );
+    let seq = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 1,
+                msg: Msg::Write { seq, .. },
+            } => Some(*seq),
+            _ => None,
+        })
+        .unwrap();
+    p.packet(1, &Packet::WriteAck { seq }, &mut out);
+    assert_eq!(completion(&out, ReqId(2)), Some(Ok(())));
+}
+
+/// A Secondary adopts the Primary's new ids only when it is up to date under it (the
+/// Primary's list ended); else it says so, and the Primary does not count it a holder.
+#[test]
+fn a_secondary_adopts_new_ids_only_when_up_to_date_under_the_primary() {
+    let mut beta = started(1, ReplicaAtStart::UpToDate);
+    let mut out = Vec::new();
+    beta.peer_up(0, &mut out);
+    beta.packet(
+        0,
+        &Packet::Role {
+            role: Role::Primary,
+        },
+        &mut out,
+    );
+    beta.packet(
+        0,
+        &Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+            gen: gen(0, &[]),
+        },
+        &mut out,
+    );
+    let g = gen(42, &[0]);
+    out.clear();
+    beta.packet(0, &Packet::Generation { volume: 0, gen: g }, &mut out);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Send {
+                msg: Msg::GenAck {
+                    adopted: false,
+                    gi: 42,
+                    ..
+                },
+                ..
+            }
+        )),
+        "its list has not ended: {out:?}"
+    );
+    assert_eq!(beta.generation(0).unwrap().current, 0);
+    beta.packet(
+        0,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
+    assert_eq!(
+        beta.generation(0),
+        Some(&g),
+        "up to date under its list: it adopts"
+    );
+    let g2 = gen(43, &[42, 0]);
+    out.clear();
+    beta.packet(0, &Packet::Generation { volume: 0, gen: g2 }, &mut out);
+    let changed = out
+        .iter()
+        .position(|a| matches!(a, RAction::Event(Event::GenerationChanged { to: 43, .. })))
+        .expect("an event the driver persists");
+    let acked = out
+        .iter()
+        .position(|a| {
+            matches!(
+                a,
+                RAction::Send {
+                    msg: Msg::GenAck {
+                        adopted: true,
+                        gi: 43,
+                        ..
+                    },
+                    ..
+                }
+            )
+        })
+        .expect("answered");
+    assert!(changed < acked, "persisted before the answer: {out:?}");
 }

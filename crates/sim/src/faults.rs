@@ -3,7 +3,7 @@
 
 use crate::rng::Rng;
 use crate::{spec, Ev, Scenario, Sim};
-use tandem_engine::replica::{NodeId, ReplicaAtStart, Resource, ResyncRates};
+use tandem_engine::replica::{GenIds, NodeId, ReplicaAtStart, Resource, ResyncRates, Role};
 use tandem_engine::sync_plan::SyncPlan;
 
 /// Which failures a batch of runs injects.
@@ -123,6 +123,7 @@ impl Knobs {
 /// One volume's replica as a clean stop left it.
 pub(crate) struct KeptVolume {
     consistent: bool,
+    gen: GenIds,
     peers: Vec<(NodeId, Vec<u64>, bool)>,
 }
 
@@ -173,6 +174,12 @@ impl Sim {
         // What its metadata says at the crash: per volume whether the replica was
         // consistent (the daemon writes that flag before any write could change it) and
         // what its activity log names (see `Disk::unsynced_blocks`).
+        // The generation ids and the Primary flag: the daemon writes both to the metadata
+        // (synced) before the actions that follow their change.
+        let gens: Vec<Option<GenIds>> = (0..self.sc.sizes.len() as u16)
+            .map(|v| self.nodes[node as usize].engine.generation(v).copied())
+            .collect();
+        let was_primary = self.nodes[node as usize].engine.role() == Role::Primary;
         let at_crash: Vec<(bool, Vec<(u64, u64)>)> = (0..self.sc.sizes.len())
             .map(|v| {
                 let n = &self.nodes[node as usize];
@@ -252,7 +259,7 @@ impl Sim {
                 _ => ReplicaAtStart::Existing,
             })
             .collect();
-        n.engine = Resource::new(spec(&self.sc, node), found);
+        n.engine = Resource::new(spec(&self.sc, node, n.incarnation), found);
         if !lost && kept.is_none() {
             for (v, (consistent, suspect)) in at_crash.into_iter().enumerate() {
                 if consistent {
@@ -264,6 +271,11 @@ impl Sim {
                         n.engine
                             .restore_peer(v as u16, *peer, words, false)
                             .expect("restored into a crashed start");
+                    }
+                    if let Some(gen) = gens[v] {
+                        n.engine
+                            .restore_generation(v as u16, gen, was_primary)
+                            .expect("a replica's generation ids");
                     }
                 }
             }
@@ -295,6 +307,7 @@ impl Sim {
                     .unwrap_or_else(|e| panic!("seed {}: a clean stop: {e}", self.sc.seed));
                 Some(KeptVolume {
                     consistent: kept.consistent,
+                    gen: *engine.generation(v).expect("a replica"),
                     peers: kept
                         .peers
                         .iter()
@@ -315,8 +328,13 @@ impl Sim {
             })
             .collect();
         let n = &mut self.nodes[node as usize];
-        n.engine = Resource::new(spec(&self.sc, node), found);
+        n.engine = Resource::new(spec(&self.sc, node, n.incarnation), found);
         for (v, k) in kept.iter().enumerate() {
+            if let Some(k) = k {
+                n.engine
+                    .restore_generation(v as u16, k.gen, false)
+                    .expect("a replica's generation ids");
+            }
             for (peer, words, apart) in k.iter().filter(|k| k.consistent).flat_map(|k| &k.peers) {
                 n.engine
                     .restore_peer(v as u16, *peer, words, *apart)

@@ -342,7 +342,7 @@ pub struct Sim {
     trace: bool,
 }
 
-fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
+fn spec(sc: &Scenario, me: NodeId, incarnation: u64) -> ResourceSpec {
     ResourceSpec {
         me,
         nodes: (0..sc.diskful.len())
@@ -359,6 +359,10 @@ fn spec(sc: &Scenario, me: NodeId) -> ResourceSpec {
         resync_chunk: sc.knobs.resync_chunk,
         resync_window: sc.knobs.resync_window,
         resync_rates: sc.knobs.resync_rates,
+        // Distinct per node and start, fixed by the seed.
+        gi_seed: sc.seed.rotate_left(17)
+            ^ (u64::from(me) << 56)
+            ^ incarnation.wrapping_mul(0x9e37_79b9),
     }
 }
 
@@ -392,7 +396,7 @@ impl Sim {
                 };
                 Node {
                     engine: Resource::new(
-                        spec(&sc, i as NodeId),
+                        spec(&sc, i as NodeId, 0),
                         disks(
                             &sc,
                             i,

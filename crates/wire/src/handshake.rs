@@ -221,6 +221,8 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::AuthOk => "AuthOk",
         Packet::Role { .. } => "Role",
         Packet::Volume { .. } => "Volume",
+        Packet::Generation { .. } => "Generation",
+        Packet::GenAck { .. } => "GenAck",
         Packet::Write { .. } => "Write",
         Packet::Zero { .. } => "Zero",
         Packet::RecvAck { .. } => "RecvAck",

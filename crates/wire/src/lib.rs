@@ -23,8 +23,9 @@ pub use packet::{decode, encode, Decoded, Packet, WireError};
 pub const MAGIC: u32 = 0x544e_444d;
 /// Protocol versions this build speaks.
 /// Version 2: `Volume` carries flags (a replica created empty at start).
-pub const VERSION_MIN: u16 = 2;
-pub const VERSION_MAX: u16 = 2;
+/// Version 3: `Volume` carries generation ids; `Generation` and `GenAck` rotate them.
+pub const VERSION_MIN: u16 = 3;
+pub const VERSION_MAX: u16 = 3;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

@@ -42,7 +42,26 @@ pub mod volume_flags {
     /// those itself, from a Primary's replica or under a Primary, so a peer lists it only
     /// what it knows it missed, not everything.
     pub const PULLS_SUSPECT: u8 = 1 << 3;
-    pub const ALL: u8 = CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT;
+    /// The sender's replica restarted consistent (cleanly, or after a crash with
+    /// [`PULLS_SUSPECT`]) and has not been settled since: with no Primary and no up-to-date
+    /// replica around, the replicas that restarted so rank each other by generation ids.
+    pub const CONTENDER: u8 = 1 << 4;
+    /// With [`CONTENDER`]: the sender was Primary when it stopped or crashed.
+    pub const WAS_PRIMARY: u8 = 1 << 5;
+    pub const ALL: u8 = CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT | CONTENDER | WAS_PRIMARY;
+}
+
+/// How many earlier generation ids travel with the current one (as many as the metadata
+/// keeps).
+pub const GI_HISTORY: usize = 8;
+
+/// A replica's generation ids: the current one (changed by the Primary when a write
+/// misses a replica that held the previous one) and earlier ones, newest first; 0 is the
+/// root every replica starts from, and an unused history entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GenIds {
+    pub current: u64,
+    pub history: [u64; GI_HISTORY],
 }
 
 /// Flags of replicated writes.
@@ -86,6 +105,19 @@ pub enum Packet<'a> {
         size: u64,
         disk: DiskState,
         flags: u8,
+        gen: GenIds,
+    },
+    /// The Primary's new generation for `volume`: a replica that is up to date under it
+    /// adopts it (durably) before anything that follows, and answers [`Packet::GenAck`].
+    Generation {
+        volume: u16,
+        gen: GenIds,
+    },
+    /// Answer to [`Packet::Generation`]: `adopted` if the sender's replica holds `gi` now.
+    GenAck {
+        volume: u16,
+        gi: u64,
+        adopted: bool,
     },
     /// A replicated write. `targets` has bit n set for every node the write goes to (the
     /// sender included if it writes it locally): a receiver marks the range out of sync
@@ -185,6 +217,8 @@ mod kind {
     pub const AUTH_OK: u16 = 3;
     pub const ROLE: u16 = 4;
     pub const VOLUME: u16 = 5;
+    pub const GENERATION: u16 = 6;
+    pub const GEN_ACK: u16 = 7;
     pub const WRITE: u16 = 10;
     pub const ZERO: u16 = 11;
     pub const RECV_ACK: u16 = 12;
@@ -231,6 +265,8 @@ impl Packet<'_> {
             Packet::AuthOk => AUTH_OK,
             Packet::Role { .. } => ROLE,
             Packet::Volume { .. } => VOLUME,
+            Packet::Generation { .. } => GENERATION,
+            Packet::GenAck { .. } => GEN_ACK,
             Packet::Write { .. } => WRITE,
             Packet::Zero { .. } => ZERO,
             Packet::RecvAck { .. } => RECV_ACK,
@@ -290,11 +326,26 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             size,
             disk,
             flags,
+            gen,
         } => {
             w.u16(volume);
             w.u64(size);
             w.u8(disk as u8);
             w.u8(flags);
+            w.gen(&gen);
+        }
+        Packet::Generation { volume, gen } => {
+            w.u16(volume);
+            w.gen(&gen);
+        }
+        Packet::GenAck {
+            volume,
+            gi,
+            adopted,
+        } => {
+            w.u16(volume);
+            w.u64(gi);
+            w.u8(u8::from(adopted));
         }
         Packet::Write {
             volume,
@@ -464,6 +515,20 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
                 f if f & !volume_flags::ALL == 0 => f,
                 _ => return Err(r.bad("unknown volume flags")),
             },
+            gen: r.gen()?,
+        },
+        GENERATION => Packet::Generation {
+            volume: r.u16()?,
+            gen: r.gen()?,
+        },
+        GEN_ACK => Packet::GenAck {
+            volume: r.u16()?,
+            gi: r.u64()?,
+            adopted: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(r.bad("GenAck's adopted is neither 0 nor 1")),
+            },
         },
         WRITE => {
             let (volume, seq, offset, flags, targets) =
@@ -566,6 +631,12 @@ impl Writer<'_> {
     fn bytes(&mut self, v: &[u8]) {
         self.0.extend_from_slice(v);
     }
+    fn gen(&mut self, g: &GenIds) {
+        self.u64(g.current);
+        for &h in &g.history {
+            self.u64(h);
+        }
+    }
     fn str(&mut self, s: &str) {
         let s = &s.as_bytes()[..s.len().min(4096)];
         self.u16(s.len() as u16);
@@ -601,6 +672,14 @@ impl<'a> Reader<'a> {
     }
     fn u32(&mut self) -> Result<u32, WireError> {
         Ok(u32::from_be_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn gen(&mut self) -> Result<GenIds, WireError> {
+        let current = self.u64()?;
+        let mut history = [0; GI_HISTORY];
+        for h in &mut history {
+            *h = self.u64()?;
+        }
+        Ok(GenIds { current, history })
     }
     fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_be_bytes(self.take(8)?.try_into().unwrap()))
@@ -659,6 +738,22 @@ mod tests {
                 size: 1 << 30,
                 disk: DiskState::UpToDate,
                 flags: volume_flags::CREATED,
+                gen: GenIds {
+                    current: 7,
+                    history: [6, 5, 0, 0, 0, 0, 0, 0],
+                },
+            },
+            Packet::Generation {
+                volume: 1,
+                gen: GenIds {
+                    current: u64::MAX,
+                    history: [1; GI_HISTORY],
+                },
+            },
+            Packet::GenAck {
+                volume: 1,
+                gi: 9,
+                adopted: true,
             },
             Packet::Write {
                 volume: 0,

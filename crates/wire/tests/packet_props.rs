@@ -4,7 +4,7 @@
 //! frame is an error or a different valid packet, never a panic.
 
 use proptest::prelude::*;
-use tandem_wire::packet::{volume_flags, write_flags, DiskState, Role};
+use tandem_wire::packet::{volume_flags, write_flags, DiskState, GenIds, Role, GI_HISTORY};
 use tandem_wire::{decode, encode, Decoded, Packet};
 
 /// The fields a packet is built from (packets borrow their payload).
@@ -22,7 +22,7 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..21,
+        0u8..23,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -48,6 +48,17 @@ fn request_len(c: u32) -> u32 {
     c % tandem_wire::MAX_DATA + 1
 }
 
+fn gen_ids(f: &Fields) -> GenIds {
+    let mut history = [0; GI_HISTORY];
+    for (i, h) in history.iter_mut().enumerate() {
+        *h = f.b.rotate_left(i as u32 * 7) ^ u64::from(f.c);
+    }
+    GenIds {
+        current: f.a,
+        history,
+    }
+}
+
 fn packet(f: &Fields) -> Packet<'_> {
     let disk = [
         DiskState::Diskless,
@@ -68,6 +79,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             size: f.b,
             disk,
             flags: (f.flags as u8) & volume_flags::ALL,
+            gen: gen_ids(f),
         },
         3 => Packet::Write {
             volume: f.d,
@@ -135,6 +147,15 @@ fn packet(f: &Fields) -> Packet<'_> {
         18 => Packet::Error {
             code: f.c,
             message: &f.text,
+        },
+        20 => Packet::Generation {
+            volume: f.d,
+            gen: gen_ids(f),
+        },
+        21 => Packet::GenAck {
+            volume: f.d,
+            gi: f.a,
+            adopted: f.c % 2 == 1,
         },
         19 => Packet::ReadReply {
             id: f.a,

@@ -106,7 +106,7 @@ impl NodeReactor {
             DiskKind::Write { .. } | DiskKind::Trim { .. } | DiskKind::Zero { .. }
         );
         if changes && self.res[a.r].meta_failed != MetaFailed::No {
-            return self.op_done(a, Err(IoError::Os(libc::EIO)), out);
+            return self.fail_unlogged(a, out);
         }
         if let Some(range) = super::activity::gated(a.token, a.kind) {
             match self.al_gate(a.r, a.volume, a.token, range) {
@@ -231,6 +231,15 @@ impl NodeReactor {
 
     /// A disk operation finished: the activity log frees a peer write's extents, the
     /// engine hears of it.
+    /// Fails (EIO) a write that never entered the activity log: it holds no extents,
+    /// so unlike [`Self::op_done`] nothing is released there (a peer's write failed
+    /// after a failed metadata write once ended extents it never began: a panic).
+    pub(super) fn fail_unlogged(&mut self, a: DiskAction, out: &mut Vec<RAction>) {
+        self.res[a.r]
+            .engine
+            .disk_done(a.volume, a.token, a.kind, Err(IoError::Os(libc::EIO)), out);
+    }
+
     pub(super) fn op_done(
         &mut self,
         a: DiskAction,
@@ -484,7 +493,10 @@ impl Driver for ResourceDriver<'_> {
     }
 
     fn event(&mut self, e: Event) {
-        if matches!(e, Event::DiskChanged { .. } | Event::RoleChanged { .. }) {
+        if matches!(
+            e,
+            Event::DiskChanged { .. } | Event::RoleChanged { .. } | Event::GenerationChanged { .. }
+        ) {
             // Before any write that follows in these actions.
             self.node.al_state_changed(self.r);
         }

@@ -24,7 +24,7 @@
 use super::metadata::extents_of;
 use super::state::*;
 use tandem_engine::replica::{RAction, Token};
-use tandem_engine::{DiskKind, IoError, ReqId};
+use tandem_engine::{DiskKind, ReqId};
 use tandem_meta::{Begin, WaitId};
 use tracing::error;
 
@@ -293,7 +293,7 @@ impl NodeReactor {
                 kind: w.kind,
             };
             if w.failed {
-                self.op_done(a, Err(IoError::Os(libc::EIO)), &mut out);
+                self.fail_unlogged(a, &mut out);
             } else {
                 // The transaction counted its extents as used: an application write holds
                 // them until answered, as on the direct path.
@@ -315,7 +315,7 @@ impl NodeReactor {
             let Some(m) = m else { continue };
             // Without the log a crash cannot be bounded: never "consistent" while running.
             let consistent = self.activity_log && rc.engine.consistent(v as u16);
-            if let Err(e) = m.set_state(consistent, primary) {
+            if let Err(e) = m.set_state(consistent, primary, rc.engine.generation(v as u16)) {
                 error!(resource = %rc.cfg.name, volume = v,
                     "writing the metadata of {} failed: {e:#}; the replicas of this resource detach", m.describe());
                 if rc.meta_failed == MetaFailed::No {

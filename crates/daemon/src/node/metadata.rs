@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
-use tandem_engine::replica::{NodeId, Persisted, ReplicaAtStart};
+use tandem_engine::replica::{GenIds, NodeId, Persisted, ReplicaAtStart};
 use tandem_meta::{
     ActivityLog, CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax,
     PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, WaitId, AL_EXTENT,
@@ -450,17 +450,42 @@ impl VolumeMeta {
     /// replica is consistent (a crash then starts it `Crashed`, trusting its activity log,
     /// else `Existing`) and whether this node is Primary. Called before any write that
     /// could make the replica otherwise lands.
-    pub(super) fn set_state(&mut self, consistent: bool, primary: bool) -> Result<()> {
+    pub(super) fn set_state(
+        &mut self,
+        consistent: bool,
+        primary: bool,
+        gen: Option<&GenIds>,
+    ) -> Result<()> {
         let mut sb = self.store.superblock().clone();
         sb.flags.set(SbFlags::CONSISTENT, consistent);
         sb.flags.set(SbFlags::PRIMARY, primary);
         if primary {
             sb.flags.insert(SbFlags::WAS_UP_TO_DATE);
         }
-        if sb.flags != self.store.superblock().flags {
+        if let Some(g) = gen {
+            sb.current_gi = g.current;
+            sb.history = g.history;
+        }
+        let old = self.store.superblock();
+        if sb.flags != old.flags || sb.current_gi != old.current_gi || sb.history != old.history {
             self.store.write_superblock(&sb)?;
         }
         Ok(())
+    }
+
+    /// The generation ids the metadata kept.
+    pub(super) fn gen_ids(&self) -> GenIds {
+        let sb = self.store.superblock();
+        GenIds {
+            current: sb.current_gi,
+            history: sb.history,
+        }
+    }
+
+    /// The node was Primary when the metadata was last written (it crashed as Primary:
+    /// a clean stop clears the flag).
+    pub(super) fn was_primary(&self) -> bool {
+        self.store.superblock().flags.contains(SbFlags::PRIMARY)
     }
 
     /// Writes the next activity-log transaction, if one can serve the waiting writes: the

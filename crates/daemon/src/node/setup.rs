@@ -23,7 +23,7 @@ use tandem_engine::sync_plan::{FlushPattern, SyncPlan};
 use tandem_frontend::nbd::{BlockSizes, ExportInfo};
 use tracing::info;
 
-pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
+pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId, gi_seed: u64) -> ResourceSpec {
     ResourceSpec {
         me,
         nodes: cfg
@@ -51,6 +51,7 @@ pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId) -> ResourceSpec {
             min: cfg.net.resync_min_rate,
             max: cfg.net.resync_max_rate,
         },
+        gi_seed,
     }
 }
 
@@ -181,7 +182,8 @@ impl NodeReactor {
         }
         self.listen_peers(&cfg, &my, r)?;
         let peers = peer_slots(&cfg, my.node_id);
-        let mut engine = Resource::new(spec_of(&cfg, my.node_id), disks);
+        let gi_seed = u64::from_le_bytes(random_challenge()?[..8].try_into().expect("8 bytes"));
+        let mut engine = Resource::new(spec_of(&cfg, my.node_id, gi_seed), disks);
         for (v, (peer, words, apart)) in restore {
             engine
                 .restore_peer(v, peer, &words, apart)
@@ -194,11 +196,19 @@ impl NodeReactor {
                     .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
             }
         }
+        for (v, m) in metas.iter().enumerate() {
+            if let Some(m) = m {
+                engine
+                    .restore_generation(v as u16, m.gen_ids(), m.was_primary())
+                    .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
+            }
+        }
         for (v, m) in metas.iter_mut().enumerate() {
             if let Some(m) = m {
                 m.mark_running(&metadata::diskful_peers(&cfg, v, my.node_id))
                     .and_then(|()| {
-                        m.set_state(self.activity_log && engine.consistent(v as u16), false)
+                        let consistent = self.activity_log && engine.consistent(v as u16);
+                        m.set_state(consistent, false, engine.generation(v as u16))
                     })
                     .with_context(|| format!("resource {} volume {v}", cfg.name))?;
             }

@@ -43,6 +43,18 @@ pub enum Event {
     },
     /// An application write failed on every replica that could vouch for it.
     WriteFailed { volume: u16, offset: u64, len: u32 },
+    /// Our replica of `volume` (or, on a diskless Primary, the data its writes make) has a
+    /// new current generation id. The driver must make it durable (the metadata) before it
+    /// carries out the actions that follow this event.
+    GenerationChanged { volume: u16, from: u64, to: u64 },
+    /// Our replica of `volume` and `peer`'s both restarted, and each changed apart from
+    /// the other since their last common generation: a split brain (the connection stops).
+    GenerationsDiverged {
+        volume: u16,
+        peer: NodeId,
+        mine: u64,
+        theirs: u64,
+    },
 }
 
 /// Why this node's role changed.
@@ -76,6 +88,11 @@ pub enum DiskChange {
     /// named nothing we lack, or (`None`) every diskful node has met and listed to us and
     /// none restarted without proof.
     Proven { by: Option<NodeId> },
+    /// Back from a restart with no Primary and no up-to-date replica anywhere: every
+    /// diskful node has met and listed, and none has newer data by its generation ids
+    /// (`current`; with the same ids, this one ranks first: it was Primary, stopped
+    /// cleanly, or has the lowest node id). The others pull from it.
+    ProvenByGeneration { current: u64 },
     /// A resync finished, after pulling `bytes` from `source`.
     Synced {
         source: Option<NodeId>,
@@ -181,6 +198,19 @@ impl fmt::Display for Event {
                 offset,
                 len,
             } => write!(f, "volume {volume}: write {offset}+{len} failed"),
+            Event::GenerationsDiverged {
+                volume,
+                peer,
+                mine,
+                theirs,
+            } => write!(
+                f,
+                "volume {volume}: split brain with node {peer}: our generation {mine:016x} and its {theirs:016x} each changed apart from the other"
+            ),
+            Event::GenerationChanged { volume, from, to } => write!(
+                f,
+                "volume {volume}: generation {from:016x} -> {to:016x} (a replica missed a write)"
+            ),
         }
     }
 }
@@ -220,6 +250,10 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::Proven { by: None } => write!(
                 f,
                 "back from a clean restart; every node keeping a replica has met and listed what we lack (nothing): UpToDate"
+            ),
+            DiskChange::ProvenByGeneration { current } => write!(
+                f,
+                "every node keeping a replica has met, none is Primary or up to date, and none holds newer data by generation ids (ours: {current:016x}): UpToDate, the others sync from us"
             ),
             DiskChange::Synced {
                 source, bytes, ..

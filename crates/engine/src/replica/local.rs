@@ -3,6 +3,7 @@
 
 use super::apply::ApplyQueue;
 use super::bitmap::Bitmap;
+use super::generation::{GenIds, Standing};
 use super::msg::Msg;
 use super::resync::Resync;
 use super::spec::ReplicaAtStart;
@@ -37,6 +38,12 @@ pub(super) struct LocalVol {
     /// Resync requests still unanswered when their resync was dropped (a new cluster
     /// found meanwhile): their replies are ignored.
     pub(super) abandoned: BTreeSet<u64>,
+    /// Our generation ids (on a diskless node: those of the data our writes make while
+    /// Primary, taken from an up-to-date peer at promotion).
+    pub(super) gen: GenIds,
+    /// Restarted consistent and not UpToDate since: ranked against other such replicas
+    /// when no Primary and no up-to-date replica is around (see `generation.rs`).
+    pub(super) standing: Option<Standing>,
 }
 
 impl LocalVol {
@@ -72,6 +79,8 @@ impl LocalVol {
             resync,
             abandoned: BTreeSet::new(),
             written_ms: None,
+            gen: GenIds::default(),
+            standing: None,
         }
     }
 
@@ -120,6 +129,10 @@ impl LocalVol {
 
     pub(super) fn set_disk(&mut self, disk: DiskState) {
         self.disk = disk;
+        if !matches!(disk, DiskState::Outdated | DiskState::Inconsistent) {
+            // Settled (UpToDate) or failed: no longer ranked by its start.
+            self.standing = None;
+        }
         // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
         // but zeroes) until data arrives, so nodes that meet later still see a new
         // cluster; any other UpToDate came with data, which cleared it.
@@ -138,6 +151,9 @@ impl LocalVol {
             unproven: self.unproven,
             pulls_suspect: self.unproven && self.suspect.is_some(),
             wrote_apart,
+            gen: self.gen,
+            contender: self.standing.is_some(),
+            was_primary: self.standing.is_some_and(|s| s.was_primary),
         }
     }
 }

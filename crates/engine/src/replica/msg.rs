@@ -3,7 +3,7 @@
 
 use super::spec::NodeId;
 use crate::io::ReqId;
-use tandem_wire::packet::{volume_flags, DiskState, Packet, Role};
+use tandem_wire::packet::{volume_flags, DiskState, GenIds, Packet, Role};
 
 /// Names a disk operation so its completion finds its way back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,6 +53,22 @@ pub enum Msg {
         pulls_suspect: bool,
         /// We were Primary and completed writes the receiver missed.
         wrote_apart: bool,
+        /// Our generation ids (see `generation.rs`).
+        gen: GenIds,
+        /// Restarted consistent and not settled since ([`volume_flags::CONTENDER`]).
+        contender: bool,
+        /// With `contender`: we were Primary when we stopped.
+        was_primary: bool,
+    },
+    /// The Primary's new generation ids for `volume`.
+    Generation {
+        volume: u16,
+        gen: GenIds,
+    },
+    GenAck {
+        volume: u16,
+        gi: u64,
+        adopted: bool,
     },
     /// Our replica of `volume` and the receiver's diverged (see [`RAction::SplitBrain`]).
     SplitBrain {
@@ -145,11 +161,25 @@ impl Msg {
                 unproven,
                 pulls_suspect,
                 wrote_apart,
+                gen,
+                contender,
+                was_primary,
             } => Packet::Volume {
                 volume,
                 size,
                 disk,
+                gen,
                 flags: if created { volume_flags::CREATED } else { 0 }
+                    | if contender {
+                        volume_flags::CONTENDER
+                    } else {
+                        0
+                    }
+                    | if was_primary {
+                        volume_flags::WAS_PRIMARY
+                    } else {
+                        0
+                    }
                     | if unproven { volume_flags::UNPROVEN } else { 0 }
                     | if pulls_suspect {
                         volume_flags::PULLS_SUSPECT
@@ -161,6 +191,16 @@ impl Msg {
                     } else {
                         0
                     },
+            },
+            Msg::Generation { volume, gen } => Packet::Generation { volume, gen },
+            Msg::GenAck {
+                volume,
+                gi,
+                adopted,
+            } => Packet::GenAck {
+                volume,
+                gi,
+                adopted,
             },
             Msg::SplitBrain {
                 volume,

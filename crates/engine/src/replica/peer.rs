@@ -4,6 +4,7 @@
 use super::action::RAction;
 use super::bitmap::Bitmap;
 use super::event::LinkLoss;
+use super::generation::{GenIds, Standing};
 use super::msg::Msg;
 use super::spec::{NodeId, ResourceSpec};
 use super::status::Repl;
@@ -60,6 +61,10 @@ pub(super) struct PeerVol {
     /// Primary apart from the other: counted, not pulled, until its list ends (then it is
     /// a split brain).
     pub(super) claimed: u64,
+    /// Its generation ids, as it last told them (this connection or an earlier one).
+    pub(super) gen: GenIds,
+    /// It restarted consistent and is not settled: how it ranks (see `generation.rs`).
+    pub(super) standing: Option<Standing>,
 }
 
 impl PeerVol {
@@ -132,6 +137,8 @@ impl PeerVol {
             apart: None,
             peer_wrote_apart: false,
             claimed: 0,
+            gen: GenIds::default(),
+            standing: None,
         }
     }
 
@@ -144,6 +151,7 @@ impl PeerVol {
         self.created = false;
         self.unproven = false;
         self.pulls_suspect = false;
+        self.standing = None;
         self.repl = Repl::Off;
         self.listed = false;
         self.written_before_list.clear();

@@ -5,6 +5,7 @@
 //! A crash leaves none of it trusted: the replica starts unproven, as before metadata.
 
 use super::bitmap::Bitmap;
+use super::generation::{GenIds, Standing};
 use super::resource::Resource;
 use super::spec::{NodeId, ReplicaAtStart};
 use tandem_wire::packet::DiskState;
@@ -53,6 +54,8 @@ pub enum RestoreError {
     NotConsistent(u16),
     #[error("volume {0} did not start Crashed with peers")]
     NotCrashed(u16),
+    #[error("the node keeps no replica of volume {0}")]
+    NoReplica(u16),
     #[error("{got} bitmap words for volume {volume}, at least {want} needed")]
     Short {
         volume: u16,
@@ -191,6 +194,45 @@ impl Resource {
             }
         }
         Ok(())
+    }
+}
+
+impl Resource {
+    /// Before the first event: the generation ids volume `volume`'s replica kept, and
+    /// whether it was Primary when it stopped. A replica that restarted consistent and
+    /// is not the only one ranks with them against the others that did (see
+    /// `standing.rs`).
+    pub fn restore_generation(
+        &mut self,
+        volume: u16,
+        gen: GenIds,
+        was_primary: bool,
+    ) -> Result<(), RestoreError> {
+        let vol = self
+            .rep
+            .vols
+            .get_mut(volume as usize)
+            .filter(|v| v.diskful)
+            .ok_or(RestoreError::NoReplica(volume))?;
+        vol.gen = gen;
+        let consistent_start = !vol.unproven || vol.suspect.is_some();
+        if vol.disk == DiskState::Outdated && consistent_start && !vol.created {
+            vol.standing = Some(Standing {
+                gen,
+                clean: !vol.unproven,
+                was_primary,
+            });
+        }
+        Ok(())
+    }
+
+    /// The generation ids of volume `volume`'s replica (what the metadata must say).
+    pub fn generation(&self, volume: u16) -> Option<&GenIds> {
+        self.rep
+            .vols
+            .get(volume as usize)
+            .filter(|v| v.diskful)
+            .map(|v| &v.gen)
     }
 }
 

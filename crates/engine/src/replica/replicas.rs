@@ -25,6 +25,8 @@ pub(super) struct Replicas {
     pub(super) peers: Peers,
     /// Ids of requests to peers and of local flush waiters.
     pub(super) next_id: u64,
+    /// Generation ids made so far (see [`Replicas::next_gi`]).
+    pub(super) gis_made: u64,
     pub(super) now_ms: u64,
     /// Writes (per volume) that waited in the apply queue of a replica that detached:
     /// completed as failed at the end of the event, by the rooms that issued them.
@@ -78,6 +80,7 @@ impl Replicas {
             vols,
             peers: Peers::new(peers),
             next_id: 1,
+            gis_made: 0,
             now_ms: 0,
             refused: Vec::new(),
         }
@@ -153,6 +156,24 @@ impl Replicas {
         self.broadcast_volume(v, out);
     }
 
+    /// A new generation id: never 0 (the root), unique across nodes and starts as long as
+    /// their seeds are (splitmix64 of the seed and a counter).
+    pub(super) fn next_gi(&mut self) -> u64 {
+        loop {
+            self.gis_made += 1;
+            let mut z = self
+                .spec
+                .gi_seed
+                .wrapping_add(self.gis_made.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            if z != 0 {
+                return z;
+            }
+        }
+    }
+
     /// Our state of volume `v`, as told to the peer at index `i`.
     pub(super) fn volume_msg(&self, i: usize, v: usize) -> Msg {
         self.vols[v].msg(v as u16, self.peers[i].vols[v].wrote_apart())
@@ -195,6 +216,15 @@ impl Replicas {
             return vol.disk == DiskState::UpToDate;
         };
         vol.disk == DiskState::Inconsistent && rs.holds(offset, len)
+    }
+
+    pub(super) fn check_volume(&self, volume: u16) -> Result<usize, ProtocolError> {
+        let v = volume as usize;
+        if v < self.vols.len() {
+            Ok(v)
+        } else {
+            Err(ProtocolError::UnknownVolume(volume))
+        }
     }
 
     pub(super) fn check_range(

@@ -6,6 +6,7 @@ use super::action::RAction;
 use super::barriers::{Barriers, FlushOp, FlushWaiter};
 use super::bitmap::Bitmap;
 use super::event::{Event, LocalFailure, ProtocolError};
+use super::generation::{Missed, Rotations};
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
@@ -26,6 +27,8 @@ pub(super) struct Requests {
     pub(super) writes: Writes,
     pub(super) reads: Reads,
     pub(super) barriers: Barriers,
+    /// Generation ids changed before a write that missed a replica completes.
+    pub(super) rotations: Rotations,
 }
 
 impl Requests {
@@ -34,6 +37,7 @@ impl Requests {
             writes: Writes::new(volumes),
             reads: Reads::default(),
             barriers: Barriers::default(),
+            rotations: Rotations::new(volumes),
         }
     }
 
@@ -223,7 +227,57 @@ impl Requests {
         }
     }
 
+    /// A write done: a successful one that missed a replica which may hold the current
+    /// generation id waits for the id to change first (see `generation.rs`).
     pub(super) fn finish_write(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        let w = self
+            .writes
+            .get_mut(req)
+            .expect("finishing an unknown write");
+        if result.is_ok() && !w.rotated && w.landed() && !w.missing.is_empty() {
+            w.rotated = true;
+            let (v, missing) = (w.volume as usize, w.missing);
+            if self.rotations.missed(rep, v, req, missing, out) == Missed::Waits {
+                return self.writes.park(req);
+            }
+        }
+        self.complete_write(rep, req, result, out);
+    }
+
+    /// The Primary's ids changed for the writes it held: they complete.
+    pub(super) fn gen_answered(
+        &mut self,
+        rep: &mut Replicas,
+        v: usize,
+        peer: NodeId,
+        gi: u64,
+        adopted: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        let released = self.rotations.answered(rep, v, peer, gi, adopted, out);
+        self.release_rotated(rep, released, out);
+    }
+
+    pub(super) fn release_rotated(
+        &mut self,
+        rep: &mut Replicas,
+        released: Vec<ReqId>,
+        out: &mut Vec<RAction>,
+    ) {
+        for req in released {
+            if self.writes.contains(req) {
+                self.complete_write(rep, req, Ok(()), out);
+            }
+        }
+    }
+
+    fn complete_write(
         &mut self,
         rep: &mut Replicas,
         req: ReqId,

@@ -168,6 +168,7 @@ impl Resource {
         if to == Role::Primary {
             let me = self.rep.spec.me;
             for v in 0..self.rep.vols.len() {
+                self.rep.take_newest_gen(v, out);
                 // Back from a crash and not yet synced: pulled under ourselves now, from
                 // an up-to-date replica; or, forced UpToDate, our data is the reference
                 // there and every peer may lack it.
@@ -184,7 +185,11 @@ impl Resource {
                 }
                 // Its replicas are the reference now.
                 self.rep.vols[v].unproven = false;
+                self.rep.vols[v].standing = None;
             }
+        }
+        if to == Role::Primary {
+            self.app.rotations.promoted(&self.rep);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
         self.rep.peers.broadcast(Msg::Role(to), out);
@@ -385,6 +390,10 @@ impl Resource {
             }
         }
         out.push(RAction::Event(Event::PeerLost { peer, reason }));
+        if self.rep.role == Role::Primary {
+            let released = self.app.rotations.peer_lost(&mut self.rep, peer, out);
+            self.app.release_rotated(&mut self.rep, released, out);
+        }
         for (_, req) in orphans.app_waiting {
             self.app.writes.answered(req, peer, false);
             self.app.check_write(&mut self.rep, req, out);
@@ -454,7 +463,23 @@ impl Resource {
                 size,
                 disk,
                 flags,
-            } => self.on_volume(i, volume, size, disk, flags, out)?,
+                gen,
+            } => self.on_volume(i, volume, size, disk, flags, gen, out)?,
+            Packet::Generation { volume, gen } => {
+                let v = self.rep.check_volume(volume)?;
+                self.rep.on_generation(i, v, gen, out);
+            }
+            Packet::GenAck {
+                volume,
+                gi,
+                adopted,
+            } => {
+                let v = self.rep.check_volume(volume)?;
+                if self.rep.role == Role::Primary {
+                    self.app
+                        .gen_answered(&mut self.rep, v, peer, gi, adopted, out);
+                }
+            }
             Packet::Write { .. }
             | Packet::Zero { .. }
             | Packet::Barrier { .. }
@@ -533,6 +558,7 @@ impl Resource {
     }
 
     /// The peer told us the state of its replica of a volume.
+    #[allow(clippy::too_many_arguments)]
     fn on_volume(
         &mut self,
         i: usize,
@@ -540,6 +566,7 @@ impl Resource {
         size: u64,
         disk: DiskState,
         flags: u8,
+        gen: tandem_wire::packet::GenIds,
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let v = volume as usize;
@@ -562,6 +589,12 @@ impl Resource {
         pv.pulls_suspect = pv.unproven && flags & volume_flags::PULLS_SUSPECT != 0;
         pv.peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
         let before = pv.disk;
+        let contender = flags & volume_flags::CONTENDER != 0 && pv.diskful;
+        let was_primary = flags & volume_flags::WAS_PRIMARY != 0;
+        self.rep.peer_gen(i, v, gen, contender, was_primary);
+        if self.rep.role == Role::Primary && gen.current == self.rep.vols[v].gen.current {
+            self.app.rotations.holds(v, self.rep.peers[i].id);
+        }
         // Writes in flight that missed it: its list waits for them to mark their bits.
         let first = self.rep.peers[i].vols[v].disk.is_none();
         let deferred = first && self.app.writes.missing(v, self.rep.peers[i].id);

@@ -30,6 +30,9 @@ pub struct ResourceSpec {
     pub resync_window: usize,
     /// How fast a resync may pull (see `pace.rs`).
     pub resync_rates: super::pace::ResyncRates,
+    /// Seeds the generation ids this node makes: random per start (the daemon), or from
+    /// the simulator's seed; two starts must not share one.
+    pub gi_seed: u64,
 }
 
 /// What the driver found of a volume's local replica when the node started. The engine

@@ -6,6 +6,7 @@ use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::BLOCK;
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
+use super::generation::{lineage, Lineage};
 use super::msg::{DataRef, Msg, Token};
 use super::peer::{ListState, Peer};
 use super::replicas::Replicas;
@@ -32,6 +33,10 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let was = self.peers[i].vols[v].disk.replace(disk);
+        // Both restarted and no Primary around: their ids say which is the source.
+        if was.is_none() && self.yield_if_outranked(i, v, out) {
+            return Ok(());
+        }
         if was.is_none() && self.peers[i].role == Role::Primary {
             // Its list (to come) names what we missed; our own suspect ranges we pull too.
             self.pull_suspect(v, Some(self.peers[i].id), out);
@@ -88,6 +93,16 @@ impl Replicas {
                 self.send_list(i, v, out);
             }
         }
+        if disk == DiskState::UpToDate
+            && was.is_some_and(|w| w != DiskState::UpToDate)
+            && self.peers.primary().is_none()
+            && self.all_met(v)
+        {
+            // The source the contest chose (see `standing.rs`): what we kept and may
+            // differ in is pulled from it, with what it listed (one pass: asked before
+            // the resync starts).
+            self.pull_suspect(v, None, out);
+        }
         if matches!(mine, DiskState::Outdated | DiskState::Inconsistent)
             && disk == DiskState::UpToDate
         {
@@ -96,6 +111,8 @@ impl Replicas {
         }
         self.check_fresh_cluster(v, out);
         self.check_proven(v, out);
+        self.check_gen_proven(v, out);
+        self.adopt_from_primary(v, out);
         Ok(())
     }
 
@@ -176,6 +193,8 @@ impl Replicas {
         }
         self.pump_resync(b, volume, out);
         self.check_proven(v, out);
+        self.check_gen_proven(v, out);
+        self.adopt_from_primary(v, out);
         Ok(())
     }
 
@@ -213,6 +232,14 @@ impl Replicas {
         if by_peer.is_none() && !all_met() {
             return;
         }
+        if let Some(gen) = by_peer
+            .and_then(|id| self.peers.get(id))
+            .map(|p| p.vols[v].gen)
+            .filter(|g| lineage(&self.vols[v].gen, g) == Lineage::Older)
+        {
+            // It lists nothing we lack: we hold its data, under its newer ids.
+            self.adopt_gen(v, gen, out);
+        }
         for p in self.peers.iter_mut() {
             if p.vols[v].repl == Repl::SyncTarget {
                 p.vols[v].repl = Repl::Established;
@@ -238,6 +265,10 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let v = self.check_range(volume, offset, u64::from(len))?;
+        if self.claim_void(i, v) {
+            // We outrank it: it pulls what it claims from us.
+            return Ok(());
+        }
         let peer = self.peers[i].id;
         let pv = &mut self.peers[i].vols[v];
         if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
@@ -368,6 +399,9 @@ impl Replicas {
             return None;
         }
         let rs = self.vols[v].resync.as_ref();
+        // A replica that restarted waits for an up-to-date source: one being synced may
+        // serve data older than the contest's winner holds.
+        let contender = self.vols[v].standing.is_some();
         let refused = |id: &NodeId| rs.is_some_and(|r| r.refused.contains(id));
         let has = |p: &&Peer, want: DiskState| p.vols[v].diskful && p.vols[v].disk == Some(want);
         if let Some(p) = self
@@ -393,7 +427,11 @@ impl Replicas {
         };
         current
             .or_else(|| candidate(DiskState::UpToDate))
-            .or_else(|| candidate(DiskState::Inconsistent))
+            .or_else(|| {
+                (!contender)
+                    .then(|| candidate(DiskState::Inconsistent))
+                    .flatten()
+            })
     }
 
     /// Pulls the next ranges from the sync source, up to the window.
@@ -578,6 +616,17 @@ impl Replicas {
             live: rs.live,
         };
         self.set_disk(v, DiskState::UpToDate, why, out);
+        // Our ids follow the data: the Primary's under its list, else, with every node
+        // met and none Primary, the up-to-date source's. Otherwise they stay older.
+        let source_gen = rs
+            .source
+            .and_then(|s| self.peers.get(s))
+            .filter(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate))
+            .map(|p| p.vols[v].gen);
+        match source_gen {
+            Some(gen) if all_met_no_primary => self.adopt_gen(v, gen, out),
+            _ => self.adopt_from_primary(v, out),
+        }
         self.offer_to_outdated(v, out);
     }
 

@@ -36,6 +36,10 @@ pub(super) struct AppWrite {
     pub(super) missing: NodeSet,
     /// Set once the FUA barrier started.
     barrier: bool,
+    /// Its completion was checked against the generation ids (it may wait for them to
+    /// change: `parked`).
+    pub(super) rotated: bool,
+    parked: bool,
 }
 
 impl AppWrite {
@@ -54,6 +58,8 @@ impl AppWrite {
             peers_ok: NodeSet::EMPTY,
             missing: NodeSet::EMPTY,
             barrier: false,
+            rotated: false,
+            parked: false,
         }
     }
 
@@ -226,6 +232,13 @@ impl Writes {
         w
     }
 
+    /// It waits for the generation ids to change; nothing else may finish it meanwhile.
+    pub(super) fn park(&mut self, req: ReqId) {
+        if let Some(w) = self.by_req.get_mut(&req) {
+            w.parked = true;
+        }
+    }
+
     pub(super) fn get_mut(&mut self, req: ReqId) -> Option<&mut AppWrite> {
         self.by_req.get_mut(&req)
     }
@@ -268,7 +281,7 @@ impl Writes {
         let Some(w) = self.by_req.get_mut(&req) else {
             return Next::Wait;
         };
-        if w.local == Stage::Pending || !w.peers_pending.is_empty() || w.barrier {
+        if w.local == Stage::Pending || !w.peers_pending.is_empty() || w.barrier || w.parked {
             return Next::Wait;
         }
         let ok = w.landed();

@@ -40,6 +40,20 @@ impl Resource {
                 return Err(format!("{req:?}: a local result without a local replica"));
             }
         }
+        for req in self.app.rotations.waiting() {
+            if !self.app.writes.contains(req) {
+                return Err(format!(
+                    "{req:?} waits for a generation change but is not in flight"
+                ));
+            }
+        }
+        for (v, vol) in self.rep.vols.iter().enumerate() {
+            if vol.standing.is_some() && self.rep.role == tandem_wire::packet::Role::Primary {
+                return Err(format!(
+                    "volume {v}: Primary while still ranked by its start"
+                ));
+            }
+        }
         Ok(())
     }
 

@@ -1,0 +1,260 @@
+//! Replicas that restarted consistent, meeting with no Primary and no up-to-date replica
+//! around (a whole cluster back from a stop or a crash): which one is the sync source,
+//! from their generation ids (see `generation.rs`); and how a replica's ids follow the
+//! data it holds (adopted from the Primary, or from the source of a resync).
+//!
+//! Each side ranks the pair from the same facts (both sides' ids and standings, sent in
+//! `Volume` before any list), so the decisions agree: the one outranked yields what its
+//! metadata claims the other lacks (pulls it instead of listing it), the one outranking
+//! ignores such claims, and a replica that outranks every other once all have met is
+//! UpToDate. Diverged ids stop the connection as a split brain.
+
+use super::action::RAction;
+use super::bitmap::Bitmap;
+use super::event::{DiskChange, Event};
+use super::generation::{lineage, outranks, GenIds, Lineage, Standing};
+use super::msg::Msg;
+use super::replicas::Replicas;
+use super::status::Repl;
+use tandem_wire::packet::{DiskState, Role};
+
+/// How we rank against a peer while the contest is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rank {
+    /// Not both contenders, or a Primary is around: the usual rules apply.
+    NotContested,
+    Above,
+    Below,
+    Diverged,
+}
+
+impl Replicas {
+    /// The ids and standing peer `i` told with its state of volume `v`.
+    pub(super) fn peer_gen(
+        &mut self,
+        i: usize,
+        v: usize,
+        gen: GenIds,
+        contender: bool,
+        was_primary: bool,
+    ) {
+        let pv = &mut self.peers[i].vols[v];
+        pv.gen = gen;
+        pv.standing = contender.then_some(Standing {
+            gen,
+            clean: !pv.unproven,
+            was_primary,
+        });
+    }
+
+    /// Replicas rank each other only while no node is Primary (under a Primary, its lists
+    /// say who lacks what).
+    pub(super) fn rank(&self, i: usize, v: usize) -> Rank {
+        let (Some(me), Some(them)) = (&self.vols[v].standing, &self.peers[i].vols[v].standing)
+        else {
+            return Rank::NotContested;
+        };
+        if self.role == Role::Primary || self.peers.primary().is_some() {
+            return Rank::NotContested;
+        }
+        match outranks(me, self.spec.me, them, self.peers[i].id) {
+            Some(true) => Rank::Above,
+            Some(false) => Rank::Below,
+            None => Rank::Diverged,
+        }
+    }
+
+    /// At the peer's first state of volume `v`, before our list to it: if it outranks us,
+    /// what we claim it lacks becomes ours to pull from it (a crashed replica's suspect
+    /// ranges, or blocks it is behind on). Returns whether the two diverged.
+    pub(super) fn yield_if_outranked(
+        &mut self,
+        i: usize,
+        v: usize,
+        out: &mut Vec<RAction>,
+    ) -> bool {
+        match self.rank(i, v) {
+            Rank::Diverged => {
+                let (peer, pv) = (self.peers[i].id, &self.peers[i].vols[v]);
+                let volume = v as u16;
+                out.push(RAction::Event(Event::GenerationsDiverged {
+                    volume,
+                    peer,
+                    mine: self.vols[v].gen.current,
+                    theirs: pv.gen.current,
+                }));
+                let mine = pv.oos.count();
+                out.push(RAction::Send {
+                    peer,
+                    msg: Msg::SplitBrain {
+                        volume,
+                        mine,
+                        yours: 0,
+                    },
+                });
+                out.push(RAction::SplitBrain {
+                    peer,
+                    volume,
+                    mine,
+                    theirs: 0,
+                    reported: false,
+                });
+                true
+            }
+            Rank::Below => {
+                self.yield_claims(i, v, out);
+                false
+            }
+            Rank::Above | Rank::NotContested => false,
+        }
+    }
+
+    /// What we claim peer `i` lacks becomes ours to pull from it.
+    fn yield_claims(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
+        let peer = self.peers[i].id;
+        let size = self.vols[v].size;
+        let claims = std::mem::replace(&mut self.peers[i].vols[v].oos, Bitmap::new(size));
+        if claims.count() == 0 {
+            return;
+        }
+        if let Some(suspect) = self.vols[v].suspect.as_mut() {
+            suspect.union_with(&claims);
+            return;
+        }
+        let block = claims.block_size();
+        let blocks = size.div_ceil(block);
+        let mut b = 0;
+        while let Some(first) = claims.next_set(b) {
+            let mut end = first + 1;
+            while end < blocks && claims.is_set(end) {
+                end += 1;
+            }
+            let offset = first * block;
+            let len = ((end - first) * block).min(size - offset);
+            self.mark_behind(v, peer, offset, len, false, out);
+            b = end;
+        }
+    }
+
+    /// Whether a claim from peer `i` that we lack something is void: we outrank it, and
+    /// it pulls what it claims from us instead.
+    pub(super) fn claim_void(&self, i: usize, v: usize) -> bool {
+        self.rank(i, v) == Rank::Above
+    }
+
+    /// Once every diskful node has met us and listed, none is Primary or up to date, and
+    /// we outrank every contender among them: our replica is the reference.
+    pub(super) fn check_gen_proven(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let vol = &self.vols[v];
+        if vol.standing.is_none() || vol.disk != DiskState::Outdated || vol.resync.is_some() {
+            return;
+        }
+        if self.role == Role::Primary || self.peers.primary().is_some() {
+            return;
+        }
+        for (i, p) in self.peers.iter().enumerate() {
+            let pv = &p.vols[v];
+            if !pv.diskful {
+                continue;
+            }
+            if !p.up || !pv.listed || pv.disk.is_none() || pv.disk == Some(DiskState::UpToDate) {
+                return;
+            }
+            if pv.standing.is_some() && self.rank(i, v) != Rank::Above {
+                return;
+            }
+        }
+        let current = self.vols[v].gen.current;
+        let vol = &mut self.vols[v];
+        vol.unproven = false;
+        vol.suspect = None;
+        for p in self.peers.iter_mut() {
+            if p.vols[v].repl == Repl::SyncTarget {
+                p.vols[v].repl = Repl::Established;
+            }
+        }
+        let why = DiskChange::ProvenByGeneration { current };
+        self.set_disk(v, DiskState::UpToDate, why, out);
+        self.offer_to_outdated(v, out);
+    }
+
+    /// Our replica of `v` holds the data `gen` names now.
+    pub(super) fn adopt_gen(&mut self, v: usize, gen: GenIds, out: &mut Vec<RAction>) {
+        let vol = &mut self.vols[v];
+        if vol.gen == gen {
+            return;
+        }
+        let from = vol.gen.current;
+        vol.gen = gen;
+        out.push(RAction::Event(Event::GenerationChanged {
+            volume: v as u16,
+            from,
+            to: gen.current,
+        }));
+        self.broadcast_volume(v, out);
+    }
+
+    /// Up to date under a connected Primary whose list to us ended: we hold its data, so
+    /// its ids (taken whole: a replica synced through another may have skipped some).
+    pub(super) fn adopt_from_primary(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if !self.vols[v].diskful || self.vols[v].disk != DiskState::UpToDate {
+            return;
+        }
+        let Some(gen) = self
+            .peers
+            .up()
+            .find(|p| p.role == Role::Primary && p.vols[v].listed)
+            .map(|p| p.vols[v].gen)
+        else {
+            return;
+        };
+        if lineage(&self.vols[v].gen, &gen) != Lineage::Newer {
+            self.adopt_gen(v, gen, out);
+        }
+    }
+
+    /// The Primary (peer `i`) changed its ids: adopted if we are up to date under it, and
+    /// answered either way.
+    pub(super) fn on_generation(
+        &mut self,
+        i: usize,
+        v: usize,
+        gen: GenIds,
+        out: &mut Vec<RAction>,
+    ) {
+        let p = &mut self.peers[i];
+        p.vols[v].gen = gen;
+        let adopted = p.role == Role::Primary
+            && p.vols[v].listed
+            && self.vols[v].diskful
+            && self.vols[v].disk == DiskState::UpToDate;
+        let peer = p.id;
+        if adopted {
+            self.adopt_gen(v, gen, out);
+        }
+        let msg = Msg::GenAck {
+            volume: v as u16,
+            gi: gen.current,
+            adopted,
+        };
+        out.push(RAction::Send { peer, msg });
+    }
+
+    /// Becoming Primary: the ids our writes carry are the newest of our replica's (if up
+    /// to date) and the connected up-to-date replicas' (equal data, maybe older ids).
+    pub(super) fn take_newest_gen(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let mut best = self.vols[v].up_to_date().then_some(self.vols[v].gen);
+        for p in self.peers.up() {
+            let pv = &p.vols[v];
+            if pv.diskful && pv.disk == Some(DiskState::UpToDate) {
+                best = match best {
+                    Some(b) if lineage(&b, &pv.gen) != Lineage::Older => Some(b),
+                    _ => Some(pv.gen),
+                };
+            }
+        }
+        if let Some(gen) = best {
+            self.adopt_gen(v, gen, out);
+        }
+    }
+}
