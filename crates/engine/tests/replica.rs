@@ -2746,3 +2746,30 @@ fn a_secondary_adopts_new_ids_only_when_up_to_date_under_the_primary() {
         .expect("answered");
     assert!(changed < acked, "persisted before the answer: {out:?}");
 }
+
+/// Node 1 kept running, UpToDate, after it was cut off; node 0 took writes meanwhile (the
+/// Primary changed the ids first), then node 0 and the Primary died. Node 0 returns with
+/// newer ids: node 1 is behind it, not the reference. Without the ids, node 0 would have
+/// pulled its activity log from node 1 and lost acknowledged writes.
+#[test]
+fn a_running_replica_with_older_ids_is_synced_from_the_newer_one() {
+    let mut c = back_with_ids(0, true, gen(9, &[5]), &[(0, 8192)]);
+    let mut r = started(1, ReplicaAtStart::UpToDate);
+    r.restore_generation(0, gen(5, &[]), false).unwrap();
+    let (out_c, out_r) = whole_cluster_meets(&mut c, &mut r);
+    assert_eq!(c.disk(0), DiskState::UpToDate, "{:?}", events(&out_c));
+    assert_eq!(r.disk(0), DiskState::UpToDate, "{:?}", events(&out_r));
+    assert!(
+        resync_requests(&out_c).is_empty(),
+        "the newer replica pulls nothing"
+    );
+    assert_eq!(resync_requests(&out_r), vec![(0, 8192)]);
+    assert!(events(&out_r).iter().any(|e| matches!(
+        e,
+        Event::DiskChanged {
+            why: DiskChange::OlderThan { peer: 0 },
+            ..
+        }
+    )));
+    assert_eq!(r.generation(0).unwrap().current, 9);
+}

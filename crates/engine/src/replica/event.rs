@@ -93,6 +93,9 @@ pub enum DiskChange {
     /// (`current`; with the same ids, this one ranks first: it was Primary, stopped
     /// cleanly, or has the lowest node id). The others pull from it.
     ProvenByGeneration { current: u64 },
+    /// Up to date with no Primary around, we met `peer`, whose generation ids are newer:
+    /// it took writes we missed while cut off. It syncs us.
+    OlderThan { peer: NodeId },
     /// A resync finished, after pulling `bytes` from `source`.
     Synced {
         source: Option<NodeId>,
@@ -250,6 +253,10 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::Proven { by: None } => write!(
                 f,
                 "back from a clean restart; every node keeping a replica has met and listed what we lack (nothing): UpToDate"
+            ),
+            DiskChange::OlderThan { peer } => write!(
+                f,
+                "node {peer} holds newer data by generation ids (we were cut off while it took writes): Outdated, synced from it"
             ),
             DiskChange::ProvenByGeneration { current } => write!(
                 f,

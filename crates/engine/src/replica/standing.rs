@@ -178,6 +178,43 @@ impl Replicas {
         self.offer_to_outdated(v, out);
     }
 
+    /// Our replica of `v` was restarted consistent (or is up to date) and its ids are
+    /// strictly newer than peer `i`'s (a consistent replica).
+    pub(super) fn newer_than(&self, i: usize, v: usize) -> bool {
+        let pv = &self.peers[i].vols[v];
+        let consistent = pv.standing.is_some() || pv.disk == Some(DiskState::UpToDate);
+        let mine = self.vols[v].standing.is_some() || self.vols[v].up_to_date();
+        mine && consistent && lineage(&self.vols[v].gen, &pv.gen) == Lineage::Newer
+    }
+
+    /// Up to date with no Primary around, we meet a consistent replica with strictly newer
+    /// ids: we were cut off while it took writes (the Primary changed the ids before they
+    /// completed), and every Primary has gone since. We are behind it: Outdated, ranked
+    /// like a replica that restarted, and what we claim it lacks is ours to pull.
+    pub(super) fn stale_if_older(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
+        if self.role == Role::Primary || self.peers.primary().is_some() {
+            return;
+        }
+        let vol = &self.vols[v];
+        let pv = &self.peers[i].vols[v];
+        let consistent = pv.standing.is_some() || pv.disk == Some(DiskState::UpToDate);
+        if !vol.up_to_date() || !pv.diskful || !consistent {
+            return;
+        }
+        if lineage(&vol.gen, &pv.gen) != Lineage::Older {
+            return;
+        }
+        let (gen, peer) = (vol.gen, self.peers[i].id);
+        self.set_disk(v, DiskState::Outdated, DiskChange::OlderThan { peer }, out);
+        self.vols[v].standing = Some(Standing {
+            gen,
+            clean: true,
+            was_primary: false,
+        });
+        self.broadcast_volume(v, out);
+        self.yield_claims(i, v, out);
+    }
+
     /// Our replica of `v` holds the data `gen` names now.
     pub(super) fn adopt_gen(&mut self, v: usize, gen: GenIds, out: &mut Vec<RAction>) {
         let vol = &mut self.vols[v];

@@ -41,8 +41,13 @@ impl Replicas {
             // Its list (to come) names what we missed; our own suspect ranges we pull too.
             self.pull_suspect(v, Some(self.peers[i].id), out);
         }
-        if was.is_none() && disk == DiskState::UpToDate {
+        // An up-to-date peer whose ids are older than ours (it was cut off while we took
+        // writes, then every Primary went) is behind us, not the reference.
+        if was.is_none() && disk == DiskState::UpToDate && !self.newer_than(i, v) {
             self.claims_become_suspect(i, v);
+        }
+        if was.is_none() {
+            self.stale_if_older(i, v, out);
         }
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
