@@ -91,9 +91,23 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
-    /// Throw away a replica whose node is not running: its next start resyncs it in full
-    /// from an up-to-date peer (it serves nothing before).
-    Invalidate(ReplicaArg),
+    /// Throw away a replica and resync it in full from an up-to-date peer: on the running
+    /// node (through its control socket), or, with `--name`, one whose node is stopped (its
+    /// next start resyncs it; it serves nothing before).
+    Invalidate {
+        resource: String,
+        /// The stopped node whose replica it is (without it: the running node's, through
+        /// `--control`).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, default_value_t = 0)]
+        volume: u16,
+        /// Directory holding one TOML file per resource (with `--name`).
+        #[arg(long, default_value = "/etc/tandem")]
+        config_dir: PathBuf,
+        #[command(flatten)]
+        control: ControlArg,
+    },
     /// Disconnect a resource from all its peers.
     Down {
         resource: String,
@@ -252,10 +266,21 @@ fn main() {
             tandem_daemon::node::create_md(&r.config_dir, &r.resource, &r.name, r.volume, force)
                 .map(|t| println!("new metadata on {t}; this replica is resynced in full from an up-to-date peer when its node starts (if no other replica can prove it is current, `tandem primary --force` on the one you trust)"))
         }
-        Cmd::Invalidate(r) => {
-            tandem_daemon::node::invalidate(&r.config_dir, &r.resource, &r.name, r.volume)
-                .map(|t| println!("invalidated the replica of {} volume {} on node {} (metadata on {t}): when the node starts it is resynced in full from an up-to-date peer, and serves nothing before", r.resource, r.volume, r.name))
-        }
+        Cmd::Invalidate {
+            resource,
+            name: Some(name),
+            volume,
+            config_dir,
+            ..
+        } => tandem_daemon::node::invalidate(&config_dir, &resource, &name, volume)
+            .map(|t| println!("invalidated the replica of {resource} volume {volume} on node {name} (metadata on {t}): when the node starts it is resynced in full from an up-to-date peer, and serves nothing before")),
+        Cmd::Invalidate {
+            resource,
+            name: None,
+            volume,
+            control,
+            ..
+        } => admin::verb(&control.control, Request::Invalidate { resource, volume }),
         Cmd::Down { resource, control } => {
             admin::verb(&control.control, Request::Down { resource })
         }

@@ -813,3 +813,49 @@ fn a_failed_metadata_write_detaches_the_replica() {
     );
     c.assert_replicas_identical();
 }
+
+/// `tandem invalidate` on a running node (DRBD's `drbdadm invalidate`): beta's replica is
+/// thrown away and pulled in full from alpha while gamma keeps writing; refused, with the
+/// reason, while beta has no up-to-date peer to pull from.
+#[test]
+fn a_running_replica_is_invalidated_and_synced_in_full() {
+    const TEST: &str = "metadata::a_running_replica_is_invalidated_and_synced_in_full";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_random(&c, "gamma", 2 * MIB, 41);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let beta = c.node("beta");
+    beta.daemon.admin(&["down", "r0"]).expect_success();
+    let refused = beta.daemon.admin(&["invalidate", "r0"]);
+    assert!(
+        !refused.success()
+            && refused
+                .describe()
+                .contains("no connected peer has an up-to-date replica"),
+        "{}",
+        refused.describe()
+    );
+    assert_eq!(
+        disk_of(&c, "beta"),
+        "UpToDate",
+        "a refused invalidate changes nothing"
+    );
+    c.node("beta").daemon.admin(&["up", "r0"]).expect_success();
+    c.wait_connected();
+    c.node("beta")
+        .daemon
+        .admin(&["invalidate", "r0"])
+        .expect_success();
+    write_random(&c, "gamma", 2 * MIB, 42);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let pulled = total_pulled(c.node("beta"));
+    eprintln!("{TEST}: beta pulled {pulled} bytes after an online invalidate (volume {SIZE})");
+    assert!(
+        pulled >= SIZE,
+        "beta pulled {pulled} of {SIZE}:\n{}",
+        c.node("beta").daemon.log()
+    );
+    c.assert_replicas_identical();
+}

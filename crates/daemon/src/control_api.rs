@@ -41,6 +41,13 @@ pub enum Request {
     Down {
         resource: String,
     },
+    /// Throw this node's replica of volume `volume` (its number) away and resync it in
+    /// full from a connected up-to-date peer.
+    Invalidate {
+        resource: String,
+        #[serde(default)]
+        volume: u16,
+    },
 }
 
 impl Request {
@@ -53,7 +60,8 @@ impl Request {
             | Request::Connect { resource, .. }
             | Request::Disconnect { resource, .. }
             | Request::Up { resource }
-            | Request::Down { resource } => Some(resource),
+            | Request::Down { resource }
+            | Request::Invalidate { resource, .. } => Some(resource),
         }
     }
 
@@ -67,6 +75,7 @@ impl Request {
             Request::Disconnect { .. } => "disconnect",
             Request::Up { .. } => "up",
             Request::Down { .. } => "down",
+            Request::Invalidate { .. } => "invalidate",
         }
     }
 }

@@ -68,6 +68,16 @@ impl NodeReactor {
                     .map_err(|e| res.explain(e))
             }
             Request::Secondary { force, .. } => self.secondary(r, force, &mut actions),
+            Request::Invalidate { volume, .. } => {
+                let res = &mut self.res[r];
+                match res.cfg.volumes.iter().position(|v| v.number == volume) {
+                    None => Err(format!("resource {name} has no volume {volume}")),
+                    Some(v) => res
+                        .engine
+                        .invalidate(v as u16, &mut actions)
+                        .map_err(|e| format!("volume {volume}: {e}")),
+                }
+            }
             Request::Connect { .. } | Request::Up { .. } => {
                 for s in self.res[r]
                     .peers

@@ -27,6 +27,29 @@ impl std::fmt::Display for PromoteError {
 
 impl std::error::Error for PromoteError {}
 
+/// Why this node's replica cannot be thrown away and resynced now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidateError {
+    /// The node keeps no replica of this volume.
+    NoReplica(u16),
+    /// No connected peer keeps an up-to-date replica of this volume to resync from.
+    NoSource(u16),
+}
+
+impl std::fmt::Display for InvalidateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InvalidateError::NoReplica(v) => write!(f, "this node keeps no replica of volume {v}"),
+            InvalidateError::NoSource(v) => write!(
+                f,
+                "no connected peer has an up-to-date replica of volume {v} to resync from"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidateError {}
+
 /// What an attaching application client did to this node's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AutoPromote {

@@ -72,6 +72,8 @@ pub enum RoleChange {
 pub enum DiskChange {
     /// `tandem primary --force`.
     ForcedByAdministrator,
+    /// `tandem invalidate` on the running node: resynced in full from an up-to-date peer.
+    Invalidated,
     /// A local operation failed: the replica is detached (DRBD's on-io-error detach).
     Failed(LocalFailure),
     /// A peer told of a write we missed on a running connection.
@@ -225,6 +227,10 @@ impl fmt::Display for DiskLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             DiskChange::ForcedByAdministrator => write!(f, "forced UpToDate by the administrator"),
+            DiskChange::Invalidated => write!(
+                f,
+                "invalidated by the administrator: resynced in full from an up-to-date peer"
+            ),
             DiskChange::Failed(what) => {
                 write!(f, "local replica failed ({what}); detached")
             }

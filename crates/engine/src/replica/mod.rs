@@ -39,7 +39,7 @@ mod status;
 mod sync;
 mod writes;
 
-pub use action::{AutoPromote, DemoteError, PromoteError, RAction};
+pub use action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
 pub use bitmap::Bitmap;
 pub use event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
 pub use generation::{lineage, GenIds, Lineage, GI_HISTORY};

@@ -14,7 +14,7 @@
 //! peer may lack sets bits in that peer's bitmap; on reconnect, the up-to-date side lists
 //! those ranges to the peer, which pulls them in block order.
 
-use super::action::{AutoPromote, DemoteError, PromoteError, RAction};
+use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
 use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
 use super::msg::{Msg, Token};
 use super::peer::Timer;
@@ -143,6 +143,32 @@ impl Resource {
             return Err(PromoteError::NoUpToDate(v as u16));
         }
         self.set_role(Role::Primary, why, out);
+        Ok(())
+    }
+
+    /// Throws our replica of `volume` away (DRBD's `invalidate`): Inconsistent, pulled in
+    /// full from a connected up-to-date peer (reads go to peers meanwhile, writes still
+    /// land here). Refused without such a peer.
+    pub fn invalidate(
+        &mut self,
+        volume: u16,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), InvalidateError> {
+        let v = volume as usize;
+        if !self.rep.vols.get(v).is_some_and(|vol| vol.diskful) {
+            return Err(InvalidateError::NoReplica(volume));
+        }
+        let source = self
+            .rep
+            .peers
+            .up()
+            .any(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate));
+        if !source {
+            return Err(InvalidateError::NoSource(volume));
+        }
+        self.rep.invalidate(v, out);
+        self.rep.pump_resync(&mut self.app.barriers, volume, out);
+        self.after_event(out);
         Ok(())
     }
 

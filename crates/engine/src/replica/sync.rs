@@ -635,6 +635,24 @@ impl Replicas {
         self.offer_to_outdated(v, out);
     }
 
+    /// The administrator threw our replica of `v` away: everything is pulled again.
+    pub(super) fn invalidate(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let vol = &mut self.vols[v];
+        if let Some(rs) = vol.resync.take() {
+            // Replies to what the old resync asked for are moot now.
+            vol.abandoned.extend(rs.outstanding.keys());
+        }
+        if vol.unproven {
+            // Its suspect ranges are part of everything now.
+            vol.suspect = None;
+        }
+        vol.standing = None;
+        let mut rs = Resync::new(vol.size, false);
+        rs.to_pull.set_all();
+        vol.resync = Some(rs);
+        self.set_disk(v, DiskState::Inconsistent, DiskChange::Invalidated, out);
+    }
+
     /// We just became up to date: connected peers whose replica is Outdated (their
     /// currency unknown) or created empty get everything from us.
     pub(super) fn offer_to_outdated(&mut self, v: usize, out: &mut Vec<RAction>) {
