@@ -540,7 +540,7 @@ fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
 
 /// A resync under steady application writes finishes while they go on (issue 14 item 4:
 /// DRBD's known failure is a resync that never ends under load): beta, thrown away with
-/// `tandem invalidate`, is synced in full (64 MiB, held to the default resync-min-rate
+/// `tandem invalidate`, is synced in full (64 MiB, at least at the default resync-min-rate
 /// of 32 MiB/s while gamma writes) and is UpToDate before the 12 s of writes end; the
 /// writes all succeed and the replicas end identical.
 #[test]

@@ -29,7 +29,7 @@
 //! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
 //! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
 //! | `max-buffer` | `"64M"` | per-peer bytes queued for sending before writers wait; `>= 1M` |
-//! | `resync-min-rate` | `"32M"` | bytes per second a resync is held to while the application writes to the volume, and still gets (it always finishes); `"0"`: not held back |
+//! | `resync-min-rate` | `"32M"` | bytes per second a resync starts at while the application writes to the volume, and never goes below (it always finishes); it grows while its requests are answered within 20 ms; `"0"`: not held back |
 //! | `resync-max-rate` | `"0"` | bytes per second a resync never exceeds; `"0"`: unlimited (as fast as the link and disks go with 2 MiB in flight) |
 //!
 //! Durations are strings: a whole number and a unit, `ns`, `us`, `ms`, `s` or `m` (minutes), e.g.

@@ -460,6 +460,7 @@ impl Replicas {
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
+        rs.pace.keep_only(&rs.outstanding);
         rs.pace.refill(now, self.spec.resync_rates, loaded, chunk);
         while let Some(src) = rs
             .source
@@ -473,6 +474,7 @@ impl Replicas {
                 break;
             };
             rs.pace.spend(u64::from(len));
+            rs.pace.asked(id, now);
             self.next_id += 1;
             let msg = Msg::ResyncReq {
                 volume,
@@ -529,6 +531,7 @@ impl Replicas {
         let Some((req_off, req_len)) = rs.outstanding.remove(&id) else {
             return Err(ProtocolError::UnknownResyncRequest(id));
         };
+        rs.pace.answered(id, self.now_ms);
         if req_off != offset || (errno == 0 && data_len != req_len as usize) {
             return Err(ProtocolError::ResyncReplyMismatch(id));
         }
