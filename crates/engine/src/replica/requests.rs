@@ -53,6 +53,13 @@ impl Requests {
         let peer = rep.peers[i].id;
         match *packet {
             Packet::RecvAck { seq } => {
+                if let Some(w) = rep.peers[i]
+                    .app_waiting
+                    .get(&seq)
+                    .and_then(|req| self.writes.get_mut(*req))
+                {
+                    w.received.insert(peer);
+                }
                 // Satisfies a write waiting under protocol B (including protocol A writes of
                 // a diskless Primary, see start_write); for others nothing waits on it.
                 if rep.spec.protocol != Protocol::C {
@@ -288,6 +295,7 @@ impl Requests {
         let v = w.volume as usize;
         let size = rep.vols[v].size;
         let (landed, (offset, len)) = (w.landed(), (w.offset, u64::from(w.len)));
+        let may_hold = w.may_hold();
         for p in rep.peers.iter_mut() {
             let up = p.up;
             let pv = &mut p.vols[v];
@@ -308,7 +316,8 @@ impl Requests {
             // whose acknowledgement was lost with its link (seed 90004521), and the mark
             // cannot leave the live replicas without a source.
             let detached = pv.diskful && pv.disk == Some(DiskState::Diskless);
-            if missed && (landed || detached) {
+            let elsewhere = may_hold && !w.received.contains(p.id);
+            if missed && (landed || detached || elsewhere) {
                 pv.oos.set_range(offset, len);
                 if pv.list == ListState::Sent {
                     pv.list = ListState::Stale;

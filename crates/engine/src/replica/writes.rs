@@ -34,6 +34,9 @@ pub(super) struct AppWrite {
     /// nobody changed nothing, so it marks nothing (bits set for it would make every
     /// replica believe it lacks the block).
     pub(super) missing: NodeSet,
+    /// Peers that acknowledged receipt: one whose link then dropped may have written it
+    /// (see [`AppWrite::may_hold`]).
+    pub(super) received: NodeSet,
     /// Set once the FUA barrier started.
     barrier: bool,
     /// Its completion was checked against the generation ids (it may wait for them to
@@ -57,6 +60,7 @@ impl AppWrite {
             peers_pending: NodeSet::EMPTY,
             peers_ok: NodeSet::EMPTY,
             missing: NodeSet::EMPTY,
+            received: NodeSet::EMPTY,
             barrier: false,
             rotated: false,
             parked: false,
@@ -66,6 +70,15 @@ impl AppWrite {
     /// It is on some replica (so replicas that missed it now differ).
     pub(super) fn landed(&self) -> bool {
         self.local == Stage::Done(true) || !self.peers_ok.is_empty()
+    }
+
+    /// Some replica may hold it: it landed, or a peer received it before its link
+    /// dropped (and may have written it). The replicas that never got it may then differ
+    /// from that one (soak seed 109066599: a write failed after its only target received
+    /// and wrote it; nobody marked the replica that was away, whose protection of an
+    /// older write in that range then kept the two different).
+    pub(super) fn may_hold(&self) -> bool {
+        self.landed() || !self.received.is_empty()
     }
 }
 
