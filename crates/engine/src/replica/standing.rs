@@ -110,7 +110,7 @@ impl Replicas {
     }
 
     /// What we claim peer `i` lacks becomes ours to pull from it.
-    fn yield_claims(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
+    pub(super) fn yield_claims(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
         let peer = self.peers[i].id;
         let size = self.vols[v].size;
         let claims = std::mem::replace(&mut self.peers[i].vols[v].oos, Bitmap::new(size));
@@ -185,6 +185,11 @@ impl Replicas {
         let consistent = pv.standing.is_some() || pv.disk == Some(DiskState::UpToDate);
         let mine = self.vols[v].standing.is_some() || self.vols[v].up_to_date();
         mine && consistent && lineage(&self.vols[v].gen, &pv.gen) == Lineage::Newer
+    }
+
+    /// Peer `i`'s ids are strictly newer than ours.
+    pub(super) fn peer_newer(&self, i: usize, v: usize) -> bool {
+        lineage(&self.vols[v].gen, &self.peers[i].vols[v].gen) == Lineage::Older
     }
 
     /// Up to date with no Primary around, we meet a consistent replica with strictly newer

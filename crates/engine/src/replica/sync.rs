@@ -8,7 +8,7 @@ use super::bitmap::BLOCK;
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::generation::{lineage, Lineage};
 use super::msg::{DataRef, Msg, Token};
-use super::peer::{ListState, Peer};
+use super::peer::{out_of_sync, ListState, Peer};
 use super::replicas::Replicas;
 use super::resync::Resync;
 use super::spec::NodeId;
@@ -48,6 +48,11 @@ impl Replicas {
         }
         if was.is_none() {
             self.stale_if_older(i, v, out);
+        }
+        if disk == DiskState::UpToDate && self.role != Role::Primary && self.peer_newer(i, v) {
+            // It is current with newer ids: what we claim it lacks is older than its
+            // data, or from writes that failed; we take its version.
+            self.yield_claims(i, v, out);
         }
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];
@@ -275,6 +280,7 @@ impl Replicas {
             return Ok(());
         }
         let peer = self.peers[i].id;
+        let newer = self.newer_than(i, v);
         let pv = &mut self.peers[i].vols[v];
         if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
             if pv.wrote_apart() || pv.peer_wrote_apart {
@@ -282,6 +288,19 @@ impl Replicas {
                 // apart from the other: two Primaries. Count what it lists; at the end of
                 // its list, stop (see `SplitBrain`).
                 pv.claimed += u64::from(len).div_ceil(BLOCK);
+                return Ok(());
+            }
+            if newer {
+                // Its ids are older than ours: what it claims we lack it kept from before
+                // it fell behind, or holds from a write that failed. Ours is newer there:
+                // it pulls ours (soak seed 110042041: a replica back from a clean stop
+                // claimed blocks the up-to-date one had since pulled from the Primary, and
+                // the two redialled forever).
+                pv.oos.set_range(offset, u64::from(len));
+                if matches!(pv.list, ListState::Sent | ListState::Stale) {
+                    out.push(out_of_sync(peer, v, offset, len));
+                    out.push(out_of_sync(peer, v, 0, 0));
+                }
                 return Ok(());
             }
             // Each lacks writes of a third node, the Primary, which it missed while apart
