@@ -624,7 +624,8 @@ fn pattern_job(offset: u64, span: u64) -> Vec<String> {
 /// gamma (the diskless Primary) wrote 8 MiB without it. Nobody ran `--force`: the nodes
 /// come back, beta's generation ids (changed by gamma before those writes completed) are
 /// newer than alpha's, so beta is the source even though alpha would rank first with the
-/// same ids; every write gamma acknowledged is readable, and the replicas end identical.
+/// same ids (alpha, older, is synced in full); every write gamma acknowledged is readable,
+/// and the replicas end identical.
 #[test]
 fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes() {
     const TEST: &str =
@@ -680,9 +681,11 @@ fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes
     eprintln!(
         "{TEST}: alpha pulled {pulled} bytes after the whole cluster's kill -9 (full {SIZE})"
     );
+    // Older by its ids with no Primary around, alpha is synced in full: it may lack a
+    // write no bitmap names (one in flight to it when it died was known only to gamma).
     assert!(
-        (8 * MIB..SIZE).contains(&pulled),
-        "alpha pulled {pulled} bytes: at least the 8 MiB it missed, not a full resync:\n{}",
+        pulled >= SIZE,
+        "alpha pulled {pulled} bytes, not a full resync of {SIZE}:\n{}",
         c.node("alpha").daemon.log()
     );
     let check = fio(

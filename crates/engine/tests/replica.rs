@@ -1687,11 +1687,11 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
     p.packet(1, &volume(0), &mut out);
     assert_eq!(listed(&out, 1), vec![]);
 
-    // The replica's side: synced by a Secondary while no Primary is connected, it stays
-    // unproven when UpToDate; it tells its peers so.
+    // The replica's side: synced by a Secondary while no Primary is connected (node 2, the
+    // Primary's node, is away), it stays unproven when UpToDate; it tells its peers so.
+    // (With every node met and none Primary it would be proven: nobody knows more.)
     let mut r = Resource::new(spec(1), vec![ReplicaAtStart::Existing]);
     out.clear();
-    r.peer_up(2, &mut out);
     r.peer_up(0, &mut out);
     let says_unproven = |out: &[RAction]| {
         out.iter().any(|a| {
@@ -1721,27 +1721,6 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
     );
     r.packet(
         0,
-        &Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-        &mut out,
-    );
-    // Node 2 is diskless and lists nothing.
-    r.packet(
-        2,
-        &Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::Diskless,
-            flags: 0,
-            gen: Default::default(),
-        },
-        &mut out,
-    );
-    r.packet(
-        2,
         &Packet::OutOfSync {
             volume: 0,
             offset: 0,
@@ -2482,6 +2461,13 @@ fn whole_cluster_meets(a: &mut Resource, b: &mut Resource) -> (Vec<RAction>, Vec
     exchange((0, a, out_a), (1, b, out_b))
 }
 
+fn pulled_bytes(out: &[RAction]) -> u64 {
+    resync_requests(out)
+        .iter()
+        .map(|&(_, l)| u64::from(l))
+        .sum()
+}
+
 fn events(out: &[RAction]) -> Vec<&Event> {
     out.iter()
         .filter_map(|a| match a {
@@ -2539,7 +2525,9 @@ fn the_replica_with_newer_generation_ids_is_the_source() {
         resync_requests(&out_b).is_empty(),
         "the newer replica pulls nothing"
     );
-    assert_eq!(resync_requests(&out_a), vec![(0, 16384)]);
+    // Older by its ids, it may lack writes no bitmap names (one in flight to it when its
+    // link dropped was known only to the Primary): synced in full.
+    assert_eq!(pulled_bytes(&out_a), 1 << 20);
     assert_eq!(
         a.generation(0).unwrap().current,
         9,
@@ -2763,7 +2751,11 @@ fn a_running_replica_with_older_ids_is_synced_from_the_newer_one() {
         resync_requests(&out_c).is_empty(),
         "the newer replica pulls nothing"
     );
-    assert_eq!(resync_requests(&out_r), vec![(0, 8192)]);
+    assert_eq!(
+        pulled_bytes(&out_r),
+        1 << 20,
+        "older by its ids: synced in full"
+    );
     assert!(events(&out_r).iter().any(|e| matches!(
         e,
         Event::DiskChanged {

@@ -71,26 +71,58 @@ pub fn run_family_with(
     let mut stuck = Vec::new();
     let mut cov = Coverage::default();
     for seed in from..from + count {
-        let mut sc = family.scenario(seed);
-        sc.pending_checks = pending_checks;
-        match std::panic::catch_unwind(|| Sim::new(sc).run()) {
+        match run_one(seed, family, pending_checks) {
             Ok(out) => {
                 cov.add(&out);
                 if !out.converged {
                     stuck.push(seed);
                 }
             }
-            Err(e) => {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                return Err(format!("seed {seed} ({}) failed: {msg}", family.name()));
-            }
+            Err(msg) => return Err(format!("seed {seed} ({}) failed: {msg}", family.name())),
         }
     }
     Ok((stuck, cov))
+}
+
+/// What [`run_family_keep_going`] found.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    /// Seeds that ended unconverged (checked for safety only).
+    pub stuck: Vec<u64>,
+    /// What the runs that passed reached.
+    pub coverage: Coverage,
+    /// Seeds that failed, with the first line of their panic message.
+    pub failed: Vec<(u64, String)>,
+}
+
+/// [`run_family_with`], going on past failing seeds (to see how many fail, and how).
+pub fn run_family_keep_going(from: u64, count: u64, family: Family, pending_checks: bool) -> Batch {
+    let mut b = Batch::default();
+    for seed in from..from + count {
+        match run_one(seed, family, pending_checks) {
+            Ok(out) => {
+                b.coverage.add(&out);
+                if !out.converged {
+                    b.stuck.push(seed);
+                }
+            }
+            Err(msg) => b
+                .failed
+                .push((seed, msg.lines().next().unwrap_or_default().to_string())),
+        }
+    }
+    b
+}
+
+fn run_one(seed: u64, family: Family, pending_checks: bool) -> Result<Outcome, String> {
+    let mut sc = family.scenario(seed);
+    sc.pending_checks = pending_checks;
+    std::panic::catch_unwind(|| Sim::new(sc).run()).map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    })
 }
 
 /// What a batch of runs reached, from what the simulator did and what the engines said
@@ -131,6 +163,24 @@ pub struct Coverage {
     /// fdatasyncs started by the nodes' sync plans, and flushes they answered without one.
     pub planned_syncs: u64,
     pub flushes_without_sync: u64,
+    /// Runs in which every node crashed at once, and in which the Primary crashed alone
+    /// (keeping a replica in `diskful_primary_crashes` of them).
+    pub cluster_crashes: u64,
+    pub primary_crashes: u64,
+    pub diskful_primary_crashes: u64,
+    /// Requests in flight at a crash, never answered; acknowledged writes a crash may
+    /// have taken (see `crash.rs`).
+    pub abandoned: u64,
+    pub lossy: u64,
+    /// Promotions of node 0 refused after a crash, and the longest time (simulated) from a
+    /// crash to node 0 being Primary again.
+    pub promote_refusals: u64,
+    pub longest_promotion_us: u64,
+    /// Runs in which a replica was made UpToDate by its generation ids, and such replicas;
+    /// changes of a generation id.
+    pub proven_by_generation_runs: u64,
+    pub proven_by_generation: u64,
+    pub generation_changes: u64,
     pub unconverged: u64,
 }
 
@@ -158,6 +208,16 @@ impl Coverage {
         self.inline_ops += o.inline_ops as u64;
         self.planned_syncs += o.planned_syncs as u64;
         self.flushes_without_sync += o.flushes_without_sync as u64;
+        self.cluster_crashes += hit(o.cluster_crashes);
+        self.primary_crashes += hit(o.primary_crashes);
+        self.diskful_primary_crashes += u64::from(o.diskful_primary_crashed);
+        self.abandoned += o.abandoned as u64;
+        self.lossy += o.lossy as u64;
+        self.promote_refusals += o.promote_refusals as u64;
+        self.longest_promotion_us = self.longest_promotion_us.max(o.promoted_after_us);
+        self.proven_by_generation_runs += hit(o.proven_by_generation);
+        self.proven_by_generation += o.proven_by_generation as u64;
+        self.generation_changes += o.generation_changes as u64;
         self.unconverged += u64::from(!o.converged);
     }
 }
@@ -206,7 +266,25 @@ impl std::fmt::Display for Coverage {
         )?;
         writeln!(
             f,
-            "  failover           not modelled (node 0 stays Primary; comes with quorum)"
+            "  crash              {:>7} runs of every node at once, {} of the Primary alone ({} keeping a replica); {} requests abandoned, {} acknowledged writes it may take (power lost before a flush, protocol A/B)",
+            self.cluster_crashes,
+            self.primary_crashes,
+            self.diskful_primary_crashes,
+            self.abandoned,
+            self.lossy
+        )?;
+        writeln!(
+            f,
+            "  after a crash      {:>7} runs with replicas proven by generation ids ({} replicas); {} promotions refused, Primary again within {} ms at most; {} generation changes",
+            self.proven_by_generation_runs,
+            self.proven_by_generation,
+            self.promote_refusals,
+            self.longest_promotion_us / 1000,
+            self.generation_changes
+        )?;
+        writeln!(
+            f,
+            "  failover           not modelled (node 0 is the only Primary; comes with quorum)"
         )?;
         writeln!(
             f,

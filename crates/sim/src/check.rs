@@ -3,6 +3,7 @@
 
 use crate::disk::SECTOR;
 use crate::Sim;
+use tandem_engine::replica::NodeId;
 use tandem_engine::ReqId;
 
 /// A write as the checker sees it.
@@ -20,6 +21,11 @@ pub(crate) struct WriteRec {
     /// write once sent, so a write that no replica ever received may be lost: only such
     /// writes are exempt from the checks.
     pub(crate) applied: bool,
+    /// The nodes whose disk applied it (bit n: node n).
+    pub(crate) applied_on: u8,
+    /// The peers the Primary sent it to, and on which connection: whether a crash of
+    /// every node may take it (see `crash.rs`).
+    pub(crate) sent: Vec<(NodeId, u64)>,
     pub(crate) zero: bool,
     pub(crate) fua: bool,
     pub(crate) submitted: u64,

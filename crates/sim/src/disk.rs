@@ -41,20 +41,36 @@ pub(crate) struct Disk {
     /// Per volume and sector: the stamp the last completed fdatasync made durable.
     durable: Vec<Vec<u64>>,
     failure: Option<Failure>,
+    /// Writes (and zeroings) so far; per volume and sector, the one that wrote it last;
+    /// the writes the last completed fdatasync covered. A block written since is in the
+    /// activity log even when it holds what is durable again (written, then zeroed).
+    writes: u64,
+    written: Vec<Vec<u64>>,
+    synced_writes: u64,
+}
+
+/// What an fdatasync issued now makes durable at least: per volume the stamp of every
+/// sector, and the writes done so far.
+pub(crate) struct Covers {
+    stamps: Vec<Vec<u64>>,
+    writes: u64,
 }
 
 impl Disk {
     /// Volumes of these sizes in bytes (0: no replica), all zero and durable.
     pub(crate) fn new(sizes: impl Iterator<Item = usize>) -> Disk {
         let vols: Vec<Vec<u8>> = sizes.map(|s| vec![0; s]).collect();
-        let durable = vols
+        let durable: Vec<Vec<u64>> = vols
             .iter()
             .map(|d| vec![0; d.len() / SECTOR as usize])
             .collect();
         Disk {
             vols,
+            written: durable.clone(),
             durable,
             failure: None,
+            writes: 0,
+            synced_writes: 0,
         }
     }
 
@@ -74,22 +90,46 @@ impl Disk {
 
     pub(crate) fn write(&mut self, v: usize, offset: u64, data: &[u8]) {
         self.vols[v][offset as usize..offset as usize + data.len()].copy_from_slice(data);
+        self.wrote(v, offset, data.len() as u64);
     }
 
     pub(crate) fn zero(&mut self, v: usize, offset: u64, len: u64) {
         self.vols[v][offset as usize..(offset + len) as usize].fill(0);
+        self.wrote(v, offset, len);
+    }
+
+    fn wrote(&mut self, v: usize, offset: u64, len: u64) {
+        self.writes += 1;
+        let sectors = (offset / SECTOR) as usize..(offset + len).div_ceil(SECTOR) as usize;
+        self.written[v][sectors].fill(self.writes);
     }
 
     pub(crate) fn read(&self, v: usize, offset: u64, len: u64) -> Vec<u8> {
         self.vols[v][offset as usize..(offset + len) as usize].to_vec()
     }
 
-    /// Per volume, the stamp of every sector now: what an fdatasync issued now makes
-    /// durable at least.
-    pub(crate) fn stamps(&self) -> Vec<Vec<u64>> {
-        self.vols
-            .iter()
-            .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
+    /// What an fdatasync issued now makes durable at least.
+    pub(crate) fn covers(&self) -> Covers {
+        Covers {
+            stamps: self
+                .vols
+                .iter()
+                .map(|d| d.chunks(SECTOR as usize).map(stamp_of).collect())
+                .collect(),
+            writes: self.writes,
+        }
+    }
+
+    /// The 4 KiB blocks of volume `v` written since the writes the last completed
+    /// fdatasync covered, as byte ranges: what the activity log still holds (an extent
+    /// leaves it only once what was written there is durable).
+    pub(crate) fn written_since_sync(&self, v: usize) -> Vec<(u64, u64)> {
+        let per_block = BLOCK / SECTOR as usize;
+        self.written[v]
+            .chunks(per_block)
+            .enumerate()
+            .filter(|(_, sectors)| sectors.iter().any(|&w| w > self.synced_writes))
+            .map(|(b, _)| ((b * BLOCK) as u64, BLOCK as u64))
             .collect()
     }
 
@@ -106,9 +146,10 @@ impl Disk {
             .collect()
     }
 
-    /// An fdatasync issued when the disk held `covers` (see [`Disk::stamps`]) completed.
-    pub(crate) fn synced(&mut self, covers: Vec<Vec<u64>>) {
-        self.durable = covers;
+    /// An fdatasync issued when the disk held `covers` (see [`Disk::covers`]) completed.
+    pub(crate) fn synced(&mut self, covers: Covers) {
+        self.durable = covers.stamps;
+        self.synced_writes = covers.writes;
     }
 
     /// A replaced disk (or a deleted backing file): nothing left.
@@ -119,6 +160,7 @@ impl Disk {
         for d in &mut self.durable {
             d.fill(0);
         }
+        self.synced_writes = self.writes;
     }
 
     /// A power loss: per 4 KiB block, what was written since the last fdatasync is kept,

@@ -68,7 +68,7 @@ impl Sim {
         );
         self.check_no_io_when_detached(node, volume, token, kind);
         let bytes = data.map(|d| self.resolve(node, d, inputs, kind.len() as usize));
-        let covers = (kind == DiskKind::Flush).then(|| self.nodes[i].disk.stamps());
+        let covers = (kind == DiskKind::Flush).then(|| self.nodes[i].disk.covers());
         let op = self.next_op;
         self.next_op += 1;
         let inc = self.nodes[i].incarnation;
@@ -128,6 +128,11 @@ impl Sim {
                 self.detached[node as usize][volume as usize] = true;
                 self.replicas_detached += 1;
             }
+            Event::DiskChanged {
+                why: DiskChange::ProvenByGeneration { .. },
+                ..
+            } => self.crash.proven_by_generation += 1,
+            Event::GenerationChanged { .. } => self.crash.generation_changes += 1,
             _ => {}
         }
         self.note(format!("node {node}: {e}"));

@@ -1,8 +1,9 @@
 //! The fault families a run is drawn from, the engine knobs they draw, and the faults a
-//! run injects (links cut, restarts, power losses, disks failing).
+//! run injects (links cut, restarts, power losses, disks failing; crashes of every node or
+//! of the Primary are in `crash.rs`).
 
 use crate::rng::Rng;
-use crate::{spec, Ev, Scenario, Sim};
+use crate::{spec, Crash, Ev, Scenario, Sim};
 use tandem_engine::replica::{GenIds, NodeId, ReplicaAtStart, Resource, ResyncRates, Role};
 use tandem_engine::sync_plan::SyncPlan;
 
@@ -20,14 +21,25 @@ pub enum Family {
     /// One at a time, restarts being power losses: what a node wrote and did not
     /// fdatasync is kept, lost or torn per 4 KiB block.
     PowerLoss,
+    /// Single faults (with the engine's knobs drawn, as the two families above), plus one
+    /// crash in the middle of the workload (see [`Scenario::crash`]): of every node at
+    /// once, the Primary included (in 70% of the runs), or of the Primary alone. With no
+    /// Primary left the replicas settle among themselves by their generation ids, then
+    /// node 0 is promoted again.
+    ClusterCrash,
+    /// The power-loss family with that crash: a node crashing loses power in 70% of the
+    /// cases, and so what it did not fdatasync.
+    PowerLossClusterCrash,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 6] = [
         Family::Single,
         Family::Overlapping,
         Family::DiskErrors,
         Family::PowerLoss,
+        Family::ClusterCrash,
+        Family::PowerLossClusterCrash,
     ];
 
     /// The run of `seed` in this family. The new families also draw the engine's knobs
@@ -38,18 +50,17 @@ impl Family {
         match self {
             Family::Single => {}
             Family::Overlapping => sc.overlapping_faults = true,
-            Family::DiskErrors | Family::PowerLoss => {
-                let mut r = Rng::new(seed ^ 0xfa17_5eed);
-                sc.knobs.randomize(&mut r);
-                // A stream of its own, so these families keep their schedules: half the
-                // runs pace their resyncs (volumes are 256 KiB here).
-                let mut r = Rng::new(seed ^ 0x7a7e_5eed);
-                if r.chance(0.5) {
-                    sc.knobs.resync_rates = ResyncRates {
-                        min: [0, 64 << 10, 512 << 10][r.below(3) as usize],
-                        max: [0, 1 << 20][r.below(2) as usize],
-                    };
+            Family::ClusterCrash | Family::PowerLossClusterCrash => {
+                if self == Family::ClusterCrash {
+                    sc.knobs = Knobs::drawn(seed);
+                } else {
+                    sc = Family::PowerLoss.scenario(seed);
                 }
+                // A stream of its own: the base family's draws stay as they are.
+                sc.crash = Some(Crash::draw(&mut Rng::new(seed ^ 0xc7a5_0001), sc.ops));
+            }
+            Family::DiskErrors | Family::PowerLoss => {
+                sc.knobs = Knobs::drawn(seed);
                 if self == Family::DiskErrors {
                     sc.disk_errors = true;
                     // A stream of its own: the runs whose disk dies keep their schedules.
@@ -70,6 +81,8 @@ impl Family {
             Family::Overlapping => "overlapping",
             Family::DiskErrors => "disk-errors",
             Family::PowerLoss => "power-loss",
+            Family::ClusterCrash => "cluster-crash",
+            Family::PowerLossClusterCrash => "power-loss+cluster-crash",
         }
     }
 }
@@ -109,6 +122,22 @@ impl Default for Knobs {
 }
 
 impl Knobs {
+    /// The knobs of the families that draw them, from streams of their own (so the first
+    /// two families keep their schedules): half the runs pace their resyncs (volumes are
+    /// 256 KiB here).
+    fn drawn(seed: u64) -> Knobs {
+        let mut knobs = Knobs::default();
+        knobs.randomize(&mut Rng::new(seed ^ 0xfa17_5eed));
+        let mut r = Rng::new(seed ^ 0x7a7e_5eed);
+        if r.chance(0.5) {
+            knobs.resync_rates = ResyncRates {
+                min: [0, 64 << 10, 512 << 10][r.below(3) as usize],
+                max: [0, 1 << 20][r.below(2) as usize],
+            };
+        }
+        knobs
+    }
+
     fn randomize(&mut self, r: &mut Rng) {
         self.ping_interval_ms = [50, 200, 1_000][r.below(3) as usize];
         self.ping_timeout_ms = [50, 100, 500][r.below(3) as usize];
@@ -251,6 +280,11 @@ impl Sim {
         if lost {
             n.disk.wipe();
         }
+        // `tandem node` fdatasyncs every backing file before it serves: what the page cache
+        // kept through a kill -9 is durable before the first flush is answered (seed 97
+        // of the crash family: a fresh sync plan answered it without a sync).
+        let all = n.disk.covers();
+        n.disk.synced(all);
         let found = (0..self.sc.sizes.len())
             .map(|v| match () {
                 _ if !self.sc.replica(node as usize, v) => ReplicaAtStart::None,

@@ -20,12 +20,13 @@
 //! EIO is detached, and the Primary knows it lacks what was written after. The same seed
 //! always gives the same run. Fault families ([`Family`], `faults.rs`): single failures,
 //! overlapping ones, a disk failing with EIO (for good, or one write or fdatasync), power
-//! losses (unsynced writes kept, lost or torn per 4 KiB block); see `docs/ARCHITECTURE.md`
-//! for what each must keep. [`Scenario::pending_checks`] adds the checks of engine gaps
-//! not closed yet.
+//! losses (unsynced writes kept, lost or torn per 4 KiB block), crashes of every node at
+//! once or of the Primary alone (`crash.rs`); see `docs/ARCHITECTURE.md` for what each must
+//! keep. [`Scenario::pending_checks`] adds the checks of engine gaps not closed yet.
 
 mod batch;
 mod check;
+mod crash;
 mod disk;
 mod disk_errors;
 mod driver;
@@ -33,12 +34,14 @@ mod faults;
 mod rng;
 
 pub use batch::{
-    digest_family, digest_seeds, run_family, run_family_with, run_seeds, run_seeds_with, Coverage,
+    digest_family, digest_seeds, run_family, run_family_keep_going, run_family_with, run_seeds,
+    run_seeds_with, Batch, Coverage,
 };
+pub use crash::Crash;
 pub use faults::{Family, Knobs};
 
 use check::{ReadRec, WriteRec};
-use disk::{stamp_of, Disk, SECTOR};
+use disk::{stamp_of, Covers, Disk, SECTOR};
 use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
 use tandem_engine::driver::{DataStore, Inputs};
@@ -104,6 +107,9 @@ pub struct Scenario {
     /// 94017354, 94000749, 94021068) are closed too and always checked.
     pub pending_checks: bool,
     pub knobs: Knobs,
+    /// A crash in the middle of the workload: of every node at once, or of the Primary
+    /// alone (see [`Family::ClusterCrash`]).
+    pub crash: Option<Crash>,
 }
 
 impl Scenario {
@@ -138,6 +144,7 @@ impl Scenario {
             clean_stops: false,
             pending_checks: false,
             knobs: Knobs::default(),
+            crash: None,
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
         let volumes = match r.below(10) {
@@ -204,11 +211,29 @@ pub struct Outcome {
     /// Every replica ended UpToDate and identical. Only overlapping-fault runs may end
     /// without: they then stop after [`STUCK_AFTER_US`] and are checked for safety only.
     pub converged: bool,
+    /// Crashes of every node at once, and of the Primary alone (see [`Scenario::crash`]),
+    /// and whether that Primary kept a replica.
+    pub cluster_crashes: usize,
+    pub primary_crashes: usize,
+    pub diskful_primary_crashed: bool,
+    /// Requests in flight at a crash: never answered, so they may or may not have happened.
+    pub abandoned: usize,
+    /// Acknowledged writes a crash may have taken (a power loss before a flush, or a
+    /// protocol the crash of every node does not cover), checked as in flight since.
+    pub lossy: usize,
+    /// Promotions of node 0 refused after a crash (no replica UpToDate yet), and the
+    /// simulated µs from the crash to its promotion.
+    pub promote_refusals: usize,
+    pub promoted_after_us: u64,
+    /// Replicas made UpToDate by their generation ids (no Primary, no up-to-date replica),
+    /// and changes of a generation id the engines reported.
+    pub proven_by_generation: usize,
+    pub generation_changes: usize,
 }
 
 /// How long (simulated) an overlapping-fault run may stay unconverged after the workload
 /// is done, every request answered and every link healed (or until the event limit, when
-/// it flaps).
+/// it flaps); and how long node 0 may take to be Primary again after a crash.
 pub const STUCK_AFTER_US: u64 = 20_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -221,6 +246,8 @@ enum Ev {
     Heal { a: NodeId, b: NodeId },
     Restart { node: NodeId },
     Promote,
+    Crash,
+    Repromote,
 }
 
 struct DiskOpState {
@@ -231,7 +258,7 @@ struct DiskOpState {
     incarnation: u64,
     /// A flush: per volume, the stamp of every sector when it was issued (what an
     /// fdatasync issued then makes durable at least).
-    covers: Option<Vec<Vec<u64>>>,
+    covers: Option<Covers>,
     /// A sync planned by the node's [`SyncPlan`], covering writes up to this generation.
     sync_gen: Option<u64>,
 }
@@ -331,6 +358,11 @@ pub struct Sim {
     sectors_reverted: usize,
     crash_starts: usize,
     suspect_bytes: u64,
+    /// The crash of [`Scenario::crash`]: where it stands, its draws, what it did.
+    crash: crash::CrashState,
+    /// Flushes that succeeded, by volume and submission order: what a power loss of every
+    /// replica must keep.
+    flushes_done: Vec<(u16, u64)>,
     /// Resync requests sent: a run stuck without an up-to-date replica must not spin.
     resync_reqs: u64,
     /// Connections a node dropped (a conflict it cannot settle yet, then redialled).
@@ -416,6 +448,7 @@ impl Sim {
             })
             .collect();
         let (sc_seed, n_nodes, n_vols) = (sc.seed, sc.diskful.len(), sc.sizes.len());
+        let crashes = sc.crash.is_some();
         let mut sim = Sim {
             rng: Rng::new(sc.seed),
             sc,
@@ -455,6 +488,8 @@ impl Sim {
             sectors_reverted: 0,
             crash_starts: 0,
             suspect_bytes: 0,
+            crash: crash::CrashState::new(sc_seed, crashes),
+            flushes_done: Vec::new(),
             resync_reqs: 0,
             tick_at: None,
             drops: 0,
@@ -601,6 +636,9 @@ impl Sim {
             } => Some(self.resolve(from, d, inputs, len as usize)),
             _ => None,
         };
+        if from == 0 {
+            self.sent_write(to, &msg, payload.as_deref());
+        }
         let packet = msg.to_packet(|_, _| payload.as_deref().unwrap_or(&[]));
         tandem_wire::encode(&packet, &mut buf);
         let delay = 20 + self.rng.below(200);
@@ -698,6 +736,7 @@ impl Sim {
                 let stamp = stamp_of(&data);
                 if let Some(w) = self.writes.iter_mut().find(|w| w.stamp == stamp && !w.zero) {
                     w.applied = true;
+                    w.applied_on |= 1 << node;
                 }
             }
             DiskKind::Zero { offset, len, .. } | DiskKind::Trim { offset, len } => {
@@ -706,6 +745,7 @@ impl Sim {
                     w.zero && w.volume == volume && w.offset == offset && w.len == u64::from(len)
                 }) {
                     w.applied = true;
+                    w.applied_on |= 1 << node;
                 }
             }
             DiskKind::Read { offset, len } => {
@@ -748,7 +788,7 @@ impl Sim {
     fn start_sync(&mut self, node: NodeId, s: SyncStart) {
         self.planned_syncs += 1;
         let n = &mut self.nodes[node as usize];
-        let covers = n.disk.stamps();
+        let covers = n.disk.covers();
         let op = self.next_op;
         self.next_op += 1;
         let st = DiskOpState {
@@ -767,7 +807,7 @@ impl Sim {
 
     /// A planned sync finished: the flush it answers (if any) is told to the engine, and
     /// the next sync the plan needs is started.
-    fn sync_done(&mut self, node: NodeId, gen: u64, covers: Vec<Vec<u64>>) -> Vec<RAction> {
+    fn sync_done(&mut self, node: NodeId, gen: u64, covers: Covers) -> Vec<RAction> {
         let ok = !self.failing(node, DiskKind::Flush);
         if !ok {
             self.replicas_fail(node as usize, None);
@@ -799,6 +839,10 @@ impl Sim {
     // ------------------------------------------------------------------ workload and checks
 
     fn workload(&mut self) {
+        if self.crash.awaits_promotion() {
+            // Node 0 is no Primary until promoted again, which restarts the workload.
+            return;
+        }
         while self.issued < self.sc.ops && self.pending.len() < self.sc.max_in_flight {
             if self.nodes[0].engine.role() != Role::Primary {
                 break;
@@ -833,6 +877,8 @@ impl Sim {
                     order: 0,
                     ok: false,
                     applied: false,
+                    applied_on: 0,
+                    sent: Vec::new(),
                     zero: false,
                     fua,
                     submitted: self.now,
@@ -859,6 +905,8 @@ impl Sim {
                     order: 0,
                     ok: false,
                     applied: false,
+                    applied_on: 0,
+                    sent: Vec::new(),
                     zero: true,
                     fua: false,
                     submitted: self.now,
@@ -921,6 +969,7 @@ impl Sim {
             };
             self.run_actions(0, out, &inputs);
         }
+        self.crash_when_due();
         if self.issued < self.sc.ops {
             let d = 10 + self.rng.below(100);
             self.at(d, Ev::Workload);
@@ -1023,6 +1072,7 @@ impl Sim {
             Pending::Flush { volume, submitted } => {
                 if result.is_ok() {
                     self.check_flush(req, volume, submitted);
+                    self.flushes_done.push((volume, submitted));
                 }
             }
         }
@@ -1074,6 +1124,8 @@ impl Sim {
                 }
             }
             Ev::Restart { node } => self.rejoin(node),
+            Ev::Crash => self.crash(),
+            Ev::Repromote => self.repromote(),
             Ev::Promote => {
                 let mut out = Vec::new();
                 match self.nodes[0].engine.promote(false, &mut out) {
@@ -1209,7 +1261,7 @@ impl Sim {
                     self.tail_log(if self.trace { 1_000_000 } else { 60 })
                 );
             }
-            if self.issued >= self.sc.ops && self.pending.is_empty() {
+            if self.issued >= self.sc.ops && self.pending.is_empty() && !self.crash.outstanding() {
                 // Heal everything so the replicas can converge.
                 let cut: Vec<(NodeId, NodeId)> = self
                     .links
@@ -1253,6 +1305,15 @@ impl Sim {
             flushes_without_sync: self.flushes_without_sync,
             events: self.events,
             converged,
+            cluster_crashes: self.crash.cluster_crashes,
+            primary_crashes: self.crash.primary_crashes,
+            diskful_primary_crashed: self.crash.diskful_primary_crashed,
+            abandoned: self.crash.abandoned,
+            lossy: self.crash.lossy,
+            promote_refusals: self.crash.promote_refusals,
+            promoted_after_us: self.crash.promoted_after_us,
+            proven_by_generation: self.crash.proven_by_generation,
+            generation_changes: self.crash.generation_changes,
         }
     }
 }

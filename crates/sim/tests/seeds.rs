@@ -116,6 +116,122 @@ fn power_losses_lose_nothing_acknowledged() {
     }
 }
 
+/// Every node crashes at once in the middle of the workload, the Primary included (kill
+/// -9, its page cache kept; in the power-loss variant most nodes also lose what no
+/// fdatasync made durable), or in some runs the Primary alone. Requests in flight are
+/// abandoned (no answer: they may or may not have happened); every node restarts from what
+/// its metadata kept, with no Primary, and the replicas must settle among themselves (the
+/// one ranked first by its generation ids UpToDate, the others pulling from it) before
+/// node 0 is promoted again, which must happen within the stuck window; the workload then
+/// goes on. Every write acknowledged, before the crash too, must be there (except, after a
+/// power loss, one no FLUSH or FUA made durable; and after a crash of every node, one a
+/// diskless Primary acknowledged under protocol B before a peer had written it), the
+/// replicas identical, every run converged. 800 seeds of each variant (`TANDEM_SIM_SEEDS`
+/// × 2/5), about 15 s in the test profile; `tandem-sim FROM COUNT --cluster-crash
+/// [--power-loss]` for more.
+#[test]
+#[ignore = "fails today: engine gaps the crash families found (pending seeds in cluster_crash_pending_seeds)"]
+fn cluster_crashes_lose_nothing_acknowledged() {
+    let count = seed_count() * 2 / 5;
+    for family in [Family::ClusterCrash, Family::PowerLossClusterCrash] {
+        match tandem_sim::run_family(0, count, family) {
+            Ok((stuck, cov)) => {
+                eprintln!("{}: {cov}", family.name());
+                assert!(
+                    stuck.is_empty(),
+                    "{}: runs that never converged: {stuck:?}",
+                    family.name()
+                );
+                assert!(
+                    cov.cluster_crashes * 2 >= count,
+                    "too few crashes of every node: {cov}"
+                );
+                assert!(
+                    cov.primary_crashes * 10 >= count,
+                    "too few crashes of the Primary: {cov}"
+                );
+                assert!(
+                    cov.diskful_primary_crashes * 20 >= count,
+                    "too few crashes of a Primary keeping a replica: {cov}"
+                );
+                assert!(
+                    cov.proven_by_generation_runs * 2 >= count,
+                    "too few replicas proven by generation ids: {cov}"
+                );
+                assert!(cov.promote_refusals > 0, "no promotion was refused: {cov}");
+                assert!(
+                    cov.abandoned > 0,
+                    "no request was in flight at a crash: {cov}"
+                );
+                if family == Family::PowerLossClusterCrash {
+                    assert!(cov.power_lost * 2 >= count, "too few power losses: {cov}");
+                    assert!(
+                        cov.lossy > 0,
+                        "no power loss could take an acknowledged write: {cov}"
+                    );
+                }
+            }
+            Err(e) => panic!("{e}"),
+        }
+        for seed in 0..20 {
+            let run = || Sim::new(family.scenario(seed)).run();
+            assert_eq!(run(), run(), "seed {seed}, {family:?}");
+        }
+    }
+}
+
+/// One seed per engine gap the crash families found, each failing today (the family
+/// flags after the seed):
+/// - 52 (`--cluster-crash`): the Primary alone crashes while a write is in flight; one
+///   Secondary wrote it, the other never received it, and nothing reconciles the two
+///   (DRBD resyncs the lost Primary's activity-log extents between the survivors): the
+///   replicas differ for good.
+/// - 40: a replica that was not consistent when every node crashed (being synced) is
+///   synced by the contest's winner and stays unproven; the Primary promoted later sets
+///   all its out-of-sync bits for it on that replica's next `Volume` but lists nothing (only
+///   a first `Volume` does): the run never converges. (1168: a replica back from a clean
+///   stop meanwhile waits for that unproven one for good, and node 0 is never promoted.)
+/// - 117: two replicas that restored bitmaps (with their activity logs) against each other
+///   meet only after both were synced from the winner: each lists the other its stale
+///   claims, "each replica lacks writes of the Primary that the other has", and they drop
+///   and redial forever.
+/// - 97: a node's `SyncPlan` starts clean after the crash, so the first FLUSH is answered
+///   without an fdatasync while the page cache still holds writes acknowledged before the
+///   crash (kill -9): acknowledged, flushed, durable nowhere.
+/// - 381: the Primary alone crashes and, promoted again while pulling its crashed extents,
+///   writes a range whose resync reply (read on the peer before that write reached it)
+///   lands after it, over the newer data: an acknowledged write lost.
+/// - 738: only a diskless Primary knew which writes a cut-off Secondary missed; after a
+///   crash of every node that Secondary is older by its ids, but is synced only from the
+///   winner's bitmaps, which do not name them, and takes the winner's ids: it serves stale
+///   data as UpToDate (no bitmap is tied to the ids it covers, as DRBD's bitmap UUID).
+/// - 2693: under a diskless Primary, a write in flight when every node crashed was
+///   written and synced on one Secondary (its activity log may let go of it then) and
+///   never reached the other; nothing names it: the replicas differ.
+/// - 2925 (`--power-loss --cluster-crash`): a replica not consistent at the crash is
+///   synced from a contender that is itself being synced, and ends UpToDate before the
+///   contest is settled; the real winner then pulls from it and takes its older ids.
+///
+/// And with `--pending-checks`, 35: a crashed Primary's activity log let go of a
+/// protocol-A write once answered (written and synced there) while the peer had not
+/// received it; nothing records that the peer lacks it.
+#[test]
+#[ignore = "engine gaps found by the crash families (seeds 52, 40, 117, 97, 381, 738, 2693, 2925)"]
+fn cluster_crash_pending_seeds() {
+    for (seed, family) in [
+        (52, Family::ClusterCrash),
+        (40, Family::ClusterCrash),
+        (117, Family::ClusterCrash),
+        (97, Family::ClusterCrash),
+        (381, Family::ClusterCrash),
+        (738, Family::ClusterCrash),
+        (2693, Family::ClusterCrash),
+        (2925, Family::PowerLossClusterCrash),
+    ] {
+        Sim::new(family.scenario(seed)).run();
+    }
+}
+
 /// Two engine gaps the disk-errors family found, now closed and checked in every run:
 /// seed 683, a peer's write that waited behind an overlapping one when node 1's replica
 /// detached (its fdatasync failed) was issued to the detached disk when the first landed
@@ -131,10 +247,15 @@ fn power_losses_lose_nothing_acknowledged() {
 /// the replica stayed UpToDate (now a failed peer or resync read detaches it too); soak
 /// seeds 94000749 and 94021068, a sync started ahead of a flush failed with no flush
 /// waiting, and writes kept going to the failed disk until the next flush (now
-/// `Resource::sync_failed` detaches at once).
+/// `Resource::sync_failed` detaches at once); soak seed 110042041, a replica back from a
+/// clean stop listed blocks it had marked for the other, which had since pulled them from
+/// the Primary and was up to date with newer generation ids: the two redialled forever
+/// (now the newer one lists them back, and the older one takes its version).
 #[test]
 fn disk_errors_regressions() {
-    for seed in [683, 90004521, 94003653, 94017354, 94000749, 94021068] {
+    for seed in [
+        683, 90004521, 94003653, 94017354, 94000749, 94021068, 110042041,
+    ] {
         if let Err(e) = tandem_sim::run_family_with(seed, 1, Family::DiskErrors, false) {
             panic!("{e}");
         }
@@ -170,12 +291,15 @@ fn disk_errors_regressions() {
 /// Seed 101022420: a Secondary cut off before any write came back after a crash while
 /// the other, which had every write since, crashed too; the only knowledge of what the
 /// first missed was the second's bitmap, dropped at its crash (a crashed replica now
-/// restores the bitmaps its metadata kept).
+/// restores the bitmaps its metadata kept). Seed 109066599: a write failed after its only
+/// target received and wrote it; nobody marked the replica that was away, which kept an
+/// older write there protected from resync data (a write some replica received now marks
+/// the replicas that never got it).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
         31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754, 60017710, 60032299,
-        80045903, 80087183, 101022420,
+        80045903, 80087183, 101022420, 109066599,
     ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;
@@ -238,7 +362,11 @@ fn new_cluster_regressions() {
 #[test]
 fn a_seed_reproduces_exactly() {
     for seed in 0..100 {
-        for family in Family::ALL {
+        // The crash families are checked in their own test.
+        for family in Family::ALL
+            .into_iter()
+            .filter(|f| f.scenario(seed).crash.is_none())
+        {
             let run = || Sim::new(family.scenario(seed)).run();
             assert_eq!(run(), run(), "seed {seed}, {family:?}");
         }
@@ -272,6 +400,7 @@ fn every_protocol_and_shape_without_faults() {
                 clean_stops: false,
                 pending_checks: false,
                 knobs: Knobs::default(),
+                crash: None,
             };
             let out = Sim::new(sc).run();
             assert_eq!(out.failed, 0, "{protocol:?}: nothing fails without faults");
@@ -308,6 +437,7 @@ fn several_volumes_of_different_sizes_without_faults() {
                 clean_stops: false,
                 pending_checks: false,
                 knobs: Knobs::default(),
+                crash: None,
             };
             let out = Sim::new(sc).run();
             assert_eq!(out.failed, 0, "{protocol:?}: nothing fails without faults");
@@ -357,6 +487,7 @@ fn a_flush_is_answered_only_by_replicas_of_its_volume() {
             clean_stops: false,
             pending_checks: false,
             knobs: Knobs::default(),
+            crash: None,
         };
         Sim::new(sc).run();
     }
@@ -404,6 +535,7 @@ fn a_resync_interrupted_by_a_flapping_link_pulls_what_was_listed_again() {
             clean_stops: false,
             pending_checks: false,
             knobs: Knobs::default(),
+            crash: None,
         };
         Sim::new(sc).run();
     }

@@ -201,6 +201,12 @@ pub(super) fn open_replica(
             (backing, target, md_existed)
         }
     };
+    // What the page cache kept of writes acknowledged before a kill -9 is made durable
+    // before anything is served: a flush after the start must cover them, and the sync
+    // plan starts knowing of no write (seed 97 of the simulator's crash family).
+    backing
+        .sync_data()
+        .with_context(|| format!("{}: fdatasync of {} at start", what(), disk.display()))?;
     let (placement, locate) = placement_of(meta_disk, vc.size);
     let peers = diskful_peers(cfg, v, me);
     if !md_existed {

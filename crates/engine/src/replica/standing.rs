@@ -187,6 +187,25 @@ impl Replicas {
         mine && consistent && lineage(&self.vols[v].gen, &pv.gen) == Lineage::Newer
     }
 
+    /// Back from a restart ourselves, with no Primary around, a consistent peer whose ids
+    /// are older than ours missed writes that only a Primary may have known of (one in
+    /// flight to it when its link dropped is in no replica's bitmap: crash-family seed
+    /// 738), and that Primary's knowledge is likely gone with the cluster: it is listed
+    /// in full, not only what our bitmaps name. (DRBD ties a bitmap to the ids it records
+    /// changes against; ours do not say that yet. A running replica meeting an older one
+    /// lists its bitmap: the Primary, alive, lists what it knows.)
+    pub(super) fn full_sync_if_older(&mut self, i: usize, v: usize) {
+        let restarted = self.vols[v].standing.is_some();
+        if !restarted
+            || self.role == Role::Primary
+            || self.peers.primary().is_some()
+            || !self.newer_than(i, v)
+        {
+            return;
+        }
+        self.peers[i].vols[v].oos.set_all();
+    }
+
     /// Peer `i`'s ids are strictly newer than ours.
     pub(super) fn peer_newer(&self, i: usize, v: usize) -> bool {
         lineage(&self.vols[v].gen, &self.peers[i].vols[v].gen) == Lineage::Older

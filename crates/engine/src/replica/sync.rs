@@ -48,6 +48,7 @@ impl Replicas {
         }
         if was.is_none() {
             self.stale_if_older(i, v, out);
+            self.full_sync_if_older(i, v);
         }
         if disk == DiskState::UpToDate && self.role != Role::Primary && self.peer_newer(i, v) {
             // It is current with newer ids: what we claim it lacks is older than its
@@ -452,9 +453,17 @@ impl Replicas {
         current
             .or_else(|| candidate(DiskState::UpToDate))
             .or_else(|| {
+                // Nor from a replica that restarted and is being synced itself: unsettled
+                // (crash-family seed 2925: a replica pulled from one, was UpToDate before
+                // the contest ended, and the winner then took its older ids).
                 (!contender)
                     .then(|| candidate(DiskState::Inconsistent))
                     .flatten()
+                    .filter(|&id| {
+                        self.peers
+                            .get(id)
+                            .is_none_or(|p| p.vols[v].standing.is_none())
+                    })
             })
     }
 
@@ -623,11 +632,28 @@ impl Replicas {
         }
         // A connected Primary has told us all we lack: what we hold now is proven current.
         let all_met_no_primary = self.peers.primary().is_none() && self.all_met(v);
-        if all_met_no_primary && self.vols[v].suspect.is_some() {
-            // Pulled what every node knew we missed, and our suspect ranges, from a
-            // current replica: current.
+        let source_current = rs
+            .source
+            .and_then(|s| self.peers.get(s))
+            .is_some_and(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate));
+        if all_met_no_primary && (self.vols[v].suspect.is_some() || source_current) {
+            // Pulled what every node knew we missed, and our suspect ranges (or, unproven,
+            // everything), from a current replica, with no Primary anywhere to know more:
+            // current (crash-family seed 40: a replica synced so stayed unproven, and a
+            // Primary met later marked all of it without ever listing it).
             self.vols[v].unproven = false;
             self.vols[v].suspect = None;
+        }
+        if all_met_no_primary && source_current && self.vols[v].standing.is_some() {
+            // Ranked below the source and synced from it: it is the reference, and its own
+            // lists name what the others lack. What we restored of what they lack is
+            // older (crash-family seed 117: two replicas synced so listed each other stale
+            // claims and redialled forever).
+            let size = self.vols[v].size;
+            for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
+                p.vols[v].oos.clear_range(0, size);
+                p.vols[v].apart = None;
+            }
         }
         if self
             .peers

@@ -1,38 +1,50 @@
 //! `tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss]
-//! [--pending-checks] [--digest]`: runs simulation seeds of one fault family until one fails
-//! (exit 1, with the seed and its history) or all pass, then prints what the runs covered.
-//! A failing seed reruns identically: `tandem-sim <seed> 1 [family flag]`. Without a flag,
-//! single faults (links cut, secondaries restarted, one at a time); `--overlapping` injects
-//! faults while earlier ones still heal; `--disk-errors` fails one node's disk (for good,
-//! or one write or fdatasync); `--power-loss` makes restarts lose what was not
-//! fdatasync'ed. `--pending-checks` adds the checks of engine gaps not fixed yet. Runs that
-//! cannot converge (a known gap until persistent metadata) are checked for safety only and
-//! listed.
+//! [--cluster-crash] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
+//! of one fault family until one fails (exit 1, with the seed and its history) or all
+//! pass, then prints what the runs covered. A failing seed reruns identically: `tandem-sim
+//! <seed> 1 [family flags]`. Without a flag, single faults (links cut, secondaries
+//! restarted, one at a time); `--overlapping` injects faults while earlier ones still heal;
+//! `--disk-errors` fails one node's disk (for good, or one write or fdatasync);
+//! `--power-loss` makes restarts lose what was not fdatasync'ed; `--cluster-crash` (alone,
+//! or with `--power-loss`) crashes every node at once in the middle of the workload (in
+//! some runs the Primary alone): with no Primary left the replicas settle among
+//! themselves, then node 0 is promoted again. `--pending-checks` adds the checks of engine
+//! gaps not fixed yet. `--keep-going` runs every seed and lists the failing ones (one line
+//! each) instead of stopping at the first. Runs that cannot converge (a known gap until
+//! persistent metadata) are checked for safety only and listed.
 
 use tandem_sim::Family;
 
-const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss] [--pending-checks] [--digest]";
+const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss] [--cluster-crash] [--pending-checks] [--keep-going] [--digest]";
 
 fn main() {
     let mut family = Family::Single;
+    let mut cluster_crash = false;
     let mut digest = false;
     let mut pending = false;
+    let mut keep_going = false;
     let mut args = Vec::new();
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--overlapping" => family = Family::Overlapping,
             "--disk-errors" => family = Family::DiskErrors,
             "--power-loss" => family = Family::PowerLoss,
+            "--cluster-crash" => cluster_crash = true,
             "--pending-checks" => pending = true,
+            "--keep-going" => keep_going = true,
             "--digest" => digest = true,
             _ => match a.parse::<u64>() {
                 Ok(n) => args.push(n),
-                Err(_) => {
-                    eprintln!("tandem-sim: {a:?} is not a seed number or a flag ({USAGE})");
-                    std::process::exit(2);
-                }
+                Err(_) => fail(&format!("{a:?} is not a seed number or a flag")),
             },
         }
+    }
+    if cluster_crash {
+        family = match family {
+            Family::Single => Family::ClusterCrash,
+            Family::PowerLoss => Family::PowerLossClusterCrash,
+            _ => fail("--cluster-crash combines with --power-loss only"),
+        };
     }
     let first = args.first().copied().unwrap_or(0);
     let count = args.get(1).copied().unwrap_or(100_000);
@@ -40,6 +52,27 @@ fn main() {
     if digest {
         let d = tandem_sim::digest_family(first, count, family);
         println!("{count} seeds from {first}: digest {d:016x}");
+        return;
+    }
+    if keep_going {
+        // One line per failing seed: each would otherwise print its history.
+        std::panic::set_hook(Box::new(|_| {}));
+        let b = tandem_sim::run_family_keep_going(first, count, family, pending);
+        println!(
+            "{count} {} seeds from {first} run in {:.1?}: {} passed, {} failed",
+            family.name(),
+            start.elapsed(),
+            count - b.failed.len() as u64,
+            b.failed.len()
+        );
+        for (seed, msg) in &b.failed {
+            println!("  FAILED {seed}: {msg}");
+        }
+        println!("{}", b.coverage);
+        print_stuck(&b.stuck);
+        if !b.failed.is_empty() {
+            std::process::exit(1);
+        }
         return;
     }
     match tandem_sim::run_family_with(first, count, family, pending) {
@@ -50,16 +83,25 @@ fn main() {
                 start.elapsed()
             );
             println!("{coverage}");
-            if !stuck.is_empty() {
-                println!(
-                    "{} did not converge (safety checked only): {stuck:?}",
-                    stuck.len()
-                );
-            }
+            print_stuck(&stuck);
         }
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(1);
         }
     }
+}
+
+fn print_stuck(stuck: &[u64]) {
+    if !stuck.is_empty() {
+        println!(
+            "{} did not converge (safety checked only): {stuck:?}",
+            stuck.len()
+        );
+    }
+}
+
+fn fail(why: &str) -> ! {
+    eprintln!("tandem-sim: {why} ({USAGE})");
+    std::process::exit(2);
 }
