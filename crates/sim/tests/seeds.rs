@@ -194,12 +194,18 @@ fn cluster_crashes_lose_nothing_acknowledged() {
 ///   Primary is around: no bitmap is tied to the ids it covers yet, as DRBD's bitmap UUID).
 /// - 2925 (`--power-loss`): a replica not consistent at the crash pulled from a contender
 ///   that was itself being synced (now an unsettled replica is no source).
+/// - 117: two replicas that restored bitmaps (with their activity logs) against each other
+///   were synced from the winner, then met: each listed the other its stale claims, "each
+///   replica lacks writes of the Primary that the other has", and they redialled forever
+///   (now a restarted replica synced from the reference, or under a Primary's list, drops
+///   what it restored of what the others lack).
 #[test]
 fn cluster_crash_regressions() {
     for (seed, family) in [
         (40, Family::ClusterCrash),
         (97, Family::ClusterCrash),
         (738, Family::ClusterCrash),
+        (117, Family::ClusterCrash),
         (2925, Family::PowerLossClusterCrash),
     ] {
         Sim::new(family.scenario(seed)).run();
@@ -207,16 +213,12 @@ fn cluster_crash_regressions() {
 }
 
 /// One seed per engine gap the crash families found that is still open, each failing
-/// today (about 3.6% of `--cluster-crash` seeds, 72 of 0..2000, after the fixes above):
+/// today (about 3.2% of `--cluster-crash` seeds, 64 of 0..2000, after the fixes above):
 /// - 52 (`--cluster-crash`): the Primary alone crashes while a write is in flight; one
 ///   Secondary wrote it, the other never received it, and nothing reconciles the two
 ///   (DRBD's peer acks tell Secondaries which writes every replica has; those not yet
 ///   acknowledged are resynced between the survivors when the Primary is lost): the
 ///   replicas differ for good. The largest class (about 60% of the failures).
-/// - 117: two replicas that restored bitmaps (with their activity logs) against each other
-///   list each other stale claims with the same ids, "each replica lacks writes of the
-///   Primary that the other has", and drop and redial forever (dropping the claims of a
-///   replica synced from the winner did not close it).
 /// - 381: the Primary alone crashes and, promoted again while pulling its crashed extents,
 ///   writes a range whose resync reply (read on the peer before that write reached it)
 ///   lands after it, over the newer data: an acknowledged write lost.
@@ -228,11 +230,10 @@ fn cluster_crash_regressions() {
 /// protocol-A write once answered (written and synced there) while the peer had not
 /// received it; nothing records that the peer lacks it.
 #[test]
-#[ignore = "engine gaps found by the crash families (seeds 52, 117, 381, 2693)"]
+#[ignore = "engine gaps found by the crash families (seeds 52, 381, 2693)"]
 fn cluster_crash_pending_seeds() {
     for (seed, family) in [
         (52, Family::ClusterCrash),
-        (117, Family::ClusterCrash),
         (381, Family::ClusterCrash),
         (2693, Family::ClusterCrash),
     ] {

@@ -644,11 +644,17 @@ impl Replicas {
             self.vols[v].unproven = false;
             self.vols[v].suspect = None;
         }
-        if all_met_no_primary && source_current && self.vols[v].standing.is_some() {
-            // Ranked below the source and synced from it: it is the reference, and its own
-            // lists name what the others lack. What we restored of what they lack is
-            // older (crash-family seed 117: two replicas synced so listed each other stale
-            // claims and redialled forever).
+        let under_primary = self
+            .peers
+            .up()
+            .any(|p| p.role == Role::Primary && p.vols[v].listed);
+        let settled = (all_met_no_primary && source_current) || under_primary;
+        if settled && self.vols[v].standing.is_some() {
+            // Back from a restart and synced from the reference (the contest's winner, or
+            // under a Primary's list): its own lists, and the Primary's, name what the
+            // others lack. What we restored of what they lack is older (crash-family seed
+            // 117: two replicas synced so listed each other stale claims and redialled
+            // forever).
             let size = self.vols[v].size;
             for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
                 p.vols[v].oos.clear_range(0, size);
