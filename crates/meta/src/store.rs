@@ -260,8 +260,7 @@ impl<T: MetaTarget> MetaStore<T> {
         for slot in [first, 1 - first] {
             self.current[slot] = false;
             let off = self.layout.superblock_offset(slot);
-            self.write_op("superblock write", &block[..], off)?;
-            self.sync_op("superblock sync")?;
+            self.write_durable_op("superblock write", &block[..], off)?;
             self.current[slot] = true;
             if slot == first {
                 // From here a crash loads the new version: it is the store's state.
@@ -446,6 +445,13 @@ impl<T: MetaTarget> MetaStore<T> {
         debug_assert!(off.is_multiple_of(MD_BLOCK) && (buf.len() as u64).is_multiple_of(MD_BLOCK));
         self.target
             .write_at(buf, off)
+            .map_err(|source| io_err(&self.name(), op, off, buf.len() as u64, source))
+    }
+
+    fn write_durable_op(&self, op: &'static str, buf: &[u8], off: u64) -> Result<(), MetaError> {
+        debug_assert!(off.is_multiple_of(MD_BLOCK) && (buf.len() as u64).is_multiple_of(MD_BLOCK));
+        self.target
+            .write_durable_at(buf, off)
             .map_err(|source| io_err(&self.name(), op, off, buf.len() as u64, source))
     }
 

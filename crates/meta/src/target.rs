@@ -16,6 +16,12 @@ pub trait MetaTarget {
     fn write_at(&self, buf: &[u8], off: u64) -> io::Result<()>;
     /// Makes every completed write durable.
     fn sync(&self) -> io::Result<()>;
+    /// Writes all of `buf` at `off` and makes that write durable (a target may leave
+    /// other writes as they are: internal metadata does not flush the volume's data).
+    fn write_durable_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        self.write_at(buf, off)?;
+        self.sync()
+    }
     /// Bytes the target holds (the superblock's offsets are checked against it).
     fn size(&self) -> io::Result<u64>;
     /// Names the target in errors, e.g. its path.
