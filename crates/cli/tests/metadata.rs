@@ -259,6 +259,20 @@ fn scripts_run_twice_over_the_same_state_needs_no_force() {
     }
 }
 
+/// The configuration tweak that gives beta a meta-disk of its own: `<its disk>.md`.
+fn beta_meta_on_its_own_file(node: &str, text: String) -> String {
+    if node != "beta" {
+        return text;
+    }
+    let line = text
+        .lines()
+        .find(|l| l.contains("disk = ") && l.contains("/beta/"))
+        .expect("beta's disk line")
+        .to_string();
+    let path = line.split('"').nth(1).expect("a quoted path").to_string();
+    text.replace(&line, &format!("{line}\n  meta-disk = \"{path}.md\""))
+}
+
 /// Beta keeps its metadata in a file of its own; its backing file is deleted while it is
 /// stopped (a replaced disk). The old metadata, which says "stopped cleanly, consistent",
 /// describes data that is gone: it must not vouch for the new file of zeroes. Beta is
@@ -269,23 +283,12 @@ fn external_metadata_does_not_vouch_for_a_new_backing_file() {
     if !require_fio_nbd(TEST) {
         return;
     }
-    let tweak = |node: &str, text: String| {
-        if node != "beta" {
-            return text;
-        }
-        let line = text
-            .lines()
-            .find(|l| l.contains("disk = ") && l.contains("/beta/"))
-            .expect("beta's disk line")
-            .to_string();
-        let path = line.split('"').nth(1).expect("a quoted path").to_string();
-        text.replace(&line, &format!("{line}\n  meta-disk = \"{path}.md\""))
-    };
+
     let mut c = Cluster::start_with(
         TEST,
         Setup {
             size: SIZE,
-            tweak: &tweak,
+            tweak: &beta_meta_on_its_own_file,
             ..Setup::new("C", &NODES)
         },
     );
@@ -755,23 +758,12 @@ fn a_failed_metadata_write_detaches_the_replica() {
         skip(TEST, "needs root for loop devices");
         return;
     }
-    let external = |node: &str, text: String| {
-        if node != "beta" {
-            return text;
-        }
-        let line = text
-            .lines()
-            .find(|l| l.contains("disk = ") && l.contains("/beta/"))
-            .expect("beta's disk line")
-            .to_string();
-        let path = line.split('"').nth(1).expect("a quoted path").to_string();
-        text.replace(&line, &format!("{line}\n  meta-disk = \"{path}.md\""))
-    };
+
     let mut c = Cluster::start_with(
         TEST,
         Setup {
             size: SIZE,
-            tweak: &external,
+            tweak: &beta_meta_on_its_own_file,
             ..Setup::new("C", &NODES)
         },
     );
