@@ -2156,6 +2156,88 @@ fn a_replica_back_from_a_crash_waits_for_a_primary() {
     assert_eq!(synced_bytes(&b), Some(4096), "{b:?}");
 }
 
+/// Regression (simulator seed 381, `--cluster-crash`): a Primary back from a crash,
+/// promoted while pulling its activity log's extents, writes into one of them while a
+/// resync request for it is out; the reply, read at the source before that write reached
+/// it, comes after and must not land over the newer data (DRBD's rule), as on a Secondary.
+#[test]
+fn a_primary_pulling_its_crashed_extents_keeps_its_own_newer_writes() {
+    let mut alpha = node(0);
+    let mut beta = node(1);
+    connect((0, &mut alpha), (1, &mut beta));
+    let mut out = Vec::new();
+    alpha.peer_down(1, &mut out);
+    let mut beta = crashed(1, &[(0, 8192)]);
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    let mut out = Vec::new();
+    beta.promote(false, &mut out).unwrap();
+    assert_eq!(beta.disk(0), DiskState::Inconsistent, "{out:?}");
+    let (id, offset, len) = out
+        .iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer: 0,
+                msg: Msg::ResyncReq {
+                    id, offset, len, ..
+                },
+            } => Some((*id, *offset, *len)),
+            _ => None,
+        })
+        .expect("the new Primary pulls its suspect ranges");
+    assert_eq!((offset, len), (0, 8192));
+    // The application writes sector 8 while that request is out; the write lands here.
+    out.clear();
+    let write = Io::Write {
+        offset: 4096,
+        len: 512,
+        fua: false,
+    };
+    beta.submit(ReqId(1), 0, write, &mut out);
+    let landed = run_disk(&mut beta, &out);
+    assert!(
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Disk {
+                token: Token::App(ReqId(1)),
+                ..
+            }
+        )),
+        "{out:?}"
+    );
+    // Alpha had read the range before the write reached it: the reply holds older data.
+    let mut out = Vec::new();
+    beta.packet(
+        0,
+        &Packet::ResyncReply {
+            volume: 0,
+            id,
+            offset,
+            errno: 0,
+            data: &[0; 8192],
+        },
+        &mut out,
+    );
+    let written: Vec<(u64, u32)> = out
+        .iter()
+        .filter_map(|a| match a {
+            RAction::Disk {
+                token: Token::ResyncWrite { .. },
+                kind: DiskKind::Write { offset, len },
+                ..
+            } => Some((*offset, *len)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        written,
+        vec![(0, 4096), (4608, 8192 - 4608)],
+        "the rest of the range is written, not the sector the Primary wrote: {out:?} {landed:?}"
+    );
+}
+
 /// A replica back from a crash tells its peers it pulls its suspect ranges itself: an
 /// up-to-date Primary lists it only what it missed (the flag), where one without that
 /// flag (no metadata) is listed everything.

@@ -161,6 +161,15 @@ impl Requests {
             rep.vols[v]
                 .apply
                 .write(volume, token, shape.kind, data, false, out);
+            // And a resync reply for this range still to come may have been read at its
+            // source before this write got there: older data, which must not land over
+            // it (DRBD's rule), as a Secondary protects what the Primary wrote to it
+            // (`receive_write`). Simulator seed 381: back from a crash and promoted while
+            // pulling its activity log's extents, the Primary wrote into one, and the
+            // reply, read on the peer before the write reached it, landed after it.
+            if let Some(rs) = rep.vols[v].resync.as_mut() {
+                rs.fresh.set_range(shape.offset, u64::from(shape.len));
+            }
         }
         self.replicate(rep, req, &shape, &mut w, data, out);
         self.writes.begin(req, w);

@@ -20,9 +20,9 @@ pub(super) struct Resync {
     pub(super) cursor: u64,
     pub(super) outstanding: BTreeMap<u64, (u64, u32)>,
     pub(super) writes_pending: usize,
-    /// Sectors written by the application since the resync started: current here, so
-    /// resync data (possibly read before that write reached the source) must not overwrite
-    /// them.
+    /// Sectors written by the application since the resync started (here as Primary, or
+    /// replicated to us): current here, so resync data (possibly read before that write
+    /// reached the source) must not overwrite them.
     pub(super) fresh: Bitmap,
     /// Peers that started listing what we lack and have not ended their list: until they
     /// do, we do not know all we lack.
