@@ -481,24 +481,22 @@ fn an_invalidated_replica_is_synced_in_full() {
     c.assert_replicas_identical();
 }
 
-/// Metadata on persistent memory (`meta-disk = "pmem:/path"`, here a file on /dev/shm,
-/// which emulates its latency): beta, killed with kill -9 after writes, comes back
-/// `Crashed` from its mapped activity log and pulls only what it names and what it
-/// missed, as with metadata on its disk; the log says the file is not DAX.
-#[test]
-fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
-    const TEST: &str = "metadata::metadata_on_pmem_bounds_a_crash_like_metadata_on_disk";
-    if !require_fio_nbd(TEST) {
-        return;
-    }
+/// The cluster of `start`, beta's metadata on a `pmem:` file in /dev/shm (named by
+/// `name`; the test removes it) plus `extra` lines in beta's volume; `None` (the test
+/// skipped) without /dev/shm.
+fn start_with_beta_on_pmem(
+    test: &'static str,
+    name: &str,
+    extra: &'static str,
+) -> Option<(Cluster, std::path::PathBuf)> {
     let shm = std::path::Path::new("/dev/shm");
     if !shm.is_dir() {
-        skip(TEST, "no /dev/shm");
-        return;
+        skip(test, "no /dev/shm");
+        return None;
     }
-    let md = shm.join(format!("tandem-test-{}-beta.md", std::process::id()));
+    let md = shm.join(format!("tandem-test-{}-{name}.md", std::process::id()));
     let _ = std::fs::remove_file(&md);
-    let md_line = format!("\n  meta-disk = \"pmem:{}\"", md.display());
+    let md_line = format!("\n  meta-disk = \"pmem:{}\"{extra}", md.display());
     let tweak = move |node: &str, text: String| {
         if node != "beta" {
             return text;
@@ -511,7 +509,7 @@ fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
         text.replace(&line, &format!("{line}{md_line}"))
     };
     let mut c = Cluster::start_with(
-        TEST,
+        test,
         Setup {
             size: SIZE,
             tweak: &tweak,
@@ -519,6 +517,22 @@ fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
         },
     );
     c.wait_connected();
+    Some((c, md))
+}
+
+/// Metadata on persistent memory (`meta-disk = "pmem:/path"`, here a file on /dev/shm,
+/// which emulates its latency): beta, killed with kill -9 after writes, comes back
+/// `Crashed` from its mapped activity log and pulls only what it names and what it
+/// missed, as with metadata on its disk; the log says the file is not DAX.
+#[test]
+fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
+    const TEST: &str = "metadata::metadata_on_pmem_bounds_a_crash_like_metadata_on_disk";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let Some((mut c, md)) = start_with_beta_on_pmem(TEST, "beta", "") else {
+        return;
+    };
     write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 11);
     c.wait_in_sync(SYNC_TIMEOUT);
     assert!(md.exists(), "beta's pmem meta-disk {}", md.display());
@@ -537,6 +551,111 @@ fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
     assert!(
         total > 0 && total <= 12 * MIB,
         "beta pulled {total} bytes:\n{log}"
+    );
+    c.assert_replicas_identical();
+}
+
+/// Metadata on persistent memory keeps an unsynced map (issue 14 item 5): an extent that
+/// leaves beta's activity log (7 extents of the 16) while writes to it sit in the page
+/// cache is recorded there instead of waiting for an fdatasync. After a kill -9 (the same
+/// boot: the page cache kept those writes) beta pulls only its log's extents; after a crash
+/// in another boot (its superblock's boot id changed, as a power loss would find it) it
+/// pulls the map's extents as well. Each time the replicas end identical.
+#[test]
+fn pmem_metadata_records_evicted_extents_and_only_another_boot_pulls_them() {
+    const TEST: &str =
+        "metadata::pmem_metadata_records_evicted_extents_and_only_another_boot_pulls_them";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let Some((mut c, md)) = start_with_beta_on_pmem(TEST, "beta-unsynced", "\n  al-extents = 7")
+    else {
+        return;
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    // What beta's metadata names after a kill: (log's extents, map's extents, union).
+    let killed = |c: &mut Cluster, seed: u64| {
+        write_random(c, "gamma", 8 * MIB, seed);
+        c.wait_in_sync(SYNC_TIMEOUT);
+        c.node_mut("beta").daemon.kill9();
+        let dump = c.replica_tool("beta", &["dump-md", "r0"]);
+        dump.expect_success();
+        let json: serde_json::Value = serde_json::from_str(&dump.stdout).unwrap();
+        assert_eq!(
+            json["superblock"]["boot_id"].as_str(),
+            Some(boot.trim()),
+            "{}",
+            dump.stdout
+        );
+        let list = |v: &serde_json::Value| -> Vec<u64> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e.as_u64().unwrap())
+                .collect()
+        };
+        let hot = list(&json["activity_log"]["hot_extents"]);
+        let map = list(&json["unsynced_extents"]);
+        let mut all = hot.clone();
+        all.extend(&map);
+        all.sort_unstable();
+        all.dedup();
+        (hot, map, all)
+    };
+    let restart = |c: &mut Cluster| {
+        let beta = c.node_mut("beta");
+        beta.daemon.restart();
+        beta.daemon.wait_ready(READY_TIMEOUT);
+        c.wait_in_sync(SYNC_TIMEOUT);
+        let log = c.node("beta").daemon.log();
+        log[log.rfind("==== test harness: start").unwrap_or(0)..].to_string()
+    };
+
+    let (hot, map, _) = killed(&mut c, 21);
+    assert!(
+        !map.is_empty() && hot.len() <= 7,
+        "8 MiB of random writes over 16 extents evict some from a log of 7: log {hot:?}, map {map:?}"
+    );
+    let log = restart(&mut c);
+    let said = format!("names {} extents ({} MiB)", hot.len(), hot.len() * 4);
+    assert!(
+        log.contains("the process only") && log.contains(&said),
+        "same boot: only the log's {hot:?} (map {map:?}) should be pulled, the log to say {said:?}:\n{log}"
+    );
+    let pulled = total_pulled(c.node("beta"));
+    eprintln!("{TEST}: same boot: log {hot:?}, map {map:?}, pulled {pulled} bytes");
+    assert!(
+        pulled <= hot.len() as u64 * 4 * MIB,
+        "pulled {pulled} bytes for {hot:?}"
+    );
+    c.assert_replicas_identical();
+
+    let (hot, map, all) = killed(&mut c, 22);
+    assert!(!map.is_empty(), "log {hot:?}, map {map:?}");
+    // Another boot, as a power loss finds it: the superblock's boot id is not this one.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&md)
+        .unwrap();
+    let mut b = [0u8; 4096];
+    f.read_exact_at(&mut b, 0).unwrap();
+    let mut sb = tandem_meta::Superblock::decode(&b).unwrap();
+    sb.boot_id = [0x5a; 16];
+    let block = sb.encode().unwrap();
+    f.write_all_at(&block[..], 0).unwrap();
+    f.write_all_at(&block[..], 4096).unwrap();
+    drop(f);
+    let log = restart(&mut c);
+    let said = format!("names {} extents ({} MiB)", all.len(), all.len() * 4);
+    let _ = std::fs::remove_file(&md);
+    eprintln!(
+        "{TEST}: another boot: log {hot:?}, map {map:?}, pulled {} bytes",
+        total_pulled(c.node("beta"))
+    );
+    assert!(
+        log.contains("another boot") && log.contains(&said),
+        "another boot: the log's {hot:?} and the map's {map:?} should be pulled, the log to say {said:?}:\n{log}"
     );
     c.assert_replicas_identical();
 }

@@ -10,7 +10,7 @@ use crate::bitmap::count_set;
 use crate::error::MetaError;
 use crate::layout::{Region, AL_EXTENT, BITMAP_BLOCK};
 use crate::store::{Loaded, MetaStore};
-use crate::superblock::VERSION;
+use crate::superblock::{VERSION, VERSION_1};
 use crate::target::MetaTarget;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -21,6 +21,10 @@ pub struct MetaDump {
     pub superblock: SuperblockDump,
     pub peers: Vec<PeerDump>,
     pub activity_log: AlDump,
+    /// Extents that left the activity log with writes not yet known durable (version 2;
+    /// `None` for version 1, which has no unsynced map). After a crash that was more than
+    /// the process's (another boot), they are resynced like the log's own extents.
+    pub unsynced_extents: Option<Vec<u32>>,
     /// A superblock slot that did not hold the newest copy, and why.
     pub repaired_slot: Option<String>,
 }
@@ -49,6 +53,8 @@ pub struct SuperblockDump {
     pub current_gi: String,
     /// Newest first.
     pub history: Vec<String>,
+    /// The kernel boot the replica was last attached in (a UUID); `None` if unknown.
+    pub boot_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -73,21 +79,35 @@ pub struct AlDump {
     pub torn_block: Option<String>,
 }
 
+/// A boot id as the kernel prints it (8-4-4-4-12 lower-case hex digits).
+pub fn uuid_text(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
 /// A generation id (or uuid) as 16 upper-case hex digits.
 pub fn hex(v: u64) -> String {
     format!("{v:016X}")
 }
 
 impl MetaDump {
-    /// From what `open` loaded and each slot's count of set bits.
-    pub fn new(target: &str, loaded: &Loaded, set_bits: &[u64]) -> MetaDump {
+    /// From what `open` loaded, each slot's count of set bits and the unsynced map's
+    /// words (empty without one).
+    pub fn new(target: &str, loaded: &Loaded, set_bits: &[u64], unsynced: &[u64]) -> MetaDump {
         let sb = &loaded.superblock;
         let l = &sb.layout;
         let g = l.geometry();
         assert_eq!(set_bits.len(), sb.peers.len(), "one count per slot");
         MetaDump {
             target: target.to_string(),
-            format_version: VERSION,
+            format_version: if g.unsynced_map { VERSION } else { VERSION_1 },
             layout: LayoutDump {
                 placement: l.placement().name(),
                 data_size: l.data_size(),
@@ -108,6 +128,7 @@ impl MetaDump {
                 device_uuid: hex(sb.device_uuid),
                 current_gi: hex(sb.current_gi),
                 history: sb.history.iter().map(|&g| hex(g)).collect(),
+                boot_id: (sb.boot_id != [0; 16]).then(|| uuid_text(&sb.boot_id)),
             },
             peers: sb
                 .peers
@@ -134,6 +155,12 @@ impl MetaDump {
                     .as_ref()
                     .map(|(b, e)| format!("block {b}: {e}")),
             },
+            unsynced_extents: g.unsynced_map.then(|| {
+                (0..l.extents())
+                    .filter(|&e| unsynced[(e / 64) as usize] & (1 << (e % 64)) != 0)
+                    .map(|e| e as u32)
+                    .collect()
+            }),
             repaired_slot: loaded.repaired_slot.as_ref().map(|r| r.to_string()),
         }
     }
@@ -172,6 +199,12 @@ impl<T: MetaTarget> MetaStore<T> {
         let counts = (0..slots)
             .map(|s| self.read_bitmap(s).map(|w| count_set(&w)))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(MetaDump::new(&self.target().describe(), loaded, &counts))
+        let unsynced = self.read_unsynced()?;
+        Ok(MetaDump::new(
+            &self.target().describe(),
+            loaded,
+            &counts,
+            &unsynced,
+        ))
     }
 }

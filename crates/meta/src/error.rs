@@ -57,7 +57,7 @@ pub enum SuperblockError {
     #[error("checksum mismatch: stored {stored:08x}, computed {computed:08x} (torn or corrupted)")]
     Checksum { stored: u32, computed: u32 },
 
-    #[error("unsupported format version {found}: this build reads version 1 only")]
+    #[error("unsupported format version {found}: this build reads versions 1 and 2")]
     UnsupportedVersion { found: u32 },
 
     #[error("geometry out of range: {0}")]

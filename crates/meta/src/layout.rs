@@ -47,15 +47,21 @@ pub struct Geometry {
     pub al_extents: u32,
     /// Activity-log ring size in 4 KiB transaction blocks.
     pub al_ring_blocks: u32,
+    /// The metadata has an unsynced map (format version 2): one bit per 4 MiB extent that
+    /// left the activity log while writes to it may not be durable yet. Version 1 has none;
+    /// such an extent then leaves the log only after a data sync.
+    pub unsynced_map: bool,
 }
 
 impl Geometry {
-    /// `max_peers` slots and the default activity log (1237 extents, 8 blocks).
+    /// `max_peers` slots, the default activity log (1237 extents, 8 blocks) and an
+    /// unsynced map.
     pub fn new(max_peers: u8) -> Geometry {
         Geometry {
             max_peers,
             al_extents: DEFAULT_AL_EXTENTS,
             al_ring_blocks: DEFAULT_AL_RING_BLOCKS,
+            unsynced_map: true,
         }
     }
 
@@ -66,6 +72,7 @@ impl Geometry {
             max_peers,
             al_extents,
             al_ring_blocks: DEFAULT_AL_RING_BLOCKS.max(min_ring_blocks(al_extents)),
+            unsynced_map: true,
         }
     }
 
@@ -259,9 +266,9 @@ impl Layout {
         self.md_offset
     }
 
-    /// Bytes of metadata: superblocks, activity-log ring, bitmaps.
+    /// Bytes of metadata: superblocks, activity-log ring, bitmaps, unsynced map.
     pub fn md_size(&self) -> u64 {
-        SUPERBLOCK_AREA + self.al_size() + self.bitmap_bytes()
+        SUPERBLOCK_AREA + self.al_size() + self.bitmap_bytes() + self.unsynced_bytes()
     }
 
     /// The first byte past the metadata: the metadata target must be at least this large.
@@ -335,6 +342,21 @@ impl Layout {
         self.data_size.div_ceil(AL_EXTENT)
     }
 
+    /// Where the unsynced map starts (after the bitmaps); its size is `unsynced_bytes`.
+    pub fn unsynced_offset(&self) -> u64 {
+        self.bitmap_offset() + self.bitmap_bytes()
+    }
+
+    /// Bytes of the unsynced map on disk: one bit per extent, whole pages; 0 without one.
+    pub fn unsynced_bytes(&self) -> u64 {
+        unsynced_bytes(self.data_size, &self.geometry)
+    }
+
+    /// 4 KiB pages of the unsynced map (`MD_BLOCK * 8` extents each).
+    pub fn unsynced_pages(&self) -> u64 {
+        self.unsynced_bytes() / MD_BLOCK
+    }
+
     /// Every region in order, for `dump-md` and the layout tests.
     pub fn regions(&self) -> Vec<Region> {
         let mut out = Vec::new();
@@ -364,6 +386,13 @@ impl Layout {
                 len: self.bitmap_slot_bytes,
             });
         }
+        if self.geometry.unsynced_map {
+            out.push(Region {
+                name: "unsynced-map".into(),
+                offset: self.unsynced_offset(),
+                len: self.unsynced_bytes(),
+            });
+        }
         out
     }
 }
@@ -374,10 +403,24 @@ fn bitmap_slot_bytes(data_size: u64) -> u64 {
     (blocks.div_ceil(64) * 8).div_ceil(MD_BLOCK) * MD_BLOCK
 }
 
+/// One bit per 4 MiB extent, rounded up to whole pages (a 1 TiB volume: 32 KiB).
+fn unsynced_bytes(data_size: u64, geometry: &Geometry) -> u64 {
+    if !geometry.unsynced_map {
+        return 0;
+    }
+    data_size
+        .div_ceil(AL_EXTENT)
+        .div_ceil(8)
+        .div_ceil(MD_BLOCK)
+        .max(1)
+        * MD_BLOCK
+}
+
 fn md_size(data_size: u64, geometry: &Geometry) -> u64 {
     SUPERBLOCK_AREA
         + u64::from(geometry.al_ring_blocks) * MD_BLOCK
         + u64::from(geometry.max_peers) * bitmap_slot_bytes(data_size)
+        + unsynced_bytes(data_size, geometry)
 }
 
 #[cfg(test)]
@@ -408,7 +451,7 @@ mod tests {
         assert_eq!(layout.bitmap_bytes(), 2 * (32 << 20));
         assert_eq!(
             layout.md_size(),
-            2 * MD_BLOCK + 8 * MD_BLOCK + 2 * (32 << 20)
+            2 * MD_BLOCK + 8 * MD_BLOCK + 2 * (32 << 20) + (32 << 10)
         );
         assert_eq!(
             Layout::required_external_size(TIB, Geometry::new(2)).unwrap(),

@@ -18,7 +18,7 @@ pub mod superblock;
 pub mod target;
 
 pub use al::{replay, ActivityLog, AlReplay, Begin, SyncMark, Transaction, WaitId};
-pub use dump::MetaDump;
+pub use dump::{uuid_text, MetaDump};
 pub use error::{AlBusy, AlError, LayoutError, MetaError, PickError, SuperblockError};
 pub use layout::{Geometry, Layout, Placement, AL_EXTENT, BITMAP_BLOCK, MD_BLOCK};
 pub use pmem::{NonDax, PmemTarget};

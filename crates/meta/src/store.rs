@@ -109,6 +109,7 @@ impl<T: MetaTarget> MetaStore<T> {
             current_gi: init.current_gi,
             history: [0; HISTORY_LEN],
             peers,
+            boot_id: [0; 16],
         };
         let block = sb.encode().map_err(|source| MetaError::InvalidSuperblock {
             target: name.clone(),
@@ -127,6 +128,7 @@ impl<T: MetaTarget> MetaStore<T> {
         )?;
         store.sync_op("sync after wiping the superblocks")?;
         store.zero(layout.bitmap_offset(), layout.bitmap_bytes())?;
+        store.zero(layout.unsynced_offset(), layout.unsynced_bytes())?;
         let mut ring = vec![0u8; layout.al_size() as usize];
         ring[..MD_BLOCK_BYTES].copy_from_slice(&AlBlock::init(0, g.al_extents).encode()[..]);
         store.write_op("activity-log initialisation", &ring, layout.al_offset())?;
@@ -327,6 +329,47 @@ impl<T: MetaTarget> MetaStore<T> {
         let bytes = encode_pages(words, first_page, pages);
         let off = self.layout.bitmap_page_offset(slot, first_page);
         self.write_op("bitmap write", &bytes, off)
+    }
+
+    /// The unsynced map, one bit per extent (`ceil(extents / 64)` words); empty without one
+    /// (version 1).
+    pub fn read_unsynced(&self) -> Result<Vec<u64>, MetaError> {
+        let words = self.unsynced_words();
+        if words == 0 {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; self.layout.unsynced_bytes() as usize];
+        self.read_op("unsynced-map read", &mut buf, self.layout.unsynced_offset())?;
+        Ok(decode_words(&buf, words))
+    }
+
+    /// Words of the unsynced map in memory (0 without one).
+    pub fn unsynced_words(&self) -> usize {
+        if self.layout.geometry().unsynced_map {
+            usize::try_from(self.layout.extents().div_ceil(64)).expect("fits in memory")
+        } else {
+            0
+        }
+    }
+
+    /// Writes page `page` of the unsynced map from `words`, the caller's whole map. Not
+    /// synced: call `sync()` (before the activity-log transaction that evicts the extents
+    /// it names).
+    pub fn write_unsynced_page(&self, words: &[u64], page: u64) -> Result<(), MetaError> {
+        if words.len() != self.unsynced_words() || page >= self.layout.unsynced_pages() {
+            return Err(MetaError::usage(
+                self.name(),
+                format!(
+                    "unsynced-map page {page} from {} words, for a map of {} words in {} pages",
+                    words.len(),
+                    self.unsynced_words(),
+                    self.layout.unsynced_pages()
+                ),
+            ));
+        }
+        let bytes = encode_pages(words, page, 1);
+        let off = self.layout.unsynced_offset() + page * MD_BLOCK;
+        self.write_op("unsynced-map write", &bytes, off)
     }
 
     /// Writes an activity-log transaction and syncs it: when this returns, the writes it

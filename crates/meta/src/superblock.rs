@@ -11,7 +11,10 @@ use crate::layout::{
 use crate::le::{crc_with_hole, first_nonzero, get_u32, get_u64, put_u32, put_u64};
 
 pub const MAGIC: [u8; 8] = *b"TANDEMMD";
-pub const VERSION: u32 = 1;
+/// The format written for new metadata: 2 has an unsynced map and a boot id.
+pub const VERSION: u32 = 2;
+/// The first format (no unsynced map, no boot id): still read and written as such.
+pub const VERSION_1: u32 = 1;
 /// Previous generation ids kept, newest first.
 pub const HISTORY_LEN: usize = 8;
 /// Marks a free peer slot on disk.
@@ -45,6 +48,9 @@ pub(crate) mod off {
     pub const PEER_FLAGS: usize = 4;
     pub const PEER_BITMAP_GI: usize = 8;
     pub const PEERS_END: usize = PEERS + 31 * PEER_SIZE;
+    /// Version 2 only.
+    pub const BOOT_ID: usize = PEERS_END;
+    pub const BOOT_ID_END: usize = BOOT_ID + 16;
 }
 
 macro_rules! flags {
@@ -187,6 +193,11 @@ pub struct Superblock {
     pub history: [u64; HISTORY_LEN],
     /// One entry per bitmap slot (`layout.geometry().max_peers` of them).
     pub peers: Vec<PeerSlot>,
+    /// The kernel boot the replica was last attached in (`/proc/sys/kernel/random/boot_id`),
+    /// zero if unknown. A crash in the same boot was the process's alone: the page cache
+    /// kept its completed writes, so the unsynced map names nothing lost. Version 2 only
+    /// (a version-1 superblock writes none and reads back zero).
+    pub boot_id: [u8; 16],
 }
 
 impl Superblock {
@@ -249,7 +260,12 @@ impl Superblock {
         let g = self.layout.geometry();
         let mut b = Box::new([0u8; MD_BLOCK_BYTES]);
         b[off::MAGIC..off::MAGIC + 8].copy_from_slice(&MAGIC);
-        put_u32(&mut b[..], off::VERSION, VERSION);
+        let v2 = g.unsynced_map;
+        put_u32(
+            &mut b[..],
+            off::VERSION,
+            if v2 { VERSION } else { VERSION_1 },
+        );
         put_u64(&mut b[..], off::SEQ, self.seq);
         put_u32(&mut b[..], off::FLAGS, self.flags.bits());
         b[off::NODE_ID] = self.node_id;
@@ -273,6 +289,9 @@ impl Superblock {
             put_u32(&mut b[..], at + off::PEER_FLAGS, p.flags.bits());
             put_u64(&mut b[..], at + off::PEER_BITMAP_GI, p.bitmap_gi);
         }
+        if v2 {
+            b[off::BOOT_ID..off::BOOT_ID_END].copy_from_slice(&self.boot_id);
+        }
         let crc = crc_with_hole(&b[..], off::CRC);
         put_u32(&mut b[..], off::CRC, crc);
         Ok(b)
@@ -289,9 +308,11 @@ impl Superblock {
         // Version before checksum: a newer format may checksum differently, and "newer
         // version" is the message an operator can act on.
         let version = get_u32(b, off::VERSION);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_1 {
             return Err(SuperblockError::UnsupportedVersion { found: version });
         }
+        let v2 = version == VERSION;
+        let tail = if v2 { off::BOOT_ID_END } else { off::PEERS_END };
         let stored = get_u32(b, off::CRC);
         let computed = crc_with_hole(b, off::CRC);
         if stored != computed {
@@ -300,7 +321,7 @@ impl Superblock {
         for range in [
             off::RESERVED_31..off::RESERVED_31 + 1,
             off::RESERVED_152..off::PEERS,
-            off::PEERS_END..MD_BLOCK_BYTES,
+            tail..MD_BLOCK_BYTES,
         ] {
             if let Some(at) = first_nonzero(b, range) {
                 return Err(field("reserved", format!("byte {at} is not zero")));
@@ -333,6 +354,7 @@ impl Superblock {
             max_peers: b[off::MAX_PEERS],
             al_extents: get_u32(b, off::AL_EXTENTS),
             al_ring_blocks: get_u32(b, off::AL_RING_BLOCKS),
+            unsynced_map: v2,
         };
         let layout = Layout::new(placement, geometry, get_u64(b, off::DATA_SIZE))
             .map_err(SuperblockError::Geometry)?;
@@ -362,6 +384,13 @@ impl Superblock {
             current_gi: get_u64(b, off::CURRENT_GI),
             history,
             peers,
+            boot_id: if v2 {
+                b[off::BOOT_ID..off::BOOT_ID_END]
+                    .try_into()
+                    .expect("16 bytes")
+            } else {
+                [0; 16]
+            },
         };
         sb.validate()?;
         Ok(sb)
@@ -534,8 +563,8 @@ fn torn_next_to(
     if damaged[..TORN_UNIT] == valid[..TORN_UNIT] {
         return Ok(());
     }
-    let ours =
-        damaged[off::MAGIC..off::MAGIC + 8] == MAGIC && get_u32(damaged, off::VERSION) == VERSION;
+    let ours = damaged[off::MAGIC..off::MAGIC + 8] == MAGIC
+        && get_u32(damaged, off::VERSION) == get_u32(valid, off::VERSION);
     if !ours {
         return Err("is unreadable".into());
     }
@@ -570,7 +599,40 @@ mod tests {
             current_gi: 0xfeed_f00d_dead_beef,
             history: [1, 2, 3, 4, 5, 6, 7, 8],
             peers,
+            boot_id: *b"0123456789abcdef",
         }
+    }
+
+    #[test]
+    fn version_2_keeps_a_boot_id_and_version_1_stays_version_1() {
+        let v2 = sample(7);
+        let b = v2.encode().unwrap();
+        assert_eq!(get_u32(&b[..], off::VERSION), 2);
+        assert_eq!(Superblock::decode(&b).unwrap(), v2);
+        // Metadata made before the unsynced map is written back as it was: version 1,
+        // no boot id, the same layout (an older build can still read it).
+        let g = Geometry {
+            unsynced_map: false,
+            ..v2.layout.geometry()
+        };
+        let v1 = Superblock {
+            layout: Layout::internal(10 << 30, g).unwrap(),
+            ..v2.clone()
+        };
+        let b = v1.encode().unwrap();
+        assert_eq!(get_u32(&b[..], off::VERSION), 1);
+        assert!(b[off::BOOT_ID..off::BOOT_ID_END].iter().all(|&x| x == 0));
+        let back = Superblock::decode(&b).unwrap();
+        assert_eq!(back.boot_id, [0; 16]);
+        assert!(!back.layout.geometry().unsynced_map);
+        assert_eq!(back.layout.unsynced_bytes(), 0);
+        // A version-1 block with bytes where version 2 keeps the boot id is refused.
+        let mut bad = b.clone();
+        bad[off::BOOT_ID] = 1;
+        let crc = crc_with_hole(&bad[..], off::CRC);
+        put_u32(&mut bad[..], off::CRC, crc);
+        let err = Superblock::decode(&bad).unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
     }
 
     #[test]
@@ -611,10 +673,10 @@ mod tests {
     fn version_and_validation_errors() {
         let mut sb = sample(1);
         let mut b = sb.encode().unwrap();
-        put_u32(&mut b[..], off::VERSION, 2);
+        put_u32(&mut b[..], off::VERSION, 3);
         let err = Superblock::decode(&b).unwrap_err();
-        assert_eq!(err, SuperblockError::UnsupportedVersion { found: 2 });
-        assert!(err.to_string().contains("version 2"), "{err}");
+        assert_eq!(err, SuperblockError::UnsupportedVersion { found: 3 });
+        assert!(err.to_string().contains("version 3"), "{err}");
 
         sb.peers[2] = PeerSlot::new(0);
         let err = sb.encode().unwrap_err();

@@ -166,7 +166,7 @@ impl Model {
             // The property: no data sync needed only if every write to every victim is
             // durable; and one asked for only if some victim has a write that may not be.
             assert_eq!(
-                tx.evicts_dirty,
+                tx.evicts_dirty(),
                 tx.evicted.iter().any(|&e| self.dirty(e)),
                 "evicted {:?} (dirty: {:?})",
                 tx.evicted,
@@ -175,7 +175,7 @@ impl Model {
                     .filter(|&&e| self.dirty(e))
                     .collect::<Vec<_>>()
             );
-            if tx.evicts_dirty {
+            if tx.evicts_dirty() {
                 // Clean victims first: none was left over, but the extents of the writes
                 // this transaction serves (never victims).
                 let protected: BTreeSet<u32> = tx
@@ -219,7 +219,7 @@ impl Model {
         let Some(tx) = self.in_flight.take() else {
             return;
         };
-        if tx.evicts_dirty {
+        if tx.evicts_dirty() {
             // The driver syncs the data before the block.
             self.sync_now();
         }
@@ -343,7 +343,7 @@ proptest! {
         // A clean shutdown empties it, and needs a data sync first iff some extent is dirty.
         let dirty: Vec<u32> = m.log.hot_extents().into_iter().filter(|&e| m.dirty(e)).collect();
         let tx = m.log.clean().unwrap();
-        prop_assert_eq!(tx.evicts_dirty, !dirty.is_empty(), "dirty {:?}", dirty);
+        prop_assert_eq!(tx.evicts_dirty(), !dirty.is_empty(), "dirty {:?}", dirty);
         m.ring[tx.block_index as usize] = *tx.block;
         m.log.committed(tx.seq);
         prop_assert!(replay(&m.ring).unwrap().hot.is_empty());

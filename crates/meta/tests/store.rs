@@ -486,3 +486,74 @@ fn partial_last_page() {
     let (store, _) = open(&path, Locate::External);
     assert_eq!(store.read_bitmap(0).unwrap(), words);
 }
+
+/// Version 2's unsynced map round-trips page by page; version-1 metadata (made before the
+/// map existed) still opens, has no map, and is written back as version 1 with its layout
+/// unchanged.
+#[test]
+fn the_unsynced_map_and_version_1_metadata() {
+    let s = Scratch::new("unsynced");
+    let (path, layout) = external(&s, Geometry::new(3));
+    assert_eq!(
+        layout.unsynced_bytes(),
+        MD_BLOCK,
+        "256 extents fit one page"
+    );
+    let (store, _) = open(&path, Locate::External);
+    let mut words = store.read_unsynced().unwrap();
+    assert_eq!(
+        words,
+        vec![0; 4],
+        "1 GiB = 256 extents = 4 words, all clear"
+    );
+    words[0] = 1 << 5;
+    words[3] = 1 << 63;
+    store.write_unsynced_page(&words, 0).unwrap();
+    assert!(
+        store.write_unsynced_page(&words, 1).is_err(),
+        "one page only"
+    );
+    assert!(store.write_unsynced_page(&words[..3], 0).is_err());
+    store.sync().unwrap();
+    drop(store);
+    let (store, loaded) = open(&path, Locate::External);
+    assert_eq!(store.read_unsynced().unwrap(), words);
+    let dump = store.dump(&loaded).unwrap();
+    assert_eq!(dump.format_version, 2);
+    assert_eq!(dump.unsynced_extents, Some(vec![5, 255]));
+
+    let v1 = Geometry {
+        unsynced_map: false,
+        ..Geometry::new(3)
+    };
+    let (path, layout) = {
+        let layout = Layout::external(GIB, v1).unwrap();
+        let path = s.file("md-v1");
+        let target = FileTarget::create(&path, layout.md_end()).unwrap();
+        MetaStore::create(target, layout, CreateInfo::new(1, vec![0, 2], 1)).unwrap();
+        (path, layout)
+    };
+    assert_eq!(
+        layout.md_end() + MD_BLOCK,
+        Layout::external(GIB, Geometry::new(3)).unwrap().md_end()
+    );
+    assert_eq!(
+        read(&path, 8, 4),
+        1u32.to_le_bytes(),
+        "written as version 1"
+    );
+    let (mut store, loaded) = open(&path, Locate::External);
+    assert!(!loaded.superblock.layout.geometry().unsynced_map);
+    assert!(store.read_unsynced().unwrap().is_empty());
+    assert_eq!(store.dump(&loaded).unwrap().unsynced_extents, None);
+    let mut sb = loaded.superblock.clone();
+    sb.boot_id = [7; 16];
+    store.write_superblock(&sb).unwrap();
+    drop(store);
+    assert_eq!(read(&path, 8, 4), 1u32.to_le_bytes(), "still version 1");
+    let (_, loaded) = open(&path, Locate::External);
+    assert_eq!(
+        loaded.superblock.boot_id, [0; 16],
+        "version 1 keeps no boot id"
+    );
+}

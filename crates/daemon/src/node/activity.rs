@@ -15,14 +15,19 @@
 //! write that finds every extent of the log in use waits until one is freed. Released
 //! writes are issued by the loop in the order they arrived (`issue_al_ready`).
 //!
-//! A transaction that must evict an extent whose writes may not be durable yet syncs the
-//! data first (see `tandem_meta::ActivityLog`); to keep that off the write path, a data
-//! sync is started ahead, on a worker, whenever fewer than `CLEAN_LOW` unused extents are
-//! clean (`al_sync_ahead`), and every data sync marks the extents it makes clean
-//! (`al_sync_started`, `al_sync_finished`).
+//! A transaction that must evict an extent whose writes may not be durable yet records it
+//! in the unsynced map (`unsynced`, where the metadata has one and is not internal) or
+//! syncs the data first (see `tandem_meta::ActivityLog`). Without a map, to keep that sync
+//! off the write path, one is started ahead, on a worker, whenever fewer than `CLEAN_LOW`
+//! unused extents are clean (`al_sync_ahead`); with one, when its oldest bit is as old as
+//! the kernel's write-back age (`al_unsynced_due`). Every data sync marks the extents it
+//! makes clean and clears the map's bits recorded before it (`al_sync_started`,
+//! `al_sync_finished`).
 
 use super::metadata::extents_of;
 use super::state::*;
+use super::unsynced;
+use std::time::Instant;
 use tandem_engine::replica::{RAction, Token};
 use tandem_engine::{DiskKind, ReqId};
 use tandem_meta::{Begin, WaitId};
@@ -134,7 +139,9 @@ impl NodeReactor {
             // on a worker (running, or started now); its end commits. If none can run
             // (nothing new to sync, or syncs failed), the transaction syncs the data
             // itself.
-            let short = meta.al.clean_unused() < meta.al.waiting() && meta.al.dirty_unused() > 0;
+            let short = !meta.records_unsynced()
+                && meta.al.clean_unused() < meta.al.waiting()
+                && meta.al.dirty_unused() > 0;
             if short && self.al_data_sync(r) {
                 return;
             }
@@ -189,9 +196,31 @@ impl NodeReactor {
         let Some(meta) = rc.metas.get(v as usize).and_then(Option::as_ref) else {
             return;
         };
+        // With an unsynced map dirty victims cost a record, not a sync: the map is synced
+        // on its own schedule (`al_unsynced_due`).
+        if meta.records_unsynced() {
+            return;
+        }
         let low = CLEAN_LOW.min(meta.al.al_extents() as usize / 2);
         if meta.al.clean_unused() < low && meta.al.dirty_unused() > 0 {
             self.al_data_sync(r);
+        }
+    }
+
+    /// On the housekeeping tick: a data sync for every resource whose unsynced map has
+    /// held an extent for the kernel's write-back age (see `unsynced`).
+    pub(super) fn al_unsynced_due(&mut self) {
+        let now = Instant::now();
+        let interval = unsynced::interval();
+        for r in 0..self.res.len() {
+            let due = self.res[r]
+                .metas
+                .iter()
+                .flatten()
+                .any(|m| m.unsynced_due(now, interval));
+            if due {
+                self.al_data_sync(r);
+            }
         }
     }
 
@@ -218,7 +247,7 @@ impl NodeReactor {
             .metas
             .iter_mut()
             .enumerate()
-            .filter_map(|(v, m)| Some((v as u16, m.as_mut()?.al.sync_started())))
+            .filter_map(|(v, m)| Some((v as u16, m.as_mut()?.sync_started())))
             .collect();
         rc.al_sync = Some((gen, marks));
     }
@@ -232,8 +261,15 @@ impl NodeReactor {
             debug_assert_eq!(g, gen, "one data sync at a time");
             if ok && g == gen {
                 for (v, mark) in marks {
-                    if let Some(m) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) {
-                        m.al.sync_done(mark);
+                    let Some(m) = rc.metas.get_mut(v as usize).and_then(Option::as_mut) else {
+                        continue;
+                    };
+                    if let Err(e) = m.sync_done(mark) {
+                        error!(resource = %rc.cfg.name, volume = v,
+                            "writing the unsynced map of {} failed: {e:#}; the replicas of this resource detach", m.describe());
+                        if rc.meta_failed == MetaFailed::No {
+                            rc.meta_failed = MetaFailed::Untold;
+                        }
                     }
                 }
             }

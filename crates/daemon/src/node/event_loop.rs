@@ -219,6 +219,7 @@ impl NodeReactor {
             self.resyncs_sampled_ms = now;
             self.sample_resyncs(now);
         }
+        self.al_unsynced_due();
         self.dial();
         // Handshakes (NBD or peer) that never finish.
         let now = Instant::now();

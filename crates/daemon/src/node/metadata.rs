@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
 use tandem_engine::replica::{GenIds, NodeId, Persisted, ReplicaAtStart};
 use tandem_meta::{
@@ -16,6 +17,8 @@ use tandem_meta::{
 };
 use tandem_storage::{Backing, OpenOptions};
 use tracing::{info, warn};
+
+use super::unsynced::{self, Unsynced};
 
 /// Internal metadata lives in the backing store itself. A superblock update is written
 /// through a second descriptor opened O_DSYNC, which makes durable that write alone: an
@@ -129,6 +132,16 @@ pub(super) struct VolumeMeta {
     /// which is every page while the peers are connected and in sync; anything else is
     /// written (an exact rule: no page is skipped on a guess).
     zero_on_disk: Vec<Vec<bool>>,
+    /// Extents evicted with writes not yet durable (empty for version-1 metadata).
+    unsynced: Unsynced,
+}
+
+/// Names the start of a data sync for a volume's metadata (`VolumeMeta::sync_started`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DataSyncMark {
+    al: tandem_meta::SyncMark,
+    unsynced: u64,
+    at: Instant,
 }
 
 /// The extents `first..=last` a write of `len` bytes at `offset` touches (`len` > 0).
@@ -269,7 +282,7 @@ pub(super) fn open_replica(
             found,
             restore: Vec::new(),
             suspect: Vec::new(),
-            meta: VolumeMeta::new(store, al),
+            meta: VolumeMeta::new(store, al, Vec::new()),
         });
     }
     let (store, loaded) = MetaStore::open(target, locate).with_context(|| {
@@ -321,22 +334,38 @@ pub(super) fn open_replica(
     } else {
         ReplicaAtStart::Existing
     };
-    // After a crash the log's extents are where this replica may differ from its peers.
-    let suspect: Vec<(u64, u64)> = if found == ReplicaAtStart::Crashed {
-        al.hot_extents()
-            .into_iter()
-            .map(|e| u64::from(e) * AL_EXTENT)
-            .filter(|&o| o < vc.size)
-            .map(|o| (o, AL_EXTENT.min(vc.size - o)))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // After a crash the log's extents are where this replica may differ from its peers,
+    // and after a crash of more than the process (another boot) also those the unsynced
+    // map names: writes to them may have been lost with the page cache.
+    let map = store.read_unsynced()?;
+    let same_boot = sb.boot_id != [0; 16] && sb.boot_id == unsynced::boot_id();
+    let mut extents = Vec::new();
+    let mut from_map = 0;
+    if found == ReplicaAtStart::Crashed {
+        extents = al.hot_extents();
+        if !same_boot {
+            let before = extents.len();
+            extents.extend(unsynced::set_extents(&map));
+            extents.sort_unstable();
+            extents.dedup();
+            from_map = extents.len() - before;
+        }
+    }
+    let suspect: Vec<(u64, u64)> = extents
+        .into_iter()
+        .map(|e| u64::from(e) * AL_EXTENT)
+        .filter(|&o| o < vc.size)
+        .map(|o| (o, AL_EXTENT.min(vc.size - o)))
+        .collect();
     if found == ReplicaAtStart::Crashed {
         warn!(resource = %cfg.name, volume = vc.number,
-            "{} did not stop cleanly{}; its activity log names {} extents ({} MiB) where it may differ from its peers: those are pulled under the Primary, not the whole volume",
+            "{} did not stop cleanly{}{}; its activity log{} names {} extents ({} MiB) where it may differ from its peers: those are pulled under the Primary, not the whole volume",
             disk.display(),
             if sb.flags.contains(SbFlags::PRIMARY) { " (it was Primary)" } else { "" },
+            if !store.layout().geometry().unsynced_map { "" }
+                else if same_boot { " (the process only: the page cache kept its writes)" }
+                else { " (in another boot: writes in the page cache may be lost)" },
+            if from_map > 0 { format!(" and its unsynced map ({from_map} more)") } else { String::new() },
             suspect.len(),
             suspect.iter().map(|&(_, l)| l).sum::<u64>() >> 20);
     }
@@ -365,7 +394,7 @@ pub(super) fn open_replica(
         found,
         restore,
         suspect,
-        meta: VolumeMeta::new(store, al),
+        meta: VolumeMeta::new(store, al, map),
     })
 }
 
@@ -454,14 +483,70 @@ fn open_backing(disk: &Path, size: Option<u64>) -> Result<Backing> {
 }
 
 impl VolumeMeta {
-    fn new(store: MetaStore<Target>, al: ActivityLog) -> VolumeMeta {
+    /// `map`: the unsynced map as read (empty for new metadata: then all zeroes).
+    fn new(store: MetaStore<Target>, al: ActivityLog, map: Vec<u64>) -> VolumeMeta {
         let pages = store.layout().bitmap_pages() as usize;
         let slots = store.superblock().peers.len();
+        let map = if map.is_empty() {
+            vec![0; store.unsynced_words()]
+        } else {
+            map
+        };
         VolumeMeta {
             store,
             al,
             zero_on_disk: vec![vec![false; pages]; slots],
+            unsynced: Unsynced::new(map, Instant::now()),
         }
+    }
+
+    /// Evicting an extent whose writes may not be durable records it in the unsynced map
+    /// instead of syncing the data first: the metadata has a map, and a sync of it is not
+    /// a sync of the data anyway (internal metadata's is: there the old rule is as cheap).
+    pub(super) fn records_unsynced(&self) -> bool {
+        self.unsynced.present() && !matches!(self.store.target(), Target::Internal(_))
+    }
+
+    /// Writes that left the activity log wait for a data sync in the unsynced map, the
+    /// oldest for `interval` or more.
+    pub(super) fn unsynced_due(&self, now: Instant, interval: Duration) -> bool {
+        self.unsynced.due(now, interval)
+    }
+
+    /// A data sync of the volume starts: give the mark to `sync_done` if it succeeds.
+    pub(super) fn sync_started(&mut self) -> DataSyncMark {
+        DataSyncMark {
+            al: self.al.sync_started(),
+            unsynced: self.unsynced.started(),
+            at: Instant::now(),
+        }
+    }
+
+    /// That sync succeeded: the extents it covers are clean, and leave the unsynced map.
+    pub(super) fn sync_done(&mut self, mark: DataSyncMark) -> Result<()> {
+        self.al.sync_done(mark.al);
+        let pages = self.unsynced.synced(mark.unsynced, mark.at);
+        self.write_unsynced(&pages)
+    }
+
+    /// Writes pages of the unsynced map (not synced).
+    fn write_unsynced(&self, pages: &[u64]) -> Result<()> {
+        for &p in pages {
+            self.store.write_unsynced_page(self.unsynced.words(), p)?;
+        }
+        Ok(())
+    }
+
+    /// After the start-up fdatasync and once a crash would no longer trust what the map
+    /// named (`set_state` wrote the replica as not consistent, or it is the only one): every
+    /// write so far is durable, the map empties.
+    pub(super) fn clear_unsynced(&mut self) -> Result<()> {
+        let pages = self.unsynced.clear();
+        self.write_unsynced(&pages)?;
+        if !pages.is_empty() {
+            self.store.sync()?;
+        }
+        Ok(())
     }
 
     /// Before the first I/O: the metadata no longer says "stopped cleanly", so a crash from
@@ -469,6 +554,7 @@ impl VolumeMeta {
     pub(super) fn mark_running(&mut self, peers: &[NodeId]) -> Result<()> {
         let mut sb = self.store.superblock().clone();
         sb.flags.remove(SbFlags::CLEAN);
+        sb.boot_id = unsynced::boot_id();
         for &p in peers {
             if sb.slot_of_peer(p).is_none() {
                 let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
@@ -527,8 +613,9 @@ impl VolumeMeta {
         self.store.superblock().flags.contains(SbFlags::PRIMARY)
     }
 
-    /// Writes the next activity-log transaction, if one can serve the waiting writes: the
-    /// data synced first if it evicts an extent with writes not yet durable, the evicted
+    /// Writes the next activity-log transaction, if one can serve the waiting writes: an
+    /// evicted extent with writes not yet durable recorded in the unsynced map (or, without
+    /// one, the data synced first), the evicted
     /// extents' bitmap pages (from `oos`, per peer node) before the block. Returns the
     /// writes it released, `None` if none could be served now (every victim in use).
     pub(super) fn write_transaction<'a>(
@@ -539,11 +626,18 @@ impl VolumeMeta {
         let Some(tx) = self.al.next_transaction() else {
             return Ok(None);
         };
-        if tx.evicts_dirty {
-            let mark = self.al.sync_started();
-            data.sync_data()
-                .context("fdatasync of the data before an activity-log transaction")?;
-            self.al.sync_done(mark);
+        let mut wrote = false;
+        if tx.evicts_dirty() {
+            if self.records_unsynced() {
+                let pages = self.unsynced.record(&tx.evicted_dirty, Instant::now());
+                self.write_unsynced(&pages)?;
+                wrote = !pages.is_empty();
+            } else {
+                let mark = self.sync_started();
+                data.sync_data()
+                    .context("fdatasync of the data before an activity-log transaction")?;
+                self.sync_done(mark)?;
+            }
         }
         if !tx.evicted.is_empty() {
             let layout = *self.store.layout();
@@ -559,7 +653,6 @@ impl VolumeMeta {
             pages.dedup();
             let sb = self.store.superblock();
             let page_words = (tandem_meta::MD_BLOCK / 8) as usize;
-            let mut wrote = false;
             for (slot, ps) in sb.peers.iter().enumerate() {
                 let Some(w) = ps.node_id.and_then(&oos) else {
                     continue;
@@ -582,9 +675,9 @@ impl VolumeMeta {
                     wrote = true;
                 }
             }
-            if wrote {
-                self.store.sync()?;
-            }
+        }
+        if wrote {
+            self.store.sync()?;
         }
         self.store.write_al(&tx)?;
         Ok(Some(self.al.committed(tx.seq)))
@@ -606,6 +699,9 @@ impl VolumeMeta {
                 .flags
                 .set(PeerFlags::WROTE_APART, p.wrote_apart);
         }
+        // The data is durable: the unsynced map empties too.
+        let pages = self.unsynced.clear();
+        self.write_unsynced(&pages)?;
         self.store.sync()?;
         // The whole bitmap is on disk: an empty log (a clean start trusts no log anyway).
         if let Ok(tx) = self.al.clean() {

@@ -210,6 +210,9 @@ impl NodeReactor {
                         let consistent = self.activity_log && engine.consistent(v as u16);
                         m.set_state(consistent, false, engine.generation(v as u16))
                     })
+                    // Only now: a crash before this line still found the suspects (a
+                    // crashed replica is unproven, so not consistent, until synced).
+                    .and_then(|()| m.clear_unsynced())
                     .with_context(|| format!("resource {} volume {v}", cfg.name))?;
             }
         }

@@ -89,7 +89,7 @@ pub(super) struct ResCtx {
     pub(super) al_waiting: Vec<super::activity::AlWaiting>,
     /// The data sync in flight (its generation) and the activity logs' marks taken at
     /// its start: once it succeeds, the extents no write ended in since are clean.
-    pub(super) al_sync: Option<(u64, Vec<(u16, tandem_meta::SyncMark)>)>,
+    pub(super) al_sync: Option<(u64, Vec<(u16, super::metadata::DataSyncMark)>)>,
     /// A metadata write of this resource failed (see `MetaFailed`).
     pub(super) meta_failed: MetaFailed,
 }

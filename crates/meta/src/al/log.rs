@@ -76,16 +76,24 @@ pub struct Transaction {
     /// block**: once the block is durable a crash no longer marks them, so their bits must
     /// already be on disk.
     pub evicted: Vec<u32>,
-    /// Some `evicted` extent is dirty: a write to it ended after the start of the newest
-    /// data sync that completed. **The data must then be synced (fdatasync) before this
-    /// block is written**, like the bitmap pages: once the block is durable a crash no
-    /// longer marks those extents, so a write to them lost at a power loss would leave the
-    /// replicas different where nobody looks. Wrap that sync in `sync_started` /
-    /// `sync_done` too: it cleans every other extent as well. False: no data sync needed.
-    pub evicts_dirty: bool,
+    /// The `evicted` extents that are dirty: a write to them ended after the start of the
+    /// newest data sync that completed. **Before this block is written, the data must be
+    /// synced (fdatasync), or these extents recorded where a crash finds them (the
+    /// unsynced map)**, like the bitmap pages: once the block is durable the log no longer
+    /// names them, so a write to them lost at a power loss would leave the replicas
+    /// different where nobody looks. Wrap such a sync in `sync_started` / `sync_done` too:
+    /// it cleans every other extent as well. Empty: nothing to do.
+    pub evicted_dirty: Vec<u32>,
     /// The waiting writes it was built for (`committed` may release more: any whose
     /// extents are all hot by then).
     pub releases: Vec<WaitId>,
+}
+
+impl Transaction {
+    /// Some evicted extent is dirty (`evicted_dirty`).
+    pub fn evicts_dirty(&self) -> bool {
+        !self.evicted_dirty.is_empty()
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -162,6 +170,7 @@ impl ActivityLog {
             max_peers: 1,
             al_extents,
             al_ring_blocks: ring_blocks,
+            unsynced_map: false,
         }
         .validate()
         .map_err(AlError::Geometry)?;
@@ -373,7 +382,7 @@ impl ActivityLog {
     fn build(&mut self, needed: Vec<u32>, victims: Vec<u32>, releases: Vec<WaitId>) -> Transaction {
         self.clock += 1;
         let mut evicted = Vec::new();
-        let mut evicts_dirty = false;
+        let mut evicted_dirty = Vec::new();
         let mut updates = Vec::with_capacity(needed.len());
         for (&e, &slot) in needed.iter().zip(&victims) {
             let s = slot as usize;
@@ -382,7 +391,9 @@ impl ActivityLog {
             if old != EXTENT_NONE {
                 self.slot_of.remove(&old);
                 evicted.push(old);
-                evicts_dirty |= self.is_dirty(s);
+                if self.is_dirty(s) {
+                    evicted_dirty.push(old);
+                }
             }
             self.table[s] = e;
             self.slot_of.insert(e, slot);
@@ -407,7 +418,7 @@ impl ActivityLog {
             block,
             added: needed,
             evicted,
-            evicts_dirty,
+            evicted_dirty,
             releases,
         }
     }
@@ -481,7 +492,11 @@ impl ActivityLog {
         }
         let mut evicted: Vec<u32> = self.slot_of.keys().copied().collect();
         evicted.sort_unstable();
-        let evicts_dirty = (0..self.al_extents as usize).any(|s| self.is_dirty(s));
+        let mut evicted_dirty: Vec<u32> = (0..self.al_extents as usize)
+            .filter(|&s| self.is_dirty(s))
+            .map(|s| self.table[s])
+            .collect();
+        evicted_dirty.sort_unstable();
         self.table.fill(EXTENT_NONE);
         self.last_end.fill(0);
         self.slot_of.clear();
@@ -501,7 +516,7 @@ impl ActivityLog {
             block: AlBlock::init(seq, self.al_extents).encode(),
             added: Vec::new(),
             evicted,
-            evicts_dirty,
+            evicted_dirty,
             releases: Vec::new(),
         })
     }
@@ -979,7 +994,7 @@ mod tests {
         assert_eq!((l.clean_unused(), l.dirty_unused()), (7, 0));
         l.begin(2, 3);
         let tx = l.next_transaction().unwrap();
-        assert!(!tx.evicts_dirty);
+        assert!(!tx.evicts_dirty());
         // The two slots being filled are neither clean nor dirty victims.
         assert_eq!((l.clean_unused(), l.dirty_unused()), (5, 0));
         l.committed(tx.seq);
@@ -1059,14 +1074,14 @@ mod tests {
         l.begin(10, 10);
         let (tx, _) = commit(&mut l);
         assert_eq!(tx.evicted, vec![0]);
-        assert!(tx.evicts_dirty, "0 was never synced");
+        assert!(tx.evicts_dirty(), "0 was never synced");
         l.end(10, 10);
         let m = l.sync_started();
         l.sync_done(m);
         l.begin(11, 12);
         let (tx, _) = commit(&mut l);
         assert_eq!(tx.evicted, vec![1, 2]);
-        assert!(!tx.evicts_dirty);
+        assert!(!tx.evicts_dirty());
         l.end(11, 12);
         // 3..7 and 10 are clean, 11 and 12 dirty: the clean go first, then a dirty one.
         for e in 20..24 {
@@ -1076,18 +1091,18 @@ mod tests {
         let mut evicted = tx.evicted.clone();
         evicted.sort_unstable();
         assert_eq!(evicted, vec![3, 4, 5, 6]);
-        assert!(!tx.evicts_dirty);
+        assert!(!tx.evicts_dirty());
         for e in 20..24 {
             l.end(e, e);
         }
         l.begin(30, 30);
         let (tx, _) = commit(&mut l);
         assert_eq!(tx.evicted, vec![10]);
-        assert!(!tx.evicts_dirty);
+        assert!(!tx.evicts_dirty());
         l.begin(31, 31);
         let (tx, _) = commit(&mut l);
         assert_eq!(tx.evicted, vec![11]);
-        assert!(tx.evicts_dirty);
+        assert!(tx.evicts_dirty());
     }
 
     #[test]
@@ -1106,7 +1121,7 @@ mod tests {
         l.begin(20, 20);
         let (tx, _) = commit(&mut l);
         assert_eq!(tx.evicted, vec![0]);
-        assert!(!tx.evicts_dirty);
+        assert!(!tx.evicts_dirty());
         // Only dirty victims left beside 3? Then 3 goes, and says so.
         l.end(20, 20);
         for e in [1, 2, 4, 5, 6, 20] {
@@ -1114,7 +1129,7 @@ mod tests {
         }
         l.begin(21, 21);
         let (tx, _) = commit(&mut l);
-        assert_eq!((tx.evicted, tx.evicts_dirty), (vec![3], true));
+        assert_eq!((tx.evicted.clone(), tx.evicts_dirty()), (vec![3], true));
     }
 
     #[test]
@@ -1127,18 +1142,18 @@ mod tests {
         // Empty slots go first: no eviction at all.
         l.begin(20, 22);
         let (tx, _) = commit(&mut l);
-        assert!(tx.evicted.is_empty() && !tx.evicts_dirty);
+        assert!(tx.evicted.is_empty() && !tx.evicts_dirty());
         l.end(20, 22);
         l.begin(30, 30);
         let (tx, _) = commit(&mut l);
-        assert_eq!((tx.evicted.clone(), tx.evicts_dirty), (vec![4], true));
+        assert_eq!((tx.evicted.clone(), tx.evicts_dirty()), (vec![4], true));
         l.end(30, 30);
         let m = l.sync_started();
         l.sync_done(m);
         assert_eq!((l.clean_unused(), l.dirty_unused()), (7, 0));
         l.begin(31, 31);
         let (tx, _) = commit(&mut l);
-        assert_eq!((tx.evicted.clone(), tx.evicts_dirty), (vec![9], false));
+        assert_eq!((tx.evicted.clone(), tx.evicts_dirty()), (vec![9], false));
     }
 
     #[test]
@@ -1148,7 +1163,7 @@ mod tests {
         commit(&mut l);
         l.end(5, 6);
         let tx = l.clean().unwrap();
-        assert!(tx.evicts_dirty);
+        assert!(tx.evicts_dirty());
         l.committed(tx.seq);
         l.check().unwrap();
         assert_eq!((l.clean_unused(), l.dirty_unused()), (1237, 0));
@@ -1160,8 +1175,8 @@ mod tests {
         let m = l.sync_started();
         l.sync_done(m);
         let tx = l.clean().unwrap();
-        assert!(!tx.evicts_dirty);
-        assert!(!log(7).clean().unwrap().evicts_dirty, "an empty log");
+        assert!(!tx.evicts_dirty());
+        assert!(!log(7).clean().unwrap().evicts_dirty(), "an empty log");
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl ActivityLog {
             max_peers: 1,
             al_extents,
             al_ring_blocks: ring_blocks,
+            unsynced_map: false,
         }
         .validate()
         .map_err(AlError::Geometry)?;
@@ -269,7 +270,7 @@ impl ActivityLog {
     fn build(&mut self, needed: Vec<u32>, victims: Vec<u32>, releases: Vec<WaitId>) -> Transaction {
         self.clock += 1;
         let mut evicted = Vec::new();
-        let mut evicts_dirty = false;
+        let mut evicted_dirty = Vec::new();
         let mut updates = Vec::with_capacity(needed.len());
         for (&e, &slot) in needed.iter().zip(&victims) {
             let s = slot as usize;
@@ -277,7 +278,9 @@ impl ActivityLog {
             if old != EXTENT_NONE {
                 self.slot_of.remove(&old);
                 evicted.push(old);
-                evicts_dirty |= self.is_dirty(s);
+                if self.is_dirty(s) {
+                    evicted_dirty.push(old);
+                }
             }
             self.table[s] = e;
             self.slot_of.insert(e, slot);
@@ -302,7 +305,7 @@ impl ActivityLog {
             block,
             added: needed,
             evicted,
-            evicts_dirty,
+            evicted_dirty,
             releases,
         }
     }
@@ -357,7 +360,11 @@ impl ActivityLog {
         }
         let mut evicted: Vec<u32> = self.slot_of.keys().copied().collect();
         evicted.sort_unstable();
-        let evicts_dirty = (0..self.al_extents as usize).any(|s| self.is_dirty(s));
+        let mut evicted_dirty: Vec<u32> = (0..self.al_extents as usize)
+            .filter(|&s| self.is_dirty(s))
+            .map(|s| self.table[s])
+            .collect();
+        evicted_dirty.sort_unstable();
         self.table.fill(EXTENT_NONE);
         self.last_end.fill(0);
         self.slot_of.clear();
@@ -374,7 +381,7 @@ impl ActivityLog {
             block: AlBlock::init(seq, self.al_extents).encode(),
             added: Vec::new(),
             evicted,
-            evicts_dirty,
+            evicted_dirty,
             releases: Vec::new(),
         })
     }
