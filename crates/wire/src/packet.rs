@@ -48,7 +48,13 @@ pub mod volume_flags {
     pub const CONTENDER: u8 = 1 << 4;
     /// With [`CONTENDER`]: the sender was Primary when it stopped or crashed.
     pub const WAS_PRIMARY: u8 = 1 << 5;
-    pub const ALL: u8 = CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT | CONTENDER | WAS_PRIMARY;
+    /// The sender has had a connection to the receiver since it started (one ended): it
+    /// wrote every write it received on it (or its replica failed). The receiver's marks
+    /// for writes only the sender could hold, unconfirmed when that connection dropped,
+    /// are then void; without it (the sender restarted since) they stand.
+    pub const MET_BEFORE: u8 = 1 << 6;
+    pub const ALL: u8 =
+        CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT | CONTENDER | WAS_PRIMARY | MET_BEFORE;
 }
 
 /// How many earlier generation ids travel with the current one (as many as the metadata

@@ -142,7 +142,7 @@ impl LocalVol {
     }
 
     /// What we tell a peer of it; `wrote_apart`: we completed writes that peer missed.
-    pub(super) fn msg(&self, volume: u16, wrote_apart: bool) -> Msg {
+    pub(super) fn msg(&self, volume: u16, wrote_apart: bool, met_before: bool) -> Msg {
         Msg::Volume {
             volume,
             size: self.size,
@@ -154,6 +154,7 @@ impl LocalVol {
             gen: self.gen,
             contender: self.standing.is_some(),
             was_primary: self.standing.is_some_and(|s| s.was_primary),
+            met_before,
         }
     }
 }

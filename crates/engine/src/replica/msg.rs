@@ -59,6 +59,8 @@ pub enum Msg {
         contender: bool,
         /// With `contender`: we were Primary when we stopped.
         was_primary: bool,
+        /// A connection to the receiver ended since we started ([`volume_flags::MET_BEFORE`]).
+        met_before: bool,
     },
     /// The Primary's new generation ids for `volume`.
     Generation {
@@ -164,6 +166,7 @@ impl Msg {
                 gen,
                 contender,
                 was_primary,
+                met_before,
             } => Packet::Volume {
                 volume,
                 size,
@@ -188,6 +191,11 @@ impl Msg {
                     }
                     | if wrote_apart {
                         volume_flags::WROTE_APART
+                    } else {
+                        0
+                    }
+                    | if met_before {
+                        volume_flags::MET_BEFORE
                     } else {
                         0
                     },

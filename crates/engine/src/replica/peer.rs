@@ -65,6 +65,10 @@ pub(super) struct PeerVol {
     pub(super) gen: GenIds,
     /// It restarted consistent and is not settled: how it ranks (see `generation.rs`).
     pub(super) standing: Option<Standing>,
+    /// Writes it alone may hold, unconfirmed when its link dropped (see
+    /// `Replicas::sole_holder`): marked out of sync at its return only if it restarted
+    /// since (it says so: no `volume_flags::MET_BEFORE`).
+    pub(super) unconfirmed: Option<Bitmap>,
 }
 
 impl PeerVol {
@@ -139,6 +143,7 @@ impl PeerVol {
             claimed: 0,
             gen: GenIds::default(),
             standing: None,
+            unconfirmed: None,
         }
     }
 

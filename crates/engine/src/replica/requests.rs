@@ -305,6 +305,7 @@ impl Requests {
         let size = rep.vols[v].size;
         let (landed, (offset, len)) = (w.landed(), (w.offset, u64::from(w.len)));
         let may_hold = w.may_hold();
+        let sole = rep.sole_holder(v, w.missing, w.peers_ok.union(w.received));
         for p in rep.peers.iter_mut() {
             let up = p.up;
             let pv = &mut p.vols[v];
@@ -326,7 +327,13 @@ impl Requests {
             // cannot leave the live replicas without a source.
             let detached = pv.diskful && pv.disk == Some(DiskState::Diskless);
             let elsewhere = may_hold && !w.received.contains(p.id);
-            if missed && (landed || detached || elsewhere) {
+            if missed && (landed || detached || elsewhere) && sole == Some(p.id) && !up {
+                // The only replica that may hold it, and its link dropped: settled at its
+                // return (see `PeerVol::unconfirmed`).
+                pv.unconfirmed
+                    .get_or_insert_with(|| Bitmap::new(size))
+                    .set_range(offset, len);
+            } else if missed && (landed || detached || elsewhere) {
                 pv.oos.set_range(offset, len);
                 if pv.list == ListState::Sent {
                     pv.list = ListState::Stale;

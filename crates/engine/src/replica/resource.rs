@@ -15,6 +15,7 @@
 //! those ranges to the peer, which pulls them in block order.
 
 use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
+use super::bitmap::Bitmap;
 use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
 use super::msg::{Msg, Token};
 use super::peer::Timer;
@@ -410,9 +411,24 @@ impl Resource {
             match self.app.writes.get_mut(u.req) {
                 Some(w) => w.missing.insert(peer),
                 // Completed (protocol A/B): it is on some replica, and maybe not on this one.
-                None => self.rep.peers[i].vols[u.volume as usize]
-                    .oos
-                    .set_range(u.offset, u64::from(u.len)),
+                // If no other replica can hold it (we keep none, and every other one lacks
+                // the range), this one holds it unless it died before writing it: a mark
+                // now would leave the range without a source and this replica behind
+                // forever (overlapping-fault seed 621: a diskless Primary's last replica,
+                // cut off before its write acknowledgement came, was told on its return
+                // that it lacked a write only it held). Settled at its return.
+                None => {
+                    let (v, offset, len) = (u.volume as usize, u.offset, u64::from(u.len));
+                    if self.rep.elsewhere(i, v, offset, len) {
+                        self.rep.peers[i].vols[v].oos.set_range(offset, len);
+                    } else {
+                        let size = self.rep.vols[v].size;
+                        let pv = &mut self.rep.peers[i].vols[v];
+                        pv.unconfirmed
+                            .get_or_insert_with(|| Bitmap::new(size))
+                            .set_range(offset, len);
+                    }
+                }
             }
         }
         out.push(RAction::Event(Event::PeerLost { peer, reason }));
@@ -623,6 +639,16 @@ impl Resource {
         }
         // Writes in flight that missed it: its list waits for them to mark their bits.
         let first = self.rep.peers[i].vols[v].disk.is_none();
+        if first {
+            // Writes only it may hold, unconfirmed when its last link dropped: it holds
+            // them unless it restarted since (or its replica failed).
+            let pv = &mut self.rep.peers[i].vols[v];
+            if let Some(u) = pv.unconfirmed.take() {
+                if flags & volume_flags::MET_BEFORE == 0 || disk == DiskState::Diskless {
+                    pv.oos.union_with(&u);
+                }
+            }
+        }
         let deferred = first && self.app.writes.missing(v, self.rep.peers[i].id);
         let b = &mut self.app.barriers;
         self.rep

@@ -321,6 +321,37 @@ impl Replicas {
         Ok(())
     }
 
+    /// Some replica other than peer `i`'s may hold the newest data of this range: ours
+    /// (we keep one), or another peer's that we do not know to lack all of it.
+    pub(super) fn elsewhere(&self, i: usize, v: usize, offset: u64, len: u64) -> bool {
+        self.vols[v].attached()
+            || self.peers.iter().enumerate().any(|(j, p)| {
+                j != i && p.vols[v].diskful && p.vols[v].oos.bytes_clear_in(offset, len) > 0
+            })
+    }
+
+    /// The one replica that may hold a write it has not confirmed (`missing`, but it
+    /// received or answered it: `reached`), when we keep none and every other diskful peer
+    /// missed it without receiving it: marking it would leave the range without a source.
+    pub(super) fn sole_holder(
+        &self,
+        v: usize,
+        missing: super::nodeset::NodeSet,
+        reached: super::nodeset::NodeSet,
+    ) -> Option<NodeId> {
+        if self.vols[v].attached() {
+            return None;
+        }
+        let mut holders = self
+            .peers
+            .iter()
+            .filter(|p| p.vols[v].diskful && (!missing.contains(p.id) || reached.contains(p.id)));
+        match (holders.next(), holders.next()) {
+            (Some(p), None) if missing.contains(p.id) => Some(p.id),
+            _ => None,
+        }
+    }
+
     /// Every other node is connected and has listed what it knows we lack in `v`.
     pub(super) fn all_met(&self, v: usize) -> bool {
         self.peers.iter().all(|p| p.up && p.vols[v].listed)
