@@ -176,10 +176,12 @@ fn one_tib_two_peers() {
     let s = Scratch::new("tib");
     let path = s.file("store");
     let g = Geometry::new(2);
-    let size = TIB + 2 * (32 << 20) + 2 * MD_BLOCK + 8 * MD_BLOCK;
+    // Data, two bitmaps, superblocks, the AL ring, and the unsynced map (32 KiB per TiB).
+    let size = TIB + 2 * (32 << 20) + 2 * MD_BLOCK + 8 * MD_BLOCK + (32 << 10);
     let layout = Layout::internal(size, g).unwrap();
     assert_eq!(layout.data_size(), TIB);
     assert_eq!(layout.bitmap_bytes(), 2 * (32 << 20));
+    assert_eq!(layout.unsynced_bytes(), 32 << 10);
     assert_eq!(layout.md_end(), size);
     let target = FileTarget::create(&path, size).unwrap();
     let store = MetaStore::create(target, layout, CreateInfo::new(0, vec![1], 1)).unwrap();
@@ -191,7 +193,7 @@ fn one_tib_two_peers() {
     store.write_bitmap_pages(1, &words, last, 1).unwrap();
     store.sync().unwrap();
     drop(store);
-    assert_eq!(read(&path, size - 1, 1), [0x80]);
+    assert_eq!(read(&path, size - (32 << 10) - 1, 1), [0x80]);
     let (store, _) = open(&path, Locate::internal(size, g).unwrap());
     assert_eq!(count_set(&store.read_bitmap(1).unwrap()), 1);
 }
