@@ -259,8 +259,9 @@ fn scripts_run_twice_over_the_same_state_needs_no_force() {
     }
 }
 
-/// The configuration tweak that gives beta a meta-disk of its own: `<its disk>.md`.
-fn beta_meta_on_its_own_file(node: &str, text: String) -> String {
+/// Beta's configuration with `more(its disk path)` appended to its volume's disk line;
+/// other nodes' unchanged.
+fn beta_volume_plus(node: &str, text: String, more: impl Fn(&str) -> String) -> String {
     if node != "beta" {
         return text;
     }
@@ -269,8 +270,13 @@ fn beta_meta_on_its_own_file(node: &str, text: String) -> String {
         .find(|l| l.contains("disk = ") && l.contains("/beta/"))
         .expect("beta's disk line")
         .to_string();
-    let path = line.split('"').nth(1).expect("a quoted path").to_string();
-    text.replace(&line, &format!("{line}\n  meta-disk = \"{path}.md\""))
+    let path = line.split('"').nth(1).expect("a quoted path");
+    text.replace(&line, &format!("{line}{}", more(path)))
+}
+
+/// The configuration tweak that gives beta a meta-disk of its own: `<its disk>.md`.
+fn beta_meta_on_its_own_file(node: &str, text: String) -> String {
+    beta_volume_plus(node, text, |path| format!("\n  meta-disk = \"{path}.md\""))
 }
 
 /// Beta keeps its metadata in a file of its own; its backing file is deleted while it is
@@ -497,17 +503,7 @@ fn start_with_beta_on_pmem(
     let md = shm.join(format!("tandem-test-{}-{name}.md", std::process::id()));
     let _ = std::fs::remove_file(&md);
     let md_line = format!("\n  meta-disk = \"pmem:{}\"{extra}", md.display());
-    let tweak = move |node: &str, text: String| {
-        if node != "beta" {
-            return text;
-        }
-        let line = text
-            .lines()
-            .find(|l| l.contains("disk = ") && l.contains("/beta/"))
-            .expect("beta's disk line")
-            .to_string();
-        text.replace(&line, &format!("{line}{md_line}"))
-    };
+    let tweak = move |node: &str, text: String| beta_volume_plus(node, text, |_| md_line.clone());
     let mut c = Cluster::start_with(
         test,
         Setup {

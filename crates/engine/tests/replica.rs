@@ -677,6 +677,35 @@ fn primary_meets(n: &mut Resource, out: &mut Vec<RAction>) {
     }
 }
 
+/// `(id, offset, len)` of every resync request sent to node 0.
+fn resync_requests_to_alpha(out: &[RAction]) -> Vec<(u64, u64, u32)> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                peer: 0,
+                msg: Msg::ResyncReq {
+                    id, offset, len, ..
+                },
+            } => Some((*id, *offset, *len)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(offset, len)` of every resync write issued.
+fn resync_writes(out: &[RAction]) -> Vec<(u64, u32)> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Disk {
+                token: Token::ResyncWrite { .. },
+                kind: DiskKind::Write { offset, len },
+                ..
+            } => Some((*offset, *len)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn resync_requests(out: &[RAction]) -> Vec<(u64, u32)> {
     out.iter()
         .filter_map(|a| match a {
@@ -1187,18 +1216,7 @@ fn a_write_sent_before_the_primarys_list_is_not_overwritten_by_resync() {
             &mut out,
         );
     }
-    let reqs: Vec<_> = out
-        .iter()
-        .filter_map(|a| match a {
-            RAction::Send {
-                peer: 0,
-                msg: Msg::ResyncReq {
-                    id, offset, len, ..
-                },
-            } => Some((*id, *offset, *len)),
-            _ => None,
-        })
-        .collect();
+    let reqs = resync_requests_to_alpha(&out);
     assert_eq!(reqs.len(), 1, "{out:?}");
     let (id, offset, len) = reqs[0];
     assert_eq!((offset, len), (8192, 4096));
@@ -1214,17 +1232,7 @@ fn a_write_sent_before_the_primarys_list_is_not_overwritten_by_resync() {
         },
         &mut out,
     );
-    let written: Vec<(u64, u32)> = out
-        .iter()
-        .filter_map(|a| match a {
-            RAction::Disk {
-                token: Token::ResyncWrite { .. },
-                kind: DiskKind::Write { offset, len },
-                ..
-            } => Some((*offset, *len)),
-            _ => None,
-        })
-        .collect();
+    let written = resync_writes(&out);
     assert!(
         !written.is_empty(),
         "the rest of the block is written: {out:?}"
@@ -2175,17 +2183,8 @@ fn a_primary_pulling_its_crashed_extents_keeps_its_own_newer_writes() {
     let mut out = Vec::new();
     beta.promote(false, &mut out).unwrap();
     assert_eq!(beta.disk(0), DiskState::Inconsistent, "{out:?}");
-    let (id, offset, len) = out
-        .iter()
-        .find_map(|a| match a {
-            RAction::Send {
-                peer: 0,
-                msg: Msg::ResyncReq {
-                    id, offset, len, ..
-                },
-            } => Some((*id, *offset, *len)),
-            _ => None,
-        })
+    let (id, offset, len) = *resync_requests_to_alpha(&out)
+        .first()
         .expect("the new Primary pulls its suspect ranges");
     assert_eq!((offset, len), (0, 8192));
     // The application writes sector 8 while that request is out; the write lands here.
@@ -2220,17 +2219,7 @@ fn a_primary_pulling_its_crashed_extents_keeps_its_own_newer_writes() {
         },
         &mut out,
     );
-    let written: Vec<(u64, u32)> = out
-        .iter()
-        .filter_map(|a| match a {
-            RAction::Disk {
-                token: Token::ResyncWrite { .. },
-                kind: DiskKind::Write { offset, len },
-                ..
-            } => Some((*offset, *len)),
-            _ => None,
-        })
-        .collect();
+    let written = resync_writes(&out);
     assert_eq!(
         written,
         vec![(0, 4096), (4608, 8192 - 4608)],

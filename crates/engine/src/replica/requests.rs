@@ -305,7 +305,12 @@ impl Requests {
         let size = rep.vols[v].size;
         let (landed, (offset, len)) = (w.landed(), (w.offset, u64::from(w.len)));
         let may_hold = w.may_hold();
-        let sole = rep.sole_holder(v, w.missing, w.peers_ok.union(w.received));
+        // Only a write that missed someone needs it: the common write skips the walk.
+        let sole = if w.missing.is_empty() {
+            None
+        } else {
+            rep.sole_holder(v, w.missing, w.peers_ok.union(w.received))
+        };
         for p in rep.peers.iter_mut() {
             let up = p.up;
             let pv = &mut p.vols[v];
