@@ -128,6 +128,12 @@ pub trait Driver {
 
     fn disconnect(&mut self, peer: NodeId, reason: LinkLoss);
 
+    /// See [`RAction::Settled`]: the activity log may let these writes go once written.
+    fn settled(&mut self, peer: NodeId, conn: u32, upto: u64);
+
+    /// See [`RAction::WriteSettled`]: the activity log may let it go once answered.
+    fn write_settled(&mut self, req: ReqId, volume: u16);
+
     /// See [`RAction::SplitBrain`].
     fn split_brain(&mut self, found: SplitBrain);
 
@@ -183,6 +189,8 @@ pub fn execute<D: Driver>(d: &mut D, actions: Vec<RAction>, inputs: &Inputs<'_>)
             RAction::Retain { from, key } => d.store().retain(from, key, inputs),
             RAction::Forget { key } => d.store().forget(key),
             RAction::Disconnect { peer, reason } => d.disconnect(peer, reason),
+            RAction::Settled { peer, conn, upto } => d.settled(peer, conn, upto),
+            RAction::WriteSettled { req, volume } => d.write_settled(req, volume),
             RAction::SplitBrain {
                 peer,
                 volume,
@@ -244,6 +252,12 @@ mod tests {
         }
         fn split_brain(&mut self, found: SplitBrain) {
             self.seen.push(format!("split brain {}", found.peer));
+        }
+        fn settled(&mut self, peer: NodeId, _conn: u32, upto: u64) {
+            self.seen.push(format!("settled {peer} {upto}"));
+        }
+        fn write_settled(&mut self, req: ReqId, _volume: u16) {
+            self.seen.push(format!("write settled {}", req.0));
         }
         fn event(&mut self, _event: Event) {}
     }

@@ -89,6 +89,7 @@ fn a_second_primary_is_refused() {
         0,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         &mut out,
     );
@@ -116,6 +117,7 @@ fn a_second_primary_is_refused() {
         1,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         &mut out,
     );
@@ -159,6 +161,7 @@ fn a_write_beyond_the_volume_is_a_protocol_error() {
         0,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         &mut out,
     );
@@ -233,7 +236,10 @@ fn a_diskless_node_cannot_promote_without_an_up_to_date_peer() {
         a,
         RAction::Send {
             peer: 1,
-            msg: Msg::Role(Role::Primary)
+            msg: Msg::Role {
+                role: Role::Primary,
+                ..
+            }
         }
     )));
 }
@@ -656,6 +662,7 @@ fn primary_meets(n: &mut Resource, out: &mut Vec<RAction>) {
         0,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         out,
     );
@@ -1109,6 +1116,7 @@ fn diskless_primary_connects(n: &mut Resource, out: &mut Vec<RAction>) {
         2,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         out,
     );
@@ -1635,6 +1643,7 @@ fn clients_promote_and_the_last_one_leaving_demotes_once_its_requests_are_answer
         0,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         &mut out,
     );
@@ -2734,6 +2743,7 @@ fn a_secondary_adopts_new_ids_only_when_up_to_date_under_the_primary() {
         0,
         &Packet::Role {
             role: Role::Primary,
+            incarnation: 1,
         },
         &mut out,
     );

@@ -320,8 +320,8 @@ impl Sim {
     /// The least node `i`'s activity log names for volume `v` at a crash: blocks written
     /// since the last fdatasync (what a power loss may take; a block a write then a
     /// zeroing left as it was durable counts too, since a peer may hold the write), writes
-    /// issued to its disk and not completed (the log holds a peer's write until written
-    /// here), and on the Primary its application writes issued locally and not yet
+    /// issued to its disk and not completed, a Primary's writes received here and not
+    /// settled (see `RAction::Settled`), and on the Primary its application writes issued locally and not yet
     /// answered (held until answered: a peer may have them when this node does not).
     fn held_in_log(&self, i: usize, v: usize) -> Vec<(u64, u64)> {
         let n = &self.nodes[i];
@@ -338,6 +338,10 @@ impl Sim {
                 _ => {}
             }
         }
+        // A Primary's writes stay in a receiving replica's log until settled everywhere
+        // (the engine's peer acks, `RAction::Settled`), or compared with the other
+        // replicas once that Primary is lost.
+        ranges.extend(n.engine.unsettled_writes(v as u16));
         if i == 0 {
             for p in self.pending.values() {
                 if let Pending::Write { idx, .. } = p {
@@ -347,18 +351,10 @@ impl Sim {
                     }
                 }
             }
-            if !self.sc.pending_checks {
-                // DRBD's transfer log: a write stays in the log until every peer it went
-                // to has written it. `tandem node` releases it when it is answered, which
-                // under protocol A is before the peer has it: written and synced here, the
-                // extent may leave the log, and no one knows the peer lacks it once the
-                // Primary crashes (`--pending-checks` checks that release).
-                for w in self.writes.iter().filter(|w| w.volume as usize == v) {
-                    if self.unwritten_on_a_peer(w) {
-                        ranges.push((w.offset, w.len));
-                    }
-                }
-            }
+            // DRBD's transfer log: a write stays in the log until every replica it went to
+            // wrote it or is marked lacking it (`RAction::WriteSettled`), even once
+            // answered (under protocol A that is before a peer has it).
+            ranges.extend(n.engine.unsettled_own_writes(v as u16));
         }
         ranges
     }
@@ -367,7 +363,10 @@ impl Sim {
     /// flight (allowed, not required). Every node at once: with a power loss, those no
     /// FLUSH or FUA made durable; and, the Primary keeping no replica of the volume (it
     /// wins no contest), those acknowledged under protocol B (received, not yet written)
-    /// while a peer still connected had not written them. The Primary alone: under
+    /// while a peer they went to had not written them, connected or not (seed 147009225:
+    /// a Secondary whose link dropped just before the crash had received a write and not
+    /// written it, won the contest by its node id, and its version stood: what protocol B
+    /// allows whether or not the link dropped first). The Primary alone: under
     /// protocol A, those a peer still connected had not written (maybe not received); with
     /// its power lost, those not durable that no peer still connected had written.
     fn mark_lossy(&mut self, every_node: bool, power_lost: bool) {
@@ -380,8 +379,10 @@ impl Sim {
             let primary_keeps = self.sc.replica(0, w.volume as usize);
             let unwritten = self.unwritten_on_a_peer(w);
             let lossy = if every_node {
+                let unwritten_anywhere =
+                    w.sent.iter().any(|&(to, _)| w.applied_on & (1 << to) == 0);
                 (power_lost && !self.durable_promised(w, two_failures))
-                    || (!primary_keeps && self.sc.protocol != Protocol::C && unwritten)
+                    || (!primary_keeps && self.sc.protocol != Protocol::C && unwritten_anywhere)
             } else {
                 primary_keeps
                     && ((self.sc.protocol == Protocol::A && unwritten)

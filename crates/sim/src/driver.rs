@@ -189,6 +189,12 @@ impl Driver for NodeDriver<'_> {
     }
 
     // Only node 0 is ever Primary: no two Primaries, so no split brain.
+    // The simulator asks the engine what a crash finds held (`Resource::unsettled_writes`).
+    fn settled(&mut self, _peer: NodeId, _conn: u32, _upto: u64) {}
+
+    // Likewise for the Primary's own writes (`Sim::held_in_log`, unless `--pending-checks`).
+    fn write_settled(&mut self, _req: ReqId, _volume: u16) {}
+
     fn split_brain(&mut self, found: SplitBrain) {
         panic!(
             "seed {}: node {} reports a split brain with node {} on volume {}, but only node 0 was ever Primary\n{}",

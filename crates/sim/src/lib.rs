@@ -103,8 +103,9 @@ pub struct Scenario {
     /// last (a Secondary that lost power lacked writes it had acknowledged and the Primary
     /// did not mark, power-loss seed 299) is closed by the activity log: such a node starts
     /// [`ReplicaAtStart::Crashed`](tandem_engine::replica::ReplicaAtStart::Crashed) and
-    /// pulls what its log names. The disk-errors gaps (seeds 683, 90004521, 94003653,
-    /// 94017354, 94000749, 94021068) are closed too and always checked.
+    /// pulls what its log names; and a Primary's log that let a write go once answered,
+    /// before every peer had it, is closed by peer acks. The disk-errors gaps (seeds 683,
+    /// 90004521, 94003653, 94017354, 94000749, 94021068) are closed too and always checked.
     pub pending_checks: bool,
     pub knobs: Knobs,
     /// A crash in the middle of the workload: of every node at once, or of the Primary
@@ -1248,6 +1249,13 @@ impl Sim {
                         STUCK_AFTER_US / 2_000_000,
                         self.tail_log(80)
                     );
+                }
+                // Why it never converged: the whole history and every engine's state.
+                if std::env::var_os("TANDEM_SIM_FULL").is_some() {
+                    eprintln!("{}", self.tail_log(0));
+                    for (i, n) in self.nodes.iter().enumerate() {
+                        eprintln!("node {i}'s engine: {:#?}", n.engine);
+                    }
                 }
                 converged = false;
                 break;

@@ -130,7 +130,6 @@ fn power_losses_lose_nothing_acknowledged() {
 /// × 2/5), about 15 s in the test profile; `tandem-sim FROM COUNT --cluster-crash
 /// [--power-loss]` for more.
 #[test]
-#[ignore = "fails today: engine gaps the crash families found (pending seeds in cluster_crash_pending_seeds)"]
 fn cluster_crashes_lose_nothing_acknowledged() {
     let count = seed_count() * 2 / 5;
     for family in [Family::ClusterCrash, Family::PowerLossClusterCrash] {
@@ -204,6 +203,23 @@ fn cluster_crashes_lose_nothing_acknowledged() {
 ///   landed after it, over the newer data: an acknowledged write lost (now a Primary being
 ///   synced protects what it writes from older resync data, as a Secondary does what the
 ///   Primary writes to it).
+/// - 52: the Primary alone crashed while a write was in flight; one Secondary wrote it, the
+///   other never received it, and nothing reconciled the two: the replicas differed for
+///   good (about 60 % of the crash family's failures). Now Secondaries that lose the
+///   Primary with writes it never settled compare what they received (`PrimaryLost`), and
+///   the one that received more lists its unsettled writes to the other.
+/// - 2693: under a diskless Primary, a write in flight when every node crashed was written
+///   and synced on one Secondary, whose activity log let go of it once written, and never
+///   reached the other: nothing named it. Now a Secondary holds a Primary's write in its
+///   log until the Primary says every replica has it (peer acks, `RAction::Settled`).
+/// - 74 (and `--power-loss` 418): the contest's winner synced a replica before every node
+///   had met, so that replica stayed unproven; promoted, the winner marked all of it
+///   without telling it (its list was sent already), and the run never went quiet. Now
+///   bits a Primary sets for a peer it has listed to are listed again.
+/// - 141005682: a Secondary stopped cleanly with a protocol-B write received and not yet
+///   written; after every node crashed it was the cleanest replica, the contest made it the
+///   source, and the acknowledged write was lost. Now a replica with writes still to land
+///   is not kept consistent across a clean stop.
 #[test]
 fn cluster_crash_regressions() {
     for (seed, family) in [
@@ -212,30 +228,13 @@ fn cluster_crash_regressions() {
         (738, Family::ClusterCrash),
         (117, Family::ClusterCrash),
         (381, Family::ClusterCrash),
+        (52, Family::ClusterCrash),
+        (2693, Family::ClusterCrash),
+        (74, Family::ClusterCrash),
+        (141005682, Family::ClusterCrash),
         (2925, Family::PowerLossClusterCrash),
+        (418, Family::PowerLossClusterCrash),
     ] {
-        Sim::new(family.scenario(seed)).run();
-    }
-}
-
-/// One seed per engine gap the crash families found that is still open, each failing
-/// today (about 3.2% of `--cluster-crash` seeds, 63 of 0..2000, after the fixes above):
-/// - 52 (`--cluster-crash`): the Primary alone crashes while a write is in flight; one
-///   Secondary wrote it, the other never received it, and nothing reconciles the two
-///   (DRBD's peer acks tell Secondaries which writes every replica has; those not yet
-///   acknowledged are resynced between the survivors when the Primary is lost): the
-///   replicas differ for good. The largest class (about 60% of the failures).
-/// - 2693: under a diskless Primary, a write in flight when every node crashed was
-///   written and synced on one Secondary (its activity log may let go of it then) and
-///   never reached the other; nothing names it: the replicas differ.
-///
-/// And with `--pending-checks`, 35: a crashed Primary's activity log let go of a
-/// protocol-A write once answered (written and synced there) while the peer had not
-/// received it; nothing records that the peer lacks it.
-#[test]
-#[ignore = "engine gaps found by the crash families (seeds 52, 2693)"]
-fn cluster_crash_pending_seeds() {
-    for (seed, family) in [(52, Family::ClusterCrash), (2693, Family::ClusterCrash)] {
         Sim::new(family.scenario(seed)).run();
     }
 }
@@ -561,4 +560,14 @@ fn a_sole_holder_is_not_marked_as_lacking_its_write() {
         let out = Sim::new(Family::Overlapping.scenario(seed)).run();
         assert!(out.converged, "seed {seed}");
     }
+}
+
+/// Overlapping seed 1799 (found with peer acks): a replica up to date under the Primary
+/// met a peer with newer ids and took back what it had claimed the peer lacked, as if the
+/// peer had listed it; the peer's list on that connection had ended long before, so the
+/// resync waited for an end that never came and the replica stayed Inconsistent for good.
+#[test]
+fn claims_taken_back_after_the_peers_list_ended_wait_for_no_list() {
+    let out = Sim::new(Family::Overlapping.scenario(1799)).run();
+    assert!(out.converged);
 }

@@ -230,6 +230,8 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::NegAck { .. } => "NegAck",
         Packet::Barrier { .. } => "Barrier",
         Packet::BarrierAck { .. } => "BarrierAck",
+        Packet::PeerAck { .. } => "PeerAck",
+        Packet::PrimaryLost { .. } => "PrimaryLost",
         Packet::ReadReq { .. } => "ReadReq",
         Packet::ReadReply { .. } => "ReadReply",
         Packet::ResyncReq { .. } => "ResyncReq",

@@ -100,9 +100,12 @@ pub enum Packet<'a> {
     },
     /// The peer's response verified.
     AuthOk,
-    /// The sender's role; sent after authentication and on every change.
+    /// The sender's role; sent after authentication and on every change. `incarnation`
+    /// names the sender's run (new at every start): a Secondary that lost a Primary and
+    /// meets the same run again knows it never forgot what each replica lacks.
     Role {
         role: Role,
+        incarnation: u64,
     },
     /// The sender's view of one of its volumes; sent after authentication and on changes.
     /// `flags`: [`volume_flags`].
@@ -155,6 +158,25 @@ pub enum Packet<'a> {
     NegAck {
         seq: u64,
         errno: u32,
+    },
+    /// From the Primary: every write it sent with a sequence number up to `seq` is settled
+    /// (DRBD's peer acks): each replica it went to wrote it, or failed it, or lost its
+    /// link first. `missing` has bit n set for every node that lacks one of the writes this
+    /// acknowledgement settles (the receiver marks them out of sync towards those nodes).
+    /// A receiver keeps a write's extents in its activity log until it is settled, so a
+    /// crash of every node still names where replicas may differ.
+    PeerAck {
+        seq: u64,
+        missing: u32,
+    },
+    /// The sender lost Primary `primary` (in its run `incarnation`, see [`Packet::Role`])
+    /// with writes it had not settled: the last write it received from it was `seq` (0:
+    /// none). Secondaries that lost the same Primary compare: the one that received more
+    /// is the source for every write neither can know settled.
+    PrimaryLost {
+        primary: u8,
+        incarnation: u64,
+        seq: u64,
     },
     /// Everything sent before must be durable on the peer before it answers.
     Barrier {
@@ -232,6 +254,8 @@ mod kind {
     pub const NEG_ACK: u16 = 14;
     pub const BARRIER: u16 = 15;
     pub const BARRIER_ACK: u16 = 16;
+    pub const PEER_ACK: u16 = 17;
+    pub const PRIMARY_LOST: u16 = 18;
     pub const READ_REQ: u16 = 20;
     pub const READ_REPLY: u16 = 21;
     pub const RESYNC_REQ: u16 = 22;
@@ -280,6 +304,8 @@ impl Packet<'_> {
             Packet::NegAck { .. } => NEG_ACK,
             Packet::Barrier { .. } => BARRIER,
             Packet::BarrierAck { .. } => BARRIER_ACK,
+            Packet::PeerAck { .. } => PEER_ACK,
+            Packet::PrimaryLost { .. } => PRIMARY_LOST,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
@@ -326,7 +352,10 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
         }
         Packet::Auth { response } => w.bytes(&response),
         Packet::AuthOk | Packet::Ping | Packet::PingAck => {}
-        Packet::Role { role } => w.u8(role as u8),
+        Packet::Role { role, incarnation } => {
+            w.u64(incarnation);
+            w.u8(role as u8);
+        }
         Packet::Volume {
             volume,
             size,
@@ -389,6 +418,19 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u32(errno);
         }
         Packet::Barrier { id } => w.u64(id),
+        Packet::PeerAck { seq, missing } => {
+            w.u64(seq);
+            w.u32(missing);
+        }
+        Packet::PrimaryLost {
+            primary,
+            incarnation,
+            seq,
+        } => {
+            w.u8(primary);
+            w.u64(incarnation);
+            w.u64(seq);
+        }
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
             w.u32(errno);
@@ -501,6 +543,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         },
         AUTH_OK => Packet::AuthOk,
         ROLE => Packet::Role {
+            incarnation: r.u64()?,
             role: match r.u8()? {
                 0 => Role::Secondary,
                 1 => Role::Primary,
@@ -567,6 +610,15 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             errno: r.u32()?,
         },
         BARRIER => Packet::Barrier { id: r.u64()? },
+        PEER_ACK => Packet::PeerAck {
+            seq: r.u64()?,
+            missing: r.u32()?,
+        },
+        PRIMARY_LOST => Packet::PrimaryLost {
+            primary: r.u8()?,
+            incarnation: r.u64()?,
+            seq: r.u64()?,
+        },
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
             errno: r.u32()?,
@@ -738,6 +790,7 @@ mod tests {
             Packet::AuthOk,
             Packet::Role {
                 role: Role::Primary,
+                incarnation: 3,
             },
             Packet::Volume {
                 volume: 0,
@@ -780,6 +833,15 @@ mod tests {
             Packet::RecvAck { seq: 5 },
             Packet::WriteAck { seq: 5 },
             Packet::NegAck { seq: 5, errno: 5 },
+            Packet::PeerAck {
+                seq: 17,
+                missing: 0b101,
+            },
+            Packet::PrimaryLost {
+                primary: 2,
+                incarnation: 11,
+                seq: 9,
+            },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
             Packet::ReadReq {
@@ -884,6 +946,7 @@ mod tests {
         encode(
             &Packet::Role {
                 role: Role::Primary,
+                incarnation: 1,
             },
             &mut b,
         );

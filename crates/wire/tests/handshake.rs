@@ -329,6 +329,7 @@ fn bytes_after_auth_ok_stay_unconsumed() {
 fn session_bytes_sent_right_after_establishing_stay_unconsumed() {
     let mut session_a = enc(&Packet::Role {
         role: Role::Primary,
+        incarnation: 1,
     });
     session_a.extend_from_slice(&enc(&Packet::Ping));
     let session_b = enc(&Packet::PingAck);
@@ -764,6 +765,7 @@ fn packets_out_of_order_fail() {
     });
     let role = enc(&Packet::Role {
         role: Role::Primary,
+        incarnation: 1,
     });
     let cases: Vec<(Vec<Vec<u8>>, &str, &str)> = vec![
         (vec![enc(&Packet::Ping)], "Hello", "Ping"),

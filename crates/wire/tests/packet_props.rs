@@ -22,7 +22,7 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..23,
+        0u8..25,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -73,7 +73,10 @@ fn packet(f: &Fields) -> Packet<'_> {
     };
     match f.kind {
         0 => Packet::AuthOk,
-        1 => Packet::Role { role },
+        1 => Packet::Role {
+            role,
+            incarnation: f.b,
+        },
         2 => Packet::Volume {
             volume: f.d,
             size: f.b,
@@ -156,6 +159,15 @@ fn packet(f: &Fields) -> Packet<'_> {
             volume: f.d,
             gi: f.a,
             adopted: f.c % 2 == 1,
+        },
+        22 => Packet::PeerAck {
+            seq: f.a,
+            missing: f.c,
+        },
+        23 => Packet::PrimaryLost {
+            primary: f.d as u8,
+            incarnation: f.b,
+            seq: f.a,
         },
         19 => Packet::ReadReply {
             id: f.a,

@@ -486,6 +486,14 @@ impl Driver for ResourceDriver<'_> {
         self.node.disconnect(self.r, peer, reason);
     }
 
+    fn settled(&mut self, peer: NodeId, conn: u32, upto: u64) {
+        self.node.al_settled(self.r, peer, conn, upto);
+    }
+
+    fn write_settled(&mut self, req: ReqId, volume: u16) {
+        self.node.al_write_settled(self.r, req, volume);
+    }
+
     fn split_brain(&mut self, f: SplitBrain) {
         let r = self.r;
         self.node

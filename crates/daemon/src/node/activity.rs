@@ -3,10 +3,13 @@
 //! replica's activity log, so a crash names where the replica may differ from its peers
 //! (`ReplicaAtStart::Crashed`). A write to an extent not in the log waits for the
 //! transaction that adds it (`VolumeMeta::write_transaction`, written on the loop: a few
-//! microseconds on persistent memory, one synchronous write on a disk). An application
-//! write keeps its extents until the application is answered (every replica wrote it or was
-//! marked out of sync), a peer's write until it is written here. Resync writes pass
-//! without: a replica being synced is not consistent, and a crash resyncs it in full.
+//! microseconds on persistent memory, one synchronous write on a disk). A write keeps its
+//! extents until it is settled — every replica it went to wrote it, or is marked as lacking
+//! it (the engine's peer acks, `RAction::WriteSettled` and `RAction::Settled`) — and, an
+//! application write, answered; a peer's write, written here. Until then a crash of every
+//! node must find it in a log: some replica may hold it while another lacks it. Resync
+//! writes pass without: a replica being synced is not consistent, and a crash resyncs it
+//! in full.
 //!
 //! A write that misses the log waits, its bytes copied, and the event loop writes one
 //! transaction for every write that missed in its round, after the round's packets are
@@ -28,13 +31,28 @@ use super::metadata::extents_of;
 use super::state::*;
 use super::unsynced;
 use std::time::Instant;
-use tandem_engine::replica::{RAction, Token};
+use tandem_engine::replica::{NodeId, RAction, Token};
 use tandem_engine::{DiskKind, ReqId};
 use tandem_meta::{Begin, WaitId};
 use tracing::error;
 
 /// Fewer clean unused extents than this (or than half the log) start a data sync ahead.
 const CLEAN_LOW: usize = 128;
+
+/// An application write's hold on its activity-log extents (DRBD's transfer log), from
+/// its gate until it is answered; then, until settled (every replica it went to has it,
+/// or is marked lacking it), in `al_answered`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AppHold {
+    pub(super) volume: u16,
+    /// (first extent, last extent), once it is issued.
+    pub(super) extents: Option<(u32, u32)>,
+}
+
+/// Answered application writes not yet settled, per (request id, volume), in answer
+/// order, with the extents each holds (none if it failed before it was issued).
+pub(super) type AnsweredHolds =
+    std::collections::HashMap<(ReqId, u16), std::collections::VecDeque<Option<(u32, u32)>>>;
 
 /// A write waiting for an activity-log transaction.
 #[derive(Debug)]
@@ -87,18 +105,36 @@ impl NodeReactor {
             if !self.al_commits.contains(&(r, v)) {
                 self.al_commits.push((r, v));
             }
+            if let Token::App(req) = token {
+                // Held from its issue on (`issue_al_ready`), or not at all if it fails
+                // first; answered either way, and settled after.
+                let hold = AppHold {
+                    volume: v,
+                    extents: None,
+                };
+                let earlier = self.res[r].al_app.insert(req, hold);
+                debug_assert!(earlier.is_none(), "two local writes for {req:?}");
+            }
             return Gate::Wait(id);
         }
         if let Token::App(req) = token {
-            self.al_hold(r, req, (v, first, last));
+            let hold = AppHold {
+                volume: v,
+                extents: Some((first, last)),
+            };
+            let earlier = self.res[r].al_app.insert(req, hold);
+            debug_assert!(earlier.is_none(), "two local writes for {req:?}");
         }
         Gate::Go
     }
 
-    /// An application write holds its extents until answered (one local write per request).
-    fn al_hold(&mut self, r: usize, req: ReqId, held: (u16, u32, u32)) {
-        let earlier = self.res[r].al_app.insert(req, held);
-        debug_assert!(earlier.is_none(), "two local writes for {req:?}");
+    /// A write that waited for its transaction is issued: it holds its extents now.
+    fn al_hold(&mut self, r: usize, req: ReqId, extents: (u32, u32)) {
+        let h = self.res[r].al_app.get_mut(&req);
+        debug_assert!(h.is_some(), "{req:?} issued after it was answered");
+        if let Some(h) = h {
+            h.extents = Some(extents);
+        }
     }
 
     /// Keeps a write that waits for the log, with its bytes.
@@ -286,17 +322,58 @@ impl NodeReactor {
         }
     }
 
-    /// Application request `req` of resource `r` was answered: its extents are free.
+    /// Application request `req` of resource `r` was answered: a write's extents wait for
+    /// it to be settled (its request id may be reused meanwhile).
     pub(super) fn al_app_done(&mut self, r: usize, req: ReqId) {
-        if let Some((v, first, last)) = self.res[r].al_app.remove(&req) {
+        if let Some(h) = self.res[r].al_app.remove(&req) {
+            let queue = self.res[r].al_answered.entry((req, h.volume)).or_default();
+            queue.push_back(h.extents);
+        }
+    }
+
+    /// The oldest answered write `req` of volume `v` not yet settled is settled (see
+    /// [`RAction::WriteSettled`]): its extents are free.
+    pub(super) fn al_write_settled(&mut self, r: usize, req: ReqId, v: u16) {
+        let answered = &mut self.res[r].al_answered;
+        let Some(queue) = answered.get_mut(&(req, v)) else {
+            return; // not gated: no activity log for this volume
+        };
+        let extents = queue.pop_front().flatten();
+        if queue.is_empty() {
+            answered.remove(&(req, v));
+        }
+        if let Some((first, last)) = extents {
             self.al_end(r, v, first, last);
         }
     }
 
-    /// A disk operation finished: a peer's write frees its extents.
+    /// A disk operation finished: a peer's write frees its extents once settled (see
+    /// [`RAction::Settled`]), which may be now.
     pub(super) fn al_op_done(&mut self, r: usize, v: u16, token: Token, kind: DiskKind) {
-        if let (Token::PeerWrite { .. }, Some(range)) = (token, gated(token, kind)) {
-            let (first, last) = extents_of(range.0, range.1);
+        let (Token::PeerWrite { peer, conn, seq }, Some(range)) = (token, gated(token, kind))
+        else {
+            return;
+        };
+        let (first, last) = extents_of(range.0, range.1);
+        let settled = self.res[r].al_settled.get(&(peer, conn));
+        if settled.is_some_and(|&upto| seq <= upto) {
+            return self.al_end(r, v, first, last);
+        }
+        let earlier = self.res[r]
+            .al_peer
+            .insert((peer, conn, seq), (v, first, last));
+        debug_assert!(earlier.is_none(), "two writes {seq} from {peer}");
+    }
+
+    /// The engine settled `peer`'s writes on connection `conn` up to `upto`: those written
+    /// here leave the log; those still to be written leave it once written.
+    pub(super) fn al_settled(&mut self, r: usize, peer: NodeId, conn: u32, upto: u64) {
+        let mark = self.res[r].al_settled.entry((peer, conn)).or_insert(0);
+        *mark = (*mark).max(upto);
+        let held = &mut self.res[r].al_peer;
+        let mut settled = held.split_off(&(peer, conn, 0));
+        held.append(&mut settled.split_off(&(peer, conn, upto.saturating_add(1))));
+        for (v, first, last) in settled.into_values() {
             self.al_end(r, v, first, last);
         }
     }
@@ -334,8 +411,7 @@ impl NodeReactor {
                 // The transaction counted its extents as used: an application write holds
                 // them until answered, as on the direct path.
                 if let (Token::App(req), Some(range)) = (w.token, gated(w.token, w.kind)) {
-                    let (first, last) = extents_of(range.0, range.1);
-                    self.al_hold(r, req, (w.volume, first, last));
+                    self.al_hold(r, req, extents_of(range.0, range.1));
                 }
                 self.issue(a, super::actions::Bytes::Owned(w.data.as_deref()), &mut out);
             }

@@ -82,9 +82,16 @@ pub(super) struct ResCtx {
     pub(super) syncs: SyncPlan<(u16, Token)>,
     /// Whether this resource's NBD clients flush after every few writes.
     pub(super) nbd_flushes: FlushPattern,
-    /// Application requests holding activity-log extents (volume, first, last) until
-    /// they are answered.
-    pub(super) al_app: std::collections::HashMap<tandem_engine::ReqId, (u16, u32, u32)>,
+    /// Application writes holding activity-log extents until they are answered.
+    pub(super) al_app: std::collections::HashMap<tandem_engine::ReqId, super::activity::AppHold>,
+    /// Then until settled: per (request id, volume), answered writes in answer order, and
+    /// the extents each holds (none if it failed before it was issued).
+    pub(super) al_answered: super::activity::AnsweredHolds,
+    /// Peers' writes written here and held in the activity log (volume, first, last)
+    /// until the engine says they are settled, by (peer, connection, sequence number).
+    pub(super) al_peer: std::collections::BTreeMap<(NodeId, u32, u64), (u16, u32, u32)>,
+    /// Per (peer, connection): its writes up to this sequence number are settled.
+    pub(super) al_settled: std::collections::HashMap<(NodeId, u32), u64>,
     /// Writes waiting for an activity-log transaction.
     pub(super) al_waiting: Vec<super::activity::AlWaiting>,
     /// The data sync in flight (its generation) and the activity logs' marks taken at

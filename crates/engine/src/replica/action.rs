@@ -98,6 +98,17 @@ pub enum RAction {
     /// Drop the bytes kept under `key`: the write that was to use them will not be issued
     /// (it waited behind an overlapping one when its replica detached).
     Forget { key: Token },
+    /// The writes `peer` sent us on connection `conn` with sequence numbers up to `upto` are
+    /// settled (see `settle.rs`): once written here they may leave the activity log (before,
+    /// a crash of every node must find them there).
+    Settled { peer: NodeId, conn: u32, upto: u64 },
+    /// Our application write `req` to `volume`, answered already, is settled: on every
+    /// replica it went to, or known to be missing there. Its extents may leave the
+    /// activity log (DRBD's transfer log: before, a crash of this node must find them
+    /// there, since a peer may hold the write while we do not, or lack it while we do).
+    /// `req` may name a newer request by now: this is the oldest answered write of that
+    /// id and volume not yet settled (they settle in the order they were answered).
+    WriteSettled { req: ReqId, volume: u16 },
     /// Drop the connection to this peer.
     Disconnect { peer: NodeId, reason: LinkLoss },
     /// Our replica of `volume` and the peer's diverged: both were written by a Primary

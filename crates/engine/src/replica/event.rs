@@ -355,6 +355,8 @@ pub enum ProtocolError {
         message: String,
     },
     HandshakeAfterHandshake,
+    /// A node id that is not in the resource (or is the receiver's own).
+    UnknownNode(u8),
 }
 
 impl fmt::Display for ProtocolError {
@@ -364,6 +366,7 @@ impl fmt::Display for ProtocolError {
             BothPrimary => write!(f, "both nodes are Primary"),
             WriteFromSecondary => write!(f, "replicated write from a node that is not Primary"),
             WriteOutOfOrder { seq, last } => write!(f, "write sequence {seq} not after {last}"),
+            UnknownNode(id) => write!(f, "node {id} is not another node of the resource"),
             UnknownVolume(v) => write!(f, "unknown volume {v}"),
             OutOfRange {
                 volume,

@@ -39,7 +39,10 @@ pub enum DataRef {
 /// A packet to send, with its payload named rather than carried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Msg {
-    Role(Role),
+    Role {
+        role: Role,
+        incarnation: u64,
+    },
     Volume {
         volume: u16,
         size: u64,
@@ -105,6 +108,18 @@ pub enum Msg {
         seq: u64,
         errno: u32,
     },
+    /// Writes up to `seq` are settled; `missing` lack some of them (see `settle.rs`).
+    PeerAck {
+        seq: u64,
+        missing: u32,
+    },
+    /// We lost Primary `primary` in its run `incarnation`; `seq`: the last write
+    /// received from it.
+    PrimaryLost {
+        primary: NodeId,
+        incarnation: u64,
+        seq: u64,
+    },
     Barrier {
         id: u64,
     },
@@ -154,7 +169,7 @@ impl Msg {
     /// One arm per message kind, field for field: long, not complex.
     pub fn to_packet<'a>(&self, data: impl Fn(Option<DataRef>, u32) -> &'a [u8]) -> Packet<'a> {
         match *self {
-            Msg::Role(role) => Packet::Role { role },
+            Msg::Role { role, incarnation } => Packet::Role { role, incarnation },
             Msg::Volume {
                 volume,
                 size,
@@ -253,6 +268,16 @@ impl Msg {
             Msg::RecvAck { seq } => Packet::RecvAck { seq },
             Msg::WriteAck { seq } => Packet::WriteAck { seq },
             Msg::NegAck { seq, errno } => Packet::NegAck { seq, errno },
+            Msg::PeerAck { seq, missing } => Packet::PeerAck { seq, missing },
+            Msg::PrimaryLost {
+                primary,
+                incarnation,
+                seq,
+            } => Packet::PrimaryLost {
+                primary,
+                incarnation,
+                seq,
+            },
             Msg::Barrier { id } => Packet::Barrier { id },
             Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
             Msg::ReadReq {

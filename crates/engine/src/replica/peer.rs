@@ -6,6 +6,7 @@ use super::bitmap::Bitmap;
 use super::event::LinkLoss;
 use super::generation::{GenIds, Standing};
 use super::msg::Msg;
+use super::settle::Received;
 use super::spec::{NodeId, ResourceSpec};
 use super::status::Repl;
 use crate::io::ReqId;
@@ -106,6 +107,8 @@ pub(super) struct Peer {
     pub(super) id: NodeId,
     pub(super) up: bool,
     pub(super) role: Role,
+    /// Its run, as its `Role` said (see [`Packet::Role`](tandem_wire::Packet::Role)).
+    pub(super) incarnation: u64,
     pub(super) vols: Vec<PeerVol>,
     // As sender: writes not yet confirmed written (the transfer log).
     pub(super) unacked: BTreeMap<u64, Unacked>,
@@ -115,6 +118,8 @@ pub(super) struct Peer {
     pub(super) reads_out: BTreeMap<u64, ReqId>,
     // As receiver.
     pub(super) rx_pending: BTreeSet<u64>,
+    /// Writes it sent us (as Primary) that it has not told settled (see `settle.rs`).
+    pub(super) rx_unsettled: BTreeMap<u64, Received>,
     /// Counts connections: answers to requests of an earlier connection are not sent on a
     /// later one (the peer has forgotten them).
     pub(super) conn: u32,
@@ -235,6 +240,9 @@ impl Peer {
         if !self.up && (!self.unacked.is_empty() || !self.app_waiting.is_empty()) {
             return Err("down, but writes wait on it".into());
         }
+        if !self.up && !self.rx_unsettled.is_empty() {
+            return Err("down, but writes it sent are held unsettled".into());
+        }
         if self.app_waiting.len() > self.unacked.len() {
             return Err("more writes wait on it than it has unacked".into());
         }
@@ -251,6 +259,7 @@ impl Peer {
             id,
             up: false,
             role: Role::Secondary,
+            incarnation: 0,
             vols: diskful
                 .iter()
                 .zip(sizes)
@@ -261,6 +270,7 @@ impl Peer {
             barriers_out: BTreeMap::new(),
             reads_out: BTreeMap::new(),
             rx_pending: BTreeSet::new(),
+            rx_unsettled: BTreeMap::new(),
             conn: 0,
             rx_last_seq: 0,
             barriers_in: VecDeque::new(),

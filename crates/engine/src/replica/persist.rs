@@ -95,8 +95,13 @@ impl Resource {
                 }
             })
             .collect();
+        // A write still to land (a peer's, received before its link went) may never land:
+        // the replica cannot vouch for it (crash-family seed 141005682: a Secondary stopped
+        // with a protocol-B write received and unwritten, was the cleanest after every node
+        // crashed, and the contest made it the source: the write was lost).
+        let landing = vol.apply.busy(0, vol.size);
         Ok(Persisted {
-            consistent: vol.keeps_consistent(),
+            consistent: vol.keeps_consistent() && !landing,
             up_to_date,
             created: vol.created,
             peers,

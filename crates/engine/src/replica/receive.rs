@@ -12,6 +12,7 @@ use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
 use super::peer::{out_of_sync, ListState};
 use super::replicas::Replicas;
+use super::settle::Received;
 use super::spec::NodeId;
 use crate::io::{DiskKind, IoError};
 use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};
@@ -154,6 +155,16 @@ impl Replicas {
             p.vols[v].written_before_list.push((offset, u64::from(len)));
         }
         p.rx_pending.insert(seq);
+        let (volume, len) = (v as u16, len);
+        self.received(
+            i,
+            seq,
+            Received {
+                volume,
+                offset,
+                len,
+            },
+        );
         let data = matches!(kind, DiskKind::Write { .. }).then_some(DataRef::Incoming { at: 0 });
         self.vols[v]
             .apply

@@ -14,6 +14,7 @@ use super::local::LocalVol;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
 use super::peer::{Peer, Peers};
+use super::settle::LostPrimary;
 use super::spec::{ReplicaAtStart, ResourceSpec};
 use tandem_wire::packet::{DiskState, Role};
 
@@ -31,9 +32,17 @@ pub(super) struct Replicas {
     /// Writes (per volume) that waited in the apply queue of a replica that detached:
     /// completed as failed at the end of the event, by the rooms that issued them.
     pub(super) refused: Vec<(u16, Refused)>,
+    /// Primaries we lost with writes not settled, not yet compared (see `settle.rs`).
+    pub(super) lost: Vec<LostPrimary>,
 }
 
 impl Replicas {
+    /// This run of the engine, as peers know it (see `settle.rs`): new at every start, and
+    /// not the seed itself, which names generation ids to come.
+    pub(super) fn incarnation(&self) -> u64 {
+        self.spec.gi_seed.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15
+    }
+
     /// `found` says per volume what the driver found of the local replica at start.
     pub(super) fn new(spec: ResourceSpec, found: Vec<ReplicaAtStart>) -> Replicas {
         assert_eq!(
@@ -83,6 +92,7 @@ impl Replicas {
             gis_made: 0,
             now_ms: 0,
             refused: Vec::new(),
+            lost: Vec::new(),
         }
     }
 

@@ -13,6 +13,7 @@ use super::nodeset::NodeSet;
 use super::peer::{ListState, Unacked};
 use super::reads::Reads;
 use super::replicas::Replicas;
+use super::settle::{Local, Settling};
 use super::spec::{NodeId, Protocol};
 use super::writes::{AppWrite, Next, Shape, Stage, Writes};
 use crate::io::{DiskKind, Io, IoError, ReqId};
@@ -29,6 +30,8 @@ pub(super) struct Requests {
     pub(super) barriers: Barriers,
     /// Generation ids changed before a write that missed a replica completes.
     pub(super) rotations: Rotations,
+    /// Writes sent and not yet settled everywhere (see `settle.rs`).
+    pub(super) settling: Settling,
 }
 
 impl Requests {
@@ -38,6 +41,7 @@ impl Requests {
             reads: Reads::default(),
             barriers: Barriers::default(),
             rotations: Rotations::new(volumes),
+            settling: Settling::default(),
         }
     }
 
@@ -187,6 +191,7 @@ impl Requests {
         out: &mut Vec<RAction>,
     ) {
         let seq = self.writes.next_seq();
+        w.seq = seq;
         let (volume, v) = (w.volume, w.volume as usize);
         let local = w.local != Stage::NotApplicable;
         // Protocol A completes a write once it is in the send buffer, which is safe only
@@ -211,12 +216,14 @@ impl Requests {
         }
         let msg = shape.msg(volume, seq, flags, targets.bits(), data);
         let now = rep.now_ms;
+        let mut sent_to = NodeSet::EMPTY;
         for p in rep.peers.iter_mut().filter(|p| p.vols[v].diskful) {
             if !p.up {
                 w.missing.insert(p.id);
                 continue;
             }
             out.push(RAction::Send { peer: p.id, msg });
+            sent_to.insert(p.id);
             let (offset, len, sent_ms) = (shape.offset, shape.len, now);
             let unacked = Unacked {
                 volume,
@@ -233,6 +240,14 @@ impl Requests {
                 p.app_waiting.insert(seq, req);
             }
         }
+        let local = local.then_some(Local {
+            req,
+            volume,
+            offset: shape.offset,
+            len: shape.len,
+            answered: false,
+        });
+        self.settling.sent(seq, sent_to, local);
     }
 
     pub(super) fn check_write(&mut self, rep: &mut Replicas, req: ReqId, out: &mut Vec<RAction>) {
@@ -301,6 +316,7 @@ impl Requests {
         out: &mut Vec<RAction>,
     ) {
         let w = self.writes.end(req);
+        self.settling.local_answered(w.seq);
         let v = w.volume as usize;
         let size = rep.vols[v].size;
         let (landed, (offset, len)) = (w.landed(), (w.offset, u64::from(w.len)));
@@ -588,6 +604,7 @@ impl Requests {
             let negative = !ok;
             return Err(ProtocolError::UnknownWrite { seq, negative });
         };
+        self.settling.answered(seq, peer, ok, rep.now_ms);
         let oos = &mut rep.peers[i].vols[u.volume as usize].oos;
         if ok {
             // It now holds the newest data of every block the write covered whole.

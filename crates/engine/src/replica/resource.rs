@@ -18,6 +18,7 @@ use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAc
 use super::bitmap::Bitmap;
 use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
 use super::msg::{Msg, Token};
+use super::nodeset::NodeSet;
 use super::peer::Timer;
 use super::replicas::Replicas;
 use super::requests::Requests;
@@ -219,7 +220,14 @@ impl Resource {
             self.app.rotations.promoted(&self.rep);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
-        self.rep.peers.broadcast(Msg::Role(to), out);
+        let incarnation = self.rep.incarnation();
+        self.rep.peers.broadcast(
+            Msg::Role {
+                role: to,
+                incarnation,
+            },
+            out,
+        );
     }
 
     /// An application (NBD) client attached: the first one makes this node Primary when no
@@ -264,7 +272,37 @@ impl Resource {
         if self.auto.should_demote() && self.demote_for(RoleChange::LastClientLeft, out).is_ok() {
             self.auto.clear();
         }
+        for l in self.app.settling.take_settled_local() {
+            let (req, volume) = (l.req, l.volume);
+            out.push(RAction::WriteSettled { req, volume });
+        }
+        for (seq, missing) in self.app.settling.due(self.rep.now_ms) {
+            let msg = Msg::PeerAck {
+                seq,
+                missing: missing.bits(),
+            };
+            for p in self
+                .rep
+                .peers
+                .up()
+                .filter(|p| p.vols.iter().any(|v| v.diskful))
+            {
+                out.push(RAction::Send { peer: p.id, msg });
+            }
+        }
         self.debug_check();
+    }
+
+    /// Ranges of `volume` written here from a Primary's writes not yet settled: what the
+    /// activity log holds for them (see [`RAction::Settled`]).
+    pub fn unsettled_writes(&self, volume: u16) -> Vec<(u64, u64)> {
+        self.rep.unsettled(volume as usize)
+    }
+
+    /// Ranges of `volume` our own application writes wrote here that are not settled yet
+    /// (see [`RAction::WriteSettled`]).
+    pub fn unsettled_own_writes(&self, volume: u16) -> Vec<(u64, u64)> {
+        self.app.settling.unsettled_local(volume as usize).collect()
     }
 
     /// Whether any connected peer is Primary.
@@ -381,8 +419,12 @@ impl Resource {
         }
         out.push(RAction::Send {
             peer,
-            msg: Msg::Role(self.rep.role),
+            msg: Msg::Role {
+                role: self.rep.role,
+                incarnation: self.rep.incarnation(),
+            },
         });
+        self.rep.tell_lost(i, out);
         for v in 0..self.rep.vols.len() {
             out.push(RAction::Send {
                 peer,
@@ -401,7 +443,12 @@ impl Resource {
         let Some(i) = self.rep.peers.index(peer).filter(|&i| self.rep.peers[i].up) else {
             return;
         };
+        self.rep.primary_lost(i, out);
         let orphans = self.rep.peers[i].disconnected();
+        let now = self.rep.now_ms;
+        for &seq in orphans.unacked.keys() {
+            self.app.settling.answered(seq, peer, false, now);
+        }
         // Everything not confirmed written there may be missing there: even a write it
         // received (protocol B's acknowledgement) is lost if the link dropped because the
         // node died before writing it (simulator seed 5001807: the only other replica
@@ -484,10 +531,12 @@ impl Resource {
     ) -> Result<(), ProtocolError> {
         let peer = self.rep.peers[i].id;
         match *packet {
-            Packet::Role { role } => {
+            Packet::Role { role, incarnation } => {
                 if role == Role::Primary && self.rep.role == Role::Primary {
                     return Err(ProtocolError::BothPrimary);
                 }
+                self.rep.peers[i].incarnation = incarnation;
+                self.rep.met_run_again(i, out);
                 let was = std::mem::replace(&mut self.rep.peers[i].role, role);
                 if role == Role::Primary && was != Role::Primary {
                     // Promoted while connected: its list came already; our suspect ranges
@@ -565,6 +614,22 @@ impl Resource {
             } => self
                 .rep
                 .on_out_of_sync(&mut self.app.barriers, i, volume, offset, len, out)?,
+            Packet::PeerAck { seq, missing } => {
+                let missing = NodeSet::from_bits(missing);
+                self.rep.on_peer_ack(i, seq, missing, out);
+            }
+            Packet::PrimaryLost {
+                primary,
+                incarnation,
+                seq,
+            } => {
+                let known = self.rep.peers.index(primary).is_some();
+                if !known {
+                    return Err(ProtocolError::UnknownNode(primary));
+                }
+                self.rep
+                    .on_primary_lost(i, (primary, incarnation), seq, out);
+            }
             Packet::Ping => out.push(RAction::Send {
                 peer,
                 msg: Msg::PingAck,
@@ -699,7 +764,8 @@ impl Resource {
             .peers
             .up()
             .flat_map(|p| p.next_timer(&self.rep.spec));
-        resyncs.chain(peers).min()
+        let settling = self.app.settling.next_timer();
+        resyncs.chain(peers).chain(settling).min()
     }
 
     fn tick_event(&mut self, now_ms: u64, out: &mut Vec<RAction>) {

@@ -134,6 +134,13 @@ impl Replicas {
             self.mark_behind(v, peer, offset, len, false, out);
             b = end;
         }
+        // Marked as if it listed them; if its list on this connection has ended, no end
+        // marker is to come (overlapping seed 1799: the resync waited for one for ever).
+        if self.peers[i].vols[v].listed {
+            if let Some(rs) = self.vols[v].resync.as_mut() {
+                rs.lists_open.retain(|&n| n != peer);
+            }
+        }
     }
 
     /// Whether a claim from peer `i` that we lack something is void: we outrank it, and

@@ -89,8 +89,18 @@ impl Replicas {
             && ((pv.needs_everything() && !both_empty) || unproven_current)
         {
             // Its currency is unknown (it restarted), or it holds nothing (created empty):
-            // it needs everything.
+            // it needs everything. Already listed on this connection (we became Primary
+            // since: crash-family seed 74, a replica the contest's winner synced before
+            // every node had met stayed unproven, and the winner, promoted, marked all of
+            // it without telling it), it hears the new list now.
+            let before = pv.oos.count();
             pv.oos.set_all();
+            let relist = was.is_some()
+                && matches!(pv.list, ListState::Sent | ListState::Stale)
+                && pv.oos.count() > before;
+            if relist {
+                self.send_list(i, v, out);
+            }
         }
         if was.is_none() {
             // List what it lacks from us (writes made while it was away, or everything),

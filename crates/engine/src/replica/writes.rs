@@ -43,6 +43,8 @@ pub(super) struct AppWrite {
     /// change: `parked`).
     pub(super) rotated: bool,
     parked: bool,
+    /// Its sequence number, once sent (see `settle.rs`).
+    pub(super) seq: u64,
 }
 
 impl AppWrite {
@@ -64,6 +66,7 @@ impl AppWrite {
             barrier: false,
             rotated: false,
             parked: false,
+            seq: 0,
         }
     }
 

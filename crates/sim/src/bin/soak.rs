@@ -9,7 +9,7 @@
 //! or with `--power-loss`) crashes every node at once in the middle of the workload (in
 //! some runs the Primary alone): with no Primary left the replicas settle among
 //! themselves, then node 0 is promoted again. `--pending-checks` adds the checks of engine
-//! gaps not fixed yet. `--keep-going` runs every seed and lists the failing ones (one line
+//! gaps not fixed yet (none now). `--keep-going` runs every seed and lists the failing ones (one line
 //! each) instead of stopping at the first. Runs that cannot converge (a known gap until
 //! persistent metadata) are checked for safety only and listed.
 

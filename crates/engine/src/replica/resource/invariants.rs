@@ -35,6 +35,7 @@ impl Resource {
                 .map_err(|e| format!("node {}: {e}", p.id))?;
         }
         self.app.writes.check(peers, down)?;
+        self.app.settling.check()?;
         for (req, w) in self.app.writes.iter() {
             if w.local == Stage::Done(false) && !self.rep.vols[w.volume as usize].diskful {
                 return Err(format!("{req:?}: a local result without a local replica"));

@@ -1,0 +1,307 @@
+//! Peer acks (`settle.rs`): a receiving replica holds a Primary's write until the Primary
+//! says every replica has it, and Secondaries that lose the Primary compare what they
+//! received. Three diskful nodes over an in-memory network whose disks answer at once.
+
+use std::collections::VecDeque;
+use tandem_engine::replica::{
+    DiskState, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec, Role,
+};
+use tandem_engine::{Io, ReqId};
+
+const SIZE: u64 = 1 << 20;
+static BYTES: [u8; 1 << 16] = [7; 1 << 16];
+
+fn spec(me: NodeId) -> ResourceSpec {
+    ResourceSpec {
+        me,
+        nodes: (0..3).map(|id| (id, vec![true])).collect(),
+        sizes: vec![SIZE],
+        protocol: Protocol::C,
+        ping_interval_ms: 1000,
+        ping_timeout_ms: 500,
+        timeout_ms: 6000,
+        resync_chunk: 64 << 10,
+        resync_window: 4,
+        resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
+        gi_seed: 0x5eed_0000 + u64::from(me),
+    }
+}
+
+/// Three nodes, every replica up to date, node 0 Primary, every link up.
+struct Net {
+    nodes: Vec<Resource>,
+    queue: VecDeque<(NodeId, RAction)>,
+    up: [[bool; 3]; 3],
+    /// A filter on packets: `false` drops it (the link loses it).
+    pass: fn(NodeId, NodeId, &Msg) -> bool,
+    /// `Settled` actions: (node, peer, upto).
+    settled: Vec<(NodeId, NodeId, u64)>,
+    /// Packets delivered: (from, to, message).
+    sent: Vec<(NodeId, NodeId, Msg)>,
+    now: u64,
+}
+
+impl Net {
+    fn new() -> Net {
+        let nodes = (0..3)
+            .map(|me| Resource::new(spec(me), vec![ReplicaAtStart::UpToDate]))
+            .collect();
+        let mut net = Net {
+            nodes,
+            queue: VecDeque::new(),
+            up: [[false; 3]; 3],
+            pass: |_, _, _| true,
+            settled: Vec::new(),
+            sent: Vec::new(),
+            now: 0,
+        };
+        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+            net.link_up(a, b);
+        }
+        let mut out = Vec::new();
+        net.nodes[0].promote(false, &mut out).unwrap();
+        net.push(0, out);
+        net.run();
+        net
+    }
+
+    fn link_up(&mut self, a: NodeId, b: NodeId) {
+        self.up[a as usize][b as usize] = true;
+        self.up[b as usize][a as usize] = true;
+        for (x, y) in [(a, b), (b, a)] {
+            let mut out = Vec::new();
+            self.nodes[x as usize].peer_up(y, &mut out);
+            self.push(x, out);
+        }
+        self.run();
+    }
+
+    fn link_down(&mut self, a: NodeId, b: NodeId) {
+        self.up[a as usize][b as usize] = false;
+        self.up[b as usize][a as usize] = false;
+        for (x, y) in [(a, b), (b, a)] {
+            let mut out = Vec::new();
+            self.nodes[x as usize].peer_down(y, &mut out);
+            self.push(x, out);
+        }
+    }
+
+    fn push(&mut self, from: NodeId, out: Vec<RAction>) {
+        self.queue.extend(out.into_iter().map(|a| (from, a)));
+    }
+
+    fn run(&mut self) {
+        while let Some((at, a)) = self.queue.pop_front() {
+            let mut out = Vec::new();
+            let (n, i) = (at, at as usize);
+            match a {
+                RAction::Send { peer, msg } => {
+                    if !self.up[i][peer as usize] || !(self.pass)(at, peer, &msg) {
+                        continue;
+                    }
+                    self.sent.push((at, peer, msg));
+                    let packet = msg.to_packet(|_, len| &BYTES[..len as usize]);
+                    self.nodes[peer as usize].packet(at, &packet, &mut out);
+                    self.push(peer, out);
+                    continue;
+                }
+                RAction::Disk {
+                    volume,
+                    token,
+                    kind,
+                    ..
+                } => self.nodes[i].disk_done(volume, token, kind, Ok(()), &mut out),
+                RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
+                _ => {}
+            }
+            self.push(n, out);
+        }
+    }
+
+    fn tick(&mut self, ms: u64) {
+        self.now += ms;
+        for n in 0..3u8 {
+            let mut out = Vec::new();
+            self.nodes[n as usize].tick(self.now, &mut out);
+            self.push(n, out);
+        }
+        self.run();
+    }
+
+    /// What `from` told `to` it lacks, live or listed.
+    fn listed(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
+        self.sent
+            .iter()
+            .filter_map(|&(f, t, msg)| match msg {
+                Msg::OutOfSync { offset, len, .. } if f == from && t == to && len > 0 => {
+                    Some((offset, len))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Resync requests `from` sent to `to`.
+    fn pulled(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
+        self.sent
+            .iter()
+            .filter_map(|&(f, t, msg)| match msg {
+                Msg::ResyncReq { offset, len, .. } if f == from && t == to => Some((offset, len)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn write(&mut self, req: u64, offset: u64) {
+        let mut out = Vec::new();
+        let io = Io::Write {
+            offset,
+            len: 4096,
+            fua: false,
+        };
+        self.nodes[0].submit(ReqId(req), 0, io, &mut out);
+        self.push(0, out);
+        self.run();
+    }
+}
+
+#[test]
+fn a_secondary_holds_a_write_until_the_primary_settles_it() {
+    let mut net = Net::new();
+    net.write(1, 8192);
+    for n in [1, 2] {
+        assert_eq!(
+            net.nodes[n].unsettled_writes(0),
+            vec![(8192, 4096)],
+            "node {n} wrote it and holds it"
+        );
+    }
+    assert!(net.settled.is_empty(), "{:?}", net.settled);
+    // Both wrote it; the Primary tells them after a short delay (or a full batch).
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    for n in [1, 2] {
+        assert!(net.nodes[n].unsettled_writes(0).is_empty());
+        assert!(
+            net.settled.contains(&(n as NodeId, 0, 1)),
+            "{:?}",
+            net.settled
+        );
+    }
+}
+
+#[test]
+fn a_peer_ack_naming_a_node_that_lacks_the_write_marks_it_on_the_others() {
+    let mut net = Net::new();
+    // Node 2 receives the write, but its acknowledgement is lost: the link drops.
+    net.pass = |from, to, msg| !(from == 2 && to == 0 && matches!(msg, Msg::WriteAck { .. }));
+    net.write(1, 8192);
+    net.link_down(0, 2);
+    net.run();
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    // Settled with node 2 missing: node 1 marks node 2 (and, connected to it, tells it:
+    // node 2 pulls the block from node 1).
+    assert_eq!(net.listed(1, 2), vec![(8192, 4096)]);
+    assert_eq!(net.pulled(2, 1), vec![(8192, 4096)]);
+    assert!(net.settled.contains(&(1, 0, 1)), "{:?}", net.settled);
+}
+
+/// Simulator crash-family seed 52: the Primary dies with a write that reached node 1 only.
+/// The two Secondaries compare what they received; node 1 holds the later write and lists
+/// it to node 2, which pulls it.
+#[test]
+fn secondaries_that_lost_the_primary_reconcile_a_write_only_one_received() {
+    let mut net = Net::new();
+    net.pass = |from, to, msg| !(from == 0 && to == 2 && matches!(msg, Msg::Write { .. }));
+    net.write(1, 8192);
+    assert_eq!(net.nodes[1].unsettled_writes(0), vec![(8192, 4096)]);
+    assert!(net.nodes[2].unsettled_writes(0).is_empty());
+    net.pass = |_, _, _| true;
+    // The Primary dies.
+    net.up[0] = [false; 3];
+    for n in [1, 2] {
+        net.up[n][0] = false;
+        let mut out = Vec::new();
+        net.nodes[n].peer_down(0, &mut out);
+        net.push(n as NodeId, out);
+    }
+    net.run();
+    net.tick(1);
+    for n in [1, 2] {
+        assert_eq!(net.nodes[n].disk(0), DiskState::UpToDate, "node {n}");
+        assert_eq!(net.nodes[n].role(), Role::Secondary);
+        let st = net.nodes[n].status();
+        assert!(
+            st.peers.iter().all(|p| p.volumes[0].out_of_sync_bytes == 0),
+            "node {n}: {st:?}"
+        );
+    }
+    assert_eq!(net.listed(1, 2), vec![(8192, 4096)]);
+    assert_eq!(
+        net.pulled(2, 1),
+        vec![(8192, 4096)],
+        "node 2 pulls the write it missed"
+    );
+    assert!(net.listed(2, 1).is_empty());
+    assert!(
+        net.nodes[1].unsettled_writes(0).is_empty(),
+        "compared: released"
+    );
+    assert!(net.settled.contains(&(1, 0, u64::MAX)), "{:?}", net.settled);
+}
+
+/// A Secondary still connected to the Primary does not compare: the Primary knows what
+/// each replica lacks (node 1's link alone dropped).
+#[test]
+fn a_secondary_still_under_the_primary_does_not_compare() {
+    let mut net = Net::new();
+    net.pass = |from, to, msg| !(from == 1 && to == 0 && matches!(msg, Msg::WriteAck { .. }));
+    net.write(1, 8192);
+    net.link_down(0, 1);
+    net.run();
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    let st = net.nodes[2].status();
+    assert!(
+        st.peers.iter().all(|p| p.volumes[0].out_of_sync_bytes == 0),
+        "{st:?}"
+    );
+    assert!(net.listed(1, 2).is_empty(), "node 1 claims nothing");
+    // The Primary settled the write with node 1 missing: node 2 tells node 1, which
+    // pulls the block (it may have written it before its link dropped, or not).
+    assert_eq!(net.listed(2, 1), vec![(8192, 4096)]);
+    assert_eq!(net.nodes[1].disk(0), DiskState::UpToDate);
+    // It keeps the write held until it has compared with node 2 (once node 2 loses the
+    // Primary too) or meets the same run of the Primary again, which never forgot.
+    assert_eq!(net.nodes[1].unsettled_writes(0), vec![(8192, 4096)]);
+    net.link_up(0, 1);
+    assert!(net.nodes[1].unsettled_writes(0).is_empty());
+    assert!(net.settled.contains(&(1, 0, u64::MAX)), "{:?}", net.settled);
+    assert_eq!(net.nodes[1].disk(0), DiskState::UpToDate);
+}
+
+/// A Primary that restarted is another run: meeting it again settles nothing, and the
+/// Secondaries still compare what the lost run sent them.
+#[test]
+fn a_restarted_primary_does_not_settle_what_its_last_run_sent() {
+    let mut net = Net::new();
+    net.pass = |from, to, msg| !(from == 0 && to == 2 && matches!(msg, Msg::Write { .. }));
+    net.write(1, 8192);
+    net.pass = |_, _, _| true;
+    // Node 0 crashes; node 2's link to node 1 is down meanwhile, so they cannot compare.
+    net.link_down(1, 2);
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    net.run();
+    let mut s = spec(0);
+    s.gi_seed ^= 1;
+    net.nodes[0] = Resource::new(s, vec![ReplicaAtStart::UpToDate]);
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    assert_eq!(
+        net.nodes[1].unsettled_writes(0),
+        vec![(8192, 4096)],
+        "still held: the new run knows nothing of it"
+    );
+    net.link_up(1, 2);
+    assert_eq!(net.listed(1, 2), vec![(8192, 4096)]);
+    assert!(net.nodes[1].unsettled_writes(0).is_empty());
+}
