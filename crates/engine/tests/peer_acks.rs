@@ -305,3 +305,42 @@ fn a_restarted_primary_does_not_settle_what_its_last_run_sent() {
     assert_eq!(net.listed(1, 2), vec![(8192, 4096)]);
     assert!(net.nodes[1].unsettled_writes(0).is_empty());
 }
+
+/// A peer's acknowledgement of everything, or its loss of a node that is not in the
+/// resource, changes nothing it should not: the first settles what it sent us, the second
+/// drops the connection with a typed error (never a panic).
+#[test]
+fn hostile_peer_acks_and_lost_primaries_are_handled() {
+    use tandem_engine::replica::{LinkLoss, ProtocolError};
+    use tandem_wire::packet::Packet;
+    let mut net = Net::new();
+    net.write(1, 8192);
+    let mut out = Vec::new();
+    let all = Packet::PeerAck {
+        seq: u64::MAX,
+        missing: u32::MAX,
+    };
+    net.nodes[1].packet(0, &all, &mut out);
+    assert!(net.nodes[1].unsettled_writes(0).is_empty());
+    assert!(
+        out.iter().any(|a| matches!(a, RAction::Settled { peer: 0, upto: u64::MAX, .. })),
+        "{out:?}"
+    );
+    out.clear();
+    let stranger = Packet::PrimaryLost {
+        primary: 9,
+        incarnation: 1,
+        seq: 5,
+    };
+    net.nodes[1].packet(2, &stranger, &mut out);
+    let dropped = out.iter().any(|a| {
+        matches!(
+            a,
+            RAction::Disconnect {
+                peer: 2,
+                reason: LinkLoss::Misbehaved(ProtocolError::UnknownNode(9))
+            }
+        )
+    });
+    assert!(dropped, "{out:?}");
+}

@@ -247,7 +247,8 @@ impl Replicas {
     ) {
         let p = &mut self.peers[i];
         let (peer, conn) = (p.id, p.conn);
-        let later = p.rx_unsettled.split_off(&(seq + 1));
+        // A hostile u64::MAX settles all but a write numbered u64::MAX (none is).
+        let later = p.rx_unsettled.split_off(&seq.saturating_add(1));
         let settled = std::mem::replace(&mut p.rx_unsettled, later);
         if settled.is_empty() {
             return;
