@@ -323,7 +323,14 @@ fn hostile_peer_acks_and_lost_primaries_are_handled() {
     net.nodes[1].packet(0, &all, &mut out);
     assert!(net.nodes[1].unsettled_writes(0).is_empty());
     assert!(
-        out.iter().any(|a| matches!(a, RAction::Settled { peer: 0, upto: u64::MAX, .. })),
+        out.iter().any(|a| matches!(
+            a,
+            RAction::Settled {
+                peer: 0,
+                upto: u64::MAX,
+                ..
+            }
+        )),
         "{out:?}"
     );
     out.clear();

@@ -399,6 +399,9 @@ impl NodeReactor {
     }
 
     pub(super) fn dial(&mut self) {
+        if self.shutting_down {
+            return;
+        }
         let now = Instant::now();
         for r in 0..self.res.len() {
             for i in 0..self.res[r].peers.len() {

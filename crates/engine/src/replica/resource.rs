@@ -305,6 +305,12 @@ impl Resource {
         self.app.settling.unsettled_local(volume as usize).collect()
     }
 
+    /// Writes issued to a local replica (ours, a peer's, a resync's) have not all landed:
+    /// a clean stop waits for them (see [`Resource::persisted`]).
+    pub fn writes_landing(&self) -> bool {
+        self.rep.vols.iter().any(|v| v.apply.busy(0, v.size))
+    }
+
     /// Whether any connected peer is Primary.
     pub fn peer_primary(&self) -> Option<NodeId> {
         self.rep.peers.primary()
