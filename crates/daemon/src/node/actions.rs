@@ -109,6 +109,7 @@ impl NodeReactor {
             return self.fail_unlogged(a, out);
         }
         if let Some(range) = super::activity::gated(a.token, a.kind) {
+            self.al_peer_write(a.r, a.token);
             match self.al_gate(a.r, a.volume, a.token, range) {
                 super::activity::Gate::Go => {}
                 super::activity::Gate::Wait(id) => {

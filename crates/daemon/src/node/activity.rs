@@ -49,6 +49,14 @@ pub(super) struct AppHold {
     pub(super) extents: Option<(u32, u32)>,
 }
 
+/// How far a peer's writes on one connection are settled, and how many of them are on
+/// their way to the disk (the mark is kept until none is, after the connection's end).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PeerMark {
+    pub(super) upto: u64,
+    pub(super) in_flight: u32,
+}
+
 /// Answered application writes not yet settled, per (request id, volume), in answer
 /// order, with the extents each holds (none if it failed before it was issued).
 pub(super) type AnsweredHolds =
@@ -347,6 +355,17 @@ impl NodeReactor {
         }
     }
 
+    /// A peer's write of connection `conn` goes to the disk (or waits for the log).
+    pub(super) fn al_peer_write(&mut self, r: usize, token: Token) {
+        if let Token::PeerWrite { peer, conn, .. } = token {
+            self.res[r]
+                .al_settled
+                .entry((peer, conn))
+                .or_default()
+                .in_flight += 1;
+        }
+    }
+
     /// A disk operation finished: a peer's write frees its extents once settled (see
     /// [`RAction::Settled`]), which may be now.
     pub(super) fn al_op_done(&mut self, r: usize, v: u16, token: Token, kind: DiskKind) {
@@ -355,8 +374,8 @@ impl NodeReactor {
             return;
         };
         let (first, last) = extents_of(range.0, range.1);
-        let settled = self.res[r].al_settled.get(&(peer, conn));
-        if settled.is_some_and(|&upto| seq <= upto) {
+        let upto = self.al_peer_landed(r, (peer, conn));
+        if seq <= upto {
             return self.al_end(r, v, first, last);
         }
         let earlier = self.res[r]
@@ -365,11 +384,32 @@ impl NodeReactor {
         debug_assert!(earlier.is_none(), "two writes {seq} from {peer}");
     }
 
+    /// A peer's write of `conn` is off the disk path (done, or failed before it was
+    /// issued): what is settled of that connection, the mark dropped once nothing more can
+    /// come of it.
+    pub(super) fn al_peer_landed(&mut self, r: usize, key: (NodeId, u32)) -> u64 {
+        let marks = &mut self.res[r].al_settled;
+        let Some(m) = marks.get_mut(&key) else {
+            return 0;
+        };
+        m.in_flight = m.in_flight.saturating_sub(1);
+        let upto = m.upto;
+        if upto == u64::MAX && m.in_flight == 0 {
+            marks.remove(&key);
+        }
+        upto
+    }
+
     /// The engine settled `peer`'s writes on connection `conn` up to `upto`: those written
     /// here leave the log; those still to be written leave it once written.
     pub(super) fn al_settled(&mut self, r: usize, peer: NodeId, conn: u32, upto: u64) {
-        let mark = self.res[r].al_settled.entry((peer, conn)).or_insert(0);
-        *mark = (*mark).max(upto);
+        let marks = &mut self.res[r].al_settled;
+        let m = marks.entry((peer, conn)).or_default();
+        m.upto = m.upto.max(upto);
+        // The connection is over and nothing of it is on the way to the disk: done with it.
+        if m.upto == u64::MAX && m.in_flight == 0 {
+            marks.remove(&(peer, conn));
+        }
         let held = &mut self.res[r].al_peer;
         let mut settled = held.split_off(&(peer, conn, 0));
         held.append(&mut settled.split_off(&(peer, conn, upto.saturating_add(1))));
@@ -406,6 +446,9 @@ impl NodeReactor {
                 kind: w.kind,
             };
             if w.failed {
+                if let Token::PeerWrite { peer, conn, .. } = w.token {
+                    self.al_peer_landed(r, (peer, conn));
+                }
                 self.fail_unlogged(a, &mut out);
             } else {
                 // The transaction counted its extents as used: an application write holds

@@ -90,8 +90,9 @@ pub(super) struct ResCtx {
     /// Peers' writes written here and held in the activity log (volume, first, last)
     /// until the engine says they are settled, by (peer, connection, sequence number).
     pub(super) al_peer: std::collections::BTreeMap<(NodeId, u32, u64), (u16, u32, u32)>,
-    /// Per (peer, connection): its writes up to this sequence number are settled.
-    pub(super) al_settled: std::collections::HashMap<(NodeId, u32), u64>,
+    /// Per (peer, connection): how far its writes are settled, and how many are on their
+    /// way to the disk (dropped once its connection is over and none is).
+    pub(super) al_settled: std::collections::HashMap<(NodeId, u32), super::activity::PeerMark>,
     /// Writes waiting for an activity-log transaction.
     pub(super) al_waiting: Vec<super::activity::AlWaiting>,
     /// The data sync in flight (its generation) and the activity logs' marks taken at
