@@ -14,7 +14,11 @@
 //! that received the later last write holds every write the other holds and lists them to
 //! it (seed 52: the Primary alone crashed with a write that had reached one Secondary; the
 //! two Secondaries stayed UpToDate and different for ever). A node still connected to that
-//! Primary does not compare: the Primary knows what each lacks and its lists settle it.
+//! run of the Primary does not compare: the Primary knows what each lacks and its lists
+//! settle it; meeting that run again settles what was kept (`Role` names the run).
+//!
+//! The sender tells settled writes with its next write (the same batch of packets), or
+//! once `BATCH` of them wait, or `DELAY_MS` after the first when no write follows.
 
 use super::action::RAction;
 use super::msg::Msg;
@@ -26,10 +30,10 @@ use crate::io::ReqId;
 use std::collections::BTreeMap;
 use tandem_wire::packet::Role;
 
-/// Settled writes are told once this many are waiting...
+/// Settled writes are told with the next write, or once this many are waiting...
 const BATCH: u64 = 64;
-/// ...or once the first of them has waited this long (a Secondary holds their extents in
-/// its activity log until then).
+/// ...or once the first of them has waited this long with no write to go with (a
+/// Secondary holds their extents in its activity log until then).
 pub const DELAY_MS: u64 = 10;
 
 /// The sender's side: writes sent and not yet settled, and settled ones not yet told.
