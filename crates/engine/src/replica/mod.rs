@@ -13,6 +13,7 @@
 //! out-of-sync lists and resync decisions (`resync`); `local`, `peer`, `event`, `msg`,
 //! `action`, `spec`, `status`, `nodeset`, `bitmap` and `overlap` hold the types.
 
+mod acks;
 mod action;
 mod apply;
 mod barriers;
@@ -40,6 +41,7 @@ mod status;
 mod sync;
 mod writes;
 
+pub use acks::DELAY_MS as PEER_ACK_DELAY_MS;
 pub use action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
 pub use bitmap::Bitmap;
 pub use event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
@@ -49,7 +51,6 @@ pub use nodeset::NodeSet;
 pub use pace::ResyncRates;
 pub use persist::{NotQuiet, Persisted, PersistedPeer, RestoreError};
 pub use resource::Resource;
-pub use settle::DELAY_MS as PEER_ACK_DELAY_MS;
 pub use spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
 pub use status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeStatus};
 pub use tandem_wire::packet::{DiskState, Role};

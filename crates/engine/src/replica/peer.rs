@@ -1,12 +1,12 @@
 //! One peer as the engine sees it: its connection's state, and per volume what it has,
 //! what it lacks (out-of-sync blocks) and where our list of that stands.
 
+use super::acks::Received;
 use super::action::RAction;
 use super::bitmap::Bitmap;
 use super::event::LinkLoss;
 use super::generation::{GenIds, Standing};
 use super::msg::Msg;
-use super::settle::Received;
 use super::spec::{NodeId, ResourceSpec};
 use super::status::Repl;
 use crate::io::ReqId;

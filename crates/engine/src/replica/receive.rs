@@ -2,6 +2,7 @@
 //! in order, answers its barriers once they are written and flushed, and serves reads
 //! and resync reads of its replica.
 
+use super::acks::Received;
 use super::action::RAction;
 use super::apply::WaitingRead;
 use super::barriers::{Barriers, FlushWaiter};
@@ -12,7 +13,6 @@ use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
 use super::peer::{out_of_sync, ListState};
 use super::replicas::Replicas;
-use super::settle::Received;
 use super::spec::NodeId;
 use crate::io::{DiskKind, IoError};
 use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};

@@ -6,6 +6,7 @@
 //! writes and reads peers send us; `requests`: the application's I/O on the Primary)
 //! work on this state; it knows none of them.
 
+use super::acks::LostPrimary;
 use super::action::RAction;
 use super::apply::Refused;
 use super::barriers::{Barriers, FlushWaiter};
@@ -14,7 +15,6 @@ use super::local::LocalVol;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
 use super::peer::{Peer, Peers};
-use super::settle::LostPrimary;
 use super::spec::{ReplicaAtStart, ResourceSpec};
 use tandem_wire::packet::{DiskState, Role};
 

@@ -2,6 +2,7 @@
 //! once every replica did as the protocol asks), reads (routed to a current replica) and
 //! barriers (FLUSH and FUA made durable on every replica).
 
+use super::acks::{Local, Settling};
 use super::action::RAction;
 use super::barriers::{Barriers, FlushOp, FlushWaiter};
 use super::bitmap::Bitmap;
@@ -13,7 +14,6 @@ use super::nodeset::NodeSet;
 use super::peer::{ListState, Unacked};
 use super::reads::Reads;
 use super::replicas::Replicas;
-use super::settle::{Local, Settling};
 use super::spec::{NodeId, Protocol};
 use super::writes::{AppWrite, Next, Shape, Stage, Writes};
 use crate::io::{DiskKind, Io, IoError, ReqId};
