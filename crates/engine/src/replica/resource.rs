@@ -5,7 +5,10 @@
 //! `writes` (the Primary's write ordering), `reads`, `barriers` (durability), `apply`
 //! (a receiving replica's disk queue), `peer` (each peer's connection, what it lacks and
 //! our list of it), `resync` (a sync target's progress), `local` (our replica) — and what
-//! one room's outcome means for another is decided here, in one place.
+//! one room's outcome means for another is decided here, in one place: this file for
+//! requests, disk completions, roles and time; `resource/packets.rs` for packets (the
+//! routing table) and a peer's `Volume`; `resource/links.rs` for connections coming and
+//! going; `resource/invariants.rs` for what must hold between events.
 //!
 //! The write path: the Primary writes locally (if it has a replica) and sends the write to
 //! every connected diskful peer; the application's write completes when the local write is
@@ -15,10 +18,8 @@
 //! those ranges to the peer, which pulls them in block order.
 
 use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
-use super::bitmap::Bitmap;
-use super::event::{DiskChange, Event, LinkLoss, LocalFailure, ProtocolError, RoleChange};
+use super::event::{DiskChange, Event, LocalFailure, RoleChange};
 use super::msg::{Msg, Token};
-use super::nodeset::NodeSet;
 use super::peer::Timer;
 use super::replicas::Replicas;
 use super::requests::Requests;
@@ -27,10 +28,11 @@ use super::role::AutoRole;
 use super::spec::{NodeId, ReplicaAtStart, ResourceSpec};
 use super::status::{PeerStatus, PeerVolumeStatus, Status, VolumeStatus};
 use crate::io::{DiskKind, Io, IoError, ReqId};
-use tandem_wire::packet::{volume_flags, Packet};
 use tandem_wire::packet::{DiskState, Role};
 
 mod invariants;
+mod links;
+mod packets;
 
 const EIO: u32 = tandem_wire::Errno::Io.code();
 
@@ -406,338 +408,6 @@ impl Resource {
         }
     }
 
-    /// An authenticated connection to `peer` is up.
-    pub fn peer_up(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
-        self.peer_up_event(peer, out);
-        self.after_event(out);
-    }
-
-    fn peer_up_event(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
-        let Some(i) = self.rep.peers.index(peer) else {
-            return;
-        };
-        self.rep.peers[i].connected(self.rep.now_ms);
-        for (v, vol) in self.rep.vols.iter_mut().enumerate() {
-            if vol.resync.as_mut().is_some_and(|rs| rs.list_cut(peer)) {
-                let volume = v as u16;
-                out.push(RAction::Event(Event::ListCutOff { volume, peer }));
-            }
-        }
-        out.push(RAction::Send {
-            peer,
-            msg: Msg::Role {
-                role: self.rep.role,
-                incarnation: self.rep.incarnation(),
-            },
-        });
-        self.rep.tell_lost(i, out);
-        for v in 0..self.rep.vols.len() {
-            out.push(RAction::Send {
-                peer,
-                msg: self.rep.volume_msg(i, v),
-            });
-        }
-    }
-
-    /// The connection to `peer` is gone (closed, failed, timed out or dropped by us).
-    pub fn peer_down(&mut self, peer: NodeId, out: &mut Vec<RAction>) {
-        self.peer_down_event(peer, LinkLoss::Closed, out);
-        self.after_event(out);
-    }
-
-    fn peer_down_event(&mut self, peer: NodeId, reason: LinkLoss, out: &mut Vec<RAction>) {
-        let Some(i) = self.rep.peers.index(peer).filter(|&i| self.rep.peers[i].up) else {
-            return;
-        };
-        self.rep.primary_lost(i, out);
-        let orphans = self.rep.peers[i].disconnected();
-        let now = self.rep.now_ms;
-        for &seq in orphans.unacked.keys() {
-            self.app.settling.answered(seq, peer, false, now);
-        }
-        // Everything not confirmed written there may be missing there: even a write it
-        // received (protocol B's acknowledgement) is lost if the link dropped because the
-        // node died before writing it (simulator seed 5001807: the only other replica
-        // then pulled the range back from the one that had lost it, and an acknowledged
-        // write was gone). Like DRBD, only a write acknowledgement counts.
-        for u in orphans.unacked.into_values() {
-            match self.app.writes.get_mut(u.req) {
-                Some(w) => w.missing.insert(peer),
-                // Completed (protocol A/B): it is on some replica, and maybe not on this one.
-                // If no other replica can hold it (we keep none, and every other one lacks
-                // the range), this one holds it unless it died before writing it: a mark
-                // now would leave the range without a source and this replica behind
-                // forever (overlapping-fault seed 621: a diskless Primary's last replica,
-                // cut off before its write acknowledgement came, was told on its return
-                // that it lacked a write only it held). Settled at its return.
-                None => {
-                    let (v, offset, len) = (u.volume as usize, u.offset, u64::from(u.len));
-                    if self.rep.elsewhere(i, v, offset, len) {
-                        self.rep.peers[i].vols[v].oos.set_range(offset, len);
-                    } else {
-                        let size = self.rep.vols[v].size;
-                        let pv = &mut self.rep.peers[i].vols[v];
-                        pv.unconfirmed
-                            .get_or_insert_with(|| Bitmap::new(size))
-                            .set_range(offset, len);
-                    }
-                }
-            }
-        }
-        out.push(RAction::Event(Event::PeerLost { peer, reason }));
-        if self.rep.role == Role::Primary {
-            let released = self.app.rotations.peer_lost(&mut self.rep, peer, out);
-            self.app.release_rotated(&mut self.rep, released, out);
-        }
-        for (_, req) in orphans.app_waiting {
-            self.app.writes.answered(req, peer, false);
-            self.app.check_write(&mut self.rep, req, out);
-        }
-        for (id, _) in orphans.barriers_out {
-            self.app.barriers.peer_answered(id, peer, false);
-            self.app.check_flush(&mut self.rep, id, out);
-        }
-        for (_, req) in orphans.reads_out {
-            if self.app.reads.get(req).is_some() {
-                self.app.route_read(&mut self.rep, req, out);
-            }
-        }
-        for (v, vol) in self.rep.vols.iter_mut().enumerate() {
-            if vol.resync.as_mut().is_some_and(|rs| rs.source_lost(peer)) {
-                let volume = v as u16;
-                out.push(RAction::Event(Event::ResyncInterrupted { volume, peer }));
-            }
-        }
-    }
-
-    /// A packet from an authenticated peer. A packet that breaks the protocol drops the
-    /// connection (never the node).
-    pub fn packet(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
-        self.packet_event(peer, packet, out);
-        self.after_event(out);
-    }
-
-    fn packet_event(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
-        let Some(i) = self.rep.peers.index(peer).filter(|&i| self.rep.peers[i].up) else {
-            return;
-        };
-        self.rep.peers[i].last_rx_ms = self.rep.now_ms;
-        if let Err(why) = self.handle(i, packet, out) {
-            self.drop_peer(peer, LinkLoss::Misbehaved(why), out);
-        }
-    }
-
-    /// Routes a packet to the room it is about: one arm per packet kind, a routing table
-    /// (long only because rustfmt spreads each pattern over lines).
-    fn handle(
-        &mut self,
-        i: usize,
-        packet: &Packet<'_>,
-        out: &mut Vec<RAction>,
-    ) -> Result<(), ProtocolError> {
-        let peer = self.rep.peers[i].id;
-        match *packet {
-            Packet::Role { role, incarnation } => {
-                if role == Role::Primary && self.rep.role == Role::Primary {
-                    return Err(ProtocolError::BothPrimary);
-                }
-                self.rep.peers[i].incarnation = incarnation;
-                self.rep.met_run_again(i, out);
-                let was = std::mem::replace(&mut self.rep.peers[i].role, role);
-                if role == Role::Primary && was != Role::Primary {
-                    // Promoted while connected: its list came already; our suspect ranges
-                    // are pulled under it now.
-                    for v in 0..self.rep.vols.len() {
-                        if self.rep.peers[i].vols[v].disk.is_some() {
-                            self.rep.pull_suspect(v, Some(peer), out);
-                            self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
-                        }
-                    }
-                }
-            }
-            Packet::Volume {
-                volume,
-                size,
-                disk,
-                flags,
-                gen,
-            } => self.on_volume(i, volume, size, disk, flags, gen, out)?,
-            Packet::Generation { volume, gen } => {
-                let v = self.rep.check_volume(volume)?;
-                self.rep.on_generation(i, v, gen, out);
-            }
-            Packet::GenAck {
-                volume,
-                gi,
-                adopted,
-            } => {
-                let v = self.rep.check_volume(volume)?;
-                if self.rep.role == Role::Primary {
-                    self.app
-                        .gen_answered(&mut self.rep, v, peer, gi, adopted, out);
-                }
-            }
-            Packet::Write { .. }
-            | Packet::Zero { .. }
-            | Packet::Barrier { .. }
-            | Packet::ReadReq { .. }
-            | Packet::ResyncReq { .. } => {
-                self.rep
-                    .on_request(&mut self.app.barriers, i, packet, out)?
-            }
-            Packet::RecvAck { .. }
-            | Packet::WriteAck { .. }
-            | Packet::NegAck { .. }
-            | Packet::BarrierAck { .. }
-            | Packet::ReadReply { .. } => self.app.on_answer(&mut self.rep, i, packet, out)?,
-            Packet::ResyncReply {
-                volume,
-                id,
-                offset,
-                errno,
-                data,
-            } => self.rep.resync_reply(
-                &mut self.app.barriers,
-                i,
-                volume,
-                id,
-                offset,
-                errno,
-                data.len(),
-                out,
-            )?,
-            Packet::OutOfSync {
-                volume,
-                offset: 0,
-                len: 0,
-            } => self
-                .rep
-                .on_list_end(&mut self.app.barriers, i, volume, out)?,
-            Packet::OutOfSync {
-                volume,
-                offset,
-                len,
-            } => self
-                .rep
-                .on_out_of_sync(&mut self.app.barriers, i, volume, offset, len, out)?,
-            Packet::PeerAck { seq, missing } => {
-                let missing = NodeSet::from_bits(missing);
-                self.rep.on_peer_ack(i, seq, missing, out);
-            }
-            Packet::PrimaryLost {
-                primary,
-                incarnation,
-                seq,
-            } => {
-                let known = self.rep.peers.index(primary).is_some();
-                if !known {
-                    return Err(ProtocolError::UnknownNode(primary));
-                }
-                self.rep
-                    .on_primary_lost(i, (primary, incarnation), seq, out);
-            }
-            Packet::Ping => out.push(RAction::Send {
-                peer,
-                msg: Msg::PingAck,
-            }),
-            Packet::PingAck => self.rep.peers[i].ping_sent_ms = None,
-            Packet::SplitBrain {
-                volume,
-                mine,
-                yours,
-            } => {
-                if volume as usize >= self.rep.vols.len() {
-                    return Err(ProtocolError::UnknownVolume(volume));
-                }
-                out.push(RAction::SplitBrain {
-                    peer,
-                    volume,
-                    mine: yours,
-                    theirs: mine,
-                    reported: true,
-                });
-            }
-            Packet::Error { code, message } => {
-                return Err(ProtocolError::PeerReported {
-                    code,
-                    message: message.to_string(),
-                });
-            }
-            Packet::Hello { .. } | Packet::Auth { .. } | Packet::AuthOk => {
-                return Err(ProtocolError::HandshakeAfterHandshake);
-            }
-        }
-        Ok(())
-    }
-
-    /// The peer told us the state of its replica of a volume.
-    #[allow(clippy::too_many_arguments)]
-    fn on_volume(
-        &mut self,
-        i: usize,
-        volume: u16,
-        size: u64,
-        disk: DiskState,
-        flags: u8,
-        gen: tandem_wire::packet::GenIds,
-        out: &mut Vec<RAction>,
-    ) -> Result<(), ProtocolError> {
-        let v = volume as usize;
-        let ours = self
-            .rep
-            .vols
-            .get(v)
-            .ok_or(ProtocolError::UnknownVolume(volume))?
-            .size;
-        if size != ours {
-            return Err(ProtocolError::SizeMismatch {
-                volume,
-                theirs: size,
-                ours,
-            });
-        }
-        let created = flags & volume_flags::CREATED != 0;
-        let pv = &mut self.rep.peers[i].vols[v];
-        pv.unproven = flags & volume_flags::UNPROVEN != 0;
-        pv.pulls_suspect = pv.unproven && flags & volume_flags::PULLS_SUSPECT != 0;
-        pv.peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
-        let before = pv.disk;
-        let contender = flags & volume_flags::CONTENDER != 0 && pv.diskful;
-        let was_primary = flags & volume_flags::WAS_PRIMARY != 0;
-        self.rep.peer_gen(i, v, gen, contender, was_primary);
-        if self.rep.role == Role::Primary && gen.current == self.rep.vols[v].gen.current {
-            self.app.rotations.holds(v, self.rep.peers[i].id);
-        }
-        // Writes in flight that missed it: its list waits for them to mark their bits.
-        let first = self.rep.peers[i].vols[v].disk.is_none();
-        if first {
-            // Writes only it may hold, unconfirmed when its last link dropped: it holds
-            // them unless it restarted since (or its replica failed).
-            let pv = &mut self.rep.peers[i].vols[v];
-            if let Some(u) = pv.unconfirmed.take() {
-                if flags & volume_flags::MET_BEFORE == 0 || disk == DiskState::Diskless {
-                    pv.oos.union_with(&u);
-                }
-            }
-        }
-        let deferred = first && self.app.writes.missing(v, self.rep.peers[i].id);
-        let b = &mut self.app.barriers;
-        self.rep
-            .peer_volume(b, i, v, disk, created, deferred, out)?;
-        // A peer that refused may have what we lack now: ask it again soon.
-        let id = self.rep.peers[i].id;
-        if let Some(rs) = self.rep.vols[v]
-            .resync
-            .as_mut()
-            .filter(|_| before != Some(disk))
-        {
-            rs.peer_changed(id);
-        }
-        // A new state may end a list, or offer a source to pull from.
-        self.rep.pump_resync(&mut self.app.barriers, volume, out);
-        Ok(())
-    }
-
     /// Advances the clock: keepalive pings and timeouts.
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
         self.tick_event(now_ms, out);
@@ -803,14 +473,5 @@ impl Resource {
         for (peer, reason) in drop {
             self.drop_peer(peer, reason, out);
         }
-    }
-
-    /// We end the connection to `peer`: the driver closes it.
-    fn drop_peer(&mut self, peer: NodeId, reason: LinkLoss, out: &mut Vec<RAction>) {
-        out.push(RAction::Disconnect {
-            peer,
-            reason: reason.clone(),
-        });
-        self.peer_down_event(peer, reason, out);
     }
 }

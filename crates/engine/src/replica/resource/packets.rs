@@ -1,0 +1,240 @@
+//! A packet from a peer, routed to the room it is about (`handle`, a routing table), and
+//! a peer's `Volume`: the state of its replica.
+
+use super::Resource;
+use crate::replica::action::RAction;
+use crate::replica::event::{LinkLoss, ProtocolError};
+use crate::replica::msg::Msg;
+use crate::replica::nodeset::NodeSet;
+use crate::replica::spec::NodeId;
+use tandem_wire::packet::{volume_flags, DiskState, Packet, Role};
+
+impl Resource {
+    /// A packet from an authenticated peer. A packet that breaks the protocol drops the
+    /// connection (never the node).
+    pub fn packet(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
+        self.packet_event(peer, packet, out);
+        self.after_event(out);
+    }
+
+    fn packet_event(&mut self, peer: NodeId, packet: &Packet<'_>, out: &mut Vec<RAction>) {
+        let Some(i) = self.rep.peers.index(peer).filter(|&i| self.rep.peers[i].up) else {
+            return;
+        };
+        self.rep.peers[i].last_rx_ms = self.rep.now_ms;
+        if let Err(why) = self.handle(i, packet, out) {
+            self.drop_peer(peer, LinkLoss::Misbehaved(why), out);
+        }
+    }
+
+    /// Routes a packet to the room it is about: one arm per packet kind, a routing table
+    /// (long only because rustfmt spreads each pattern over lines).
+    fn handle(
+        &mut self,
+        i: usize,
+        packet: &Packet<'_>,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), ProtocolError> {
+        let peer = self.rep.peers[i].id;
+        match *packet {
+            Packet::Role { role, incarnation } => {
+                if role == Role::Primary && self.rep.role == Role::Primary {
+                    return Err(ProtocolError::BothPrimary);
+                }
+                self.rep.peers[i].incarnation = incarnation;
+                self.rep.met_run_again(i, out);
+                let was = std::mem::replace(&mut self.rep.peers[i].role, role);
+                if role == Role::Primary && was != Role::Primary {
+                    // Promoted while connected: its list came already; our suspect ranges
+                    // are pulled under it now.
+                    for v in 0..self.rep.vols.len() {
+                        if self.rep.peers[i].vols[v].disk.is_some() {
+                            self.rep.pull_suspect(v, Some(peer), out);
+                            self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
+                        }
+                    }
+                }
+            }
+            Packet::Volume {
+                volume,
+                size,
+                disk,
+                flags,
+                gen,
+            } => self.on_volume(i, volume, size, disk, flags, gen, out)?,
+            Packet::Generation { volume, gen } => {
+                let v = self.rep.check_volume(volume)?;
+                self.rep.on_generation(i, v, gen, out);
+            }
+            Packet::GenAck {
+                volume,
+                gi,
+                adopted,
+            } => {
+                let v = self.rep.check_volume(volume)?;
+                if self.rep.role == Role::Primary {
+                    self.app
+                        .gen_answered(&mut self.rep, v, peer, gi, adopted, out);
+                }
+            }
+            Packet::Write { .. }
+            | Packet::Zero { .. }
+            | Packet::Barrier { .. }
+            | Packet::ReadReq { .. }
+            | Packet::ResyncReq { .. } => {
+                self.rep
+                    .on_request(&mut self.app.barriers, i, packet, out)?
+            }
+            Packet::RecvAck { .. }
+            | Packet::WriteAck { .. }
+            | Packet::NegAck { .. }
+            | Packet::BarrierAck { .. }
+            | Packet::ReadReply { .. } => self.app.on_answer(&mut self.rep, i, packet, out)?,
+            Packet::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                data,
+            } => self.rep.resync_reply(
+                &mut self.app.barriers,
+                i,
+                volume,
+                id,
+                offset,
+                errno,
+                data.len(),
+                out,
+            )?,
+            Packet::OutOfSync {
+                volume,
+                offset: 0,
+                len: 0,
+            } => self
+                .rep
+                .on_list_end(&mut self.app.barriers, i, volume, out)?,
+            Packet::OutOfSync {
+                volume,
+                offset,
+                len,
+            } => self
+                .rep
+                .on_out_of_sync(&mut self.app.barriers, i, volume, offset, len, out)?,
+            Packet::PeerAck { seq, missing } => {
+                let missing = NodeSet::from_bits(missing);
+                self.rep.on_peer_ack(i, seq, missing, out);
+            }
+            Packet::PrimaryLost {
+                primary,
+                incarnation,
+                seq,
+            } => {
+                let known = self.rep.peers.index(primary).is_some();
+                if !known {
+                    return Err(ProtocolError::UnknownNode(primary));
+                }
+                self.rep
+                    .on_primary_lost(i, (primary, incarnation), seq, out);
+            }
+            Packet::Ping => out.push(RAction::Send {
+                peer,
+                msg: Msg::PingAck,
+            }),
+            Packet::PingAck => self.rep.peers[i].ping_sent_ms = None,
+            Packet::SplitBrain {
+                volume,
+                mine,
+                yours,
+            } => {
+                if volume as usize >= self.rep.vols.len() {
+                    return Err(ProtocolError::UnknownVolume(volume));
+                }
+                out.push(RAction::SplitBrain {
+                    peer,
+                    volume,
+                    mine: yours,
+                    theirs: mine,
+                    reported: true,
+                });
+            }
+            Packet::Error { code, message } => {
+                return Err(ProtocolError::PeerReported {
+                    code,
+                    message: message.to_string(),
+                });
+            }
+            Packet::Hello { .. } | Packet::Auth { .. } | Packet::AuthOk => {
+                return Err(ProtocolError::HandshakeAfterHandshake);
+            }
+        }
+        Ok(())
+    }
+
+    /// The peer told us the state of its replica of a volume.
+    #[allow(clippy::too_many_arguments)]
+    fn on_volume(
+        &mut self,
+        i: usize,
+        volume: u16,
+        size: u64,
+        disk: DiskState,
+        flags: u8,
+        gen: tandem_wire::packet::GenIds,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), ProtocolError> {
+        let v = volume as usize;
+        let ours = self
+            .rep
+            .vols
+            .get(v)
+            .ok_or(ProtocolError::UnknownVolume(volume))?
+            .size;
+        if size != ours {
+            return Err(ProtocolError::SizeMismatch {
+                volume,
+                theirs: size,
+                ours,
+            });
+        }
+        let created = flags & volume_flags::CREATED != 0;
+        let pv = &mut self.rep.peers[i].vols[v];
+        pv.unproven = flags & volume_flags::UNPROVEN != 0;
+        pv.pulls_suspect = pv.unproven && flags & volume_flags::PULLS_SUSPECT != 0;
+        pv.peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
+        let before = pv.disk;
+        let contender = flags & volume_flags::CONTENDER != 0 && pv.diskful;
+        let was_primary = flags & volume_flags::WAS_PRIMARY != 0;
+        self.rep.peer_gen(i, v, gen, contender, was_primary);
+        if self.rep.role == Role::Primary && gen.current == self.rep.vols[v].gen.current {
+            self.app.rotations.holds(v, self.rep.peers[i].id);
+        }
+        // Writes in flight that missed it: its list waits for them to mark their bits.
+        let first = self.rep.peers[i].vols[v].disk.is_none();
+        if first {
+            // Writes only it may hold, unconfirmed when its last link dropped: it holds
+            // them unless it restarted since (or its replica failed).
+            let pv = &mut self.rep.peers[i].vols[v];
+            if let Some(u) = pv.unconfirmed.take() {
+                if flags & volume_flags::MET_BEFORE == 0 || disk == DiskState::Diskless {
+                    pv.oos.union_with(&u);
+                }
+            }
+        }
+        let deferred = first && self.app.writes.missing(v, self.rep.peers[i].id);
+        let b = &mut self.app.barriers;
+        self.rep
+            .peer_volume(b, i, v, disk, created, deferred, out)?;
+        // A peer that refused may have what we lack now: ask it again soon.
+        let id = self.rep.peers[i].id;
+        if let Some(rs) = self.rep.vols[v]
+            .resync
+            .as_mut()
+            .filter(|_| before != Some(disk))
+        {
+            rs.peer_changed(id);
+        }
+        // A new state may end a list, or offer a source to pull from.
+        self.rep.pump_resync(&mut self.app.barriers, volume, out);
+        Ok(())
+    }
+}
