@@ -10,8 +10,10 @@
 //! engine's rooms"): `resource` dispatches over `replicas` (our replicas and the peers')
 //! and `requests` (the Primary's application I/O: `writes`, `reads`, `barriers`);
 //! `receive` is what a Secondary does for its peers (`apply` queue), `sync` the
-//! out-of-sync lists and resync decisions (`resync`); `local`, `peer`, `event`, `msg`,
-//! `action`, `spec`, `status`, `nodeset`, `bitmap` and `overlap` hold the types.
+//! out-of-sync lists and who syncs whom, `pull` a sync target's pulling (`resync`, `pace`),
+//! `settle` the peer acks (`acks`), `generation` and `standing` the ids and the contest,
+//! `persist` what a restart keeps; `local`, `peer`, `event`, `msg`, `action`, `spec`,
+//! `status`, `nodeset`, `bitmap` and `overlap` hold the types.
 
 mod acks;
 mod action;
@@ -27,6 +29,7 @@ mod overlap;
 mod pace;
 mod peer;
 mod persist;
+mod pull;
 mod reads;
 mod receive;
 mod replicas;

@@ -1,0 +1,331 @@
+//! A sync target pulling: from whom (`pick_source`), what next and how fast
+//! (`pump_resync`, with `Resync::take_next` and `pace.rs`), a resync reply, the end of a
+//! resync (proof, ids adopted, claims dropped), `invalidate`, and offering ourselves to
+//! peers that wait for an up-to-date source.
+
+use super::action::RAction;
+use super::barriers::{Barriers, FlushWaiter};
+use super::bitmap::BLOCK;
+use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
+use super::msg::{DataRef, Msg, Token};
+use super::peer::Peer;
+use super::replicas::Replicas;
+use super::resync::Resync;
+use super::spec::NodeId;
+use super::status::Repl;
+use crate::io::DiskKind;
+use tandem_wire::packet::{DiskState, Role};
+use tandem_wire::Errno;
+
+const EAGAIN: u32 = Errno::Again.code();
+
+impl Replicas {
+    /// A peer to pull from: the Primary if it keeps an up-to-date replica (it has every
+    /// write; a Secondary cut off from it may not know what it missed yet would serve it:
+    /// seed 5603 of the overlapping-fault runs), else an up-to-date one, else a diskful one
+    /// being synced itself (it serves what it has and refuses the rest), skipping those
+    /// that just refused.
+    pub(super) fn pick_source(&self, v: usize) -> Option<NodeId> {
+        if self.vols[v].suspect.is_some() && self.peers.primary().is_none() && !self.all_met(v) {
+            // Back from a crash: what one Secondary lists us is not all we missed, and it
+            // may be behind where we are suspect. Wait for a Primary, or for every node to
+            // have met us and listed (none Primary: then all they know is told).
+            return None;
+        }
+        let rs = self.vols[v].resync.as_ref();
+        // A replica that restarted waits for an up-to-date source: one being synced may
+        // serve data older than the contest's winner holds.
+        let contender = self.vols[v].standing.is_some();
+        let refused = |id: &NodeId| rs.is_some_and(|r| r.refused.contains(id));
+        let has = |p: &&Peer, want: DiskState| p.vols[v].diskful && p.vols[v].disk == Some(want);
+        if let Some(p) = self
+            .peers
+            .up()
+            .find(|p| p.role == Role::Primary && has(p, DiskState::UpToDate))
+        {
+            // Refused (it has not heard every list yet): ask it again later, not another.
+            return (!refused(&p.id)).then_some(p.id);
+        }
+        let current = rs.and_then(|r| r.source).filter(|s| {
+            !refused(s)
+                && self
+                    .peers
+                    .get(*s)
+                    .is_some_and(|p| p.up && has(&p, DiskState::UpToDate))
+        });
+        let candidate = |want: DiskState| {
+            self.peers
+                .up()
+                .find(|p| has(p, want) && !refused(&p.id))
+                .map(|p| p.id)
+        };
+        current
+            .or_else(|| candidate(DiskState::UpToDate))
+            .or_else(|| {
+                // Nor from a replica that restarted and is being synced itself: unsettled
+                // (crash-family seed 2925: a replica pulled from one, was UpToDate before
+                // the contest ended, and the winner then took its older ids).
+                (!contender)
+                    .then(|| candidate(DiskState::Inconsistent))
+                    .flatten()
+                    .filter(|&id| {
+                        self.peers
+                            .get(id)
+                            .is_none_or(|p| p.vols[v].standing.is_none())
+                    })
+            })
+    }
+
+    /// Pulls the next ranges from the sync source, up to the window.
+    pub(super) fn pump_resync(&mut self, b: &mut Barriers, volume: u16, out: &mut Vec<RAction>) {
+        let v = volume as usize;
+        let chunk_blocks = u64::from(self.spec.resync_chunk) / BLOCK;
+        let size = self.vols[v].size;
+        let source = self.pick_source(v);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        let window = rs.window(self.spec.resync_window);
+        if rs.source != source && rs.outstanding.is_empty() {
+            rs.source = source;
+        }
+        let now = self.now_ms;
+        let loaded = self.vols[v]
+            .written_ms
+            .is_some_and(|t| now.saturating_sub(t) < super::pace::LOAD_WINDOW_MS);
+        let chunk = u64::from(self.spec.resync_chunk);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        rs.pace.keep_only(&rs.outstanding);
+        rs.pace.refill(now, self.spec.resync_rates, loaded, chunk);
+        while let Some(src) = rs
+            .source
+            .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
+        {
+            if rs.to_pull.count() == 0 || !rs.pace.allows(now, chunk) {
+                break;
+            }
+            let id = self.next_id;
+            let Some((offset, len)) = rs.take_next(id, size, chunk_blocks) else {
+                break;
+            };
+            rs.pace.spend(u64::from(len));
+            rs.pace.asked(id, now);
+            self.next_id += 1;
+            let msg = Msg::ResyncReq {
+                volume,
+                id,
+                offset,
+                len,
+            };
+            out.push(RAction::Send { peer: src, msg });
+        }
+        let all_listed = self.peers.all_listed(v);
+        let reach = self.up_to_date_within_reach(v);
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        if rs.source.is_none()
+            && rs.outstanding.is_empty()
+            && rs.to_pull.count() > 0
+            && !reach
+            && !rs.stalled
+        {
+            rs.stalled = true;
+            out.push(RAction::Event(Event::ResyncStalled { volume }));
+        }
+        if all_listed && rs.drained() && !rs.finishing {
+            rs.finishing = true;
+            self.flush_locally(b, FlushWaiter::ResyncDone { volume }, out);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn resync_reply(
+        &mut self,
+        b: &mut Barriers,
+        i: usize,
+        volume: u16,
+        id: u64,
+        offset: u64,
+        errno: u32,
+        data_len: usize,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), ProtocolError> {
+        let v = volume as usize;
+        let peer = self.peers[i].id;
+        if self
+            .vols
+            .get_mut(v)
+            .is_some_and(|vol| vol.abandoned.remove(&id))
+        {
+            return Ok(());
+        }
+        let Some(rs) = self.vols.get_mut(v).and_then(|vol| vol.resync.as_mut()) else {
+            return Err(ProtocolError::ResyncReplyWithoutResync(id));
+        };
+        let Some((req_off, req_len)) = rs.outstanding.remove(&id) else {
+            return Err(ProtocolError::UnknownResyncRequest(id));
+        };
+        rs.pace.answered(id, self.now_ms);
+        if req_off != offset || (errno == 0 && data_len != req_len as usize) {
+            return Err(ProtocolError::ResyncReplyMismatch(id));
+        }
+        if errno == EAGAIN {
+            // The source lacks it too, for now: ask another one, or the same one later.
+            rs.refused_by(peer, req_off, req_len, self.now_ms);
+            self.pump_resync(b, volume, out);
+            return Ok(());
+        }
+        if errno != 0 {
+            rs.to_pull.set_range(req_off, u64::from(req_len));
+            out.push(RAction::Event(Event::ResyncReadFailed {
+                volume,
+                peer,
+                offset: req_off,
+                len: req_len,
+            }));
+            return Err(ProtocolError::SourceReadFailed);
+        }
+        self.data_arrives(v, out);
+        let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
+        rs.pulled += u64::from(req_len);
+        if rs.data_arrived() {
+            out.push(RAction::Event(Event::ResyncResumed { volume, peer }));
+        }
+        // Write the sectors the application has not overwritten since the resync began.
+        for (part, (s, e)) in rs.unwritten_parts(offset, req_len).into_iter().enumerate() {
+            let part = part as u32;
+            let token = Token::ResyncWrite { id, part };
+            let len = (e - s) as u32;
+            let kind = DiskKind::Write { offset: s, len };
+            let data = DataRef::Incoming {
+                at: (s - offset) as u32,
+            };
+            self.vols[v]
+                .apply
+                .write(volume, token, kind, Some(data), true, out);
+        }
+        self.pump_resync(b, volume, out);
+        Ok(())
+    }
+
+    pub(super) fn resync_finished(
+        &mut self,
+        b: &mut Barriers,
+        volume: u16,
+        ok: bool,
+        out: &mut Vec<RAction>,
+    ) {
+        let v = volume as usize;
+        let Some(rs) = self.vols[v].resync.as_mut() else {
+            return;
+        };
+        rs.finishing = false;
+        // A peer that connected while the final flush ran has not ended its list yet: it
+        // may name writes we lack (simulator seed 2001780: the diskless Primary came back
+        // during the flush, and the replica called itself UpToDate without its list; the
+        // Primary, hearing UpToDate after sending that list, took it as received and
+        // forgot the block; an acknowledged write was lost).
+        if !self.peers.all_listed(v) || !rs.drained() {
+            // More was listed while the final flush ran.
+            return self.pump_resync(b, volume, out);
+        }
+        let rs = self.vols[v].resync.take().expect("checked above");
+        if !ok {
+            return self.local_disk_failed(v, LocalFailure::FlushAfterResync, out);
+        }
+        if let Some(i) = rs.source.and_then(|s| self.peers.index(s)) {
+            self.peers[i].vols[v].repl = Repl::Established;
+        }
+        // A connected Primary has told us all we lack: what we hold now is proven current.
+        let all_met_no_primary = self.peers.primary().is_none() && self.all_met(v);
+        let source_current = rs
+            .source
+            .and_then(|s| self.peers.get(s))
+            .is_some_and(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate));
+        if all_met_no_primary && (self.vols[v].suspect.is_some() || source_current) {
+            // Pulled what every node knew we missed, and our suspect ranges (or, unproven,
+            // everything), from a current replica, with no Primary anywhere to know more:
+            // current (crash-family seed 40: a replica synced so stayed unproven, and a
+            // Primary met later marked all of it without ever listing it).
+            self.vols[v].unproven = false;
+            self.vols[v].suspect = None;
+        }
+        let under_primary = self
+            .peers
+            .up()
+            .any(|p| p.role == Role::Primary && p.vols[v].listed);
+        let settled = (all_met_no_primary && source_current) || under_primary;
+        if settled && self.vols[v].standing.is_some() {
+            // Back from a restart and synced from the reference (the contest's winner, or
+            // under a Primary's list): its own lists, and the Primary's, name what the
+            // others lack. What we restored of what they lack is older (crash-family seed
+            // 117: two replicas synced so listed each other stale claims and redialled
+            // forever).
+            let size = self.vols[v].size;
+            for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
+                p.vols[v].oos.clear_range(0, size);
+                p.vols[v].apart = None;
+            }
+        }
+        if self
+            .peers
+            .up()
+            .any(|p| p.role == Role::Primary && p.vols[v].listed)
+        {
+            self.vols[v].unproven = false;
+            self.vols[v].suspect = None;
+        }
+        let why = DiskChange::Synced {
+            source: rs.source,
+            bytes: rs.pulled,
+            live: rs.live,
+        };
+        self.set_disk(v, DiskState::UpToDate, why, out);
+        // Our ids follow the data: the Primary's under its list, else, with every node
+        // met and none Primary, the up-to-date source's. Otherwise they stay older.
+        let source_gen = rs
+            .source
+            .and_then(|s| self.peers.get(s))
+            .filter(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate))
+            .map(|p| p.vols[v].gen);
+        match source_gen {
+            Some(gen) if all_met_no_primary => self.adopt_gen(v, gen, out),
+            _ => self.adopt_from_primary(v, out),
+        }
+        self.offer_to_outdated(v, out);
+    }
+
+    /// The administrator threw our replica of `v` away: everything is pulled again.
+    pub(super) fn invalidate(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let vol = &mut self.vols[v];
+        if let Some(rs) = vol.resync.take() {
+            // Replies to what the old resync asked for are moot now.
+            vol.abandoned.extend(rs.outstanding.keys());
+        }
+        if vol.unproven {
+            // Its suspect ranges are part of everything now.
+            vol.suspect = None;
+        }
+        vol.standing = None;
+        let mut rs = Resync::new(vol.size, false);
+        rs.to_pull.set_all();
+        vol.resync = Some(rs);
+        self.set_disk(v, DiskState::Inconsistent, DiskChange::Invalidated, out);
+    }
+
+    /// We just became up to date: connected peers whose replica is Outdated (their
+    /// currency unknown) or created empty get everything from us.
+    pub(super) fn offer_to_outdated(&mut self, v: usize, out: &mut Vec<RAction>) {
+        for i in 0..self.peers.len() {
+            let up = self.peers[i].up;
+            let pv = &mut self.peers[i].vols[v];
+            if up && pv.diskful && pv.needs_everything() {
+                pv.oos.set_all();
+                self.send_list(i, v, out);
+            }
+        }
+    }
+}
