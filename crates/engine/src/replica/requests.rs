@@ -1,15 +1,15 @@
 //! The application's requests on the Primary: writes (ordered, replicated, answered
 //! once every replica did as the protocol asks), reads (routed to a current replica) and
-//! barriers (FLUSH and FUA made durable on every replica).
+//! barriers (FLUSH and FUA made durable on every replica; reads and barriers in
+//! `requests/reading.rs` and `requests/flushing.rs`).
 
 use super::acks::{Local, Settling};
 use super::action::RAction;
-use super::barriers::{Barriers, FlushOp, FlushWaiter};
+use super::barriers::Barriers;
 use super::bitmap::Bitmap;
 use super::event::{Event, LocalFailure, ProtocolError};
 use super::generation::{Missed, Rotations};
-use super::local::LocalVol;
-use super::msg::{DataRef, Msg, Token};
+use super::msg::{DataRef, Token};
 use super::nodeset::NodeSet;
 use super::peer::{ListState, Unacked};
 use super::reads::Reads;
@@ -19,6 +19,9 @@ use super::writes::{AppWrite, Next, Shape, Stage, Writes};
 use crate::io::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};
 use tandem_wire::Errno;
+
+mod flushing;
+mod reading;
 
 const EIO: u32 = Errno::Io.code();
 
@@ -418,136 +421,6 @@ impl Requests {
         }
     }
 
-    /// Sends a read to the local replica if it is up to date, else to an up-to-date peer
-    /// (round robin), else fails it.
-    pub(super) fn route_read(&mut self, rep: &mut Replicas, req: ReqId, out: &mut Vec<RAction>) {
-        let r = self.reads.get(req).expect("routing an unknown read");
-        let v = r.volume as usize;
-        let (volume, offset, len) = (r.volume, r.offset, r.len);
-        if rep.vols[v].disk == DiskState::UpToDate {
-            self.reads.read_locally(req);
-            let kind = DiskKind::Read { offset, len };
-            return out.push(RAction::Disk {
-                volume,
-                token: Token::App(req),
-                kind,
-                data: None,
-            });
-        }
-        // A peer says UpToDate until it hears what it missed: never read from it where we
-        // know it lacks writes.
-        let candidates: Vec<NodeId> = rep
-            .peers
-            .up()
-            .filter(|p| {
-                p.vols[v].disk == Some(DiskState::UpToDate)
-                    && !p.vols[v].oos.any_in(offset, u64::from(len))
-                    && !self.reads.tried(req, p.id)
-            })
-            .map(|p| p.id)
-            .collect();
-        if candidates.is_empty() {
-            self.reads.end(req);
-            return out.push(RAction::Complete {
-                req,
-                result: Err(IoError::NoData),
-                data: None,
-            });
-        }
-        let peer = self.reads.ask_one_of(req, &candidates);
-        let id = rep.alloc_id();
-        let i = rep.peers.index(peer).expect("a candidate is a peer");
-        rep.peers[i].reads_out.insert(id, req);
-        let msg = Msg::ReadReq {
-            volume,
-            id,
-            offset,
-            len,
-        };
-        out.push(RAction::Send { peer, msg });
-    }
-
-    /// Starts a barrier over every replica for these waiters.
-    pub(super) fn start_barrier(
-        &mut self,
-        rep: &mut Replicas,
-        waiters: Vec<(ReqId, u16)>,
-        out: &mut Vec<RAction>,
-    ) {
-        let id = rep.alloc_id();
-        let mut op = FlushOp {
-            waiters,
-            ..FlushOp::default()
-        };
-        if rep.vols.iter().any(LocalVol::takes_writes) {
-            op.local_pending = true;
-            rep.flush_locally(&mut self.barriers, FlushWaiter::Op(id), out);
-        }
-        for p in rep.peers.iter_mut() {
-            if p.up && p.vols.iter().any(|pv| pv.diskful) {
-                op.peers_pending.insert(p.id);
-                p.barriers_out.insert(id, id);
-                let msg = Msg::Barrier { id };
-                out.push(RAction::Send { peer: p.id, msg });
-            }
-        }
-        self.barriers.open(id, op);
-        self.check_flush(rep, id, out);
-    }
-
-    pub(super) fn check_flush(&mut self, rep: &mut Replicas, id: u64, out: &mut Vec<RAction>) {
-        let Some(op) = self.barriers.take_done(id) else {
-            return;
-        };
-        for (req, volume) in op.waiters {
-            let result = if rep.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok) {
-                Ok(())
-            } else {
-                Err(IoError::Os(EIO as i32))
-            };
-            if self.writes.contains(req) {
-                self.finish_write(rep, req, result, out);
-            } else {
-                out.push(RAction::Complete {
-                    req,
-                    result,
-                    data: None,
-                });
-            }
-        }
-    }
-
-    /// The local fdatasync `seq` finished: answers everyone it covered.
-    pub(super) fn flushed(
-        &mut self,
-        rep: &mut Replicas,
-        seq: u64,
-        ok: bool,
-        out: &mut Vec<RAction>,
-    ) {
-        if !ok {
-            rep.fdatasync_failed(out);
-        }
-        let (waiters, next) = self.barriers.flushed(seq);
-        for waiter in waiters {
-            match waiter {
-                FlushWaiter::Op(id) => {
-                    self.barriers.local_answered(id, ok);
-                    self.check_flush(rep, id, out);
-                }
-                FlushWaiter::PeerBarrier { peer, id } => {
-                    let errno = if ok { 0 } else { EIO };
-                    let msg = Msg::BarrierAck { id, errno };
-                    out.push(RAction::Send { peer, msg });
-                }
-                FlushWaiter::ResyncDone { volume } => {
-                    rep.resync_finished(&mut self.barriers, volume, ok, out)
-                }
-            }
-        }
-        self.barriers.issue_next(next, out);
-    }
-
     /// An application read or write of ours finished on the local replica.
     pub(super) fn app_io_done(
         &mut self,
@@ -634,39 +507,5 @@ impl Requests {
             self.writes.answered(req, rep.peers[i].id, ok);
             self.check_write(rep, req, out);
         }
-    }
-
-    pub(super) fn on_read_reply(
-        &mut self,
-        rep: &mut Replicas,
-        i: usize,
-        id: u64,
-        errno: u32,
-        data_len: usize,
-        out: &mut Vec<RAction>,
-    ) -> Result<(), ProtocolError> {
-        let Some(req) = rep.peers[i].reads_out.remove(&id) else {
-            return Err(ProtocolError::UnknownRead(id));
-        };
-        let Some(r) = self.reads.get(req) else {
-            return Ok(());
-        };
-        if errno != 0 {
-            self.route_read(rep, req, out);
-            return Ok(());
-        }
-        if data_len != r.len as usize {
-            return Err(ProtocolError::ReadReplyLength {
-                got: data_len,
-                asked: r.len,
-            });
-        }
-        self.reads.end(req);
-        out.push(RAction::Complete {
-            req,
-            result: Ok(()),
-            data: Some(DataRef::Incoming { at: 0 }),
-        });
-        Ok(())
     }
 }
