@@ -57,10 +57,27 @@ pub(super) struct PeerMark {
     pub(super) in_flight: u32,
 }
 
-/// Answered application writes not yet settled, per (request id, volume), in answer
-/// order, with the extents each holds (none if it failed before it was issued).
-pub(super) type AnsweredHolds =
-    std::collections::HashMap<(ReqId, u16), std::collections::VecDeque<Option<(u32, u32)>>>;
+/// Answered application writes not yet settled, by (request id, volume, answer number),
+/// with the extents each holds (none if it failed before it was issued): one ordered map,
+/// no allocation per write beyond its nodes, the oldest of a (request id, volume) first.
+#[derive(Debug, Default)]
+pub(super) struct AnsweredHolds {
+    by: std::collections::BTreeMap<(ReqId, u16, u64), Option<(u32, u32)>>,
+    answered: u64,
+}
+
+impl AnsweredHolds {
+    fn push(&mut self, req: ReqId, v: u16, extents: Option<(u32, u32)>) {
+        self.answered += 1;
+        self.by.insert((req, v, self.answered), extents);
+    }
+
+    /// The oldest answered write of `req` and `v` (`None`: no such write was gated).
+    fn pop(&mut self, req: ReqId, v: u16) -> Option<Option<(u32, u32)>> {
+        let key = *self.by.range((req, v, 0)..=(req, v, u64::MAX)).next()?.0;
+        self.by.remove(&key)
+    }
+}
 
 /// A write waiting for an activity-log transaction.
 #[derive(Debug)]
@@ -334,23 +351,15 @@ impl NodeReactor {
     /// it to be settled (its request id may be reused meanwhile).
     pub(super) fn al_app_done(&mut self, r: usize, req: ReqId) {
         if let Some(h) = self.res[r].al_app.remove(&req) {
-            let queue = self.res[r].al_answered.entry((req, h.volume)).or_default();
-            queue.push_back(h.extents);
+            self.res[r].al_answered.push(req, h.volume, h.extents);
         }
     }
 
     /// The oldest answered write `req` of volume `v` not yet settled is settled (see
     /// [`RAction::WriteSettled`]): its extents are free.
     pub(super) fn al_write_settled(&mut self, r: usize, req: ReqId, v: u16) {
-        let answered = &mut self.res[r].al_answered;
-        let Some(queue) = answered.get_mut(&(req, v)) else {
-            return; // not gated: no activity log for this volume
-        };
-        let extents = queue.pop_front().flatten();
-        if queue.is_empty() {
-            answered.remove(&(req, v));
-        }
-        if let Some((first, last)) = extents {
+        // Nothing: not gated (no activity log for this volume), or failed before issued.
+        if let Some((first, last)) = self.res[r].al_answered.pop(req, v).flatten() {
             self.al_end(r, v, first, last);
         }
     }

@@ -88,8 +88,9 @@ impl Settling {
     }
 
     /// Application writes settled and answered since the last call.
-    pub(super) fn take_settled_local(&mut self) -> Vec<Local> {
-        std::mem::take(&mut self.settled_local)
+    /// (Drained in place: the buffer is kept for the next ones, no allocation per write.)
+    pub(super) fn take_settled_local(&mut self) -> std::vec::Drain<'_, Local> {
+        self.settled_local.drain(..)
     }
 
     /// `peer` wrote write `seq` (`ok`), failed it, or lost its link first.
@@ -128,17 +129,17 @@ impl Settling {
     /// long enough (an idle sender). One a node lacks waits like the others: until told,
     /// the receivers hold it, and if this node dies first they compare (see the module's
     /// comment).
-    pub(super) fn due(&mut self, now_ms: u64) -> Vec<(u64, NodeSet)> {
+    pub(super) fn due(&mut self, now_ms: u64) -> std::vec::Drain<'_, (u64, NodeSet)> {
         let due = (self.writing && !self.untold.is_empty())
             || self.untold_writes >= BATCH
             || self.since_ms.is_some_and(|t| now_ms >= t + DELAY_MS);
         self.writing = false;
         if !due {
-            return Vec::new();
+            return self.untold.drain(..0);
         }
         self.untold_writes = 0;
         self.since_ms = None;
-        std::mem::take(&mut self.untold)
+        self.untold.drain(..)
     }
 
     /// Ranges of volume `v` our application writes hold in the activity log, unsettled.
@@ -249,7 +250,7 @@ mod tests {
         // 2 answered by both, 1 not yet: nothing settles out of order.
         s.answered(2, 1, true, 0);
         s.answered(2, 2, true, 0);
-        assert!(s.due(100).is_empty());
+        assert!(s.due(100).collect::<Vec<_>>().is_empty());
         s.answered(1, 1, true, 5);
         s.answered(1, 2, true, 5);
         s.answered(3, 1, true, 6);
@@ -258,12 +259,12 @@ mod tests {
         s.answered(4, 2, false, 7);
         // Told after the delay (or with the next write), the batch split where the missing
         // nodes change.
-        assert!(s.due(5 + DELAY_MS - 1).is_empty());
+        assert!(s.due(5 + DELAY_MS - 1).collect::<Vec<_>>().is_empty());
         assert_eq!(
-            s.due(5 + DELAY_MS),
+            s.due(5 + DELAY_MS).collect::<Vec<_>>(),
             vec![(2, NodeSet::EMPTY), (4, set(&[2]))]
         );
-        assert!(s.due(1000).is_empty());
+        assert!(s.due(1000).collect::<Vec<_>>().is_empty());
         assert_eq!(s.next_timer(), None);
         s.check().unwrap();
     }
@@ -272,23 +273,38 @@ mod tests {
     fn settled_writes_wait_for_a_batch_or_the_delay() {
         let mut s = Settling::default();
         s.sent(1, set(&[1]), Some(local(9, 0)));
-        assert!(s.due(0).is_empty(), "sent, nothing settled yet");
+        assert!(
+            s.due(0).collect::<Vec<_>>().is_empty(),
+            "sent, nothing settled yet"
+        );
         s.answered(1, 1, true, 100);
-        assert!(s.due(100 + DELAY_MS - 1).is_empty());
+        assert!(s.due(100 + DELAY_MS - 1).collect::<Vec<_>>().is_empty());
         assert_eq!(s.next_timer(), Some(100 + DELAY_MS));
-        assert_eq!(s.due(100 + DELAY_MS), vec![(1, NodeSet::EMPTY)]);
-        assert!(s.take_settled_local().is_empty(), "settled, not answered");
+        assert_eq!(
+            s.due(100 + DELAY_MS).collect::<Vec<_>>(),
+            vec![(1, NodeSet::EMPTY)]
+        );
+        assert!(
+            s.take_settled_local().collect::<Vec<_>>().is_empty(),
+            "settled, not answered"
+        );
         s.local_answered(1);
-        assert_eq!(s.take_settled_local(), vec![local(9, 0)]);
+        assert_eq!(
+            s.take_settled_local().collect::<Vec<_>>(),
+            vec![local(9, 0)]
+        );
         // No peer to go to: settled at once; answered first, then settled.
         s.sent(1000, NodeSet::EMPTY, Some(local(10, 1)));
         s.local_answered(1000);
-        assert_eq!(s.take_settled_local(), vec![local(10, 1)]);
+        assert_eq!(
+            s.take_settled_local().collect::<Vec<_>>(),
+            vec![local(10, 1)]
+        );
         s.sent(1001, set(&[1]), Some(local(11, 0)));
         s.local_answered(1001);
-        assert!(s.take_settled_local().is_empty());
+        assert!(s.take_settled_local().collect::<Vec<_>>().is_empty());
         s.answered(1001, 1, true, 150);
-        let told = s.take_settled_local();
+        let told = s.take_settled_local().collect::<Vec<_>>();
         assert_eq!(
             (told.len(), told[0].req, told[0].answered),
             (1, ReqId(11), true)
@@ -297,13 +313,16 @@ mod tests {
             s.sent(seq, set(&[1]), None);
             s.answered(seq, 1, true, 200);
         }
-        assert!(s.due(200).len() == 1, "a full batch");
+        assert!(s.due(200).collect::<Vec<_>>().len() == 1, "a full batch");
         // The next write carries what settled before it.
         s.sent(2000, set(&[1]), None);
-        assert!(s.due(300).is_empty());
+        assert!(s.due(300).collect::<Vec<_>>().is_empty());
         s.answered(2000, 1, true, 300);
-        assert!(s.due(300).is_empty(), "nothing written since");
+        assert!(
+            s.due(300).collect::<Vec<_>>().is_empty(),
+            "nothing written since"
+        );
         s.sent(2001, set(&[1]), None);
-        assert_eq!(s.due(300), vec![(2000, NodeSet::EMPTY)]);
+        assert_eq!(s.due(300).collect::<Vec<_>>(), vec![(2000, NodeSet::EMPTY)]);
     }
 }
