@@ -340,6 +340,21 @@ fn total_pulled(node: &Node) -> u64 {
     kib_pulled_since_start(node).iter().sum::<u64>() * KIB
 }
 
+/// Through gamma, 2 MiB of writes within the first 8 MiB; beta killed (kill -9) once in
+/// sync; 2 MiB within 4 MiB at 32 MiB while it is away; beta started again, and the
+/// replicas in sync: beta's log, and the bytes it pulled since its start.
+fn kill_beta_while_writing(c: &mut Cluster, seed: u64) -> (String, u64) {
+    write_region(c, "gamma", 0, 8 * MIB, 2 * MIB, seed);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("beta").daemon.kill9();
+    write_region(c, "gamma", 32 * MIB, 4 * MIB, 2 * MIB, seed + 1);
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    (c.node("beta").daemon.log(), total_pulled(c.node("beta")))
+}
+
 /// kill -9 of a Secondary: it comes back `Crashed` (its metadata said consistent, not
 /// clean), and pulls only the extents its activity log names (the 8 MiB written before)
 /// and what it missed (4 MiB elsewhere), not the whole 64 MiB; the replicas end identical.
@@ -353,21 +368,40 @@ fn a_secondary_killed_pulls_only_its_activity_log_and_what_it_missed() {
         return;
     }
     let mut c = start(TEST);
-    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 5);
-    c.wait_in_sync(SYNC_TIMEOUT);
-    c.node_mut("beta").daemon.kill9();
-    write_region(&c, "gamma", 32 * MIB, 4 * MIB, 2 * MIB, 6);
-    let beta = c.node_mut("beta");
-    beta.daemon.restart();
-    beta.daemon.wait_ready(READY_TIMEOUT);
-    c.wait_in_sync(SYNC_TIMEOUT);
-    let log = c.node("beta").daemon.log();
+    let (log, total) = kill_beta_while_writing(&mut c, 5);
     assert!(log.contains("starts Crashed"), "{log}");
-    let total = total_pulled(c.node("beta"));
     eprintln!("{TEST}: beta pulled {total} bytes after kill -9 (activity log 8 MiB, missed 2 MiB in 4 MiB; full {SIZE})");
     assert!(
         total > 0 && total <= 12 * MIB,
         "beta pulled {total} bytes (activity log 8 MiB + 4 MiB region missed; a full resync is {SIZE}):\n{log}"
+    );
+    c.assert_replicas_identical();
+}
+
+/// kill -9 of a Secondary while the Primary stays up (gamma, promoted by hand, so it stays
+/// Primary with no client): beta's metadata recorded the Primary's run it took writes from.
+/// Back in the same boot, it meets that run again, whose list names all it lacks: it pulls
+/// what it missed (2 MiB of writes within 4 MiB) and none of its activity log's 8 MiB; the
+/// replicas end identical.
+#[test]
+fn a_secondary_killed_under_a_live_primary_pulls_only_what_it_missed() {
+    const TEST: &str =
+        "metadata::a_secondary_killed_under_a_live_primary_pulls_only_what_it_missed";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    c.node("gamma")
+        .daemon
+        .admin(&["primary", RESOURCE])
+        .expect_success();
+    let (log, total) = kill_beta_while_writing(&mut c, 7);
+    assert!(log.contains("starts Crashed"), "{log}");
+    assert!(log.contains("need no pull"), "{log}");
+    eprintln!("{TEST}: beta pulled {total} bytes after kill -9 under a live Primary (missed 2 MiB in 4 MiB; activity log 8 MiB; full {SIZE})");
+    assert!(
+        total > 0 && total <= 4 * MIB,
+        "beta pulled {total} bytes (4 MiB region missed; with its activity log 12 MiB):\n{log}"
     );
     c.assert_replicas_identical();
 }
@@ -529,20 +563,11 @@ fn metadata_on_pmem_bounds_a_crash_like_metadata_on_disk() {
     let Some((mut c, md)) = start_with_beta_on_pmem(TEST, "beta", "") else {
         return;
     };
-    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 11);
-    c.wait_in_sync(SYNC_TIMEOUT);
     assert!(md.exists(), "beta's pmem meta-disk {}", md.display());
-    c.node_mut("beta").daemon.kill9();
-    write_region(&c, "gamma", 32 * MIB, 4 * MIB, 2 * MIB, 12);
-    let beta = c.node_mut("beta");
-    beta.daemon.restart();
-    beta.daemon.wait_ready(READY_TIMEOUT);
-    c.wait_in_sync(SYNC_TIMEOUT);
-    let log = c.node("beta").daemon.log();
+    let (log, total) = kill_beta_while_writing(&mut c, 11);
     let _ = std::fs::remove_file(&md);
     assert!(log.contains("starts Crashed"), "{log}");
     assert!(log.contains("not on a DAX filesystem"), "{log}");
-    let total = total_pulled(c.node("beta"));
     eprintln!("{TEST}: beta pulled {total} bytes after kill -9 (full {SIZE})");
     assert!(
         total > 0 && total <= 12 * MIB,

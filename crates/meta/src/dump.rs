@@ -45,6 +45,12 @@ pub struct LayoutDump {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WriterDump {
+    pub node_id: u8,
+    pub incarnation: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SuperblockDump {
     pub seq: u64,
     pub flags: Vec<&'static str>,
@@ -55,6 +61,8 @@ pub struct SuperblockDump {
     pub history: Vec<String>,
     /// The kernel boot the replica was last attached in (a UUID); `None` if unknown.
     pub boot_id: Option<String>,
+    /// The Primary's run the replica takes writes from (see `Superblock::writer`).
+    pub writer: Option<WriterDump>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -129,6 +137,10 @@ impl MetaDump {
                 current_gi: hex(sb.current_gi),
                 history: sb.history.iter().map(|&g| hex(g)).collect(),
                 boot_id: (sb.boot_id != [0; 16]).then(|| uuid_text(&sb.boot_id)),
+                writer: sb.writer.map(|(node_id, incarnation)| WriterDump {
+                    node_id,
+                    incarnation: hex(incarnation),
+                }),
             },
             peers: sb
                 .peers

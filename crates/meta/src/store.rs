@@ -110,6 +110,7 @@ impl<T: MetaTarget> MetaStore<T> {
             history: [0; HISTORY_LEN],
             peers,
             boot_id: [0; 16],
+            writer: None,
         };
         let block = sb.encode().map_err(|source| MetaError::InvalidSuperblock {
             target: name.clone(),

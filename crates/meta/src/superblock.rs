@@ -11,8 +11,11 @@ use crate::layout::{
 use crate::le::{crc_with_hole, first_nonzero, get_u32, get_u64, put_u32, put_u64};
 
 pub const MAGIC: [u8; 8] = *b"TANDEMMD";
-/// The format written for new metadata: 2 has an unsynced map and a boot id.
-pub const VERSION: u32 = 2;
+/// The format written for metadata with an unsynced map: 3 adds to 2 the Primary's run
+/// the replica takes writes from (a version-2 superblock is read, and written back as 3).
+pub const VERSION: u32 = 3;
+/// An unsynced map and a boot id, no Primary's run: still read.
+pub const VERSION_2: u32 = 2;
 /// The first format (no unsynced map, no boot id): still read and written as such.
 pub const VERSION_1: u32 = 1;
 /// Previous generation ids kept, newest first.
@@ -48,9 +51,13 @@ pub(crate) mod off {
     pub const PEER_FLAGS: usize = 4;
     pub const PEER_BITMAP_GI: usize = 8;
     pub const PEERS_END: usize = PEERS + 31 * PEER_SIZE;
-    /// Version 2 only.
+    /// Versions 2 and 3.
     pub const BOOT_ID: usize = PEERS_END;
     pub const BOOT_ID_END: usize = BOOT_ID + 16;
+    /// Version 3 only: the Primary's node (0xff: none), 7 reserved bytes, its incarnation.
+    pub const WRITER_NODE: usize = BOOT_ID_END;
+    pub const WRITER_INCARNATION: usize = WRITER_NODE + 8;
+    pub const WRITER_END: usize = WRITER_INCARNATION + 8;
 }
 
 macro_rules! flags {
@@ -198,6 +205,11 @@ pub struct Superblock {
     /// kept its completed writes, so the unsynced map names nothing lost. Version 2 only
     /// (a version-1 superblock writes none and reads back zero).
     pub boot_id: [u8; 16],
+    /// The Primary's run (node id, incarnation) the replica takes writes from, recorded
+    /// before any of them lands: after a crash in the same boot, met again as Primary, it
+    /// settles the activity log's extents. Version 3 only (read back as `None` from older
+    /// ones, which write none).
+    pub writer: Option<(u8, u64)>,
 }
 
 impl Superblock {
@@ -216,6 +228,14 @@ impl Superblock {
         let g = self.layout.geometry();
         if self.node_id > MAX_NODE_ID {
             return Err(field("node_id", format!("{} is above 31", self.node_id)));
+        }
+        if let Some((n, _)) = self.writer {
+            if n > MAX_NODE_ID {
+                return Err(field("writer", format!("node id {n} is above 31")));
+            }
+            if !g.unsynced_map {
+                return Err(field("writer", "a version-1 superblock keeps none".into()));
+            }
         }
         if self.peers.len() != usize::from(g.max_peers) {
             return Err(field(
@@ -291,6 +311,9 @@ impl Superblock {
         }
         if v2 {
             b[off::BOOT_ID..off::BOOT_ID_END].copy_from_slice(&self.boot_id);
+            let (node, incarnation) = self.writer.unwrap_or((NO_NODE, 0));
+            b[off::WRITER_NODE] = node;
+            put_u64(&mut b[..], off::WRITER_INCARNATION, incarnation);
         }
         let crc = crc_with_hole(&b[..], off::CRC);
         put_u32(&mut b[..], off::CRC, crc);
@@ -308,19 +331,30 @@ impl Superblock {
         // Version before checksum: a newer format may checksum differently, and "newer
         // version" is the message an operator can act on.
         let version = get_u32(b, off::VERSION);
-        if version != VERSION && version != VERSION_1 {
+        if ![VERSION, VERSION_2, VERSION_1].contains(&version) {
             return Err(SuperblockError::UnsupportedVersion { found: version });
         }
-        let v2 = version == VERSION;
-        let tail = if v2 { off::BOOT_ID_END } else { off::PEERS_END };
+        let v2 = version != VERSION_1;
+        let v3 = version == VERSION;
+        let tail = match version {
+            VERSION => off::WRITER_END,
+            VERSION_2 => off::BOOT_ID_END,
+            _ => off::PEERS_END,
+        };
         let stored = get_u32(b, off::CRC);
         let computed = crc_with_hole(b, off::CRC);
         if stored != computed {
             return Err(SuperblockError::Checksum { stored, computed });
         }
+        let writer_reserved = if v3 {
+            off::WRITER_NODE + 1..off::WRITER_INCARNATION
+        } else {
+            0..0
+        };
         for range in [
             off::RESERVED_31..off::RESERVED_31 + 1,
             off::RESERVED_152..off::PEERS,
+            writer_reserved,
             tail..MD_BLOCK_BYTES,
         ] {
             if let Some(at) = first_nonzero(b, range) {
@@ -390,6 +424,13 @@ impl Superblock {
                     .expect("16 bytes")
             } else {
                 [0; 16]
+            },
+            writer: match (v3, b[off::WRITER_NODE], get_u64(b, off::WRITER_INCARNATION)) {
+                (false, ..) | (true, NO_NODE, 0) => None,
+                (true, NO_NODE, i) => {
+                    return Err(field("writer", format!("no node, but incarnation {i:#x}")));
+                }
+                (true, n, i) => Some((n, i)),
             },
         };
         sb.validate()?;
@@ -600,14 +641,50 @@ mod tests {
             history: [1, 2, 3, 4, 5, 6, 7, 8],
             peers,
             boot_id: *b"0123456789abcdef",
+            writer: Some((1, 0x0bad_cafe_1234_5678)),
         }
+    }
+
+    #[test]
+    fn version_3_keeps_the_writer_and_version_2_is_read_without_one() {
+        let v3 = sample(7);
+        let b = v3.encode().unwrap();
+        assert_eq!(get_u32(&b[..], off::VERSION), 3);
+        assert_eq!(Superblock::decode(&b).unwrap(), v3);
+        let none = Superblock {
+            writer: None,
+            ..v3.clone()
+        };
+        let b = none.encode().unwrap();
+        assert_eq!(b[off::WRITER_NODE], 0xff);
+        assert_eq!(Superblock::decode(&b).unwrap(), none);
+        // A version-2 block (as an older build wrote it): the same bytes, no writer.
+        let mut old = b.clone();
+        put_u32(&mut old[..], off::VERSION, 2);
+        old[off::WRITER_NODE] = 0;
+        let crc = crc_with_hole(&old[..], off::CRC);
+        put_u32(&mut old[..], off::CRC, crc);
+        assert_eq!(Superblock::decode(&old).unwrap(), none);
+        // ...and one with bytes where version 3 keeps the writer is refused.
+        old[off::WRITER_NODE] = 1;
+        let crc = crc_with_hole(&old[..], off::CRC);
+        put_u32(&mut old[..], off::CRC, crc);
+        let err = Superblock::decode(&old).unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
+        // A version-3 block naming no node but an incarnation is refused.
+        let mut bad = b.clone();
+        put_u64(&mut bad[..], off::WRITER_INCARNATION, 5);
+        let crc = crc_with_hole(&bad[..], off::CRC);
+        put_u32(&mut bad[..], off::CRC, crc);
+        let err = Superblock::decode(&bad).unwrap_err();
+        assert!(err.to_string().contains("writer"), "{err}");
     }
 
     #[test]
     fn version_2_keeps_a_boot_id_and_version_1_stays_version_1() {
         let v2 = sample(7);
         let b = v2.encode().unwrap();
-        assert_eq!(get_u32(&b[..], off::VERSION), 2);
+        assert_eq!(get_u32(&b[..], off::VERSION), 3);
         assert_eq!(Superblock::decode(&b).unwrap(), v2);
         // Metadata made before the unsynced map is written back as it was: version 1,
         // no boot id, the same layout (an older build can still read it).
@@ -617,6 +694,7 @@ mod tests {
         };
         let v1 = Superblock {
             layout: Layout::internal(10 << 30, g).unwrap(),
+            writer: None,
             ..v2.clone()
         };
         let b = v1.encode().unwrap();
@@ -673,10 +751,10 @@ mod tests {
     fn version_and_validation_errors() {
         let mut sb = sample(1);
         let mut b = sb.encode().unwrap();
-        put_u32(&mut b[..], off::VERSION, 3);
+        put_u32(&mut b[..], off::VERSION, 4);
         let err = Superblock::decode(&b).unwrap_err();
-        assert_eq!(err, SuperblockError::UnsupportedVersion { found: 3 });
-        assert!(err.to_string().contains("version 3"), "{err}");
+        assert_eq!(err, SuperblockError::UnsupportedVersion { found: 4 });
+        assert!(err.to_string().contains("version 4"), "{err}");
 
         sb.peers[2] = PeerSlot::new(0);
         let err = sb.encode().unwrap_err();

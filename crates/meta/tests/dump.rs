@@ -38,7 +38,8 @@ fn dump_and_show_gi() {
     assert!(store.sync().is_ok());
     assert!(store.write_bitmap_pages(1, &words, 0, 1).is_err());
     let json: serde_json::Value = serde_json::to_value(&dump).unwrap();
-    assert_eq!(json["format_version"], 2);
+    assert_eq!(json["format_version"], 3);
+    assert_eq!(json["superblock"]["writer"], serde_json::Value::Null);
     assert_eq!(json["unsynced_extents"], serde_json::json!([]));
     assert_eq!(json["superblock"]["boot_id"], serde_json::Value::Null);
     assert_eq!(json["superblock"]["current_gi"], "0123456789ABCDEF");

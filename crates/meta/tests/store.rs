@@ -521,7 +521,7 @@ fn the_unsynced_map_and_version_1_metadata() {
     let (store, loaded) = open(&path, Locate::External);
     assert_eq!(store.read_unsynced().unwrap(), words);
     let dump = store.dump(&loaded).unwrap();
-    assert_eq!(dump.format_version, 2);
+    assert_eq!(dump.format_version, 3);
     assert_eq!(dump.unsynced_extents, Some(vec![5, 255]));
 
     let v1 = Geometry {

@@ -122,6 +122,9 @@ struct KeptVolume {
 
 struct KeptNode {
     was_primary: bool,
+    /// The Primary's run it took writes from (see `Sim::restart`); none after a power
+    /// loss (another boot: the daemon does not trust it then).
+    writer: Option<tandem_engine::replica::PrimaryRun>,
     vols: Vec<KeptVolume>,
 }
 
@@ -178,7 +181,10 @@ impl Sim {
                 self.lose_power(i);
             }
         }
-        for (i, k) in kept.into_iter().enumerate() {
+        for (i, mut k) in kept.into_iter().enumerate() {
+            if power[i] {
+                k.writer = None;
+            }
             self.start_after_crash(i as NodeId, k);
         }
         // Each pair meets when the later of the two is back and dials: in any order.
@@ -197,8 +203,11 @@ impl Sim {
         self.crash.primary_crashes += 1;
         self.crash.diskful_primary_crashed = self.sc.any_replica(0);
         self.check_reads_so_far();
-        let kept = self.kept_at_crash(0);
+        let mut kept = self.kept_at_crash(0);
         let power = self.sc.power_loss && self.sc.any_replica(0) && self.crash.rng.chance(0.7);
+        if power {
+            kept.writer = None;
+        }
         self.mark_lossy(false, power);
         self.abandon_requests();
         for other in 1..self.nodes.len() as NodeId {
@@ -313,6 +322,7 @@ impl Sim {
             .collect();
         KeptNode {
             was_primary: n.engine.role() == Role::Primary,
+            writer: n.engine.writer(),
             vols,
         }
     }
@@ -486,6 +496,9 @@ impl Sim {
                 self.suspect_bytes += k.suspect.iter().map(|&(_, len)| len).sum::<u64>();
                 // The only replica (nothing to pull from) keeps none.
                 let _ = n.engine.restore_suspect(volume, k.suspect);
+                if let Some(run) = kept.writer {
+                    let _ = n.engine.restore_writer(volume, run);
+                }
                 for (peer, words) in &k.peers {
                     n.engine
                         .restore_peer(volume, *peer, words, false)

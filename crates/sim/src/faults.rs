@@ -209,6 +209,10 @@ impl Sim {
             .map(|v| self.nodes[node as usize].engine.generation(v).copied())
             .collect();
         let was_primary = self.nodes[node as usize].engine.role() == Role::Primary;
+        // The Primary's run it took writes from: the daemon writes it to the metadata
+        // (synced) before the actions that follow its change, and trusts it only after a
+        // crash of the process alone (the same boot).
+        let writer = self.nodes[node as usize].engine.writer();
         let at_crash: Vec<(bool, Vec<(u64, u64)>)> = (0..self.sc.sizes.len())
             .map(|v| {
                 let n = &self.nodes[node as usize];
@@ -301,6 +305,9 @@ impl Sim {
                     self.suspect_bytes += suspect.len() as u64 * 4096;
                     // The only replica (nothing to pull from) keeps none.
                     let _ = n.engine.restore_suspect(v as u16, suspect);
+                    if let Some(run) = writer.filter(|_| !power_lost) {
+                        let _ = n.engine.restore_writer(v as u16, run);
+                    }
                     for (peer, words) in &kept_bitmaps[v] {
                         n.engine
                             .restore_peer(v as u16, *peer, words, false)

@@ -373,6 +373,9 @@ pub struct Sim {
     /// `TANDEM_SIM_TRACE=1`: every delivered packet and disk completion goes to the log
     /// (for reading a failing seed's history; changes nothing else).
     trace: bool,
+    /// How many history lines are kept: every one under `TANDEM_SIM_FULL` (to read why a
+    /// long run never converged), else the last few thousand.
+    log_cap: usize,
 }
 
 fn spec(sc: &Scenario, me: NodeId, incarnation: u64) -> ResourceSpec {
@@ -497,6 +500,13 @@ impl Sim {
             events: 0,
             log: Default::default(),
             trace: std::env::var_os("TANDEM_SIM_TRACE").is_some(),
+            log_cap: if std::env::var_os("TANDEM_SIM_FULL").is_some() {
+                usize::MAX
+            } else if std::env::var_os("TANDEM_SIM_TRACE").is_some() {
+                1_000_000
+            } else {
+                5_000
+            },
         };
         sim.model = sim
             .sc
@@ -551,7 +561,7 @@ impl Sim {
     }
 
     fn note(&mut self, s: String) {
-        if self.log.len() == if self.trace { 1_000_000 } else { 5_000 } {
+        if self.log.len() == self.log_cap {
             self.log.pop_front();
         }
         self.log.push_back(format!("{:>10} {s}", self.now));

@@ -571,3 +571,45 @@ fn claims_taken_back_after_the_peers_list_ended_wait_for_no_list() {
     let out = Sim::new(Family::Overlapping.scenario(1799)).run();
     assert!(out.converged);
 }
+
+/// Overlapping seed 1574: under a diskless Primary, a FUA write landed only on the replica
+/// being synced (its barrier could not vouch for it, so it failed) while the link to the
+/// up-to-date replica dropped. The Primary marked the up-to-date replica as lacking the
+/// write, which left no replica up to date and the range's newest data split between the
+/// two. Now the replica being synced is marked instead and pulls the range back.
+#[test]
+fn a_failed_write_held_only_by_a_replica_being_synced_is_pulled_back() {
+    let out = Sim::new(Family::Overlapping.scenario(1574)).run();
+    assert!(out.converged);
+}
+
+/// Overlapping seed 3731: the only up-to-date Secondary was killed with a write in flight
+/// (which then failed) while the other, stopped long before, was behind. Back in the same
+/// boot under the same run of the Primary, its activity log's extents are settled by that
+/// Primary (`writer.rs`), and the write in flight, which nothing else may hold, leaves its
+/// content as the range's: the other pulls from it, instead of both waiting for a source.
+#[test]
+fn a_crashed_secondary_under_the_same_primary_run_is_the_source_again() {
+    let out = Sim::new(Family::Overlapping.scenario(3731)).run();
+    assert!(out.converged);
+}
+
+/// Disk-errors seed 2934 (found with the rule above): a protocol-B write acknowledged at
+/// receipt by the last replica, which was killed before writing it, was taken for a write
+/// in flight, and the replica's stale content for the range's: an acknowledged write was
+/// lost. Acknowledged writes only it may hold still mark it at its return (`unconfirmed`),
+/// apart from those in flight (`unanswered`). The run is checked for safety (it stays
+/// unconverged: no other replica has the write).
+#[test]
+fn an_acknowledged_write_only_a_killed_replica_held_is_not_its_content() {
+    let _ = Sim::new(Family::DiskErrors.scenario(2934)).run();
+}
+
+/// Disk-errors soak seed 163037919 (found with the rule that a write must land on an
+/// up-to-date replica): a write acknowledged by a replica finishing its resync, whose
+/// `UpToDate` reached the Primary after that acknowledgement, failed once the other
+/// replica's link dropped, though the first was up to date by then.
+#[test]
+fn a_write_on_a_replica_that_finished_its_resync_meanwhile_succeeds() {
+    let _ = Sim::new(Family::DiskErrors.scenario(163_037_919)).run();
+}

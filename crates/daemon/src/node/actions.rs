@@ -504,7 +504,10 @@ impl Driver for ResourceDriver<'_> {
     fn event(&mut self, e: Event) {
         if matches!(
             e,
-            Event::DiskChanged { .. } | Event::RoleChanged { .. } | Event::GenerationChanged { .. }
+            Event::DiskChanged { .. }
+                | Event::RoleChanged { .. }
+                | Event::GenerationChanged { .. }
+                | Event::WriterChanged { .. }
         ) {
             // Before any write that follows in these actions.
             self.node.al_state_changed(self.r);

@@ -479,7 +479,8 @@ impl NodeReactor {
             let Some(m) = m else { continue };
             // Without the log a crash cannot be bounded: never "consistent" while running.
             let consistent = self.activity_log && rc.engine.consistent(v as u16);
-            if let Err(e) = m.set_state(consistent, primary, rc.engine.generation(v as u16)) {
+            let (gen, writer) = (rc.engine.generation(v as u16), rc.engine.writer());
+            if let Err(e) = m.set_state(consistent, primary, gen, writer) {
                 error!(resource = %rc.cfg.name, volume = v,
                     "writing the metadata of {} failed: {e:#}; the replicas of this resource detach", m.describe());
                 if rc.meta_failed == MetaFailed::No {

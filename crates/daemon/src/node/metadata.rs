@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
-use tandem_engine::replica::{GenIds, NodeId, Persisted, ReplicaAtStart};
+use tandem_engine::replica::{GenIds, NodeId, Persisted, PrimaryRun, ReplicaAtStart};
 use tandem_meta::{
     ActivityLog, CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax,
     PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, WaitId, AL_EXTENT,
@@ -158,6 +158,10 @@ pub(super) struct Opened {
     pub(super) found: ReplicaAtStart,
     pub(super) restore: Vec<(NodeId, Vec<u64>, bool)>,
     pub(super) suspect: Vec<(u64, u64)>,
+    /// After a crash of the process alone (the same boot): the Primary's run the replica
+    /// took writes from, which settles `suspect` if met again (see the engine's
+    /// `writer.rs`).
+    pub(super) writer: Option<PrimaryRun>,
     pub(super) meta: VolumeMeta,
 }
 
@@ -282,6 +286,7 @@ pub(super) fn open_replica(
             found,
             restore: Vec::new(),
             suspect: Vec::new(),
+            writer: None,
             meta: VolumeMeta::new(store, al, Vec::new()),
         });
     }
@@ -357,17 +362,25 @@ pub(super) fn open_replica(
         .filter(|&o| o < vc.size)
         .map(|o| (o, AL_EXTENT.min(vc.size - o)))
         .collect();
+    let writer = sb
+        .writer
+        .filter(|_| found == ReplicaAtStart::Crashed && same_boot)
+        .map(|(node, incarnation)| PrimaryRun { node, incarnation });
     if found == ReplicaAtStart::Crashed {
         warn!(resource = %cfg.name, volume = vc.number,
-            "{} did not stop cleanly{}{}; its activity log{} names {} extents ({} MiB) where it may differ from its peers: those are pulled under the Primary, not the whole volume",
-            disk.display(),
-            if sb.flags.contains(SbFlags::PRIMARY) { " (it was Primary)" } else { "" },
-            if !store.layout().geometry().unsynced_map { "" }
-                else if same_boot { " (the process only: the page cache kept its writes)" }
-                else { " (in another boot: writes in the page cache may be lost)" },
-            if from_map > 0 { format!(" and its unsynced map ({from_map} more)") } else { String::new() },
-            suspect.len(),
-            suspect.iter().map(|&(_, l)| l).sum::<u64>() >> 20);
+        "{} did not stop cleanly{}{}; its activity log{} names {} extents ({} MiB) where it may differ from its peers: those are pulled under the Primary, not the whole volume{}",
+        disk.display(),
+        if sb.flags.contains(SbFlags::PRIMARY) { " (it was Primary)" } else { "" },
+        if !store.layout().geometry().unsynced_map { "" }
+            else if same_boot { " (the process only: the page cache kept its writes)" }
+            else { " (in another boot: writes in the page cache may be lost)" },
+        if from_map > 0 { format!(" and its unsynced map ({from_map} more)") } else { String::new() },
+        suspect.len(),
+        suspect.iter().map(|&(_, l)| l).sum::<u64>() >> 20,
+        match writer {
+            Some(r) => format!(", or none of them if node {} is Primary in the same run as before (its list then names all this replica lacks)", r.node),
+            None => String::new(),
+        });
     }
     let mut restore = Vec::new();
     if matches!(found, ReplicaAtStart::Consistent | ReplicaAtStart::Crashed) {
@@ -394,6 +407,7 @@ pub(super) fn open_replica(
         found,
         restore,
         suspect,
+        writer,
         meta: VolumeMeta::new(store, al, map),
     })
 }
@@ -555,6 +569,8 @@ impl VolumeMeta {
         let mut sb = self.store.superblock().clone();
         sb.flags.remove(SbFlags::CLEAN);
         sb.boot_id = unsynced::boot_id();
+        // A new run of ours takes writes from no Primary yet.
+        sb.writer = None;
         for &p in peers {
             if sb.slot_of_peer(p).is_none() {
                 let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
@@ -580,8 +596,13 @@ impl VolumeMeta {
         consistent: bool,
         primary: bool,
         gen: Option<&GenIds>,
+        writer: Option<PrimaryRun>,
     ) -> Result<()> {
         let mut sb = self.store.superblock().clone();
+        // A version-1 superblock keeps none: a crash then pulls the whole log, as before.
+        if sb.layout.geometry().unsynced_map {
+            sb.writer = writer.map(|r| (r.node, r.incarnation));
+        }
         sb.flags.set(SbFlags::CONSISTENT, consistent);
         sb.flags.set(SbFlags::PRIMARY, primary);
         if primary {
@@ -592,7 +613,11 @@ impl VolumeMeta {
             sb.history = g.history;
         }
         let old = self.store.superblock();
-        if sb.flags != old.flags || sb.current_gi != old.current_gi || sb.history != old.history {
+        if sb.flags != old.flags
+            || sb.current_gi != old.current_gi
+            || sb.history != old.history
+            || sb.writer != old.writer
+        {
             self.store.write_superblock(&sb)?;
         }
         Ok(())

@@ -166,7 +166,7 @@ impl NodeReactor {
                     backings.push(Some(o.backing));
                     metas.push(Some(o.meta));
                     restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
-                    suspect.push((v as u16, o.suspect));
+                    suspect.push((v as u16, o.suspect, o.writer));
                 }
             }
             exports.push(ExportInfo {
@@ -189,11 +189,15 @@ impl NodeReactor {
                 .restore_peer(v, peer, &words, apart)
                 .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
         }
-        for (v, ranges) in suspect {
+        for (v, ranges, writer) in suspect {
             if !ranges.is_empty() {
                 engine
                     .restore_suspect(v, ranges)
                     .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
+            }
+            if let Some(run) = writer {
+                // Not for the only replica (it keeps no suspect ranges): nothing to settle.
+                let _ = engine.restore_writer(v, run);
             }
         }
         for (v, m) in metas.iter().enumerate() {
@@ -208,7 +212,7 @@ impl NodeReactor {
                 m.mark_running(&metadata::diskful_peers(&cfg, v, my.node_id))
                     .and_then(|()| {
                         let consistent = self.activity_log && engine.consistent(v as u16);
-                        m.set_state(consistent, false, engine.generation(v as u16))
+                        m.set_state(consistent, false, engine.generation(v as u16), None)
                     })
                     // Only now: a crash before this line still found the suspects (a
                     // crashed replica is unproven, so not consistent, until synced).

@@ -26,6 +26,8 @@ pub(super) struct Settling {
     /// Settled, not told yet: (up to this sequence number, the nodes lacking those
     /// writes), consecutive writes with the same nodes lacking them merged.
     untold: Vec<(u64, NodeSet)>,
+    /// The last sequence number told.
+    told: u64,
     untold_writes: u64,
     since_ms: Option<u64>,
     /// Application writes with a local part, settled and answered (see
@@ -43,6 +45,8 @@ struct Open {
     pending: NodeSet,
     /// Peers that failed it or lost their link before answering.
     missing: NodeSet,
+    /// Peers not told as lacking it even so (see [`Settling::forgive`]).
+    forgiven: NodeSet,
     /// The application write, if it has a local part.
     local: Option<Local>,
 }
@@ -73,6 +77,7 @@ impl Settling {
         let open = Open {
             pending: to,
             missing,
+            forgiven: NodeSet::EMPTY,
             local,
         };
         self.open.insert(seq, open);
@@ -114,12 +119,46 @@ impl Settling {
                 }
                 None => {}
             }
+            let missing = o.missing.minus(o.forgiven);
             match self.untold.last_mut() {
-                Some((upto, m)) if *m == o.missing => *upto = seq,
-                _ => self.untold.push((seq, o.missing)),
+                Some((upto, m)) if *m == missing => *upto = seq,
+                _ => self.untold.push((seq, missing)),
             }
             self.untold_writes += 1;
             self.since_ms.get_or_insert(now_ms);
+        }
+    }
+
+    /// Write `seq` failed and `peers` keep the range as it was (see `requests.rs`,
+    /// `references_for_failed`): not told yet (still open too: a protocol-B write fails
+    /// at receipt, before it settles), it is told without them among the nodes lacking
+    /// it, or the replicas would mark them as lacking what only the replicas pulling it
+    /// back hold. Told already: too late (they stay marked).
+    pub(super) fn forgive(&mut self, seq: u64, peers: NodeSet) {
+        if let Some(o) = self.open.get_mut(&seq) {
+            o.forgiven = o.forgiven.union(peers);
+            return;
+        }
+        let mut from = self.told;
+        for k in 0..self.untold.len() {
+            let (upto, missing) = self.untold[k];
+            if seq <= from || seq > upto {
+                from = upto;
+                continue;
+            }
+            if !missing.intersects(peers) {
+                return;
+            }
+            let mut pieces = Vec::with_capacity(3);
+            if seq - 1 > from {
+                pieces.push((seq - 1, missing));
+            }
+            pieces.push((seq, missing.minus(peers)));
+            if upto > seq {
+                pieces.push((upto, missing));
+            }
+            self.untold.splice(k..=k, pieces);
+            return;
         }
     }
 
@@ -139,6 +178,7 @@ impl Settling {
         }
         self.untold_writes = 0;
         self.since_ms = None;
+        self.told = self.untold.last().map_or(self.told, |&(upto, _)| upto);
         self.untold.drain(..)
     }
 

@@ -140,6 +140,21 @@ impl Bitmap {
         self.set = self.words.iter().map(|w| u64::from(w.count_ones())).sum();
     }
 
+    /// Some block is set in both (same size and block).
+    pub fn intersects(&self, other: &Bitmap) -> bool {
+        debug_assert_eq!((self.blocks, self.block), (other.blocks, other.block));
+        self.words.iter().zip(&other.words).any(|(w, o)| w & o != 0)
+    }
+
+    /// Clears every block set in `other` (same size and block).
+    pub fn subtract(&mut self, other: &Bitmap) {
+        debug_assert_eq!((self.blocks, self.block), (other.blocks, other.block));
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w &= !o;
+        }
+        self.set = self.words.iter().map(|w| u64::from(w.count_ones())).sum();
+    }
+
     pub fn set_all(&mut self) {
         for b in 0..self.blocks {
             self.words[(b / 64) as usize] |= 1u64 << (b % 64);

@@ -3,6 +3,7 @@
 //! never on text. `Display` gives the operator's sentence.
 
 use super::spec::NodeId;
+use super::writer::PrimaryRun;
 use crate::io::IoError;
 use std::fmt;
 use tandem_wire::packet::{DiskState, Role};
@@ -54,6 +55,17 @@ pub enum Event {
         peer: NodeId,
         mine: u64,
         theirs: u64,
+    },
+    /// We take writes from this Primary's run now (`None`: from none we may record). The
+    /// driver must make it durable (the metadata) before it carries out the actions that
+    /// follow this event (see `writer.rs`).
+    WriterChanged { run: Option<PrimaryRun> },
+    /// Back from a crash in the same boot, we met again as Primary the run we took writes
+    /// from: the `bytes` of our activity log's extents need no pull.
+    CrashSettledByRun {
+        volume: u16,
+        primary: NodeId,
+        bytes: u64,
     },
 }
 
@@ -147,6 +159,7 @@ impl Event {
                 why: DiskChange::Synced { live: true, .. },
                 ..
             } | Event::WriteFailed { .. }
+                | Event::WriterChanged { .. }
         )
     }
 }
@@ -215,6 +228,23 @@ impl fmt::Display for Event {
             Event::GenerationChanged { volume, from, to } => write!(
                 f,
                 "volume {volume}: generation {from:016x} -> {to:016x} (a replica missed a write)"
+            ),
+            Event::WriterChanged { run: Some(r) } => write!(
+                f,
+                "takes writes from node {} (run {:016x}), as the metadata now says",
+                r.node, r.incarnation
+            ),
+            Event::WriterChanged { run: None } => {
+                write!(f, "takes writes from no Primary a crash could trust")
+            }
+            Event::CrashSettledByRun {
+                volume,
+                primary,
+                bytes,
+            } => write!(
+                f,
+                "volume {volume}: node {primary} is Primary in the run we took writes from before the crash: its list names all we lack, and the {} KiB of our activity log's extents need no pull",
+                bytes / 1024
             ),
         }
     }

@@ -30,6 +30,9 @@ pub(super) struct LocalVol {
     /// Primary: the ranges where it may differ from every peer, pulled under each Primary
     /// it meets (a Secondary cut off from the Primary may hold older data there).
     pub(super) suspect: Option<Bitmap>,
+    /// Back from a crash in the same boot, having taken writes from a Primary's run: met
+    /// again as Primary, that run settles the activity log's extents (see `writer.rs`).
+    pub(super) crashed_under: Option<super::writer::CrashedUnder>,
     pub(super) apply: ApplyQueue,
     pub(super) resync: Option<Resync>,
     /// When the application last wrote to this volume (here as Primary, or replicated to
@@ -75,6 +78,7 @@ impl LocalVol {
             unproven: found == ReplicaAtStart::Existing
                 || (found == ReplicaAtStart::Crashed && !alone),
             suspect: (found == ReplicaAtStart::Crashed && !alone).then(|| Bitmap::new(size)),
+            crashed_under: None,
             apply: ApplyQueue::default(),
             resync,
             abandoned: BTreeSet::new(),

@@ -11,7 +11,8 @@
 //! and `requests` (the Primary's application I/O: `writes`, `reads`, `barriers`);
 //! `receive` is what a Secondary does for its peers (`apply` queue), `sync` the
 //! out-of-sync lists and who syncs whom, `pull` a sync target's pulling (`resync`, `pace`),
-//! `settle` the peer acks (`acks`), `generation` and `standing` the ids and the contest,
+//! `settle` the peer acks (`acks`), `writer` the Primary's run a crash may trust,
+//! `generation` and `standing` the ids and the contest,
 //! `persist` what a restart keeps; `local`, `peer`, `event`, `msg`, `action`, `spec`,
 //! `status`, `nodeset`, `bitmap` and `overlap` hold the types.
 
@@ -42,6 +43,7 @@ mod spec;
 mod standing;
 mod status;
 mod sync;
+mod writer;
 mod writes;
 
 pub use acks::DELAY_MS as PEER_ACK_DELAY_MS;
@@ -57,3 +59,4 @@ pub use resource::Resource;
 pub use spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
 pub use status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeStatus};
 pub use tandem_wire::packet::{DiskState, Role};
+pub use writer::PrimaryRun;

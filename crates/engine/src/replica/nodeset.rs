@@ -46,6 +46,11 @@ impl NodeSet {
         NodeSet(self.0 | other.0)
     }
 
+    /// The nodes of this set not in `other`.
+    pub fn minus(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 & !other.0)
+    }
+
     pub fn intersects(self, other: NodeSet) -> bool {
         self.0 & other.0 != 0
     }

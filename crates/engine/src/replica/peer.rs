@@ -70,6 +70,10 @@ pub(super) struct PeerVol {
     /// `Replicas::sole_holder`): marked out of sync at its return only if it restarted
     /// since (it says so: no `volume_flags::MET_BEFORE`).
     pub(super) unconfirmed: Option<Bitmap>,
+    /// Writes in flight to it, unanswered, when its link dropped: each then landed
+    /// elsewhere (and marked it) or failed; it may or may not have written them (see
+    /// `Replicas::unanswered_lost`).
+    pub(super) unanswered: Option<Bitmap>,
 }
 
 impl PeerVol {
@@ -149,6 +153,7 @@ impl PeerVol {
             gen: GenIds::default(),
             standing: None,
             unconfirmed: None,
+            unanswered: None,
         }
     }
 
@@ -171,27 +176,13 @@ impl PeerVol {
     /// Our list of what it lacks, then its end (possibly an empty list): the peer then
     /// knows all we know it lacks.
     pub(super) fn send_list(&mut self, peer: NodeId, v: usize, size: u64, out: &mut Vec<RAction>) {
-        let block = self.oos.block_size();
-        let blocks = size.div_ceil(block);
-        let max_blocks = u64::from(tandem_wire::MAX_DATA) / block;
-        let mut b = 0;
-        while let Some(first) = self.oos.next_set(b) {
-            let mut end = first + 1;
-            while end < blocks && end - first < max_blocks && self.oos.is_set(end) {
-                end += 1;
-            }
-            let offset = first * block;
-            let len = ((end - first) * block).min(size - offset) as u32;
-            out.push(out_of_sync(peer, v, offset, len));
-            b = end;
-        }
+        send_ranges(peer, v, &self.oos, size, out);
         self.repl = if self.oos.count() > 0 {
             Repl::SyncSource
         } else {
             Repl::Established
         };
         self.list = ListState::Sent;
-        out.push(out_of_sync(peer, v, 0, 0));
     }
 
     /// The peer's list of what we lack ended. If both of us wrote as Primary apart from
@@ -214,6 +205,31 @@ impl PeerVol {
 }
 
 /// Tells `peer` it lacks this range of volume `v`; `(0, 0)` ends a list.
+/// The blocks set in `bits` as out-of-sync notices, then their end (an empty one).
+pub(super) fn send_ranges(
+    peer: NodeId,
+    v: usize,
+    bits: &Bitmap,
+    size: u64,
+    out: &mut Vec<RAction>,
+) {
+    let block = bits.block_size();
+    let blocks = size.div_ceil(block);
+    let max_blocks = u64::from(tandem_wire::MAX_DATA) / block;
+    let mut b = 0;
+    while let Some(first) = bits.next_set(b) {
+        let mut end = first + 1;
+        while end < blocks && end - first < max_blocks && bits.is_set(end) {
+            end += 1;
+        }
+        let offset = first * block;
+        let len = ((end - first) * block).min(size - offset) as u32;
+        out.push(out_of_sync(peer, v, offset, len));
+        b = end;
+    }
+    out.push(out_of_sync(peer, v, 0, 0));
+}
+
 pub(super) fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAction {
     RAction::Send {
         peer,

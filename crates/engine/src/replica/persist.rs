@@ -8,6 +8,7 @@ use super::bitmap::Bitmap;
 use super::generation::{GenIds, Standing};
 use super::resource::Resource;
 use super::spec::{NodeId, ReplicaAtStart};
+use super::writer::{CrashedUnder, PrimaryRun};
 use tandem_wire::packet::DiskState;
 
 /// One volume's replica as it stops.
@@ -203,6 +204,30 @@ impl Resource {
 }
 
 impl Resource {
+    /// Before the first event, after [`Resource::restore_suspect`]: the Primary's run a
+    /// replica that started [`ReplicaAtStart::Crashed`] took writes from, as its metadata
+    /// recorded it, if the crash was the process's alone (the same boot: the page cache
+    /// kept every write it made). Met again as Primary, that run settles the suspect
+    /// ranges (see `writer.rs`).
+    pub fn restore_writer(&mut self, volume: u16, run: PrimaryRun) -> Result<(), RestoreError> {
+        let vol = self
+            .rep
+            .vols
+            .get_mut(volume as usize)
+            .ok_or(RestoreError::NotCrashed(volume))?;
+        let log = vol
+            .suspect
+            .clone()
+            .ok_or(RestoreError::NotCrashed(volume))?;
+        vol.crashed_under = Some(CrashedUnder { run, log });
+        Ok(())
+    }
+
+    /// The Primary's run whose writes we take, as the metadata must say (see `writer.rs`).
+    pub fn writer(&self) -> Option<PrimaryRun> {
+        self.rep.writer.run
+    }
+
     /// Before the first event: the generation ids volume `volume`'s replica kept, and
     /// whether it was Primary when it stopped. A replica that restarted consistent and
     /// is not the only one ranks with them against the others that did (see

@@ -34,6 +34,8 @@ pub(super) struct Replicas {
     pub(super) refused: Vec<(u16, Refused)>,
     /// Primaries we lost with writes not settled, not yet compared (see `settle.rs`).
     pub(super) lost: Vec<LostPrimary>,
+    /// Whose writes we take, as the metadata records (see `writer.rs`).
+    pub(super) writer: super::writer::Writer,
 }
 
 impl Replicas {
@@ -93,6 +95,7 @@ impl Replicas {
             now_ms: 0,
             refused: Vec::new(),
             lost: Vec::new(),
+            writer: Default::default(),
         }
     }
 

@@ -11,7 +11,7 @@ use super::event::{Event, LocalFailure, ProtocolError};
 use super::generation::{Missed, Rotations};
 use super::msg::{DataRef, Token};
 use super::nodeset::NodeSet;
-use super::peer::{ListState, Unacked};
+use super::peer::{out_of_sync, ListState, Unacked};
 use super::reads::Reads;
 use super::replicas::Replicas;
 use super::spec::{NodeId, Protocol};
@@ -157,6 +157,7 @@ impl Requests {
         let shape = Shape::of(io);
         let local = rep.vols[v].takes_writes();
         let mut w = AppWrite::new(volume, &shape, local);
+        w.local_current = rep.vols[v].disk == DiskState::UpToDate;
         if local {
             rep.data_arrives(v, out);
             let data = matches!(shape.kind, DiskKind::Write { .. }).then_some(data);
@@ -227,6 +228,9 @@ impl Requests {
             }
             out.push(RAction::Send { peer: p.id, msg });
             sent_to.insert(p.id);
+            if p.vols[v].disk == Some(DiskState::UpToDate) {
+                w.current.insert(p.id);
+            }
             let (offset, len, sent_ms) = (shape.offset, shape.len, now);
             let unacked = Unacked {
                 volume,
@@ -330,9 +334,33 @@ impl Requests {
         } else {
             rep.sole_holder(v, w.missing, w.peers_ok.union(w.received))
         };
+        let references = if result.is_err() {
+            references_for_failed(rep, v, &w)
+        } else {
+            NodeSet::EMPTY
+        };
+        if !references.is_empty() {
+            self.settling.forgive(w.seq, references);
+        }
         for p in rep.peers.iter_mut() {
             let up = p.up;
             let pv = &mut p.vols[v];
+            if references.contains(p.id) {
+                // Whatever it holds there is the range's content now: nothing to settle
+                // at its return.
+                if let Some(u) = pv.unanswered.as_mut() {
+                    u.clear_range(offset, len);
+                }
+                continue;
+            }
+            if !references.is_empty() && w.peers_ok.union(w.received).contains(p.id) {
+                pv.oos.set_range(offset, len);
+                if up && matches!(pv.list, ListState::Sent | ListState::Stale) {
+                    out.push(out_of_sync(p.id, v, offset, w.len));
+                    out.push(out_of_sync(p.id, v, 0, 0));
+                }
+                continue;
+            }
             // Written as Primary without it: if it was Primary apart from us too, this
             // is half of a split brain (a diskless one holds none of it, but its own
             // writes went to replicas that lack ours).
@@ -504,8 +532,50 @@ impl Requests {
         out: &mut Vec<RAction>,
     ) {
         if let Some(req) = rep.peers[i].app_waiting.remove(&seq) {
-            self.writes.answered(req, rep.peers[i].id, ok);
+            let v = self.writes.get_mut(req).map(|w| w.volume as usize);
+            let current = v.is_some_and(|v| rep.peers[i].vols[v].disk == Some(DiskState::UpToDate));
+            self.writes.answered(req, rep.peers[i].id, ok, current);
             self.check_write(rep, req, out);
         }
     }
+}
+
+/// A failed write whose only holders are replicas being synced, while up-to-date ones that
+/// never received it were cut off: those up-to-date replicas keep the range as it was (the
+/// write was not acknowledged, so either content is right), and the holders are marked to
+/// pull it back from them. Marking the up-to-date ones instead leaves the newest data of
+/// the range split between replicas none of which is up to date (simulator seed 1574: a
+/// FUA write landed only on the replica being synced, its barrier could not vouch for it,
+/// and the current replica, marked as lacking it, had no source left). Empty when the rule
+/// does not apply: a holder is up to date, or our list to it has not ended (the write would
+/// be protected from it as one that came before the list), or no up-to-date replica is
+/// known to hold the range's older writes (one marked as lacking a write there does not).
+fn references_for_failed(rep: &Replicas, v: usize, w: &AppWrite) -> NodeSet {
+    let holders = w.peers_ok.union(w.received);
+    if w.local == Stage::Done(true) || holders.is_empty() {
+        return NodeSet::EMPTY;
+    }
+    let (offset, len) = (w.offset, u64::from(w.len));
+    let mut references = NodeSet::EMPTY;
+    for p in rep.peers.iter() {
+        let pv = &p.vols[v];
+        if holders.contains(p.id) {
+            // Up to date when the write went out, or since (a holder whose link dropped
+            // is known only by the former).
+            let current = w.current.contains(p.id) || pv.disk == Some(DiskState::UpToDate);
+            // Our list to it has ended: the notice is live there, and voids its protection
+            // of the write (else its list, still to come, would be protected from it).
+            let live = !p.up || matches!(pv.list, ListState::Sent | ListState::Stale);
+            if !pv.diskful || current || !live {
+                return NodeSet::EMPTY;
+            }
+        } else if w.missing.contains(p.id)
+            && w.current.contains(p.id)
+            && !p.up
+            && !pv.oos.any_in(offset, len)
+        {
+            references.insert(p.id);
+        }
+    }
+    references
 }

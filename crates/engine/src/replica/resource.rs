@@ -198,6 +198,7 @@ impl Resource {
         if to == Role::Primary {
             let me = self.rep.spec.me;
             for v in 0..self.rep.vols.len() {
+                self.rep.vols[v].crashed_under = None;
                 self.rep.take_newest_gen(v, out);
                 // Back from a crash and not yet synced: pulled under ourselves now, from
                 // an up-to-date replica; or, forced UpToDate, our data is the reference
@@ -292,6 +293,7 @@ impl Resource {
                 out.push(RAction::Send { peer: p.id, msg });
             }
         }
+        self.rep.check_writer(out);
         self.debug_check();
     }
 

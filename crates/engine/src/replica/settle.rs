@@ -89,6 +89,9 @@ impl Replicas {
         if writes.is_empty() && p.role != Role::Primary {
             return;
         }
+        if !writes.is_empty() {
+            self.kept_lost_writes(out);
+        }
         let open = self.comparable(primary);
         let k = self
             .lost

@@ -4,11 +4,12 @@
 
 use super::action::RAction;
 use super::barriers::Barriers;
+use super::bitmap::Bitmap;
 use super::bitmap::BLOCK;
 use super::event::{DiskChange, ProtocolError};
 use super::generation::{lineage, Lineage};
 use super::msg::Msg;
-use super::peer::{out_of_sync, ListState};
+use super::peer::{out_of_sync, send_ranges, ListState, Peer};
 use super::replicas::Replicas;
 use super::resync::Resync;
 use super::spec::NodeId;
@@ -358,6 +359,57 @@ impl Replicas {
         }
     }
 
+    /// Peer `i`'s link dropped with writes `u` in flight to it, unanswered: it may have
+    /// written them or not (restarted, it may have lost them too). One that landed
+    /// elsewhere marked it already; the others failed, so any content is right there as
+    /// long as the replicas agree. It pulls the range from a replica that is up to date
+    /// there (ours, or a connected peer's we know lacks nothing there). With none, if it lacks nothing else there, its
+    /// content is the range's and the others pull it from it: when it is up to date
+    /// (overlapping seed 2942: otherwise both replicas lacked the range), or, back from a
+    /// restart, when no peer is away (one away may be current: we cannot know; seed 3731:
+    /// a crashed Secondary, the only replica up to date, was marked for a write in flight
+    /// at its crash, and the other one, behind, could not serve it).
+    pub(super) fn unanswered_lost(
+        &mut self,
+        i: usize,
+        v: usize,
+        u: &Bitmap,
+        disk: DiskState,
+        out: &mut Vec<RAction>,
+    ) {
+        let others = |j: usize, p: &Peer| j != i && p.vols[v].diskful;
+        let current = self.vols[v].disk == DiskState::UpToDate
+            || self.peers.iter().enumerate().any(|(j, p)| {
+                let pv = &p.vols[v];
+                others(j, p)
+                    && p.up
+                    && pv.disk == Some(DiskState::UpToDate)
+                    && !pv.oos.intersects(u)
+            });
+        let away = self
+            .peers
+            .iter()
+            .enumerate()
+            .any(|(j, p)| others(j, p) && !p.up);
+        let size = self.vols[v].size;
+        let pv = &mut self.peers[i].vols[v];
+        let reference = disk == DiskState::UpToDate || !away;
+        if current || !reference || disk == DiskState::Diskless || pv.oos.intersects(u) {
+            pv.oos.union_with(u);
+            return;
+        }
+        for (j, p) in self.peers.iter_mut().enumerate() {
+            if j == i || !p.vols[v].diskful {
+                continue;
+            }
+            let pv = &mut p.vols[v];
+            pv.oos.union_with(u);
+            if p.up && matches!(pv.list, ListState::Sent | ListState::Stale) {
+                send_ranges(p.id, v, u, size, out);
+            }
+        }
+    }
+
     /// Every other node is connected and has listed what it knows we lack in `v`.
     pub(super) fn all_met(&self, v: usize) -> bool {
         self.peers.iter().all(|p| p.up && p.vols[v].listed)
@@ -379,6 +431,8 @@ impl Replicas {
             return;
         };
         let bytes = suspect.count() * suspect.block_size();
+        // Pulled now: no run met later settles them (see `writer.rs`).
+        vol.crashed_under = None;
         let rs = vol
             .resync
             .get_or_insert_with(|| Resync::new(vol.size, false));
@@ -409,6 +463,7 @@ impl Replicas {
         }
         suspect.union_with(&pv.oos);
         if let Some(rs) = vol.resync.as_mut() {
+            vol.crashed_under = None;
             rs.to_pull.union_with(&pv.oos);
             rs.cursor = 0;
         }

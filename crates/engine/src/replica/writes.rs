@@ -37,6 +37,10 @@ pub(super) struct AppWrite {
     /// Peers that acknowledged receipt: one whose link then dropped may have written it
     /// (see [`AppWrite::may_hold`]).
     pub(super) received: NodeSet,
+    /// Peers it went to whose replica was up to date then, or when they answered.
+    pub(super) current: NodeSet,
+    /// Our own replica was up to date when it started.
+    pub(super) local_current: bool,
     /// Set once the FUA barrier started.
     barrier: bool,
     /// Its completion was checked against the generation ids (it may wait for them to
@@ -63,6 +67,8 @@ impl AppWrite {
             peers_ok: NodeSet::EMPTY,
             missing: NodeSet::EMPTY,
             received: NodeSet::EMPTY,
+            current: NodeSet::EMPTY,
+            local_current: false,
             barrier: false,
             rotated: false,
             parked: false,
@@ -73,6 +79,18 @@ impl AppWrite {
     /// It is on some replica (so replicas that missed it now differ).
     pub(super) fn landed(&self) -> bool {
         self.local == Stage::Done(true) || !self.peers_ok.is_empty()
+    }
+
+    /// It landed on a replica that was up to date: one that can vouch for it. A write that
+    /// landed only on replicas being synced fails (as one whose FUA flush none of them
+    /// can vouch for does): such a replica, restarted, forgets what it was written apart
+    /// from its resync, and the range's newest data would lie split between replicas none
+    /// of which is current (overlapping seed 3164: the up-to-date replica's link dropped
+    /// under a write that then landed only on the one being synced; each then lacked
+    /// blocks only the other held).
+    pub(super) fn vouched(&self) -> bool {
+        (self.local == Stage::Done(true) && self.local_current)
+            || self.peers_ok.intersects(self.current)
     }
 
     /// Some replica may hold it: it landed, or a peer received it before its link
@@ -282,12 +300,26 @@ impl Writes {
             .any(|w| w.volume as usize == v && w.missing.contains(peer))
     }
 
-    /// A peer answered for the write (`ok`: as its protocol asks).
-    pub(super) fn answered(&mut self, req: ReqId, peer: NodeId, ok: bool) {
+    /// A peer answered for the write (`ok`: as its protocol asks; `current`: its replica
+    /// is up to date now, having written it).
+    pub(super) fn answered(&mut self, req: ReqId, peer: NodeId, ok: bool, current: bool) {
         if let Some(w) = self.by_req.get_mut(&req) {
             w.peers_pending.remove(peer);
             if ok {
                 w.peers_ok.insert(peer);
+                if current {
+                    w.current.insert(peer);
+                }
+            }
+        }
+    }
+
+    /// `peer`'s replica of volume `v` is up to date now: the writes in flight it wrote
+    /// (protected from its resync's older data) are on a current replica.
+    pub(super) fn peer_current(&mut self, v: usize, peer: NodeId) {
+        for w in self.by_req.values_mut() {
+            if w.volume as usize == v && w.peers_ok.contains(peer) {
+                w.current.insert(peer);
             }
         }
     }
@@ -300,7 +332,7 @@ impl Writes {
         if w.local == Stage::Pending || !w.peers_pending.is_empty() || w.barrier || w.parked {
             return Next::Wait;
         }
-        let ok = w.landed();
+        let ok = w.vouched();
         if ok && w.fua {
             w.barrier = true;
             return Next::Barrier(w.volume);

@@ -71,7 +71,19 @@ impl Resource {
         // write was gone). Like DRBD, only a write acknowledgement counts.
         for u in orphans.unacked.into_values() {
             match self.app.writes.get_mut(u.req) {
-                Some(w) => w.missing.insert(peer),
+                // In flight: it may have written it, unanswered, and nothing else may hold
+                // it (the write then fails, and marks nothing): settled at its return
+                // (`Replicas::unanswered_lost`), since neither its activity log (see
+                // `writer.rs`) nor its record of a lost Primary (met again) may name it.
+                Some(w) => {
+                    w.missing.insert(peer);
+                    let (v, offset, len) = (u.volume as usize, u.offset, u64::from(u.len));
+                    let size = self.rep.vols[v].size;
+                    self.rep.peers[i].vols[v]
+                        .unanswered
+                        .get_or_insert_with(|| Bitmap::new(size))
+                        .set_range(offset, len);
+                }
                 // Completed (protocol A/B): it is on some replica, and maybe not on this one.
                 // If no other replica can hold it (we keep none, and every other one lacks
                 // the range), this one holds it unless it died before writing it: a mark
@@ -99,7 +111,7 @@ impl Resource {
             self.app.release_rotated(&mut self.rep, released, out);
         }
         for (_, req) in orphans.app_waiting {
-            self.app.writes.answered(req, peer, false);
+            self.app.writes.answered(req, peer, false, false);
             self.app.check_write(&mut self.rep, req, out);
         }
         for (id, _) in orphans.barriers_out {

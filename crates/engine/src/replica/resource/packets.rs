@@ -43,6 +43,10 @@ impl Resource {
                 }
                 self.rep.peers[i].incarnation = incarnation;
                 self.rep.met_run_again(i, out);
+                if role == Role::Primary {
+                    // Before its list and our suspect ranges' pull under it.
+                    self.rep.met_writer(i, out);
+                }
                 let was = std::mem::replace(&mut self.rep.peers[i].role, role);
                 if role == Role::Primary && was != Role::Primary {
                     // Promoted while connected: its list came already; our suspect ranges
@@ -214,10 +218,17 @@ impl Resource {
             // Writes only it may hold, unconfirmed when its last link dropped: it holds
             // them unless it restarted since (or its replica failed).
             let pv = &mut self.rep.peers[i].vols[v];
+            let restarted = flags & volume_flags::MET_BEFORE == 0 || disk == DiskState::Diskless;
             if let Some(u) = pv.unconfirmed.take() {
-                if flags & volume_flags::MET_BEFORE == 0 || disk == DiskState::Diskless {
+                if restarted {
                     pv.oos.union_with(&u);
                 }
+            }
+            // Restarted or not: it may have written them, and a run of ours it meets
+            // again settles its own record of them (`met_run_again`; overlapping soak
+            // seed 168082195: a failed write it alone had written stayed there).
+            if let Some(u) = pv.unanswered.take() {
+                self.rep.unanswered_lost(i, v, &u, disk, out);
             }
         }
         let deferred = first && self.app.writes.missing(v, self.rep.peers[i].id);
@@ -226,6 +237,10 @@ impl Resource {
             .peer_volume(b, i, v, disk, created, deferred, out)?;
         // A peer that refused may have what we lack now: ask it again soon.
         let id = self.rep.peers[i].id;
+        if disk == DiskState::UpToDate {
+            // Its resync ended: the writes it took meanwhile are on a current replica.
+            self.app.writes.peer_current(v, id);
+        }
         if let Some(rs) = self.rep.vols[v]
             .resync
             .as_mut()

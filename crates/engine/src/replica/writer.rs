@@ -1,0 +1,126 @@
+//! Whose writes this replica takes: the run of the Primary (its node and incarnation) that
+//! the metadata records, so that a Secondary back from a crash in the same boot (the page
+//! cache kept every write the process made) that meets that same run as Primary again
+//! needs none of its activity log's extents.
+//!
+//! That Primary, alive all along, marked every write it sent us and did not hear answered
+//! as missing here (at the link's drop: `unconfirmed` when nothing else may hold it, see
+//! `resource/links.rs`), and told the other replicas what each lacks (peer acks), so its
+//! list names all we lack; and every write we hold that others lack, it marked for them.
+//! The log's extents then neither need a pull nor stand as claims on the peers (the
+//! restored bitmaps add them to every peer, since a claim made while its extent was in the
+//! log may not have reached the bitmap's pages).
+//!
+//! Not recorded while we keep a lost Primary's unsettled writes, nor ever again in this run
+//! of ours once we kept some: claims on peers made from them (see `settle.rs`) are known to
+//! no Primary, and may lie in the log's extents only. Nor as Primary: our own writes are
+//! in the log.
+
+use super::action::RAction;
+use super::bitmap::Bitmap;
+use super::event::Event;
+use super::replicas::Replicas;
+use super::spec::NodeId;
+use tandem_wire::packet::Role;
+
+/// One run of a Primary: its node and its incarnation (new at every start of its engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PrimaryRun {
+    pub node: NodeId,
+    pub incarnation: u64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Writer {
+    /// The run whose writes we take, as the metadata must say before any of them lands.
+    pub(super) run: Option<PrimaryRun>,
+    /// We kept a lost Primary's unsettled writes in this run of ours.
+    compared: bool,
+}
+
+/// A replica back from a crash that took writes from `run`: `log` holds its activity
+/// log's extents (the suspect ranges it restarted with).
+#[derive(Debug)]
+pub(super) struct CrashedUnder {
+    pub(super) run: PrimaryRun,
+    pub(super) log: Bitmap,
+}
+
+impl Replicas {
+    /// We take writes from `run` now (`None`: from no run we may record).
+    fn record_writer(&mut self, run: Option<PrimaryRun>, out: &mut Vec<RAction>) {
+        if self.writer.run != run {
+            self.writer.run = run;
+            out.push(RAction::Event(Event::WriterChanged { run }));
+        }
+    }
+
+    /// After every event: the connected Primary's run is recorded once it may be (every
+    /// claim we hold on the peers is then one it knows too: it made them), and a record is
+    /// dropped before another Primary's writes or our own can land.
+    pub(super) fn check_writer(&mut self, out: &mut Vec<RAction>) {
+        let primary = self.peers.up().find(|p| p.role == Role::Primary);
+        let run = primary.map(|p| PrimaryRun {
+            node: p.id,
+            incarnation: p.incarnation,
+        });
+        if self.role == Role::Primary || run.is_some_and(|r| self.writer.run != Some(r)) {
+            self.record_writer(None, out);
+        }
+        let Some(run) = run else {
+            // Away from every Primary: the one recorded still knows what it sent us.
+            return;
+        };
+        let may = self.writer.run.is_none()
+            && !self.writer.compared
+            && self.lost.iter().all(|l| l.writes.is_empty())
+            && self.vols.iter().any(|v| v.diskful)
+            && self
+                .peers
+                .iter()
+                .all(|p| p.vols.iter().all(|pv| pv.oos.count() == 0));
+        if may {
+            self.record_writer(Some(run), out);
+        }
+    }
+
+    /// We keep a lost Primary's unsettled writes: no run is recorded again in this run of
+    /// ours (dropped now, before any claim made from them).
+    pub(super) fn kept_lost_writes(&mut self, out: &mut Vec<RAction>) {
+        self.writer.compared = true;
+        self.record_writer(None, out);
+    }
+
+    /// Peer `i` is Primary in its run: a replica back from a crash under that same run
+    /// needs none of its log's extents; under another run it pulls them as before.
+    pub(super) fn met_writer(&mut self, i: usize, out: &mut Vec<RAction>) {
+        let run = PrimaryRun {
+            node: self.peers[i].id,
+            incarnation: self.peers[i].incarnation,
+        };
+        for v in 0..self.vols.len() {
+            let Some(c) = self.vols[v].crashed_under.take() else {
+                continue;
+            };
+            if c.run != run {
+                continue;
+            }
+            let vol = &mut self.vols[v];
+            let Some(suspect) = vol.suspect.as_mut() else {
+                continue;
+            };
+            // What claims on the peers were folded into the suspect ranges stays (they
+            // came from the bitmap's pages too).
+            suspect.subtract(&c.log);
+            for p in self.peers.iter_mut() {
+                p.vols[v].oos.subtract(&c.log);
+            }
+            let bytes = c.log.count() * c.log.block_size();
+            out.push(RAction::Event(Event::CrashSettledByRun {
+                volume: v as u16,
+                primary: run.node,
+                bytes,
+            }));
+        }
+    }
+}
