@@ -2,8 +2,8 @@
 //! (and, later, an events stream and metrics); tests and the simulator match on them,
 //! never on text. `Display` gives the operator's sentence.
 
+use super::run::PrimaryRun;
 use super::spec::NodeId;
-use super::writer::PrimaryRun;
 use crate::io::IoError;
 use std::fmt;
 use tandem_wire::packet::{DiskState, Role};

@@ -32,7 +32,7 @@ pub(super) struct LocalVol {
     pub(super) suspect: Option<Bitmap>,
     /// Back from a crash in the same boot, having taken writes from a Primary's run: met
     /// again as Primary, that run settles the activity log's extents (see `writer.rs`).
-    pub(super) crashed_under: Option<super::writer::CrashedUnder>,
+    pub(super) crashed_under: Option<super::run::CrashedUnder>,
     pub(super) apply: ApplyQueue,
     pub(super) resync: Option<Resync>,
     /// When the application last wrote to this volume (here as Primary, or replicated to

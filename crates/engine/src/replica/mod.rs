@@ -14,7 +14,7 @@
 //! `settle` the peer acks (`acks`), `writer` the Primary's run a crash may trust,
 //! `generation` and `standing` the ids and the contest,
 //! `persist` what a restart keeps; `local`, `peer`, `event`, `msg`, `action`, `spec`,
-//! `status`, `nodeset`, `bitmap` and `overlap` hold the types.
+//! `status`, `nodeset`, `bitmap`, `overlap` and `run` hold the types.
 
 mod acks;
 mod action;
@@ -38,6 +38,7 @@ mod requests;
 mod resource;
 mod resync;
 mod role;
+mod run;
 mod settle;
 mod spec;
 mod standing;
@@ -56,7 +57,7 @@ pub use nodeset::NodeSet;
 pub use pace::ResyncRates;
 pub use persist::{NotQuiet, Persisted, PersistedPeer, RestoreError};
 pub use resource::Resource;
+pub use run::PrimaryRun;
 pub use spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
 pub use status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeStatus};
 pub use tandem_wire::packet::{DiskState, Role};
-pub use writer::PrimaryRun;

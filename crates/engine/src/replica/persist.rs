@@ -7,8 +7,8 @@
 use super::bitmap::Bitmap;
 use super::generation::{GenIds, Standing};
 use super::resource::Resource;
+use super::run::{CrashedUnder, PrimaryRun};
 use super::spec::{NodeId, ReplicaAtStart};
-use super::writer::{CrashedUnder, PrimaryRun};
 use tandem_wire::packet::DiskState;
 
 /// One volume's replica as it stops.

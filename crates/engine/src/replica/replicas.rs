@@ -35,7 +35,7 @@ pub(super) struct Replicas {
     /// Primaries we lost with writes not settled, not yet compared (see `settle.rs`).
     pub(super) lost: Vec<LostPrimary>,
     /// Whose writes we take, as the metadata records (see `writer.rs`).
-    pub(super) writer: super::writer::Writer,
+    pub(super) writer: super::run::Writer,
 }
 
 impl Replicas {

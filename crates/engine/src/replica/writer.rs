@@ -17,34 +17,10 @@
 //! in the log.
 
 use super::action::RAction;
-use super::bitmap::Bitmap;
 use super::event::Event;
 use super::replicas::Replicas;
-use super::spec::NodeId;
+use super::run::PrimaryRun;
 use tandem_wire::packet::Role;
-
-/// One run of a Primary: its node and its incarnation (new at every start of its engine).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PrimaryRun {
-    pub node: NodeId,
-    pub incarnation: u64,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Writer {
-    /// The run whose writes we take, as the metadata must say before any of them lands.
-    pub(super) run: Option<PrimaryRun>,
-    /// We kept a lost Primary's unsettled writes in this run of ours.
-    compared: bool,
-}
-
-/// A replica back from a crash that took writes from `run`: `log` holds its activity
-/// log's extents (the suspect ranges it restarted with).
-#[derive(Debug)]
-pub(super) struct CrashedUnder {
-    pub(super) run: PrimaryRun,
-    pub(super) log: Bitmap,
-}
 
 impl Replicas {
     /// We take writes from `run` now (`None`: from no run we may record).
