@@ -613,3 +613,23 @@ fn an_acknowledged_write_only_a_killed_replica_held_is_not_its_content() {
 fn a_write_on_a_replica_that_finished_its_resync_meanwhile_succeeds() {
     let _ = Sim::new(Family::DiskErrors.scenario(163_037_919)).run();
 }
+
+/// Disk-errors soak seed 175058684 (there before this session's changes too): a diskful
+/// Primary's write landed on its own replica, whose fdatasync then failed and detached it;
+/// the peer's link had dropped under the write, which was then acknowledged with no copy
+/// left anywhere. A replica that failed since no longer vouches for a write.
+#[test]
+fn a_write_only_a_since_detached_replica_held_fails() {
+    let _ = Sim::new(Family::DiskErrors.scenario(175_058_684)).run();
+}
+
+/// Overlapping soak seed 180025125 (there before this session's changes too): a replica
+/// being synced, back on a new connection to the Primary, asked it for a range before its
+/// list came; a sector the Primary had written it before the link dropped stayed protected
+/// from the reply, and the list left out the block it had served, so nothing voided that
+/// protection: the replica said UpToDate without an acknowledged write. The list names the
+/// blocks served on its connection before it.
+#[test]
+fn a_list_names_the_blocks_served_before_it() {
+    let _ = Sim::new(Family::Overlapping.scenario(180_025_125)).run();
+}

@@ -176,8 +176,21 @@ impl PeerVol {
     /// Our list of what it lacks, then its end (possibly an empty list): the peer then
     /// knows all we know it lacks.
     pub(super) fn send_list(&mut self, peer: NodeId, v: usize, size: u64, out: &mut Vec<RAction>) {
-        send_ranges(peer, v, &self.oos, size, out);
-        self.repl = if self.oos.count() > 0 {
+        // Blocks served on this connection before the list are listed too: the list is
+        // what voids the peer's protection of sectors a Primary wrote it on an earlier
+        // connection, which may have kept older ones than the served data (overlapping
+        // soak seed 180025125: a target asked the Primary before its list came, kept a
+        // sector from before its link dropped, and an acknowledged write was gone).
+        match self.served.as_ref().filter(|s| s.count() > 0) {
+            Some(served) => {
+                let mut all = self.oos.clone();
+                all.union_with(served);
+                send_ranges(peer, v, &all, size, out);
+            }
+            None => send_ranges(peer, v, &self.oos, size, out),
+        }
+        let served = self.served.as_ref().is_some_and(|s| s.count() > 0);
+        self.repl = if self.oos.count() > 0 || served {
             Repl::SyncSource
         } else {
             Repl::Established

@@ -258,7 +258,9 @@ impl Requests {
     }
 
     pub(super) fn check_write(&mut self, rep: &mut Replicas, req: ReqId, out: &mut Vec<RAction>) {
-        match self.writes.next(req) {
+        let v = self.writes.get_mut(req).map(|w| w.volume as usize);
+        let attached = v.is_some_and(|v| rep.vols[v].attached());
+        match self.writes.next(req, attached) {
             Next::Wait => {}
             Next::Barrier(volume) => self.start_barrier(rep, vec![(req, volume)], out),
             Next::Finish(result) => self.finish_write(rep, req, result, out),

@@ -88,8 +88,11 @@ impl AppWrite {
     /// of which is current (overlapping seed 3164: the up-to-date replica's link dropped
     /// under a write that then landed only on the one being synced; each then lacked
     /// blocks only the other held).
-    pub(super) fn vouched(&self) -> bool {
-        (self.local == Stage::Done(true) && self.local_current)
+    /// `attached`: our replica is still attached (one that failed since, as its
+    /// fdatasync's error detached it, holds it no more: disk-errors soak seed 175058684,
+    /// acknowledged after the detach with no other copy).
+    pub(super) fn vouched(&self, attached: bool) -> bool {
+        (self.local == Stage::Done(true) && self.local_current && attached)
             || self.peers_ok.intersects(self.current)
     }
 
@@ -324,15 +327,16 @@ impl Writes {
         }
     }
 
-    /// What the write needs next; a barrier is started once.
-    pub(super) fn next(&mut self, req: ReqId) -> Next {
+    /// What the write needs next; a barrier is started once. `attached`: see
+    /// [`AppWrite::vouched`].
+    pub(super) fn next(&mut self, req: ReqId, attached: bool) -> Next {
         let Some(w) = self.by_req.get_mut(&req) else {
             return Next::Wait;
         };
         if w.local == Stage::Pending || !w.peers_pending.is_empty() || w.barrier || w.parked {
             return Next::Wait;
         }
-        let ok = w.vouched();
+        let ok = w.vouched(attached);
         if ok && w.fua {
             w.barrier = true;
             return Next::Barrier(w.volume);
