@@ -218,6 +218,19 @@ impl PeerVol {
 }
 
 /// Tells `peer` it lacks this range of volume `v`; `(0, 0)` ends a list.
+impl Peer {
+    /// It lacks this range of volume `v`: marked, and told at once (a live notice) if it
+    /// has our list on this connection already (else the list names it).
+    pub(super) fn lacks(&mut self, v: usize, offset: u64, len: u32, out: &mut Vec<RAction>) {
+        let pv = &mut self.vols[v];
+        pv.oos.set_range(offset, u64::from(len));
+        if self.up && matches!(pv.list, ListState::Sent | ListState::Stale) {
+            out.push(out_of_sync(self.id, v, offset, len));
+            out.push(out_of_sync(self.id, v, 0, 0));
+        }
+    }
+}
+
 /// The blocks set in `bits` as out-of-sync notices, then their end (an empty one).
 pub(super) fn send_ranges(
     peer: NodeId,

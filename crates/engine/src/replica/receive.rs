@@ -11,7 +11,6 @@ use super::event::{LocalFailure, ProtocolError};
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
-use super::peer::{out_of_sync, ListState};
 use super::replicas::Replicas;
 use super::spec::NodeId;
 use crate::io::{DiskKind, IoError};
@@ -192,11 +191,7 @@ impl Replicas {
             .filter(|p| p.id != primary && p.vols[v].diskful)
         {
             if !targets.contains(p.id) {
-                p.vols[v].oos.set_range(offset, u64::from(len));
-                if p.up && matches!(p.vols[v].list, ListState::Sent | ListState::Stale) {
-                    out.push(out_of_sync(p.id, v, offset, len));
-                    out.push(out_of_sync(p.id, v, 0, 0));
-                }
+                p.lacks(v, offset, len, out);
             } else {
                 // It gets this newer write (or the Primary marks it): our old mark is moot.
                 p.vols[v].oos.clear_range(offset, u64::from(len));

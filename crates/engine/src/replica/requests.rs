@@ -11,7 +11,7 @@ use super::event::{Event, LocalFailure, ProtocolError};
 use super::generation::{Missed, Rotations};
 use super::msg::{DataRef, Token};
 use super::nodeset::NodeSet;
-use super::peer::{out_of_sync, ListState, Unacked};
+use super::peer::{ListState, Unacked};
 use super::reads::Reads;
 use super::replicas::Replicas;
 use super::spec::{NodeId, Protocol};
@@ -258,9 +258,7 @@ impl Requests {
     }
 
     pub(super) fn check_write(&mut self, rep: &mut Replicas, req: ReqId, out: &mut Vec<RAction>) {
-        let v = self.writes.get_mut(req).map(|w| w.volume as usize);
-        let attached = v.is_some_and(|v| rep.vols[v].attached());
-        match self.writes.next(req, attached) {
+        match self.writes.next(req, |v: usize| rep.vols[v].attached()) {
             Next::Wait => {}
             Next::Barrier(volume) => self.start_barrier(rep, vec![(req, volume)], out),
             Next::Finish(result) => self.finish_write(rep, req, result, out),
@@ -356,11 +354,7 @@ impl Requests {
                 continue;
             }
             if !references.is_empty() && w.peers_ok.union(w.received).contains(p.id) {
-                pv.oos.set_range(offset, len);
-                if up && matches!(pv.list, ListState::Sent | ListState::Stale) {
-                    out.push(out_of_sync(p.id, v, offset, w.len));
-                    out.push(out_of_sync(p.id, v, 0, 0));
-                }
+                p.lacks(v, w.offset, w.len, out);
                 continue;
             }
             // Written as Primary without it: if it was Primary apart from us too, this
@@ -534,9 +528,9 @@ impl Requests {
         out: &mut Vec<RAction>,
     ) {
         if let Some(req) = rep.peers[i].app_waiting.remove(&seq) {
-            let v = self.writes.get_mut(req).map(|w| w.volume as usize);
-            let current = v.is_some_and(|v| rep.peers[i].vols[v].disk == Some(DiskState::UpToDate));
-            self.writes.answered(req, rep.peers[i].id, ok, current);
+            let p = &rep.peers[i];
+            let current = |v: usize| p.vols[v].disk == Some(DiskState::UpToDate);
+            self.writes.answered(req, p.id, ok, current);
             self.check_write(rep, req, out);
         }
     }

@@ -21,7 +21,6 @@ use super::acks::{LostPrimary, Received};
 use super::action::RAction;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
-use super::peer::{out_of_sync, ListState};
 use super::replicas::Replicas;
 use super::spec::NodeId;
 use tandem_wire::packet::Role;
@@ -68,15 +67,8 @@ impl Replicas {
         let Some(j) = self.peers.index(x) else {
             return; // ourselves
         };
-        let up = self.peers[j].up;
-        let pv = &mut self.peers[j].vols[v];
-        if !pv.diskful {
-            return;
-        }
-        pv.oos.set_range(w.offset, u64::from(w.len));
-        if up && matches!(pv.list, ListState::Sent | ListState::Stale) {
-            out.push(out_of_sync(x, v, w.offset, w.len));
-            out.push(out_of_sync(x, v, 0, 0));
+        if self.peers[j].vols[v].diskful {
+            self.peers[j].lacks(v, w.offset, w.len, out);
         }
     }
 

@@ -35,12 +35,15 @@ impl Replicas {
     /// claim we hold on the peers is then one it knows too: it made them), and a record is
     /// dropped before another Primary's writes or our own can land.
     pub(super) fn check_writer(&mut self, out: &mut Vec<RAction>) {
+        if self.role == Role::Primary {
+            return self.record_writer(None, out);
+        }
         let primary = self.peers.up().find(|p| p.role == Role::Primary);
         let run = primary.map(|p| PrimaryRun {
             node: p.id,
             incarnation: p.incarnation,
         });
-        if self.role == Role::Primary || run.is_some_and(|r| self.writer.run != Some(r)) {
+        if run.is_some_and(|r| self.writer.run != Some(r)) {
             self.record_writer(None, out);
         }
         let Some(run) = run else {

@@ -303,14 +303,20 @@ impl Writes {
             .any(|w| w.volume as usize == v && w.missing.contains(peer))
     }
 
-    /// A peer answered for the write (`ok`: as its protocol asks; `current`: its replica
-    /// is up to date now, having written it).
-    pub(super) fn answered(&mut self, req: ReqId, peer: NodeId, ok: bool, current: bool) {
+    /// A peer answered for the write (`ok`: as its protocol asks; `current(volume)`: its
+    /// replica is up to date now, having written it).
+    pub(super) fn answered(
+        &mut self,
+        req: ReqId,
+        peer: NodeId,
+        ok: bool,
+        current: impl Fn(usize) -> bool,
+    ) {
         if let Some(w) = self.by_req.get_mut(&req) {
             w.peers_pending.remove(peer);
             if ok {
                 w.peers_ok.insert(peer);
-                if current {
+                if current(w.volume as usize) {
                     w.current.insert(peer);
                 }
             }
@@ -327,16 +333,16 @@ impl Writes {
         }
     }
 
-    /// What the write needs next; a barrier is started once. `attached`: see
+    /// What the write needs next; a barrier is started once. `attached(volume)`: see
     /// [`AppWrite::vouched`].
-    pub(super) fn next(&mut self, req: ReqId, attached: bool) -> Next {
+    pub(super) fn next(&mut self, req: ReqId, attached: impl Fn(usize) -> bool) -> Next {
         let Some(w) = self.by_req.get_mut(&req) else {
             return Next::Wait;
         };
         if w.local == Stage::Pending || !w.peers_pending.is_empty() || w.barrier || w.parked {
             return Next::Wait;
         }
-        let ok = w.vouched(attached);
+        let ok = w.vouched(attached(w.volume as usize));
         if ok && w.fua {
             w.barrier = true;
             return Next::Barrier(w.volume);

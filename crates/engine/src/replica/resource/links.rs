@@ -111,7 +111,7 @@ impl Resource {
             self.app.release_rotated(&mut self.rep, released, out);
         }
         for (_, req) in orphans.app_waiting {
-            self.app.writes.answered(req, peer, false, false);
+            self.app.writes.answered(req, peer, false, |_| false);
             self.app.check_write(&mut self.rep, req, out);
         }
         for (id, _) in orphans.barriers_out {
