@@ -337,6 +337,25 @@ impl Sim {
     fn stop_cleanly(&mut self, node: NodeId) -> Vec<Option<KeptVolume>> {
         self.clean_stops += 1;
         self.note(format!("node {node} stops cleanly"));
+        // `tandem node` lets the peers' writes it received land before it takes the state
+        // (`peers_gone`): a replica stopped with writes still landing would start unproven,
+        // and the only replica of a volume would then never be proven again (disk-errors
+        // seed 4826: the Primary's own disk had failed).
+        for _ in 0..10_000 {
+            let n = &self.nodes[node as usize];
+            if !n.engine.writes_landing() {
+                break;
+            }
+            let Some(op) = n
+                .ops
+                .iter()
+                .find(|(_, st)| st.incarnation == n.incarnation)
+                .map(|(&op, _)| op)
+            else {
+                break;
+            };
+            self.disk_done(node, op);
+        }
         let engine = &self.nodes[node as usize].engine;
         (0..self.sc.sizes.len() as u16)
             .map(|v| {
