@@ -38,6 +38,8 @@ struct Net {
     settled: Vec<(NodeId, NodeId, u64)>,
     /// Packets delivered: (from, to, message).
     sent: Vec<(NodeId, NodeId, Msg)>,
+    /// Connections a node dropped: (node, peer).
+    dropped: Vec<(NodeId, NodeId)>,
     now: u64,
 }
 
@@ -53,6 +55,7 @@ impl Net {
             pass: |_, _, _| true,
             settled: Vec::new(),
             sent: Vec::new(),
+            dropped: Vec::new(),
             now: 0,
         };
         for (a, b) in [(0, 1), (0, 2), (1, 2)] {
@@ -112,6 +115,7 @@ impl Net {
                     ..
                 } => self.nodes[i].disk_done(volume, token, kind, Ok(()), &mut out),
                 RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
+                RAction::Disconnect { peer, .. } => self.dropped.push((n, peer)),
                 _ => {}
             }
             self.push(n, out);
@@ -415,4 +419,92 @@ fn a_secondary_back_from_a_crash_under_a_new_primary_run_pulls_its_log() {
     assert_eq!(pulled, SIZE, "its activity log names the whole volume");
     assert_eq!(net.nodes[2].disk(0), DiskState::UpToDate);
     assert_eq!(net.nodes[2].writer().map(|r| r.node), Some(0));
+}
+
+/// What node `n` claims peer `p` lacks of volume 0, in bytes.
+fn claims(net: &Net, n: NodeId, p: NodeId) -> u64 {
+    let st = net.nodes[n as usize].status();
+    let peer = st.peers.iter().find(|x| x.id == p).expect("a peer");
+    peer.volumes[0].out_of_sync_bytes
+}
+
+/// Simulator overlapping seed 5730: two Secondaries apart from each other each missed
+/// writes in turn while cut off from the Primary, and each was synced by it. Their claims
+/// on each other were stale; they listed them to each other at every meeting, each took
+/// the other's for a conflict only the Primary could settle (`LackPrimaryWrites`) and they
+/// redialled forever. The Primary's `InSync` drops them as each sync ends.
+#[test]
+fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it() {
+    let mut net = Net::new();
+    net.link_down(1, 2);
+    // Node 2 misses a write: the peer ack tells node 1, which claims it.
+    net.link_down(0, 2);
+    net.write(1, 8192);
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    assert_eq!(claims(&net, 1, 2), 4096);
+    // The Primary syncs node 2; node 1, away from node 2, hears it.
+    net.link_up(0, 2);
+    assert_eq!(net.nodes[2].disk(0), DiskState::UpToDate);
+    assert!(net
+        .sent
+        .iter()
+        .any(|&(f, t, m)| f == 0 && t == 1 && matches!(m, Msg::InSync { node: 2, .. })));
+    assert_eq!(claims(&net, 1, 2), 0, "the claim went with the sync");
+    // In turn node 1 misses one, and node 2 claims it until the Primary syncs node 1.
+    net.link_down(0, 1);
+    net.write(2, 65536);
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    assert_eq!(claims(&net, 2, 1), 4096);
+    net.link_up(0, 1);
+    assert_eq!(net.nodes[1].disk(0), DiskState::UpToDate);
+    assert_eq!(claims(&net, 2, 1), 0);
+    // They meet: nothing to list, nothing to pull, no redial.
+    net.link_up(1, 2);
+    assert!(net.dropped.is_empty(), "{:?}", net.dropped);
+    assert!(net.listed(1, 2).is_empty() && net.listed(2, 1).is_empty());
+    assert!(net.pulled(1, 2).is_empty() && net.pulled(2, 1).is_empty());
+}
+
+/// A claim made after the Primary's word (a write the node missed since) stays: only what
+/// the node pulled goes. The word from a Secondary, or naming no other node or volume, is
+/// refused.
+#[test]
+fn in_sync_keeps_later_claims_and_is_refused_from_a_secondary() {
+    let mut net = Net::new();
+    net.link_down(1, 2);
+    net.link_down(0, 2);
+    net.write(1, 8192);
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    net.link_up(0, 2);
+    assert_eq!(claims(&net, 1, 2), 0);
+    // Node 2 misses another write after its sync: that claim is new, and stays.
+    net.link_down(0, 2);
+    net.write(2, 16384);
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    assert_eq!(claims(&net, 1, 2), 4096);
+    // A hostile or confused word: from a Secondary it is refused, naming an unknown node
+    // or volume too; none of them touches the claim.
+    let mut out = Vec::new();
+    let bad = [
+        (
+            2,
+            tandem_wire::packet::Packet::InSync { volume: 0, node: 2 },
+        ),
+        (
+            0,
+            tandem_wire::packet::Packet::InSync { volume: 0, node: 9 },
+        ),
+        (
+            0,
+            tandem_wire::packet::Packet::InSync { volume: 3, node: 2 },
+        ),
+        (
+            0,
+            tandem_wire::packet::Packet::InSync { volume: 0, node: 0 },
+        ),
+    ];
+    for (from, p) in bad {
+        net.nodes[1].packet(from, &p, &mut out);
+    }
+    assert_eq!(claims(&net, 1, 2), 4096);
 }

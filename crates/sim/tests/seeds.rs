@@ -594,6 +594,28 @@ fn a_crashed_secondary_under_the_same_primary_run_is_the_source_again() {
     assert!(out.converged);
 }
 
+/// Overlapping seed 5730: two Secondaries cut off from each other each missed writes in
+/// turn while cut off from the Primary, and each was synced by it; their claims on each
+/// other were stale, each took the other's for a conflict only the Primary could settle,
+/// and they redialled forever. The Primary's `InSync` (`in_sync.rs`) drops such claims as
+/// each sync ends.
+#[test]
+fn secondaries_the_primary_synced_in_turn_do_not_redial_forever() {
+    let out = Sim::new(Family::Overlapping.scenario(5730)).run();
+    assert!(out.converged);
+}
+
+/// Disk-errors seed 4826: the only replica (the Primary's own disk had failed) stopped
+/// cleanly while a write it received was landing; the simulator took the state before the
+/// write landed, so the replica restarted unproven and could never be proven again.
+/// `tandem node` lets received writes land before it takes the state (`peers_gone`); the
+/// simulator's clean stop now does too.
+#[test]
+fn the_only_replica_stopped_cleanly_with_writes_landing_comes_back_up_to_date() {
+    let out = Sim::new(Family::DiskErrors.scenario(4826)).run();
+    assert!(out.converged);
+}
+
 /// Disk-errors seed 2934 (found with the rule above): a protocol-B write acknowledged at
 /// receipt by the last replica, which was killed before writing it, was taken for a write
 /// in flight, and the replica's stale content for the range's: an acknowledged write was

@@ -232,6 +232,7 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::BarrierAck { .. } => "BarrierAck",
         Packet::PeerAck { .. } => "PeerAck",
         Packet::PrimaryLost { .. } => "PrimaryLost",
+        Packet::InSync { .. } => "InSync",
         Packet::ReadReq { .. } => "ReadReq",
         Packet::ReadReply { .. } => "ReadReply",
         Packet::ResyncReq { .. } => "ResyncReq",

@@ -178,6 +178,15 @@ pub enum Packet<'a> {
         incarnation: u64,
         seq: u64,
     },
+    /// From the Primary: node `node`'s replica of `volume` holds every write of the
+    /// Primary now (its sync ended, or the Primary's list proved it), as DRBD's
+    /// peers-in-sync. A receiver apart from that node drops what it claimed the node
+    /// lacks, where it claims nothing on the Primary: those claims came from writes the
+    /// node has since pulled.
+    InSync {
+        volume: u16,
+        node: u8,
+    },
     /// Everything sent before must be durable on the peer before it answers.
     Barrier {
         id: u64,
@@ -256,6 +265,7 @@ mod kind {
     pub const BARRIER_ACK: u16 = 16;
     pub const PEER_ACK: u16 = 17;
     pub const PRIMARY_LOST: u16 = 18;
+    pub const IN_SYNC: u16 = 19;
     pub const READ_REQ: u16 = 20;
     pub const READ_REPLY: u16 = 21;
     pub const RESYNC_REQ: u16 = 22;
@@ -306,6 +316,7 @@ impl Packet<'_> {
             Packet::BarrierAck { .. } => BARRIER_ACK,
             Packet::PeerAck { .. } => PEER_ACK,
             Packet::PrimaryLost { .. } => PRIMARY_LOST,
+            Packet::InSync { .. } => IN_SYNC,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
@@ -430,6 +441,10 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u8(primary);
             w.u64(incarnation);
             w.u64(seq);
+        }
+        Packet::InSync { volume, node } => {
+            w.u16(volume);
+            w.u8(node);
         }
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
@@ -618,6 +633,10 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             primary: r.u8()?,
             incarnation: r.u64()?,
             seq: r.u64()?,
+        },
+        IN_SYNC => Packet::InSync {
+            volume: r.u16()?,
+            node: r.u8()?,
         },
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
@@ -842,6 +861,7 @@ mod tests {
                 incarnation: 11,
                 seq: 9,
             },
+            Packet::InSync { volume: 1, node: 2 },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
             Packet::ReadReq {

@@ -155,6 +155,15 @@ impl Bitmap {
         self.set = self.words.iter().map(|w| u64::from(w.count_ones())).sum();
     }
 
+    /// Keeps only the blocks also set in `other` (same size and block).
+    pub fn intersect_with(&mut self, other: &Bitmap) {
+        debug_assert_eq!((self.blocks, self.block), (other.blocks, other.block));
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w &= o;
+        }
+        self.set = self.words.iter().map(|w| u64::from(w.count_ones())).sum();
+    }
+
     pub fn set_all(&mut self) {
         for b in 0..self.blocks {
             self.words[(b / 64) as usize] |= 1u64 << (b % 64);

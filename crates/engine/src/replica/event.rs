@@ -385,6 +385,9 @@ pub enum ProtocolError {
         message: String,
     },
     HandshakeAfterHandshake,
+    /// An `InSync` from a node that is not Primary (only the Primary knows what its
+    /// replicas hold).
+    InSyncFromSecondary,
     /// A node id that is not in the resource (or is the receiver's own).
     UnknownNode(u8),
 }
@@ -429,6 +432,7 @@ impl fmt::Display for ProtocolError {
             ),
             PeerReported { code, message } => write!(f, "peer reported error {code}: {message}"),
             HandshakeAfterHandshake => write!(f, "handshake packet after the handshake"),
+            InSyncFromSecondary => write!(f, "in-sync notice from a node that is not Primary"),
         }
     }
 }

@@ -23,6 +23,7 @@ mod barriers;
 mod bitmap;
 mod event;
 mod generation;
+mod in_sync;
 mod local;
 mod msg;
 mod nodeset;

@@ -120,6 +120,11 @@ pub enum Msg {
         incarnation: u64,
         seq: u64,
     },
+    /// As Primary: node `node`'s replica of `volume` holds all our writes now.
+    InSync {
+        volume: u16,
+        node: NodeId,
+    },
     Barrier {
         id: u64,
     },
@@ -278,6 +283,7 @@ impl Msg {
                 incarnation,
                 seq,
             },
+            Msg::InSync { volume, node } => Packet::InSync { volume, node },
             Msg::Barrier { id } => Packet::Barrier { id },
             Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
             Msg::ReadReq {

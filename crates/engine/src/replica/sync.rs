@@ -60,6 +60,7 @@ impl Replicas {
             pv.repl = Repl::Established;
             return Ok(());
         }
+        let mut synced = false;
         if disk == DiskState::UpToDate
             && was.is_some_and(|w| w != DiskState::UpToDate)
             && pv.list == ListState::Sent
@@ -69,6 +70,7 @@ impl Replicas {
             pv.oos.clear_range(0, self.vols[v].size);
             pv.served = None;
             pv.repl = Repl::Established;
+            synced = true;
         }
         // An UpToDate replica that restarted and was synced by a peer while we were away
         // may hold what that peer lacked (see `LocalVol::unproven`): only the Primary
@@ -126,6 +128,9 @@ impl Replicas {
         {
             self.peers[i].vols[v].repl = Repl::SyncTarget;
             self.pump_resync(b, v as u16, out);
+        }
+        if synced {
+            self.tell_in_sync(i, v, out);
         }
         self.check_fresh_cluster(v, out);
         self.check_proven(v, out);

@@ -140,6 +140,7 @@ impl Resource {
                 self.rep
                     .on_primary_lost(i, (primary, incarnation), seq, out);
             }
+            Packet::InSync { volume, node } => self.rep.on_in_sync(i, volume, node)?,
             Packet::Ping => out.push(RAction::Send {
                 peer,
                 msg: Msg::PingAck,
