@@ -2846,3 +2846,97 @@ fn a_running_replica_with_older_ids_is_synced_from_the_newer_one() {
     )));
     assert_eq!(r.generation(0).unwrap().current, 9);
 }
+
+/// A diskless Primary under protocol B, with the diskful peers in `peers` connected and
+/// up to date.
+fn diskless_primary_b(peers: &[u8]) -> Resource {
+    let mut sp = spec(2);
+    sp.protocol = Protocol::B;
+    let mut p = Resource::new(sp, vec![ReplicaAtStart::None]);
+    let mut out = Vec::new();
+    for &peer in peers {
+        p.peer_up(peer, &mut out);
+        let volume = Packet::Volume {
+            volume: 0,
+            size: 1 << 20,
+            disk: DiskState::UpToDate,
+            flags: 0,
+            gen: Default::default(),
+        };
+        p.packet(peer, &volume, &mut out);
+    }
+    p.promote(false, &mut out).unwrap();
+    p
+}
+
+/// The sequence number of the write sent to `peer`.
+fn sent_seq(out: &[RAction], to: u8) -> u64 {
+    out.iter()
+        .find_map(|a| match a {
+            RAction::Send {
+                peer,
+                msg: Msg::Write { seq, .. },
+            } if *peer == to => Some(*seq),
+            _ => None,
+        })
+        .expect("a write sent to the peer")
+}
+
+/// Simulator overlapping seeds 3459 and 17948, disk-errors 2934: a diskless Primary under
+/// protocol B acknowledged a write on the receipt of the only up-to-date replica it had,
+/// which was then killed before writing it: an acknowledged write no replica held. With at
+/// most one up-to-date replica to vouch for it, a write waits for it to be written there;
+/// with two, a receipt by both is two copies in two processes, as protocol B means.
+#[test]
+fn a_diskless_primary_with_one_up_to_date_replica_waits_for_it_to_write() {
+    let write = Io::Write {
+        offset: 4096,
+        len: 4096,
+        fua: false,
+    };
+    let mut p = diskless_primary_b(&[0]);
+    let mut out = Vec::new();
+    p.submit(ReqId(1), 0, write, &mut out);
+    let seq = sent_seq(&out, 0);
+    out.clear();
+    // Node 1, away, misses it: the ids change before it completes (answered at once).
+    p.packet(0, &Packet::RecvAck { seq }, &mut out);
+    adopt_new_ids(&mut p, &mut out);
+    assert_eq!(completion(&out, ReqId(1)), None, "not on receipt: {out:?}");
+    p.packet(0, &Packet::WriteAck { seq }, &mut out);
+    adopt_new_ids(&mut p, &mut out);
+    assert_eq!(completion(&out, ReqId(1)), Some(Ok(())), "{out:?}");
+
+    let mut p = diskless_primary_b(&[0, 1]);
+    let mut out = Vec::new();
+    p.submit(ReqId(1), 0, write, &mut out);
+    let seqs = [sent_seq(&out, 0), sent_seq(&out, 1)];
+    out.clear();
+    p.packet(0, &Packet::RecvAck { seq: seqs[0] }, &mut out);
+    assert_eq!(completion(&out, ReqId(1)), None);
+    p.packet(1, &Packet::RecvAck { seq: seqs[1] }, &mut out);
+    assert_eq!(
+        completion(&out, ReqId(1)),
+        Some(Ok(())),
+        "received by both up-to-date replicas: {out:?}"
+    );
+}
+
+/// Node 0 adopts the ids a `Generation` in `out` sends it, if any.
+fn adopt_new_ids(p: &mut Resource, out: &mut Vec<RAction>) {
+    let gi = out.iter().find_map(|a| match a {
+        RAction::Send {
+            peer: 0,
+            msg: Msg::Generation { gen, .. },
+        } => Some(gen.current),
+        _ => None,
+    });
+    if let Some(gi) = gi {
+        let adopted = Packet::GenAck {
+            volume: 0,
+            gi,
+            adopted: true,
+        };
+        p.packet(0, &adopted, out);
+    }
+}

@@ -1297,6 +1297,10 @@ impl Sim {
             }
         }
         if converged {
+            if std::env::var_os("TANDEM_SIM_ALWAYS").is_some() {
+                eprintln!("{}", self.tail_log(0));
+                eprintln!("converged");
+            }
             self.check_final();
         } else {
             self.check_safety();

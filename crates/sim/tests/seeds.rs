@@ -34,10 +34,10 @@ fn thousands_of_seeds() {
 }
 
 /// Overlapping faults: a second failure before the first has healed, so a volume may lose
-/// every replica for a while. Some schedules cannot converge until persistent metadata
-/// (no replica provably UpToDate after restarts; two Secondaries that each missed other
-/// writes); those are checked for safety only: every request answered, every read
-/// correct, nothing acknowledged that reached a replica lost.
+/// every replica for a while. A few schedules do not converge yet (0.02 % of 0..20,000:
+/// a 4 KiB block whose newest sectors lie split between two replicas being synced, seed
+/// 3164, and others); those are checked for safety only: every request answered, every
+/// read correct, nothing acknowledged that reached a replica lost.
 #[test]
 fn overlapping_faults_lose_nothing_acknowledged() {
     let count = seed_count();
@@ -47,8 +47,8 @@ fn overlapping_faults_lose_nothing_acknowledged() {
             assert!(cov.restarted * 40 >= count, "too few restarts: {cov}");
             assert!(cov.resynced * 4 >= count, "too few resyncs: {cov}");
             assert!(
-                stuck.len() as u64 * 50 <= count,
-                "more than 2% of overlapping-fault runs never converged: {stuck:?}"
+                stuck.len() as u64 * 200 <= count,
+                "more than 0.5% of overlapping-fault runs never converged: {stuck:?}"
             );
         }
         Err(e) => panic!("{e}"),
@@ -60,8 +60,8 @@ fn overlapping_faults_lose_nothing_acknowledged() {
 /// was for (and issues no more reads or writes on them), the Primary goes on with the
 /// others (diskless if it was its own disk), knows the failed replica lacks what was
 /// written after, and nothing acknowledged is lost while an up-to-date replica is
-/// reachable. One failure at a time otherwise; runs left with no up-to-date replica (a
-/// restart of the last live one, outdated until metadata) are checked for safety only.
+/// reachable. One failure at a time otherwise; runs left with no up-to-date replica are
+/// checked for safety only (none of 0..20,000 since 2026-11-26).
 #[test]
 fn disk_errors_detach_the_replica_and_lose_nothing() {
     let count = seed_count();
@@ -85,8 +85,8 @@ fn disk_errors_detach_the_replica_and_lose_nothing() {
                 "too few replicas detached by the engine: {cov}"
             );
             assert!(
-                stuck.len() as u64 * 50 <= count,
-                "more than 2% of disk-error runs never converged: {stuck:?}"
+                stuck.len() as u64 * 200 <= count,
+                "more than 0.5% of disk-error runs never converged: {stuck:?}"
             );
         }
         Err(e) => panic!("{e}"),
@@ -620,11 +620,41 @@ fn the_only_replica_stopped_cleanly_with_writes_landing_comes_back_up_to_date() 
 /// receipt by the last replica, which was killed before writing it, was taken for a write
 /// in flight, and the replica's stale content for the range's: an acknowledged write was
 /// lost. Acknowledged writes only it may hold still mark it at its return (`unconfirmed`),
-/// apart from those in flight (`unanswered`). The run is checked for safety (it stays
-/// unconverged: no other replica has the write).
+/// apart from those in flight (`unanswered`). Since a diskless Primary with one up-to-date
+/// replica waits for it to write (`AppWrite::protocol`), no such write exists: the run
+/// converges with every acknowledged write.
 #[test]
 fn an_acknowledged_write_only_a_killed_replica_held_is_not_its_content() {
-    let _ = Sim::new(Family::DiskErrors.scenario(2934)).run();
+    let out = Sim::new(Family::DiskErrors.scenario(2934)).run();
+    assert!(out.converged);
+}
+
+/// Unconverged runs of 0..20,000 (2026-11-26), each a diskless Primary whose last current
+/// replica went away with writes in flight, and now converged with every acknowledged
+/// write:
+/// - the replica held writes no other could (`unconfirmed`), was back from a crash or a
+///   clean stop, and was marked as lacking them: overlapping 2465, 9180, 3746, 7445,
+///   11288, disk-errors 7484 (now settled as writes in flight at its loss, or dropped after
+///   a clean stop);
+/// - the last current replica crashed and its activity log's extents had no source, the
+///   contest by generation ids being off under any Primary: overlapping 7927, 8615, 9259
+///   (now a diskless Primary does not stop it);
+/// - a failed write's up-to-date holder, whose answer was lost with its link, was marked,
+///   and a replica being synced held only the write's sectors of a block: 7391 (now the
+///   reference);
+/// - the only up-to-date replica was killed after its receipt of a protocol-B write and
+///   before writing it: overlapping 3459, 17948 (the acknowledged write was gone; now the
+///   Primary waits for the write there).
+#[test]
+fn a_diskless_primarys_last_current_replica_going_away_converges() {
+    for seed in [
+        2465, 9180, 3746, 7445, 11288, 7927, 8615, 9259, 7391, 3459, 17948,
+    ] {
+        let out = Sim::new(Family::Overlapping.scenario(seed)).run();
+        assert!(out.converged, "overlapping seed {seed}");
+    }
+    let out = Sim::new(Family::DiskErrors.scenario(7484)).run();
+    assert!(out.converged, "disk-errors seed 7484");
 }
 
 /// Disk-errors soak seed 163037919 (found with the rule that a write must land on an

@@ -81,6 +81,7 @@ impl Replicas {
         let v = volume as usize;
         let chunk_blocks = u64::from(self.spec.resync_chunk) / BLOCK;
         let size = self.vols[v].size;
+        self.settle_suspect_by_generation(v);
         let source = self.pick_source(v);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;

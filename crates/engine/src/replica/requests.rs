@@ -60,16 +60,18 @@ impl Requests {
         let peer = rep.peers[i].id;
         match *packet {
             Packet::RecvAck { seq } => {
+                let mut protocol = rep.spec.protocol;
                 if let Some(w) = rep.peers[i]
                     .app_waiting
                     .get(&seq)
                     .and_then(|req| self.writes.get_mut(*req))
                 {
                     w.received.insert(peer);
+                    protocol = w.protocol;
                 }
                 // Satisfies a write waiting under protocol B (including protocol A writes of
                 // a diskless Primary, see start_write); for others nothing waits on it.
-                if rep.spec.protocol != Protocol::C {
+                if protocol != Protocol::C {
                     self.peer_satisfied(rep, i, seq, true, out);
                 }
             }
@@ -199,11 +201,22 @@ impl Requests {
         let (volume, v) = (w.volume, w.volume as usize);
         let local = w.local != Stage::NotApplicable;
         // Protocol A completes a write once it is in the send buffer, which is safe only
-        // because the local replica has it. Without one, wait for receipt (protocol B).
+        // because the local replica has it. Without one, wait for receipt (protocol B);
+        // and with at most one up-to-date replica to receive it, for it to be written
+        // there (protocol C): a kill -9 of that one node before its write would take an
+        // acknowledged write no replica holds (simulator overlapping seeds 3459, 17948,
+        // disk-errors 2934).
+        let current = rep
+            .peers
+            .up()
+            .filter(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
+            .count();
         let protocol = match rep.spec.protocol {
+            Protocol::A | Protocol::B if !local && current <= 1 => Protocol::C,
             Protocol::A if !local => Protocol::B,
             p => p,
         };
+        w.protocol = protocol;
         let mut targets = if local {
             NodeSet::one(rep.spec.me)
         } else {
@@ -347,8 +360,11 @@ impl Requests {
             let pv = &mut p.vols[v];
             if references.contains(p.id) {
                 // Whatever it holds there is the range's content now: nothing to settle
-                // at its return.
-                if let Some(u) = pv.unanswered.as_mut() {
+                // at its return. Unless it received the write (its link dropped before it
+                // answered): it may hold it, and the replicas that never received it are
+                // settled against it at its return (`unanswered_lost`).
+                let received = w.peers_ok.union(w.received).contains(p.id);
+                if let Some(u) = pv.unanswered.as_mut().filter(|_| !received) {
                     u.clear_range(offset, len);
                 }
                 continue;
@@ -506,7 +522,10 @@ impl Requests {
         if ok {
             // It now holds the newest data of every block the write covered whole.
             oos.clear_range(u.offset, u64::from(u.len));
-            if rep.spec.protocol == Protocol::C {
+            let protocol = (self.writes.get_mut(u.req))
+                .filter(|w| w.seq == seq)
+                .map_or(rep.spec.protocol, |w| w.protocol);
+            if protocol == Protocol::C {
                 self.peer_satisfied(rep, i, seq, true, out);
             }
             return Ok(());
@@ -559,6 +578,20 @@ fn references_for_failed(rep: &Replicas, v: usize, w: &AppWrite) -> NodeSet {
             // Up to date when the write went out, or since (a holder whose link dropped
             // is known only by the former).
             let current = w.current.contains(p.id) || pv.disk == Some(DiskState::UpToDate);
+            // Up to date, it received the write and its link dropped before it answered:
+            // it keeps the range as it was or with the write (either is right for a
+            // failed write), and holds the range's older writes whole where a holder
+            // being synced may hold only this write's sectors of a block (seed 7391):
+            // the reference, not marked.
+            if current
+                && pv.diskful
+                && !p.up
+                && w.missing.contains(p.id)
+                && !pv.oos.any_in(offset, len)
+            {
+                references.insert(p.id);
+                continue;
+            }
             // Our list to it has ended: the notice is live there, and voids its protection
             // of the write (else its list, still to come, would be protected from it).
             let live = !p.up || matches!(pv.list, ListState::Sent | ListState::Stale);

@@ -44,6 +44,9 @@ pub(super) struct Resync {
     pub(super) live: bool,
     /// Bytes received from sources so far.
     pub(super) pulled: u64,
+    /// Blocks some peer listed (or told live) that we lack: known missing, not merely
+    /// suspect.
+    pub(super) named: Bitmap,
     /// How fast it may pull (see `pace.rs`).
     pub(super) pace: super::pace::Pace,
 }
@@ -79,6 +82,7 @@ impl Resync {
             stalled: false,
             live,
             pulled: 0,
+            named: Bitmap::new(size),
             pace: Default::default(),
         }
     }
@@ -209,6 +213,7 @@ impl Resync {
             }
         }
         self.to_pull.set_range(offset, len);
+        self.named.set_range(offset, len);
         self.cursor = self.cursor.min(offset / BLOCK);
     }
 

@@ -156,9 +156,18 @@ impl Replicas {
         if vol.standing.is_none() || vol.disk != DiskState::Outdated || vol.resync.is_some() {
             return;
         }
-        if self.role == Role::Primary || self.peers.primary().is_some() {
+        if self.role == Role::Primary {
             return;
         }
+        // A Primary that keeps no replica of `v` holds none of its data: once its list to
+        // us ended, the ids decide as with no Primary (non-contenders too: they must have
+        // missed writes we hold).
+        let diskless_primary = match self.peers.up().find(|p| p.role == Role::Primary) {
+            None => false,
+            Some(p) if !p.vols[v].diskful && p.vols[v].listed => true,
+            Some(_) => return,
+        };
+        let me = vol.standing.expect("checked above");
         for (i, p) in self.peers.iter().enumerate() {
             let pv = &p.vols[v];
             if !pv.diskful {
@@ -167,7 +176,14 @@ impl Replicas {
             if !p.up || !pv.listed || pv.disk.is_none() || pv.disk == Some(DiskState::UpToDate) {
                 return;
             }
-            if pv.standing.is_some() && self.rank(i, v) != Rank::Above {
+            let above = match &pv.standing {
+                Some(them) if diskless_primary => {
+                    outranks(&me, self.spec.me, them, p.id) == Some(true)
+                }
+                Some(_) => self.rank(i, v) == Rank::Above,
+                None => !diskless_primary || lineage(&vol.gen, &pv.gen) == Lineage::Newer,
+            };
+            if !above {
                 return;
             }
         }
@@ -183,6 +199,53 @@ impl Replicas {
         let why = DiskChange::ProvenByGeneration { current };
         self.set_disk(v, DiskState::UpToDate, why, out);
         self.offer_to_outdated(v, out);
+    }
+
+    /// Back from a crash under a Primary that keeps no replica of `v`, with no replica of
+    /// it up to date anywhere: our suspect ranges (activity-log extents we must pull) have
+    /// no source. Once every diskful node has met us and listed, and we outrank each one
+    /// by ids (it missed writes we hold: the Primary rotated them), no replica can be newer
+    /// there than ours, as the contest decides with no Primary around: they are settled
+    /// here (not pulled), and what the Primary's list named stays to pull.
+    pub(super) fn settle_suspect_by_generation(&mut self, v: usize) {
+        let vol = &self.vols[v];
+        let (Some(me), Some(_), Some(_)) = (&vol.standing, &vol.suspect, &vol.resync) else {
+            return;
+        };
+        if self.role == Role::Primary || vol.disk != DiskState::Inconsistent {
+            return;
+        }
+        let Some(primary) = self.peers.up().find(|p| p.role == Role::Primary) else {
+            return;
+        };
+        if primary.vols[v].diskful || !primary.vols[v].listed {
+            return;
+        }
+        for p in self.peers.iter() {
+            let pv = &p.vols[v];
+            if !pv.diskful {
+                continue;
+            }
+            if !p.up || !pv.listed || pv.disk.is_none() || pv.disk == Some(DiskState::UpToDate) {
+                return;
+            }
+            let above = match &pv.standing {
+                Some(them) => outranks(me, self.spec.me, them, p.id) == Some(true),
+                None => lineage(&vol.gen, &pv.gen) == Lineage::Newer,
+            };
+            if !above {
+                return;
+            }
+        }
+        let vol = &mut self.vols[v];
+        let mut suspect = vol.suspect.take().expect("checked above");
+        vol.crashed_under = None;
+        if let Some(rs) = vol.resync.as_mut() {
+            // What a peer listed we do lack (the Primary's writes we missed): still pulled.
+            suspect.subtract(&rs.named);
+            rs.to_pull.subtract(&suspect);
+            rs.cursor = 0;
+        }
     }
 
     /// Our replica of `v` was restarted consistent (or is up to date) and its ids are

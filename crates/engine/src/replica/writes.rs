@@ -5,7 +5,7 @@
 use super::msg::{DataRef, Msg};
 use super::nodeset::NodeSet;
 use super::overlap::{InFlight, Waiting};
-use super::spec::NodeId;
+use super::spec::{NodeId, Protocol};
 use crate::io::{DiskKind, Io, IoError, ReqId};
 use rustc_hash::FxHashMap as HashMap;
 use tandem_wire::packet::write_flags as wf;
@@ -49,6 +49,8 @@ pub(super) struct AppWrite {
     parked: bool,
     /// Its sequence number, once sent (see `settle.rs`).
     pub(super) seq: u64,
+    /// When a peer's answer satisfies it (set when sent, see `Requests::start_write`).
+    pub(super) protocol: Protocol,
 }
 
 impl AppWrite {
@@ -73,6 +75,7 @@ impl AppWrite {
             rotated: false,
             parked: false,
             seq: 0,
+            protocol: Protocol::C,
         }
     }
 

@@ -219,16 +219,22 @@ impl Resource {
             // Writes only it may hold, unconfirmed when its last link dropped: it holds
             // them unless it restarted since (or its replica failed).
             let pv = &mut self.rep.peers[i].vols[v];
-            let restarted = flags & volume_flags::MET_BEFORE == 0 || disk == DiskState::Diskless;
-            if let Some(u) = pv.unconfirmed.take() {
-                if restarted {
-                    pv.oos.union_with(&u);
-                }
+            // Back from a clean stop: consistent, so every write it received landed first
+            // (`Resource::persisted`), as a node that never restarted.
+            let clean = flags & volume_flags::CONTENDER != 0 && !pv.unproven;
+            let met = flags & volume_flags::MET_BEFORE != 0 || clean;
+            let restarted = !met || disk == DiskState::Diskless;
+            let unconfirmed = pv.unconfirmed.take();
+            let unanswered = pv.unanswered.take();
+            if let Some(u) = unconfirmed.filter(|_| restarted) {
+                // It crashed: it holds them or lost them, and no other replica may hold
+                // them; settled as writes in flight at its loss.
+                self.rep.unanswered_lost(i, v, &u, disk, out);
             }
             // Restarted or not: it may have written them, and a run of ours it meets
             // again settles its own record of them (`met_run_again`; overlapping soak
             // seed 168082195: a failed write it alone had written stayed there).
-            if let Some(u) = pv.unanswered.take() {
+            if let Some(u) = unanswered {
                 self.rep.unanswered_lost(i, v, &u, disk, out);
             }
         }
