@@ -2940,3 +2940,69 @@ fn adopt_new_ids(p: &mut Resource, out: &mut Vec<RAction>) {
         p.packet(0, &adopted, out);
     }
 }
+
+/// Node 1, a Secondary, meets Primary node 0 (both replicas up to date).
+fn secondary_under_primary(s: &mut Resource, out: &mut Vec<RAction>) {
+    s.peer_up(0, out);
+    let role = Packet::Role {
+        role: Role::Primary,
+        incarnation: 1,
+    };
+    s.packet(0, &role, out);
+    let volume = Packet::Volume {
+        volume: 0,
+        size: 1 << 20,
+        disk: DiskState::UpToDate,
+        flags: 0,
+        gen: Default::default(),
+    };
+    s.packet(0, &volume, out);
+}
+
+fn barrier_acks(out: &[RAction]) -> Vec<u64> {
+    out.iter()
+        .filter_map(|a| match a {
+            RAction::Send {
+                peer: 0,
+                msg: Msg::BarrierAck { id, .. },
+            } => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Simulator overlapping seed 17794: a Secondary's fdatasync for a Primary's barrier
+/// finished after their link had dropped and come back; the answer went out on the new
+/// connection, which never sent that barrier, and the Primary dropped it as a protocol
+/// error. An answer goes only on the connection its barrier came on.
+#[test]
+fn a_barrier_is_answered_only_on_the_connection_it_came_on() {
+    for reconnect in [false, true] {
+        let mut s = node(1);
+        let mut out = Vec::new();
+        secondary_under_primary(&mut s, &mut out);
+        out.clear();
+        s.packet(0, &Packet::Barrier { id: 5 }, &mut out);
+        let flush = out
+            .iter()
+            .find_map(|a| match a {
+                RAction::Disk { token, kind, .. } if *kind == DiskKind::Flush => {
+                    Some((*token, *kind))
+                }
+                _ => None,
+            })
+            .expect("an fdatasync for the barrier");
+        if reconnect {
+            s.peer_down(0, &mut out);
+            secondary_under_primary(&mut s, &mut out);
+        }
+        out.clear();
+        s.disk_done(0, flush.0, flush.1, Ok(()), &mut out);
+        let want = if reconnect { vec![] } else { vec![5] };
+        assert_eq!(
+            barrier_acks(&out),
+            want,
+            "reconnected: {reconnect}: {out:?}"
+        );
+    }
+}

@@ -25,9 +25,12 @@ pub(super) struct FlushOp {
 #[derive(Debug)]
 pub(super) enum FlushWaiter {
     Op(u64),
-    /// A peer's barrier: answered once our replica is flushed.
+    /// A peer's barrier: answered once our replica is flushed, on the connection it came
+    /// on (overlapping seed 17794: an answer that went out on the next one named a barrier
+    /// that connection never sent, and the Primary dropped it).
     PeerBarrier {
         peer: NodeId,
+        conn: u32,
         id: u64,
     },
     /// A resync finished: flush before declaring the replica up to date.

@@ -215,9 +215,9 @@ impl Replicas {
                 return;
             }
             p.barriers_in.pop_front();
-            let peer = p.id;
+            let (peer, conn) = (p.id, p.conn);
             if self.vols.iter().any(LocalVol::attached) {
-                self.flush_locally(b, FlushWaiter::PeerBarrier { peer, id }, out);
+                self.flush_locally(b, FlushWaiter::PeerBarrier { peer, conn, id }, out);
             } else {
                 let msg = Msg::BarrierAck { id, errno: EIO };
                 out.push(RAction::Send { peer, msg });

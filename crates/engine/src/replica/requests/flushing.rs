@@ -83,10 +83,13 @@ impl Requests {
                     self.barriers.local_answered(id, ok);
                     self.check_flush(rep, id, out);
                 }
-                FlushWaiter::PeerBarrier { peer, id } => {
-                    let errno = if ok { 0 } else { EIO };
-                    let msg = Msg::BarrierAck { id, errno };
-                    out.push(RAction::Send { peer, msg });
+                FlushWaiter::PeerBarrier { peer, conn, id } => {
+                    let same = rep.peers.get(peer).is_some_and(|p| p.up && p.conn == conn);
+                    if same {
+                        let errno = if ok { 0 } else { EIO };
+                        let msg = Msg::BarrierAck { id, errno };
+                        out.push(RAction::Send { peer, msg });
+                    }
                 }
                 FlushWaiter::ResyncDone { volume } => {
                     rep.resync_finished(&mut self.barriers, volume, ok, out)
