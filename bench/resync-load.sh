@@ -9,6 +9,11 @@
 #             application writes
 #   unpaced   resync-min-rate = "0": as fast as 2 MiB in flight goes
 #
+# LOAD=qd1 (the default) writes at iodepth 1; LOAD=half measures the unloaded IOPS
+# at iodepth 16 first and then writes at iodepth 16 held to half of them (fio
+# rate_iops), idle and during the resync: the issue's "steady foreground random-write
+# load at half the unloaded IOPS".
+#
 # It prints a Markdown table (mean and p99 write latency idle and during the
 # resync, their ratio, how long the resync took) and writes it to
 # bench/results/; beta's log of each variant is kept in
@@ -16,7 +21,7 @@
 # slow numbers.
 #
 #   bench/resync-load.sh
-#   IMAGE_MB=1024 RUNTIME=12 VARIANTS="paced unpaced" TANDEM_BIN=... bench/resync-load.sh
+#   IMAGE_MB=1024 RUNTIME=12 VARIANTS="paced unpaced" LOAD=half TANDEM_BIN=... bench/resync-load.sh
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,6 +29,8 @@ REPO=$(cd "$SCRIPT_DIR/.." && pwd)
 IMAGE_MB=${IMAGE_MB:-1024}
 RUNTIME=${RUNTIME:-12}
 VARIANTS=${VARIANTS:-paced unpaced}
+LOAD=${LOAD:-qd1}
+case $LOAD in qd1 | half) ;; *) echo "LOAD must be qd1 or half" >&2; exit 1 ;; esac
 TANDEM_BIN=${TANDEM_BIN:-$REPO/target/release/tandem}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results}
 PORT=${TANDEM_PORT:-7792}
@@ -59,10 +66,13 @@ start_node() {
   PIDS+=($!)
 }
 
-# fio_lat SECONDS OUT — 4k random writes at iodepth 1 through gamma; prints "mean_us p99_us iops"
+# fio_lat SECONDS OUT [DEPTH [RATE_IOPS]] — 4k random writes through gamma (iodepth 1
+# unless told, at most RATE_IOPS if given); prints "mean_us p99_us iops"
 fio_lat() {
+  local rate=()
+  [[ -n ${4:-} ]] && rate=(--rate_iops="$4")
   fio --name=lat --ioengine=nbd --uri="nbd+unix:///?socket=$WORK/gamma.sock" --rw=randwrite \
-    --bs=4k --iodepth=1 --time_based --runtime="$1" --norandommap --randrepeat=0 \
+    --bs=4k --iodepth="${3:-1}" "${rate[@]}" --time_based --runtime="$1" --norandommap --randrepeat=0 \
     --size="${IMAGE_MB}M" --output-format=json --output="$2" >/dev/null || true # SIGINT ends it
   python3 - "$2" <<'PY'
 import json, sys
@@ -99,7 +109,14 @@ for variant in $VARIANTS; do
   nbdcopy --flush "$WORK/src.img" "nbd+unix:///?socket=$WORK/gamma.sock"
   rm -f "$WORK/src.img"
   sleep 1
-  read -r idle_mean idle_p99 idle_iops < <(fio_lat "$RUNTIME" "$WORK/idle.json")
+  depth=1 half=""
+  if [[ $LOAD == half ]]; then
+    depth=16
+    read -r _ _ max_iops < <(fio_lat "$RUNTIME" "$WORK/max.json" "$depth")
+    half=$((max_iops / 2))
+    log "$variant: unloaded ${max_iops} IOPS at iodepth $depth; the load is $half IOPS"
+  fi
+  read -r idle_mean idle_p99 idle_iops < <(fio_lat "$RUNTIME" "$WORK/idle.json" "$depth" "$half")
   log "$variant: idle: mean ${idle_mean} us, p99 ${idle_p99} us"
   # Beta thrown away: its next start is synced in full from alpha, under the writes.
   kill -TERM "${PIDS[1]}"; wait "${PIDS[1]}" || true
@@ -109,7 +126,7 @@ for variant in $VARIANTS; do
   # in that first half second when fio started together with beta). They are
   # stopped (SIGINT: fio still reports) when beta is UpToDate, so the latencies are
   # those during the resync.
-  fio_lat 3600 "$WORK/sync.json" >"$WORK/sync.txt" &
+  fio_lat 3600 "$WORK/sync.json" "$depth" "$half" >"$WORK/sync.txt" &
   fio_pid=$!
   sleep 1
   t0=$(date +%s.%N)
@@ -121,7 +138,7 @@ for variant in $VARIANTS; do
   read -r sync_mean sync_p99 sync_iops <"$WORK/sync.txt"
   took=$(python3 -c "print(f'{$t1 - $t0:.1f}')")
   log "$variant: during the resync: mean ${sync_mean} us, p99 ${sync_p99} us; resync ${took} s"
-  ROWS+=("| $variant | $rate | $idle_iops | $idle_mean | $idle_p99 | $sync_iops | $sync_mean | $sync_p99 | $(python3 -c "print(f'{$sync_mean / $idle_mean:.2f}x')") | $took s ($(python3 -c "print(f'{$IMAGE_MB / ($t1 - $t0):.0f}')") MiB/s) |")
+  ROWS+=("| $variant | $rate | ${LOAD}${half:+ (${half} IOPS of ${max_iops})} | $idle_iops | $idle_mean | $idle_p99 | $sync_iops | $sync_mean | $sync_p99 | $(python3 -c "print(f'{$sync_mean / $idle_mean:.2f}x')") | $took s ($(python3 -c "print(f'{$IMAGE_MB / ($t1 - $t0):.0f}')") MiB/s) |")
   cp "$WORK/beta.log" "${TMPDIR:-/tmp}/resync-load-beta-$variant.log"
   stop_all
 done
@@ -132,12 +149,12 @@ out=$RESULTS_DIR/resync-load-$stamp.md
 {
   echo "# Foreground writes during a full resync — $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo
-  echo "Command (cwd \`$REPO\`): \`IMAGE_MB=$IMAGE_MB RUNTIME=$RUNTIME VARIANTS=\"$VARIANTS\" TANDEM_BIN=$TANDEM_BIN bench/resync-load.sh\`"
+  echo "Command (cwd \`$REPO\`): \`IMAGE_MB=$IMAGE_MB RUNTIME=$RUNTIME VARIANTS=\"$VARIANTS\" LOAD=$LOAD TANDEM_BIN=$TANDEM_BIN bench/resync-load.sh\`"
   echo
-  echo "tandem $("$TANDEM_BIN" --version 2>&1 | head -1), repo $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) CPUs; volume ${IMAGE_MB} MiB prefilled with random data; alpha and beta diskful, gamma diskless Primary (protocol C); fio 4k randwrite iodepth 1 through gamma for ${RUNTIME} s idle, then from 1 s before beta's restart after \`tandem invalidate\` (a full resync from alpha) until beta is UpToDate."
+  echo "tandem $("$TANDEM_BIN" --version 2>&1 | head -1), repo $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?'); $(nproc) CPUs; volume ${IMAGE_MB} MiB prefilled with random data; alpha and beta diskful, gamma diskless Primary (protocol C); fio 4k randwrite through gamma (load: qd1 = iodepth 1; half = iodepth 16 held to half the unloaded IOPS) for ${RUNTIME} s idle, then from 1 s before beta's restart after \`tandem invalidate\` (a full resync from alpha) until beta is UpToDate."
   echo
-  echo "| variant | resync-min-rate | idle IOPS | idle mean µs | idle p99 µs | during IOPS | during mean µs | during p99 µs | mean during / idle | resync took |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
+  echo "| variant | resync-min-rate | load | idle IOPS | idle mean µs | idle p99 µs | during IOPS | during mean µs | during p99 µs | mean during / idle | resync took |"
+  echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
   printf '%s\n' "${ROWS[@]}"
 } | tee "$out"
 log "results written to $out"
