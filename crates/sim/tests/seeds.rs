@@ -629,18 +629,6 @@ fn an_acknowledged_write_only_a_killed_replica_held_is_not_its_content() {
     assert!(out.converged);
 }
 
-/// Disk-errors soak seed 193051170: a Secondary stopped cleanly just after the other had
-/// finished pulling from it, with claims on it its metadata still kept; back, it listed
-/// them, and the other, up to date with newer ids (the Primary rotated them at the stop),
-/// became a sync target of a replica that could serve nothing. An up-to-date replica with
-/// newer ids takes an older one's claims as ones to serve, with or without claims of its own
-/// on it.
-#[test]
-fn an_up_to_date_replica_with_newer_ids_serves_an_older_ones_claims() {
-    let out = Sim::new(Family::DiskErrors.scenario(193_051_170)).run();
-    assert!(out.converged);
-}
-
 /// Unconverged runs of 0..20,000 (2026-11-26), each a diskless Primary whose last current
 /// replica went away with writes in flight, and now converged with every acknowledged
 /// write:

@@ -295,29 +295,25 @@ impl Replicas {
         let peer = self.peers[i].id;
         let newer = self.newer_than(i, v);
         let pv = &mut self.peers[i].vols[v];
-        let apart = pv.wrote_apart() || pv.peer_wrote_apart;
-        if self.vols[v].disk == DiskState::UpToDate && newer && !apart {
-            // Its ids are older than ours: what it claims we lack it kept from before it
-            // fell behind, or holds from a write that failed (a replica that missed an
-            // acknowledged write is older by its ids than one that holds it). Ours is newer
-            // there: it pulls ours (soak seed 110042041: a replica back from a clean stop
-            // claimed blocks the up-to-date one had since pulled from the Primary, and the
-            // two redialled forever; disk-errors soak seed 193051170: the same with no
-            // claim of ours on it, and we became a sync target of a replica that could
-            // serve nothing).
-            pv.oos.set_range(offset, u64::from(len));
-            if matches!(pv.list, ListState::Sent | ListState::Stale) {
-                out.push(out_of_sync(peer, v, offset, len));
-                out.push(out_of_sync(peer, v, 0, 0));
-            }
-            return Ok(());
-        }
         if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
-            if apart {
+            if pv.wrote_apart() || pv.peer_wrote_apart {
                 // Each has writes the other lacks, and one of us made them as Primary
                 // apart from the other: two Primaries. Count what it lists; at the end of
                 // its list, stop (see `SplitBrain`).
                 pv.claimed += u64::from(len).div_ceil(BLOCK);
+                return Ok(());
+            }
+            if newer {
+                // Its ids are older than ours: what it claims we lack it kept from before
+                // it fell behind, or holds from a write that failed. Ours is newer there:
+                // it pulls ours (soak seed 110042041: a replica back from a clean stop
+                // claimed blocks the up-to-date one had since pulled from the Primary, and
+                // the two redialled forever).
+                pv.oos.set_range(offset, u64::from(len));
+                if matches!(pv.list, ListState::Sent | ListState::Stale) {
+                    out.push(out_of_sync(peer, v, offset, len));
+                    out.push(out_of_sync(peer, v, 0, 0));
+                }
                 return Ok(());
             }
             // Each lacks writes of a third node, the Primary, which it missed while apart
