@@ -217,7 +217,7 @@ impl Resource {
         let first = self.rep.peers[i].vols[v].disk.is_none();
         if first {
             // Writes only it may hold, unconfirmed when its last link dropped: it holds
-            // them unless it restarted since (or its replica failed).
+            // them unless it crashed since (or its replica failed).
             let pv = &mut self.rep.peers[i].vols[v];
             // Back from a clean stop: consistent, so every write it received landed first
             // (`Resource::persisted`), as a node that never restarted.
