@@ -428,6 +428,14 @@ fn claims(net: &Net, n: NodeId, p: NodeId) -> u64 {
     peer.volumes[0].out_of_sync_bytes
 }
 
+/// Node `n`'s link to the Primary drops, and the write `req` at `offset` misses it; the
+/// peer ack tells the other Secondary.
+fn misses_write(net: &mut Net, n: NodeId, req: u64, offset: u64) {
+    net.link_down(0, n);
+    net.write(req, offset);
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+}
+
 /// Simulator overlapping seed 5730: two Secondaries apart from each other each missed
 /// writes in turn while cut off from the Primary, and each was synced by it. Their claims
 /// on each other were stale; they listed them to each other at every meeting, each took
@@ -438,9 +446,7 @@ fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it
     let mut net = Net::new();
     net.link_down(1, 2);
     // Node 2 misses a write: the peer ack tells node 1, which claims it.
-    net.link_down(0, 2);
-    net.write(1, 8192);
-    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    misses_write(&mut net, 2, 1, 8192);
     assert_eq!(claims(&net, 1, 2), 4096);
     // The Primary syncs node 2; node 1, away from node 2, hears it.
     net.link_up(0, 2);
@@ -451,9 +457,7 @@ fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it
         .any(|&(f, t, m)| f == 0 && t == 1 && matches!(m, Msg::InSync { node: 2, .. })));
     assert_eq!(claims(&net, 1, 2), 0, "the claim went with the sync");
     // In turn node 1 misses one, and node 2 claims it until the Primary syncs node 1.
-    net.link_down(0, 1);
-    net.write(2, 65536);
-    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    misses_write(&mut net, 1, 2, 65536);
     assert_eq!(claims(&net, 2, 1), 4096);
     net.link_up(0, 1);
     assert_eq!(net.nodes[1].disk(0), DiskState::UpToDate);
@@ -472,15 +476,11 @@ fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it
 fn in_sync_keeps_later_claims_and_is_refused_from_a_secondary() {
     let mut net = Net::new();
     net.link_down(1, 2);
-    net.link_down(0, 2);
-    net.write(1, 8192);
-    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    misses_write(&mut net, 2, 1, 8192);
     net.link_up(0, 2);
     assert_eq!(claims(&net, 1, 2), 0);
     // Node 2 misses another write after its sync: that claim is new, and stays.
-    net.link_down(0, 2);
-    net.write(2, 16384);
-    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    misses_write(&mut net, 2, 2, 16384);
     assert_eq!(claims(&net, 1, 2), 4096);
     // A hostile or confused word: from a Secondary it is refused, naming an unknown node
     // or volume too; none of them touches the claim.

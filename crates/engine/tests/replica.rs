@@ -2855,15 +2855,7 @@ fn diskless_primary_b(peers: &[u8]) -> Resource {
     let mut p = Resource::new(sp, vec![ReplicaAtStart::None]);
     let mut out = Vec::new();
     for &peer in peers {
-        p.peer_up(peer, &mut out);
-        let volume = Packet::Volume {
-            volume: 0,
-            size: 1 << 20,
-            disk: DiskState::UpToDate,
-            flags: 0,
-            gen: Default::default(),
-        };
-        p.packet(peer, &volume, &mut out);
+        meets(&mut p, peer, DiskState::UpToDate, &mut out);
     }
     p.promote(false, &mut out).unwrap();
     p
@@ -2941,24 +2933,6 @@ fn adopt_new_ids(p: &mut Resource, out: &mut Vec<RAction>) {
     }
 }
 
-/// Node 1, a Secondary, meets Primary node 0 (both replicas up to date).
-fn secondary_under_primary(s: &mut Resource, out: &mut Vec<RAction>) {
-    s.peer_up(0, out);
-    let role = Packet::Role {
-        role: Role::Primary,
-        incarnation: 1,
-    };
-    s.packet(0, &role, out);
-    let volume = Packet::Volume {
-        volume: 0,
-        size: 1 << 20,
-        disk: DiskState::UpToDate,
-        flags: 0,
-        gen: Default::default(),
-    };
-    s.packet(0, &volume, out);
-}
-
 fn barrier_acks(out: &[RAction]) -> Vec<u64> {
     out.iter()
         .filter_map(|a| match a {
@@ -2980,7 +2954,7 @@ fn a_barrier_is_answered_only_on_the_connection_it_came_on() {
     for reconnect in [false, true] {
         let mut s = node(1);
         let mut out = Vec::new();
-        secondary_under_primary(&mut s, &mut out);
+        primary_meets(&mut s, &mut out);
         out.clear();
         s.packet(0, &Packet::Barrier { id: 5 }, &mut out);
         let flush = out
@@ -2994,7 +2968,7 @@ fn a_barrier_is_answered_only_on_the_connection_it_came_on() {
             .expect("an fdatasync for the barrier");
         if reconnect {
             s.peer_down(0, &mut out);
-            secondary_under_primary(&mut s, &mut out);
+            primary_meets(&mut s, &mut out);
         }
         out.clear();
         s.disk_done(0, flush.0, flush.1, Ok(()), &mut out);

@@ -206,13 +206,13 @@ impl Requests {
         // there (protocol C): a kill -9 of that one node before its write would take an
         // acknowledged write no replica holds (simulator overlapping seeds 3459, 17948,
         // disk-errors 2934).
-        let current = rep
-            .peers
-            .up()
-            .filter(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
-            .count();
+        let current = || {
+            (rep.peers.up())
+                .filter(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
+                .count()
+        };
         let protocol = match rep.spec.protocol {
-            Protocol::A | Protocol::B if !local && current <= 1 => Protocol::C,
+            Protocol::A | Protocol::B if !local && current() <= 1 => Protocol::C,
             Protocol::A if !local => Protocol::B,
             p => p,
         };

@@ -149,8 +149,8 @@ impl Replicas {
         self.rank(i, v) == Rank::Above
     }
 
-    /// Once every diskful node has met us and listed, none is Primary or up to date, and
-    /// we outrank every contender among them: our replica is the reference.
+    /// Once every diskful node has met us and listed, none is up to date nor a Primary
+    /// keeping a replica, and we outrank every one of them: our replica is the reference.
     pub(super) fn check_gen_proven(&mut self, v: usize, out: &mut Vec<RAction>) {
         let vol = &self.vols[v];
         if vol.standing.is_none() || vol.disk != DiskState::Outdated || vol.resync.is_some() {
@@ -159,33 +159,11 @@ impl Replicas {
         if self.role == Role::Primary {
             return;
         }
-        // A Primary that keeps no replica of `v` holds none of its data: once its list to
-        // us ended, the ids decide as with no Primary (non-contenders too: they must have
-        // missed writes we hold).
-        let diskless_primary = match self.peers.up().find(|p| p.role == Role::Primary) {
-            None => false,
-            Some(p) if !p.vols[v].diskful && p.vols[v].listed => true,
-            Some(_) => return,
+        let Some(primary) = self.contest_primary(v) else {
+            return;
         };
-        let me = vol.standing.expect("checked above");
-        for (i, p) in self.peers.iter().enumerate() {
-            let pv = &p.vols[v];
-            if !pv.diskful {
-                continue;
-            }
-            if !p.up || !pv.listed || pv.disk.is_none() || pv.disk == Some(DiskState::UpToDate) {
-                return;
-            }
-            let above = match &pv.standing {
-                Some(them) if diskless_primary => {
-                    outranks(&me, self.spec.me, them, p.id) == Some(true)
-                }
-                Some(_) => self.rank(i, v) == Rank::Above,
-                None => !diskless_primary || lineage(&vol.gen, &pv.gen) == Lineage::Newer,
-            };
-            if !above {
-                return;
-            }
+        if !self.outranks_every_peer(v, primary) {
+            return;
         }
         let current = self.vols[v].gen.current;
         let vol = &mut self.vols[v];
@@ -209,33 +187,18 @@ impl Replicas {
     /// here (not pulled), and what the Primary's list named stays to pull.
     pub(super) fn settle_suspect_by_generation(&mut self, v: usize) {
         let vol = &self.vols[v];
-        let (Some(me), Some(_), Some(_)) = (&vol.standing, &vol.suspect, &vol.resync) else {
+        if vol.standing.is_none() || vol.suspect.is_none() || vol.resync.is_none() {
             return;
-        };
+        }
         if self.role == Role::Primary || vol.disk != DiskState::Inconsistent {
             return;
         }
-        let Some(primary) = self.peers.up().find(|p| p.role == Role::Primary) else {
+        // Only under a Primary, one that keeps no replica (with none, the contest's winner
+        // pulls from no one: see `pull_suspect`).
+        if self.contest_primary(v) != Some(ContestPrimary::Diskless)
+            || !self.outranks_every_peer(v, ContestPrimary::Diskless)
+        {
             return;
-        };
-        if primary.vols[v].diskful || !primary.vols[v].listed {
-            return;
-        }
-        for p in self.peers.iter() {
-            let pv = &p.vols[v];
-            if !pv.diskful {
-                continue;
-            }
-            if !p.up || !pv.listed || pv.disk.is_none() || pv.disk == Some(DiskState::UpToDate) {
-                return;
-            }
-            let above = match &pv.standing {
-                Some(them) => outranks(me, self.spec.me, them, p.id) == Some(true),
-                None => lineage(&vol.gen, &pv.gen) == Lineage::Newer,
-            };
-            if !above {
-                return;
-            }
         }
         let vol = &mut self.vols[v];
         let mut suspect = vol.suspect.take().expect("checked above");
@@ -246,6 +209,46 @@ impl Replicas {
             rs.to_pull.subtract(&suspect);
             rs.cursor = 0;
         }
+    }
+
+    /// What the connected Primary means for the contest over `v` (`None`: it is off). A
+    /// Primary that keeps no replica of `v` holds none of its data: once its list to us
+    /// ended, the ids decide as with no Primary (non-contenders too: they must have missed
+    /// writes we hold). One that keeps a replica, or has not listed yet, decides by its
+    /// lists.
+    fn contest_primary(&self, v: usize) -> Option<ContestPrimary> {
+        match self.peers.up().find(|p| p.role == Role::Primary) {
+            None => Some(ContestPrimary::None),
+            Some(p) if !p.vols[v].diskful && p.vols[v].listed => Some(ContestPrimary::Diskless),
+            Some(_) => None,
+        }
+    }
+
+    /// Every diskful peer of `v` has met us and listed, none is up to date, and our
+    /// standing is above each one's: a contender's by the contest, a non-contender's (under
+    /// a diskless Primary) by strictly older ids.
+    fn outranks_every_peer(&self, v: usize, primary: ContestPrimary) -> bool {
+        let vol = &self.vols[v];
+        let Some(me) = vol.standing else {
+            return false;
+        };
+        let diskless_primary = primary == ContestPrimary::Diskless;
+        self.peers.iter().enumerate().all(|(i, p)| {
+            let pv = &p.vols[v];
+            if !pv.diskful {
+                return true;
+            }
+            if !p.up || !pv.listed || pv.disk.is_none() || pv.disk == Some(DiskState::UpToDate) {
+                return false;
+            }
+            match &pv.standing {
+                Some(them) if diskless_primary => {
+                    outranks(&me, self.spec.me, them, p.id) == Some(true)
+                }
+                Some(_) => self.rank(i, v) == Rank::Above,
+                None => !diskless_primary || lineage(&vol.gen, &pv.gen) == Lineage::Newer,
+            }
+        })
     }
 
     /// Our replica of `v` was restarted consistent (or is up to date) and its ids are
@@ -388,4 +391,11 @@ impl Replicas {
             self.adopt_gen(v, gen, out);
         }
     }
+}
+
+/// The Primary a contest over a volume runs under (see `Replicas::contest_primary`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ContestPrimary {
+    None,
+    Diskless,
 }
