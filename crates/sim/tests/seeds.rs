@@ -685,3 +685,30 @@ fn a_write_only_a_since_detached_replica_held_fails() {
 fn a_list_names_the_blocks_served_before_it() {
     let _ = Sim::new(Family::Overlapping.scenario(180_025_125)).run();
 }
+
+/// The last unconverged runs of overlapping 0..20,000 (2026-11-26) and overlapping soak
+/// seed 30002577, each under a diskless Primary:
+/// - 7542, 11606, 13206: a write in flight to the only current replica failed when its link
+///   dropped; that replica had told the other, which the write missed, that it lacked it.
+///   Back, it was marked to pull the range from that other one, which waited for it: each
+///   refused the other for ever. A peer the write missed is no source for it now; the
+///   returning replica is the reference.
+/// - 15630: a replica being synced reported UpToDate as the Primary's notice that it lacked
+///   a failed write's range crossed it; the Primary cleared the mark, a write it alone
+///   received split a block's newest sectors between it and the reference. The Primary
+///   keeps such marks until a ping shows the replica heard them first, and vouches for a
+///   write, or takes it, only with a replica holding the blocks it covers in part.
+/// - 34041 (20,000..40,000): the reference for failed writes held only by a replica being
+///   synced was marked for all of them at its return, for one unrelated mark among their
+///   blocks; it is now marked block by block.
+/// - 30002577: a Secondary whose link once dropped with writes unsettled met the same run
+///   again but recorded no run for good; back from a crash, its log's extents stood as
+///   claims on the only current replica, which waited for them from a replica lacking nearly
+///   everything. Kept writes that made no claim no longer stop the run being recorded.
+#[test]
+fn the_last_unconverged_overlapping_runs_converge() {
+    for seed in [7542, 11606, 13206, 15630, 34041, 30_002_577] {
+        let out = Sim::new(Family::Overlapping.scenario(seed)).run();
+        assert!(out.converged, "overlapping seed {seed}");
+    }
+}

@@ -28,6 +28,16 @@ impl Bitmap {
         }
     }
 
+    /// An empty bitmap of the same size and block.
+    pub fn cleared(&self) -> Bitmap {
+        Bitmap {
+            words: vec![0; self.words.len()],
+            blocks: self.blocks,
+            set: 0,
+            block: self.block,
+        }
+    }
+
     pub fn block_size(&self) -> u64 {
         self.block
     }
@@ -175,6 +185,17 @@ impl Bitmap {
         self.words[(block / 64) as usize] & (1u64 << (block % 64)) != 0
     }
 
+    /// Some block the byte range covers only in part is set: a write of the range leaves
+    /// that block as lacking as it was (its other sectors; `clear_range` keeps it set).
+    pub fn any_partial(&self, offset: u64, len: u64) -> bool {
+        if self.set == 0 {
+            return false;
+        }
+        let whole = offset.div_ceil(self.block)..(offset + len) / self.block;
+        self.blocks_of(offset, len)
+            .any(|b| !whole.contains(&b) && self.is_set(b))
+    }
+
     pub fn any_in(&self, offset: u64, len: u64) -> bool {
         self.set != 0 && self.blocks_of(offset, len).any(|b| self.is_set(b))
     }
@@ -225,5 +246,39 @@ mod tests {
         assert_eq!(b.next_set(255), Some(255));
         b.clear_range(0, 1 << 20);
         assert_eq!(b.next_set(0), None);
+    }
+
+    /// Rule F (overlapping seed 15630): a write vouched for by a replica known to lack a
+    /// block it covers only in part would leave that block's newest sectors split between
+    /// two replicas; blocks it covers whole, or does not touch, do not count.
+    #[test]
+    fn any_partial_sees_only_set_blocks_a_range_covers_in_part() {
+        let mut b = Bitmap::new(1 << 20);
+        assert!(!b.any_partial(0, 1 << 20), "nothing set");
+        b.set_range(8 * 4096, 4096);
+        // Whole blocks only: covered, or beside it.
+        assert!(!b.any_partial(8 * 4096, 4096), "block 8 covered whole");
+        assert!(!b.any_partial(7 * 4096, 3 * 4096), "blocks 7-9 whole");
+        assert!(!b.any_partial(9 * 4096 + 512, 512), "inside block 9 only");
+        assert!(
+            !b.any_partial(7 * 4096 + 512, 4096 - 512),
+            "ends at block 8's start"
+        );
+        // Block 8 in part: its first sectors, its last, or a range that ends or starts in it.
+        assert!(b.any_partial(8 * 4096, 512), "block 8's first sector");
+        assert!(b.any_partial(9 * 4096 - 512, 512), "block 8's last sector");
+        // Seed 15630's Zero: block 7 whole, sectors 0-2 of block 8.
+        assert!(b.any_partial(28672, 5632));
+        assert!(
+            b.any_partial(8 * 4096 + 512, 2 * 4096),
+            "starts inside block 8"
+        );
+        // Seed 15630's failed write, 30720+6656: blocks 7 and 9 in part, block 8 whole.
+        assert!(!b.any_partial(30720, 6656));
+        b.set_range(9 * 4096, 1);
+        assert!(
+            b.any_partial(30720, 6656),
+            "block 9 set and covered in part"
+        );
     }
 }

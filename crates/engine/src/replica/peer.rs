@@ -7,6 +7,7 @@ use super::bitmap::Bitmap;
 use super::event::LinkLoss;
 use super::generation::{GenIds, Standing};
 use super::msg::Msg;
+use super::nodeset::NodeSet;
 use super::spec::{NodeId, ResourceSpec};
 use super::status::Repl;
 use crate::io::ReqId;
@@ -74,9 +75,31 @@ pub(super) struct PeerVol {
     /// elsewhere (and marked it) or failed; it may or may not have written them (see
     /// `Replicas::unanswered_lost`).
     pub(super) unanswered: Option<Bitmap>,
+    /// Diskful peers that were not sent one of the writes in `unanswered` (their links
+    /// were down): this peer, if it received the write, told them live that they lack
+    /// it (`Replicas::note_third_parties`), so none of them is where it pulls the range
+    /// back from (see `Replicas::unanswered_lost`).
+    pub(super) unanswered_missed: NodeSet,
+    /// Blocks told it live on this connection (after our list) since its last UpToDate
+    /// report: an UpToDate it sent before hearing them crosses them (see `synced` in
+    /// `Replicas::peer_volume`).
+    pub(super) told_live: Option<Bitmap>,
+    /// Blocks told live before an UpToDate report that may have crossed them: kept out of
+    /// sync until the answer to the ping we sent then (its number on this connection)
+    /// shows whether it heard them first (`Replicas::settle_unsure`).
+    pub(super) unsure: Option<(Bitmap, u64)>,
 }
 
 impl PeerVol {
+    /// Its replica can vouch for a write of this range: it is up to date, and we do not
+    /// know it to lack a block the write covers only in part. (A peer says UpToDate until
+    /// it hears what it missed; one written there would hold the write's sectors and lack
+    /// the block's others, and the replica holding those, away, would lack the write:
+    /// overlapping seed 15630, the block's newest data split between two replicas.)
+    pub(super) fn current_for(&self, offset: u64, len: u64) -> bool {
+        self.diskful && self.disk == Some(DiskState::UpToDate) && !self.oos.any_partial(offset, len)
+    }
+
     pub(super) fn wrote_apart(&self) -> bool {
         self.apart.as_ref().is_some_and(|b| b.count() > 0)
     }
@@ -131,6 +154,10 @@ pub(super) struct Peer {
     pub(super) barriers_in: VecDeque<(u64, u64)>,
     pub(super) last_rx_ms: u64,
     pub(super) ping_sent_ms: Option<u64>,
+    /// Pings sent on this connection, and answers received (answered in order: answer
+    /// `n` follows everything we sent before ping `n`).
+    pub(super) pings: u64,
+    pub(super) pongs: u64,
 }
 
 impl PeerVol {
@@ -154,6 +181,9 @@ impl PeerVol {
             standing: None,
             unconfirmed: None,
             unanswered: None,
+            unanswered_missed: NodeSet::EMPTY,
+            told_live: None,
+            unsure: None,
         }
     }
 
@@ -171,6 +201,16 @@ impl PeerVol {
         self.listed = false;
         self.written_before_list.clear();
         self.list = ListState::NotSent;
+        // Their bits stay: listed again on the next connection.
+        self.told_live = None;
+        self.unsure = None;
+    }
+
+    /// A live notice of this range went to it (see `told_live`).
+    pub(super) fn told(&mut self, offset: u64, len: u64) {
+        self.told_live
+            .get_or_insert_with(|| self.oos.cleared())
+            .set_range(offset, len);
     }
 
     /// Our list of what it lacks, then its end (possibly an empty list): the peer then
@@ -225,6 +265,7 @@ impl Peer {
         let pv = &mut self.vols[v];
         pv.oos.set_range(offset, u64::from(len));
         if self.up && matches!(pv.list, ListState::Sent | ListState::Stale) {
+            pv.told(offset, u64::from(len));
             out.push(out_of_sync(self.id, v, offset, len));
             out.push(out_of_sync(self.id, v, 0, 0));
         }
@@ -318,6 +359,8 @@ impl Peer {
             barriers_in: VecDeque::new(),
             last_rx_ms: 0,
             ping_sent_ms: None,
+            pings: 0,
+            pongs: 0,
         }
     }
 
@@ -329,6 +372,8 @@ impl Peer {
         self.role = Role::Secondary;
         self.last_rx_ms = now_ms;
         self.ping_sent_ms = None;
+        self.pings = 0;
+        self.pongs = 0;
         self.rx_last_seq = 0;
         for pv in &mut self.vols {
             pv.connection_ended();
@@ -369,6 +414,7 @@ impl Peer {
             && now_ms.saturating_sub(self.last_rx_ms) >= spec.ping_interval_ms
         {
             self.ping_sent_ms = Some(now_ms);
+            self.pings += 1;
             return Timer::Ping;
         }
         Timer::Quiet

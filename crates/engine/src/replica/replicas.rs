@@ -105,6 +105,13 @@ impl Replicas {
         self.vols[v].up_to_date() || self.peers.up_to_date(v)
     }
 
+    /// A write of this range of volume `v` can be vouched for: our replica is up to date,
+    /// or a connected peer's is and holds every block the write covers only in part (see
+    /// `PeerVol::current_for`).
+    pub(super) fn current_within_reach(&self, v: usize, offset: u64, len: u64) -> bool {
+        self.vols[v].up_to_date() || self.peers.up().any(|p| p.vols[v].current_for(offset, len))
+    }
+
     pub(super) fn alloc_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;

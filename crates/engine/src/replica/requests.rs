@@ -127,8 +127,9 @@ impl Requests {
             Io::Write { offset, len, .. }
             | Io::Trim { offset, len, .. }
             | Io::Zero { offset, len, .. } => {
-                // Writes need a replica that is current somewhere.
-                if !rep.up_to_date_within_reach(v) {
+                // Writes need a replica that is current somewhere: where they cover a
+                // block only in part, one that holds the block's other sectors.
+                if !rep.current_within_reach(v, offset, u64::from(len)) {
                     return out.push(complete(Err(IoError::NoData)));
                 }
                 let (o, l) = (offset, u64::from(len));
@@ -206,9 +207,10 @@ impl Requests {
         // there (protocol C): a kill -9 of that one node before its write would take an
         // acknowledged write no replica holds (simulator overlapping seeds 3459, 17948,
         // disk-errors 2934).
+        let (o, l) = (shape.offset, u64::from(shape.len));
         let current = || {
             (rep.peers.up())
-                .filter(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
+                .filter(|p| p.vols[v].current_for(o, l))
                 .count()
         };
         let protocol = match rep.spec.protocol {
@@ -241,7 +243,7 @@ impl Requests {
             }
             out.push(RAction::Send { peer: p.id, msg });
             sent_to.insert(p.id);
-            if p.vols[v].disk == Some(DiskState::UpToDate) {
+            if p.vols[v].current_for(o, l) {
                 w.current.insert(p.id);
             }
             let (offset, len, sent_ms) = (shape.offset, shape.len, now);
@@ -260,6 +262,7 @@ impl Requests {
                 p.app_waiting.insert(seq, req);
             }
         }
+        w.sent_to = sent_to;
         let local = local.then_some(Local {
             req,
             volume,
@@ -444,7 +447,9 @@ impl Requests {
                 break;
             }
             for (r, io) in ready {
-                if rep.role != Role::Primary || !rep.up_to_date_within_reach(v) {
+                let s = Shape::of(io);
+                let (o, l) = (s.offset, u64::from(s.len));
+                if rep.role != Role::Primary || !rep.current_within_reach(v, o, l) {
                     out.push(RAction::Complete {
                         req: r,
                         result: Err(IoError::NoData),
@@ -548,7 +553,7 @@ impl Requests {
     ) {
         if let Some(req) = rep.peers[i].app_waiting.remove(&seq) {
             let p = &rep.peers[i];
-            let current = |v: usize| p.vols[v].disk == Some(DiskState::UpToDate);
+            let current = |v: usize, o: u64, l: u32| p.vols[v].current_for(o, u64::from(l));
             self.writes.answered(req, p.id, ok, current);
             self.check_write(rep, req, out);
         }
@@ -577,7 +582,7 @@ fn references_for_failed(rep: &Replicas, v: usize, w: &AppWrite) -> NodeSet {
         if holders.contains(p.id) {
             // Up to date when the write went out, or since (a holder whose link dropped
             // is known only by the former).
-            let current = w.current.contains(p.id) || pv.disk == Some(DiskState::UpToDate);
+            let current = w.current.contains(p.id) || pv.current_for(offset, len);
             // Up to date, it received the write and its link dropped before it answered:
             // it keeps the range as it was or with the write (either is right for a
             // failed write), and holds the range's older writes whole where a holder

@@ -191,6 +191,9 @@ impl Replicas {
         l.open.remove(peer);
         if l.last > seq {
             let writes = l.writes.clone();
+            if !writes.is_empty() {
+                self.claimed_from_lost_writes(out);
+            }
             for w in &writes {
                 self.mark_lacking(peer, w, out);
             }

@@ -9,6 +9,7 @@ use super::bitmap::BLOCK;
 use super::event::{DiskChange, ProtocolError};
 use super::generation::{lineage, Lineage};
 use super::msg::Msg;
+use super::nodeset::NodeSet;
 use super::peer::{out_of_sync, send_ranges, ListState, Peer};
 use super::replicas::Replicas;
 use super::resync::Resync;
@@ -61,6 +62,7 @@ impl Replicas {
             return Ok(());
         }
         let mut synced = false;
+        let mut barrier = false;
         if disk == DiskState::UpToDate
             && was.is_some_and(|w| w != DiskState::UpToDate)
             && pv.list == ListState::Sent
@@ -71,6 +73,27 @@ impl Replicas {
             pv.served = None;
             pv.repl = Repl::Established;
             synced = true;
+            // Except what we told it live since its last UpToDate: it may have sent this
+            // one before hearing those (overlapping seed 15630: a failed write's holder
+            // being synced, marked to pull the range back from the reference, reported
+            // UpToDate as the notice crossed it; cleared, the Primary took it as current
+            // there, and a write it alone then received split a block's newest sectors
+            // between it and the reference). A ping settles which: its answer comes after
+            // the replica handled the notices, and after its new state if they made it
+            // Inconsistent. Only as Primary: our view of a replica vouches for writes and
+            // serves reads; a Secondary's claims need no more than today's clearing (kept
+            // a moment longer, they met a peer's newer ids and were yielded as ours to pull).
+            let told = pv.told_live.take();
+            if let Some(told) = told.filter(|t| t.count() > 0 && self.role == Role::Primary) {
+                pv.oos.union_with(&told);
+                let mut unsure = told;
+                if let Some((earlier, _)) = pv.unsure.take() {
+                    unsure.union_with(&earlier);
+                }
+                pv.unsure = Some((unsure, 0));
+                barrier = true;
+                synced = false;
+            }
         }
         // An UpToDate replica that restarted and was synced by a peer while we were away
         // may hold what that peer lacked (see `LocalVol::unproven`): only the Primary
@@ -131,6 +154,18 @@ impl Replicas {
         }
         if synced {
             self.tell_in_sync(i, v, out);
+        }
+        if barrier {
+            let p = &mut self.peers[i];
+            p.pings += 1;
+            p.ping_sent_ms.get_or_insert(self.now_ms);
+            if let Some(u) = p.vols[v].unsure.as_mut() {
+                u.1 = p.pings;
+            }
+            out.push(RAction::Send {
+                peer: p.id,
+                msg: Msg::Ping,
+            });
         }
         self.check_fresh_cluster(v, out);
         self.check_proven(v, out);
@@ -311,6 +346,7 @@ impl Replicas {
                 // the two redialled forever).
                 pv.oos.set_range(offset, u64::from(len));
                 if matches!(pv.list, ListState::Sent | ListState::Stale) {
+                    pv.told(offset, u64::from(len));
                     out.push(out_of_sync(peer, v, offset, len));
                     out.push(out_of_sync(peer, v, 0, 0));
                 }
@@ -373,34 +409,55 @@ impl Replicas {
     /// (overlapping seed 2942: otherwise both replicas lacked the range), or, back from a
     /// restart, when no peer is away (one away may be current: we cannot know; seed 3731:
     /// a crashed Secondary, the only replica up to date, was marked for a write in flight
-    /// at its crash, and the other one, behind, could not serve it).
+    /// at its crash, and the other one, behind, could not serve it). A peer in `missed`
+    /// was not sent one of those writes: the returning replica, if it received it, told
+    /// that peer it lacks the range (its live notice of a write the peer missed), so that
+    /// peer is no source for it, however current we know it to be (overlapping seeds
+    /// 7542, 11606, 13206: each of the two then refused the other the range for ever).
     pub(super) fn unanswered_lost(
         &mut self,
         i: usize,
         v: usize,
         u: &Bitmap,
         disk: DiskState,
+        missed: NodeSet,
         out: &mut Vec<RAction>,
     ) {
         let others = |j: usize, p: &Peer| j != i && p.vols[v].diskful;
-        let current = self.vols[v].disk == DiskState::UpToDate
-            || self.peers.iter().enumerate().any(|(j, p)| {
-                let pv = &p.vols[v];
-                others(j, p)
-                    && p.up
-                    && pv.disk == Some(DiskState::UpToDate)
-                    && !pv.oos.intersects(u)
-            });
         let away = self
             .peers
             .iter()
             .enumerate()
             .any(|(j, p)| others(j, p) && !p.up);
+        let reference = (disk == DiskState::UpToDate || !away) && disk != DiskState::Diskless;
+        // A source for the whole range, as one replica's claims on another cover it whole
+        // (overlapping seed 15345: split block by block, the range's blocks went to two
+        // sources, and the returning replica's claims on one of them, kept from its crash,
+        // named a block it was told to pull from that one).
+        let current = self.vols[v].disk == DiskState::UpToDate
+            || self.peers.iter().enumerate().any(|(j, p)| {
+                let pv = &p.vols[v];
+                others(j, p)
+                    && !missed.contains(p.id)
+                    && p.up
+                    && pv.disk == Some(DiskState::UpToDate)
+                    && !pv.oos.intersects(u)
+            });
+        // With none, its own marks count block by block (overlapping seed 34041: a mark it
+        // had on one block of the range made it pull every other too, where it was the
+        // only replica that held them: both lacked them).
+        let (mut pull, mut mine) = (u.cleared(), u.cleared());
+        let block = u.block_size();
+        let mut b = 0;
+        while let Some(k) = u.next_set(b) {
+            b = k + 1;
+            let theirs = current || !reference || self.peers[i].vols[v].oos.is_set(k);
+            let to = if theirs { &mut pull } else { &mut mine };
+            to.set_range(k * block, block);
+        }
         let size = self.vols[v].size;
-        let pv = &mut self.peers[i].vols[v];
-        let reference = disk == DiskState::UpToDate || !away;
-        if current || !reference || disk == DiskState::Diskless || pv.oos.intersects(u) {
-            pv.oos.union_with(u);
+        self.peers[i].vols[v].oos.union_with(&pull);
+        if mine.count() == 0 {
             return;
         }
         for (j, p) in self.peers.iter_mut().enumerate() {
@@ -408,9 +465,12 @@ impl Replicas {
                 continue;
             }
             let pv = &mut p.vols[v];
-            pv.oos.union_with(u);
+            pv.oos.union_with(&mine);
             if p.up && matches!(pv.list, ListState::Sent | ListState::Stale) {
-                send_ranges(p.id, v, u, size, out);
+                pv.told_live
+                    .get_or_insert_with(|| mine.cleared())
+                    .union_with(&mine);
+                send_ranges(p.id, v, &mine, size, out);
             }
         }
     }
@@ -474,6 +534,30 @@ impl Replicas {
         }
         pv.oos.clear_range(0, vol.size);
         pv.apart = None;
+    }
+
+    /// Peer `i` answered a ping: blocks kept out of sync at an UpToDate report that may
+    /// have crossed our live notices of them are settled once the answer follows that
+    /// report's ping. Still UpToDate: it had handled them before the report (a notice
+    /// handled after it makes it Inconsistent, and its new state comes before this
+    /// answer), so it holds them. Otherwise they stay, for its next UpToDate to clear.
+    pub(super) fn settle_unsure(&mut self, i: usize, out: &mut Vec<RAction>) {
+        for v in 0..self.vols.len() {
+            let p = &mut self.peers[i];
+            let pongs = p.pongs;
+            let pv = &mut p.vols[v];
+            let Some((mut unsure, _)) = pv.unsure.take_if(|(_, n)| *n <= pongs) else {
+                continue;
+            };
+            if pv.disk != Some(DiskState::UpToDate) || pv.list != ListState::Sent {
+                continue;
+            }
+            if let Some(told) = pv.told_live.as_ref() {
+                unsure.subtract(told);
+            }
+            pv.oos.subtract(&unsure);
+            self.tell_in_sync(i, v, out);
+        }
     }
 
     /// We lack this range (a peer says so): become a sync target for it.

@@ -2,6 +2,7 @@
 //! flight together; later ones wait in arrival order), what each replica made of them,
 //! and when one is done.
 
+use super::bitmap::Bitmap;
 use super::msg::{DataRef, Msg};
 use super::nodeset::NodeSet;
 use super::overlap::{InFlight, Waiting};
@@ -41,6 +42,8 @@ pub(super) struct AppWrite {
     pub(super) current: NodeSet,
     /// Our own replica was up to date when it started.
     pub(super) local_current: bool,
+    /// The peers it was sent to (the others were not connected: they missed it).
+    pub(super) sent_to: NodeSet,
     /// Set once the FUA barrier started.
     barrier: bool,
     /// Its completion was checked against the generation ids (it may wait for them to
@@ -71,6 +74,7 @@ impl AppWrite {
             received: NodeSet::EMPTY,
             current: NodeSet::EMPTY,
             local_current: false,
+            sent_to: NodeSet::EMPTY,
             barrier: false,
             rotated: false,
             parked: false,
@@ -313,13 +317,13 @@ impl Writes {
         req: ReqId,
         peer: NodeId,
         ok: bool,
-        current: impl Fn(usize) -> bool,
+        current: impl Fn(usize, u64, u32) -> bool,
     ) {
         if let Some(w) = self.by_req.get_mut(&req) {
             w.peers_pending.remove(peer);
             if ok {
                 w.peers_ok.insert(peer);
-                if current(w.volume as usize) {
+                if current(w.volume as usize, w.offset, w.len) {
                     w.current.insert(peer);
                 }
             }
@@ -328,9 +332,12 @@ impl Writes {
 
     /// `peer`'s replica of volume `v` is up to date now: the writes in flight it wrote
     /// (protected from its resync's older data) are on a current replica.
-    pub(super) fn peer_current(&mut self, v: usize, peer: NodeId) {
+    pub(super) fn peer_current(&mut self, v: usize, peer: NodeId, lacks: &Bitmap) {
         for w in self.by_req.values_mut() {
-            if w.volume as usize == v && w.peers_ok.contains(peer) {
+            if w.volume as usize == v
+                && w.peers_ok.contains(peer)
+                && !lacks.any_partial(w.offset, u64::from(w.len))
+            {
                 w.current.insert(peer);
             }
         }

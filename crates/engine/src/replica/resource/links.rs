@@ -6,6 +6,7 @@ use crate::replica::action::RAction;
 use crate::replica::bitmap::Bitmap;
 use crate::replica::event::{Event, LinkLoss};
 use crate::replica::msg::Msg;
+use crate::replica::nodeset::NodeSet;
 use crate::replica::spec::NodeId;
 use tandem_wire::packet::Role;
 
@@ -79,10 +80,17 @@ impl Resource {
                     w.missing.insert(peer);
                     let (v, offset, len) = (u.volume as usize, u.offset, u64::from(u.len));
                     let size = self.rep.vols[v].size;
-                    self.rep.peers[i].vols[v]
-                        .unanswered
+                    let mut missed = NodeSet::EMPTY;
+                    for p in self.rep.peers.iter() {
+                        if p.id != peer && p.vols[v].diskful && !w.sent_to.contains(p.id) {
+                            missed.insert(p.id);
+                        }
+                    }
+                    let pv = &mut self.rep.peers[i].vols[v];
+                    pv.unanswered
                         .get_or_insert_with(|| Bitmap::new(size))
                         .set_range(offset, len);
+                    pv.unanswered_missed = pv.unanswered_missed.union(missed);
                 }
                 // Completed (protocol A/B): it is on some replica, and maybe not on this one.
                 // If no other replica can hold it (we keep none, and every other one lacks
@@ -111,7 +119,7 @@ impl Resource {
             self.app.release_rotated(&mut self.rep, released, out);
         }
         for (_, req) in orphans.app_waiting {
-            self.app.writes.answered(req, peer, false, |_| false);
+            self.app.writes.answered(req, peer, false, |_, _, _| false);
             self.app.check_write(&mut self.rep, req, out);
         }
         for (id, _) in orphans.barriers_out {

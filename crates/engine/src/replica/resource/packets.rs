@@ -145,7 +145,12 @@ impl Resource {
                 peer,
                 msg: Msg::PingAck,
             }),
-            Packet::PingAck => self.rep.peers[i].ping_sent_ms = None,
+            Packet::PingAck => {
+                let p = &mut self.rep.peers[i];
+                p.ping_sent_ms = None;
+                p.pongs += 1;
+                self.rep.settle_unsure(i, out);
+            }
             Packet::SplitBrain {
                 volume,
                 mine,
@@ -226,16 +231,22 @@ impl Resource {
             let restarted = !met || disk == DiskState::Diskless;
             let unconfirmed = pv.unconfirmed.take();
             let unanswered = pv.unanswered.take();
+            let missed = std::mem::replace(&mut pv.unanswered_missed, NodeSet::EMPTY);
             if let Some(u) = unconfirmed.filter(|_| restarted) {
                 // It crashed: it holds them or lost them, and no other replica may hold
                 // them; settled as writes in flight at its loss.
-                self.rep.unanswered_lost(i, v, &u, disk, out);
+                self.rep
+                    .unanswered_lost(i, v, &u, disk, NodeSet::EMPTY, out);
             }
             // Restarted or not: it may have written them, and a run of ours it meets
             // again settles its own record of them (`met_run_again`; overlapping soak
             // seed 168082195: a failed write it alone had written stayed there).
+            // Its live notices to the peers it knew missed them stand only if it kept its
+            // state (back from a crash, its claims on an up-to-date peer are pulled instead,
+            // see `claims_become_suspect`, and its own data may have lost what it wrote).
+            let missed = if restarted { NodeSet::EMPTY } else { missed };
             if let Some(u) = unanswered {
-                self.rep.unanswered_lost(i, v, &u, disk, out);
+                self.rep.unanswered_lost(i, v, &u, disk, missed, out);
             }
         }
         let deferred = first && self.app.writes.missing(v, self.rep.peers[i].id);
@@ -246,7 +257,8 @@ impl Resource {
         let id = self.rep.peers[i].id;
         if disk == DiskState::UpToDate {
             // Its resync ended: the writes it took meanwhile are on a current replica.
-            self.app.writes.peer_current(v, id);
+            let lacks = &self.rep.peers[i].vols[v].oos;
+            self.app.writes.peer_current(v, id, lacks);
         }
         if let Some(rs) = self.rep.vols[v]
             .resync
