@@ -1008,7 +1008,11 @@ impl Sim {
             // (a request goes to the replicas connected when it starts; one that connects
             // meanwhile is not sent it: seed 30093754), and the Primary told so (a replica
             // that has just finished its resync says so on a link that may still carry a
-            // backlog of acknowledgements).
+            // backlog of acknowledgements). For a write, also one the Primary does not know
+            // to lack a block the write covers in part: written there, the block would hold
+            // the write's sectors and miss its others (rule F, overlapping seed 15630; soak
+            // seed 204006330: a replica back from away said UpToDate before it heard the
+            // Primary's list naming such a block).
             let (v, submitted) = match p {
                 Pending::Write { idx, submitted } => (self.writes[idx].volume, submitted),
                 Pending::Read {
@@ -1019,10 +1023,17 @@ impl Sim {
                 } => (volume, submitted),
             };
             let primary = self.nodes[0].engine.status();
+            let range = match p {
+                Pending::Write { idx, .. } => Some((self.writes[idx].offset, self.writes[idx].len)),
+                _ => None,
+            };
             let told = |i: usize| {
-                primary.peers.iter().any(|p| {
-                    p.id == i as NodeId && p.volumes[v as usize].disk == Some(DiskState::UpToDate)
-                })
+                let id = i as NodeId;
+                primary
+                    .peers
+                    .iter()
+                    .any(|p| p.id == id && p.volumes[v as usize].disk == Some(DiskState::UpToDate))
+                    && range.is_none_or(|(o, l)| self.nodes[0].engine.peer_current_for(id, v, o, l))
             };
             let reachable = (0..self.nodes.len()).any(|i| {
                 self.live_replica(i, v as usize)

@@ -712,3 +712,13 @@ fn the_last_unconverged_overlapping_runs_converge() {
         assert!(out.converged, "overlapping seed {seed}");
     }
 }
+
+/// Soak seed 204006330: a replica back from away said UpToDate before it heard the
+/// Primary's list, which named a block a write then covered in part; the Primary refused
+/// the write (rule F) with that replica the only one in reach. The checker counts a
+/// replica as in reach for a write only where the Primary would let it vouch for it.
+#[test]
+fn a_write_to_part_of_a_block_its_only_replica_in_reach_lacks_may_fail() {
+    let out = Sim::new(Family::Overlapping.scenario(204_006_330)).run();
+    assert!(out.converged, "overlapping seed 204006330");
+}

@@ -315,6 +315,15 @@ impl Resource {
         self.rep.vols.iter().any(|v| v.apply.busy(0, v.size))
     }
 
+    /// Peer `peer`'s replica of `volume` can vouch for a write of this range, as we see it
+    /// (`PeerVol::current_for`): up to date, and not known to lack a block the range
+    /// covers only in part. The simulator's availability check asks it.
+    pub fn peer_current_for(&self, peer: NodeId, volume: u16, offset: u64, len: u64) -> bool {
+        (self.rep.peers.iter())
+            .find(|p| p.id == peer)
+            .is_some_and(|p| p.vols[volume as usize].current_for(offset, len))
+    }
+
     /// Whether any connected peer is Primary.
     pub fn peer_primary(&self) -> Option<NodeId> {
         self.rep.peers.primary()
