@@ -399,8 +399,17 @@ impl Peer {
         }
     }
 
+    /// When the oldest write it has not confirmed went out: writes take their seqs in the
+    /// order they are sent, on a clock that never goes back, so it is the first (drivers
+    /// ask at every wake-up, with a window of writes in flight).
+    fn oldest_unacked_ms(&self) -> Option<u64> {
+        let oldest = self.unacked.values().next().map(|u| u.sent_ms);
+        debug_assert_eq!(oldest, self.unacked.values().map(|u| u.sent_ms).min());
+        oldest
+    }
+
     pub(super) fn timer(&mut self, now_ms: u64, spec: &ResourceSpec) -> Timer {
-        let oldest = self.unacked.values().map(|u| u.sent_ms).min();
+        let oldest = self.oldest_unacked_ms();
         if oldest.is_some_and(|t| now_ms.saturating_sub(t) > spec.timeout_ms) {
             return Timer::Drop(LinkLoss::WriteTimeout(spec.timeout_ms));
         }
@@ -422,12 +431,7 @@ impl Peer {
 
     /// When [`timer`](Self::timer) next has something to do.
     pub(super) fn next_timer(&self, spec: &ResourceSpec) -> impl Iterator<Item = u64> {
-        let unacked = self
-            .unacked
-            .values()
-            .map(|u| u.sent_ms)
-            .min()
-            .map(|t| t + spec.timeout_ms + 1);
+        let unacked = self.oldest_unacked_ms().map(|t| t + spec.timeout_ms + 1);
         let ping = match self.ping_sent_ms {
             Some(t) => t + spec.ping_timeout_ms + 1,
             None => self.last_rx_ms + spec.ping_interval_ms,
