@@ -705,9 +705,28 @@ fn a_list_names_the_blocks_served_before_it() {
 ///   again but recorded no run for good; back from a crash, its log's extents stood as
 ///   claims on the only current replica, which waited for them from a replica lacking nearly
 ///   everything. Kept writes that made no claim no longer stop the run being recorded.
+/// - 39262, 30003616: under a diskless Primary, a Secondary back from a crash that the
+///   Primary's same run settled pulled only from an up-to-date replica, and the other
+///   replica, being synced, pulled from no such contender, though each held what the other
+///   lacked (30003616: the first also listed a claim, restored from a write that failed,
+///   on a block the Primary then listed it). Under that run it pulls from a replica being
+///   synced, and lists the others only after that Primary's list, minus what it names.
+///   Soak seeds 204010155, 204050846 and 204095975 had the same shapes.
 #[test]
 fn the_last_unconverged_overlapping_runs_converge() {
-    for seed in [7542, 11606, 13206, 15630, 34041, 30_002_577] {
+    for seed in [
+        7542,
+        11606,
+        13206,
+        15630,
+        34041,
+        39262,
+        30_002_577,
+        30_003_616,
+        204_010_155,
+        204_050_846,
+        204_095_975,
+    ] {
         let out = Sim::new(Family::Overlapping.scenario(seed)).run();
         assert!(out.converged, "overlapping seed {seed}");
     }
@@ -721,4 +740,28 @@ fn the_last_unconverged_overlapping_runs_converge() {
 fn a_write_to_part_of_a_block_its_only_replica_in_reach_lacks_may_fail() {
     let out = Sim::new(Family::Overlapping.scenario(204_006_330)).run();
     assert!(out.converged, "overlapping seed 204006330");
+}
+
+/// Soak seeds of a replica current under a connected Primary (`current_under_primary`):
+/// - disk-errors 193051170: a Secondary stopped cleanly as the other, synced from it, said
+///   UpToDate, and listed the blocks it had served as claims at its return; the other, up
+///   to date, became a sync target of a replica that could serve nothing. It now marks the
+///   lister instead.
+/// - cluster-crash + power-loss 201015450: a replica synced with no Primary around kept
+///   older ids, then alone held a Primary's acknowledged write, and yielded its claim to a
+///   peer with newer ids that lacked the write. It now keeps the claim.
+/// - cluster-crash + power-loss 203039356 and cluster-crash 208008376, 208014974: converge
+///   with these rules and the ones for a crash settled by the Primary's run.
+#[test]
+fn a_replica_current_under_the_primary_outranks_ids() {
+    for (seed, family) in [
+        (193_051_170, Family::DiskErrors),
+        (201_015_450, Family::PowerLossClusterCrash),
+        (203_039_356, Family::PowerLossClusterCrash),
+        (208_008_376, Family::ClusterCrash),
+        (208_014_974, Family::ClusterCrash),
+    ] {
+        let out = Sim::new(family.scenario(seed)).run();
+        assert!(out.converged, "{family:?} seed {seed}");
+    }
 }

@@ -33,6 +33,9 @@ pub(super) struct LocalVol {
     /// Back from a crash in the same boot, having taken writes from a Primary's run: met
     /// again as Primary, that run settles the activity log's extents (see `writer.rs`).
     pub(super) crashed_under: Option<super::run::CrashedUnder>,
+    /// The run that, met again as Primary, settled those extents (see `writer.rs`): while
+    /// it is connected, its lists name all each replica lacks (`settled_by_primary`).
+    pub(super) settled_by: Option<super::run::PrimaryRun>,
     pub(super) apply: ApplyQueue,
     pub(super) resync: Option<Resync>,
     /// When the application last wrote to this volume (here as Primary, or replicated to
@@ -79,6 +82,7 @@ impl LocalVol {
                 || (found == ReplicaAtStart::Crashed && !alone),
             suspect: (found == ReplicaAtStart::Crashed && !alone).then(|| Bitmap::new(size)),
             crashed_under: None,
+            settled_by: None,
             apply: ApplyQueue::default(),
             resync,
             abandoned: BTreeSet::new(),
@@ -136,6 +140,7 @@ impl LocalVol {
         if !matches!(disk, DiskState::Outdated | DiskState::Inconsistent) {
             // Settled (UpToDate) or failed: no longer ranked by its start.
             self.standing = None;
+            self.settled_by = None;
         }
         // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
         // but zeroes) until data arrives, so nodes that meet later still see a new

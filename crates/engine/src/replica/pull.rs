@@ -35,7 +35,10 @@ impl Replicas {
         let rs = self.vols[v].resync.as_ref();
         // A replica that restarted waits for an up-to-date source: one being synced may
         // serve data older than the contest's winner holds.
-        let contender = self.vols[v].standing.is_some();
+        // Not once the run that settled our crash is connected: its lists name all each
+        // replica lacks (overlapping seed 39262: each of two replicas held what the other
+        // lacked, and neither pulled from the other).
+        let contender = self.vols[v].standing.is_some() && !self.settled_by_primary(v);
         let refused = |id: &NodeId| rs.is_some_and(|r| r.refused.contains(id));
         let has = |p: &&Peer, want: DiskState| p.vols[v].diskful && p.vols[v].disk == Some(want);
         if let Some(p) = self

@@ -279,6 +279,18 @@ impl Replicas {
         self.peers[i].vols[v].oos.set_all();
     }
 
+    /// Our replica of `v` is up to date under a connected Primary whose list to us ended:
+    /// it holds every write that Primary completed (it sends us each one since).
+    pub(super) fn current_under_primary(&self, v: usize) -> bool {
+        self.role != Role::Primary
+            && self.vols[v].diskful
+            && self.vols[v].disk == DiskState::UpToDate
+            && self
+                .peers
+                .up()
+                .any(|p| p.role == Role::Primary && p.vols[v].listed)
+    }
+
     /// Peer `i`'s ids are strictly newer than ours.
     pub(super) fn peer_newer(&self, i: usize, v: usize) -> bool {
         lineage(&self.vols[v].gen, &self.peers[i].vols[v].gen) == Lineage::Older

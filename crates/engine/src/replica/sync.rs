@@ -48,9 +48,18 @@ impl Replicas {
             self.stale_if_older(i, v, out);
             self.full_sync_if_older(i, v);
         }
-        if disk == DiskState::UpToDate && self.role != Role::Primary && self.peer_newer(i, v) {
+        if disk == DiskState::UpToDate
+            && self.role != Role::Primary
+            && self.peer_newer(i, v)
+            && !self.current_under_primary(v)
+        {
             // It is current with newer ids: what we claim it lacks is older than its
-            // data, or from writes that failed; we take its version.
+            // data, or from writes that failed; we take its version. Not when we are
+            // current under a connected Primary ourselves: we then hold every write it
+            // completed, and our claims are its writes the peer missed (our ids may be
+            // older only because we were synced with no Primary around and took none:
+            // cluster-crash soak seed 201015450, a replica that alone held a Primary's
+            // acknowledged write yielded it to a peer that lacked it, and both waited).
             self.yield_claims(i, v, out);
         }
         let mine = self.vols[v].disk;
@@ -129,8 +138,9 @@ impl Replicas {
             // and end the list even when empty: then it knows all it lacks. Diskless
             // Primaries list too: they know what they wrote; the peer pulls from a replica.
             // Writes still in flight that missed it mark their bits when they complete, so
-            // the list waits for them.
-            if deferred {
+            // the list waits for them. Under the run that settled our crash, it waits for
+            // that Primary's list to us (see `waits_for_primary_list`).
+            if deferred || self.waits_for_primary_list(i, v) {
                 self.peers[i].vols[v].list = ListState::Deferred;
             } else {
                 self.send_list(i, v, out);
@@ -249,11 +259,42 @@ impl Replicas {
             // The last list: every node has told what it knows we missed.
             self.pull_suspect(v, None, out);
         }
+        self.send_deferred_lists(v, out);
         self.pump_resync(b, volume, out);
         self.check_proven(v, out);
         self.check_gen_proven(v, out);
         self.adopt_from_primary(v, out);
         Ok(())
+    }
+
+    /// Back from a crash that the connected Primary's run settled, our list to another
+    /// replica waits for that Primary's list to us: a block it names we lack is one we
+    /// claim no peer lacks (`on_out_of_sync`), and a claim listed before it came could
+    /// not be taken back (overlapping seed 30003616: restored from a write that failed,
+    /// it was listed just before the Primary listed us the block, the failed write
+    /// settled against us; each replica then refused the other the block).
+    fn waits_for_primary_list(&self, i: usize, v: usize) -> bool {
+        self.role != Role::Primary
+            && self.peers[i].role != Role::Primary
+            && self.settled_by_primary(v)
+            && self
+                .peers
+                .up()
+                .any(|p| p.role == Role::Primary && !p.vols[v].listed)
+    }
+
+    /// Lists that waited for the Primary's (`waits_for_primary_list`) go once it ended,
+    /// or once it no longer applies (that Primary gone or demoted).
+    pub(super) fn send_deferred_lists(&mut self, v: usize, out: &mut Vec<RAction>) {
+        if self.role == Role::Primary {
+            return; // a Primary's lists wait for its writes (`Requests`)
+        }
+        for i in 0..self.peers.len() {
+            let p = &self.peers[i];
+            if p.up && p.vols[v].list == ListState::Deferred && !self.waits_for_primary_list(i, v) {
+                self.send_list(i, v, out);
+            }
+        }
     }
 
     /// A replica back from a clean restart (Outdated, not unproven) that lacks nothing
@@ -329,7 +370,25 @@ impl Replicas {
         }
         let peer = self.peers[i].id;
         let newer = self.newer_than(i, v);
+        let current = self.current_under_primary(v);
         let pv = &mut self.peers[i].vols[v];
+        let behind = matches!(pv.disk, Some(DiskState::Outdated | DiskState::Inconsistent));
+        if newer && current && behind && !pv.listed && !pv.wrote_apart() && !pv.peer_wrote_apart {
+            // Its list, while it is behind with older ids and we are current under a
+            // connected Primary whose list to us ended: we hold every write that Primary
+            // completed, and a write of an earlier one we lack would have left our ids
+            // older than its holder's. What it claims is stale (disk-errors soak seed
+            // 193051170: a Secondary stopped cleanly as the other, synced from it, said
+            // UpToDate; its metadata kept what it had served as claims, and the other
+            // became a sync target of a replica that could serve nothing). It pulls ours.
+            pv.oos.set_range(offset, u64::from(len));
+            if matches!(pv.list, ListState::Sent | ListState::Stale) {
+                pv.told(offset, u64::from(len));
+                out.push(out_of_sync(peer, v, offset, len));
+                out.push(out_of_sync(peer, v, 0, 0));
+            }
+            return Ok(());
+        }
         if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
             if pv.wrote_apart() || pv.peer_wrote_apart {
                 // Each has writes the other lacks, and one of us made them as Primary
@@ -364,6 +423,16 @@ impl Replicas {
         }
         // After the end of its list, a peer's notices are live: a write we missed.
         let live = pv.listed;
+        if self.peers[i].role == Role::Primary && self.settled_by_primary(v) {
+            // The run that settled our crash says we lack this: it missed no write a peer
+            // lacks here (it marked that peer too), and a write that failed it settled
+            // against us. What we claim the others lack here is no claim (overlapping seed
+            // 30003616: a claim kept from a failed write the Primary then listed us left
+            // the block lacking on both replicas, each refusing the other).
+            for p in self.peers.iter_mut().filter(|p| p.id != peer) {
+                p.vols[v].oos.clear_range(offset, u64::from(len));
+            }
+        }
         self.mark_behind(v, peer, offset, u64::from(len), live, out);
         self.pump_resync(b, volume, out);
         Ok(())

@@ -80,6 +80,24 @@ impl Replicas {
         self.record_writer(None, out);
     }
 
+    /// Back from a crash and not UpToDate since, our replica of `v` was settled by the run
+    /// of the Primary connected now (`met_writer`), and we made no claim from a lost
+    /// Primary's writes since: that Primary marked every write we missed (its list names
+    /// all we lack) and every write we hold that a peer lacks, and settles every write that
+    /// failed (`unanswered_lost`): a peer's replica that no list names as lacking a block
+    /// holds it current, as for a replica that never restarted, and what that Primary
+    /// lists us we claim no peer lacks (overlapping seeds 39262, 30003616).
+    pub(super) fn settled_by_primary(&self, v: usize) -> bool {
+        let vol = &self.vols[v];
+        let Some(run) = vol.settled_by.filter(|_| vol.standing.is_some()) else {
+            return false;
+        };
+        !self.writer.compared
+            && self.peers.up().any(|p| {
+                p.role == Role::Primary && p.id == run.node && p.incarnation == run.incarnation
+            })
+    }
+
     /// Peer `i` is Primary in its run: a replica back from a crash under that same run
     /// needs none of its log's extents; under another run it pulls them as before.
     pub(super) fn met_writer(&mut self, i: usize, out: &mut Vec<RAction>) {
@@ -104,6 +122,7 @@ impl Replicas {
             for p in self.peers.iter_mut() {
                 p.vols[v].oos.subtract(&c.log);
             }
+            vol.settled_by = Some(run);
             let bytes = c.log.count() * c.log.block_size();
             out.push(RAction::Event(Event::CrashSettledByRun {
                 volume: v as u16,

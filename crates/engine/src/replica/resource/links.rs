@@ -137,6 +137,9 @@ impl Resource {
                 out.push(RAction::Event(Event::ResyncInterrupted { volume, peer }));
             }
         }
+        for v in 0..self.rep.vols.len() {
+            self.rep.send_deferred_lists(v, out);
+        }
     }
 
     /// We end the connection to `peer`: the driver closes it.

@@ -48,6 +48,11 @@ impl Resource {
                     self.rep.met_writer(i, out);
                 }
                 let was = std::mem::replace(&mut self.rep.peers[i].role, role);
+                if was == Role::Primary && role != Role::Primary {
+                    for v in 0..self.rep.vols.len() {
+                        self.rep.send_deferred_lists(v, out);
+                    }
+                }
                 if role == Role::Primary && was != Role::Primary {
                     // Promoted while connected: its list came already; our suspect ranges
                     // are pulled under it now.
