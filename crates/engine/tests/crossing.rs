@@ -5,243 +5,11 @@
 //! in-memory network whose disks answer at once; a direction of a link can be held (its
 //! packets wait, in order) to make two packets cross.
 
-use std::collections::VecDeque;
-use tandem_engine::replica::{
-    DiskState, Event, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
-};
-use tandem_engine::{Io, IoError, ReqId};
+mod common;
 
-const SIZE: u64 = 1 << 20;
-const BLOCK: u64 = 4096;
-static BYTES: [u8; 1 << 16] = [7; 1 << 16];
-
-fn spec(me: NodeId, diskless_primary: bool) -> ResourceSpec {
-    ResourceSpec {
-        me,
-        nodes: (0..3)
-            .map(|id| (id, vec![id != 0 || !diskless_primary]))
-            .collect(),
-        sizes: vec![SIZE],
-        protocol: Protocol::C,
-        ping_interval_ms: 1000,
-        ping_timeout_ms: 500,
-        timeout_ms: 6000,
-        resync_chunk: 64 << 10,
-        resync_window: 4,
-        resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
-        gi_seed: 0x5eed_0000 + u64::from(me),
-    }
-}
-
-/// Three nodes, node 0 Primary (diskless or not), every replica up to date, every link up.
-struct Net {
-    nodes: Vec<Resource>,
-    queue: VecDeque<(NodeId, RAction)>,
-    up: [[bool; 3]; 3],
-    /// Directions whose packets wait in `waiting` until `release`.
-    held: [[bool; 3]; 3],
-    waiting: Vec<(NodeId, NodeId, Msg)>,
-    /// A filter on packets: `false` drops it (the link loses it).
-    pass: fn(NodeId, NodeId, &Msg) -> bool,
-    /// Packets delivered: (from, to, message).
-    sent: Vec<(NodeId, NodeId, Msg)>,
-    /// Application completions: (node, request, result).
-    done: Vec<(NodeId, ReqId, Result<(), IoError>)>,
-    events: Vec<(NodeId, Event)>,
-    diskless_primary: bool,
-    now: u64,
-}
-
-impl Net {
-    fn new(diskless_primary: bool) -> Net {
-        let nodes = (0..3)
-            .map(|me| {
-                let found = if me == 0 && diskless_primary {
-                    ReplicaAtStart::None
-                } else {
-                    ReplicaAtStart::UpToDate
-                };
-                Resource::new(spec(me, diskless_primary), vec![found])
-            })
-            .collect();
-        let mut net = Net {
-            nodes,
-            queue: VecDeque::new(),
-            up: [[false; 3]; 3],
-            held: [[false; 3]; 3],
-            waiting: Vec::new(),
-            pass: |_, _, _| true,
-            sent: Vec::new(),
-            done: Vec::new(),
-            events: Vec::new(),
-            diskless_primary,
-            now: 0,
-        };
-        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
-            net.link_up(a, b);
-        }
-        let mut out = Vec::new();
-        net.nodes[0].promote(false, &mut out).unwrap();
-        net.push(0, out);
-        net.run();
-        net
-    }
-
-    fn link_up(&mut self, a: NodeId, b: NodeId) {
-        self.up[a as usize][b as usize] = true;
-        self.up[b as usize][a as usize] = true;
-        for (x, y) in [(a, b), (b, a)] {
-            let mut out = Vec::new();
-            self.nodes[x as usize].peer_up(y, &mut out);
-            self.push(x, out);
-        }
-        self.run();
-    }
-
-    /// The link drops: packets waiting on it are lost.
-    fn link_down(&mut self, a: NodeId, b: NodeId) {
-        self.up[a as usize][b as usize] = false;
-        self.up[b as usize][a as usize] = false;
-        self.waiting
-            .retain(|&(f, t, _)| !((f, t) == (a, b) || (f, t) == (b, a)));
-        for (x, y) in [(a, b), (b, a)] {
-            let mut out = Vec::new();
-            self.nodes[x as usize].peer_down(y, &mut out);
-            self.push(x, out);
-        }
-        self.run();
-    }
-
-    /// Packets from `from` to `to` wait (in order) until `release`.
-    fn hold(&mut self, from: NodeId, to: NodeId) {
-        self.held[from as usize][to as usize] = true;
-    }
-
-    /// The packets waiting from `from` to `to` arrive, in order, and the link flows again.
-    fn release(&mut self, from: NodeId, to: NodeId) {
-        self.held[from as usize][to as usize] = false;
-        let (now, later) = self
-            .waiting
-            .drain(..)
-            .partition(|&(f, t, _)| (f, t) == (from, to));
-        self.waiting = later;
-        for (f, t, msg) in now {
-            self.queue.push_back((f, RAction::Send { peer: t, msg }));
-        }
-        self.run();
-    }
-
-    /// Packets waiting from `from` to `to`.
-    fn in_flight(&self, from: NodeId, to: NodeId) -> Vec<Msg> {
-        (self.waiting.iter())
-            .filter(|&&(f, t, _)| (f, t) == (from, to))
-            .map(|&(_, _, m)| m)
-            .collect()
-    }
-
-    fn push(&mut self, from: NodeId, out: Vec<RAction>) {
-        self.queue.extend(out.into_iter().map(|a| (from, a)));
-    }
-
-    fn run(&mut self) {
-        while let Some((at, a)) = self.queue.pop_front() {
-            let mut out = Vec::new();
-            let i = at as usize;
-            match a {
-                RAction::Send { peer, msg } => {
-                    let p = peer as usize;
-                    if !self.up[i][p] || !(self.pass)(at, peer, &msg) {
-                        continue;
-                    }
-                    if self.held[i][p] {
-                        self.waiting.push((at, peer, msg));
-                        continue;
-                    }
-                    self.sent.push((at, peer, msg));
-                    let packet = msg.to_packet(|_, len| &BYTES[..len as usize]);
-                    self.nodes[p].packet(at, &packet, &mut out);
-                    self.push(peer, out);
-                    continue;
-                }
-                RAction::Disk {
-                    volume,
-                    token,
-                    kind,
-                    ..
-                } => self.nodes[i].disk_done(volume, token, kind, Ok(()), &mut out),
-                RAction::Complete { req, result, .. } => self.done.push((at, req, result)),
-                RAction::Event(e) => self.events.push((at, e)),
-                _ => {}
-            }
-            self.push(at, out);
-        }
-    }
-
-    fn tick(&mut self, ms: u64) {
-        self.now += ms;
-        for n in 0..3u8 {
-            let mut out = Vec::new();
-            self.nodes[n as usize].tick(self.now, &mut out);
-            self.push(n, out);
-        }
-        self.run();
-    }
-
-    fn submit(&mut self, req: u64, io: Io) {
-        let mut out = Vec::new();
-        self.nodes[0].submit(ReqId(req), 0, io, &mut out);
-        self.push(0, out);
-        self.run();
-    }
-
-    fn write(&mut self, req: u64, offset: u64, len: u32) {
-        let io = Io::Write {
-            offset,
-            len,
-            fua: false,
-        };
-        self.submit(req, io);
-    }
-
-    /// How the Primary answered request `req`, if it did.
-    fn answer(&self, req: u64) -> Option<Result<(), IoError>> {
-        (self.done.iter())
-            .find(|&&(n, r, _)| n == 0 && r == ReqId(req))
-            .map(|&(_, _, res)| res)
-    }
-
-    /// What node `n` counts peer `p` out of sync with volume 0, in bytes.
-    fn claims(&self, n: NodeId, p: NodeId) -> u64 {
-        let st = self.nodes[n as usize].status();
-        let peer = st.peers.iter().find(|x| x.id == p).expect("a peer");
-        peer.volumes[0].out_of_sync_bytes
-    }
-
-    /// The disk state node `n` last heard from peer `p`.
-    fn seen(&self, n: NodeId, p: NodeId) -> Option<DiskState> {
-        let st = self.nodes[n as usize].status();
-        let peer = st.peers.iter().find(|x| x.id == p).expect("a peer");
-        peer.volumes[0].disk
-    }
-
-    /// Packets delivered from `from` to `to` that `f` picks.
-    fn delivered(&self, from: NodeId, to: NodeId, f: impl Fn(&Msg) -> bool) -> Vec<Msg> {
-        (self.sent.iter())
-            .filter(|&&(a, b, ref m)| (a, b) == (from, to) && f(m))
-            .map(|&(_, _, m)| m)
-            .collect()
-    }
-
-    /// Resync requests `from` sent to `to`.
-    fn pulled(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
-        (self.sent.iter())
-            .filter_map(|&(f, t, msg)| match msg {
-                Msg::ResyncReq { offset, len, .. } if (f, t) == (from, to) => Some((offset, len)),
-                _ => None,
-            })
-            .collect()
-    }
-}
+use common::{Net, BLOCK, SIZE};
+use tandem_engine::replica::{DiskState, Event, Msg, NodeId, ReplicaAtStart, Resource};
+use tandem_engine::{Io, IoError};
 
 /// Overlapping seed 15630, up to the crossing. A diskless Primary; node 1, back from a
 /// link drop, is being synced from node 2 when a write to blocks 7-9 (30720+6656, blocks 7
@@ -251,7 +19,7 @@ impl Net {
 /// before that notice reaches it: its UpToDate report crosses the notice. Returns with the
 /// report handled by the Primary and the Primary's packets to node 1 still in flight.
 fn report_crosses_notice() -> Net {
-    let mut net = Net::new(true);
+    let mut net = Net::diskless_primary();
     // Node 1 misses a write away from both others; back, the Primary lists it, and it has
     // no source until node 2 returns.
     net.link_down(1, 2);
@@ -334,7 +102,7 @@ fn an_up_to_date_report_that_crosses_a_live_notice_leaves_the_notified_blocks_ou
 /// more.
 #[test]
 fn a_replica_that_heard_the_notice_before_its_report_is_cleared_at_the_ping_answer() {
-    let mut net = Net::new(true);
+    let mut net = Net::diskless_primary();
     net.link_down(1, 2);
     net.link_down(0, 1);
     net.write(1, 64 * BLOCK, 4096);
@@ -395,7 +163,7 @@ fn a_diskless_primary_refuses_a_write_to_part_of_a_block_its_only_current_replic
 /// then leaves, and node 1 returns. Node 1's first report says UpToDate; the Primary's list
 /// naming block 8 is on its way to it. Returns there.
 fn listed_but_not_heard() -> Net {
-    let mut net = Net::new(true);
+    let mut net = Net::diskless_primary();
     net.link_down(1, 2);
     net.link_down(0, 1);
     net.write(1, 8 * BLOCK, 4096);
@@ -470,16 +238,6 @@ fn recorded_writer(net: &Net, n: NodeId) -> Option<tandem_engine::replica::Prima
         .flatten()
 }
 
-/// Bytes of distinct 4 KiB blocks node `n` asked its peers for.
-fn distinct_pulled(net: &Net, n: NodeId) -> u64 {
-    let blocks: std::collections::BTreeSet<u64> = (0..3)
-        .filter(|&p| p != n)
-        .flat_map(|p| net.pulled(n, p))
-        .flat_map(|(o, len)| o / BLOCK..(o + u64::from(len)).div_ceil(BLOCK))
-        .collect();
-    blocks.len() as u64 * BLOCK
-}
-
 /// Node 2 crashes (the same boot) away from the others, its whole volume in its activity
 /// log and its metadata naming the run `recorded_writer` says; node 0 writes block 16
 /// meanwhile. It comes back to both.
@@ -488,7 +246,7 @@ fn crash_node_2(net: &mut Net) {
     net.link_down(0, 2);
     net.link_down(1, 2);
     net.write(9, 16 * BLOCK, 4096);
-    net.nodes[2] = Resource::new(spec(2, net.diskless_primary), vec![ReplicaAtStart::Crashed]);
+    net.nodes[2] = Resource::new(net.spec(2), vec![ReplicaAtStart::Crashed]);
     net.nodes[2].restore_suspect(0, [(0, SIZE)]).unwrap();
     if let Some(run) = run {
         net.nodes[2].restore_writer(0, run).unwrap();
@@ -520,7 +278,7 @@ fn settled_by_run(net: &Net, n: NodeId) -> Vec<u64> {
 /// stood as claims on the only current replica).
 #[test]
 fn a_secondary_that_kept_writes_then_met_the_same_primary_run_again_settles_a_later_crash_by_it() {
-    let mut net = Net::new(false);
+    let mut net = Net::new();
     net.write(1, 0, 4096);
     net.link_down(0, 2);
     assert_eq!(net.nodes[2].unsettled_writes(0), vec![(0, 4096)]);
@@ -531,7 +289,7 @@ fn a_secondary_that_kept_writes_then_met_the_same_primary_run_again_settles_a_la
     assert_eq!(net.claims(2, 1), 0, "its kept write claimed nothing");
     let recorded = recorded_writer(&net, 2);
     crash_node_2(&mut net);
-    assert_eq!(distinct_pulled(&net, 2), BLOCK, "only block 16");
+    assert_eq!(net.distinct_pulled(2), BLOCK, "only block 16");
     assert_eq!(settled_by_run(&net, 2), vec![SIZE], "{:?}", net.events);
     assert_eq!(recorded.map(|r| r.node), Some(0), "the run, recorded again");
 }
@@ -542,17 +300,14 @@ fn a_secondary_that_kept_writes_then_met_the_same_primary_run_again_settles_a_la
 /// the log, though node 2 met that run again.
 #[test]
 fn a_secondary_whose_kept_writes_made_a_claim_records_no_run_again() {
-    let mut net = Net::new(false);
+    let mut net = Net::new();
     net.pass = |from, to, msg| !(from == 0 && to == 1 && matches!(msg, Msg::Write { .. }));
     net.write(1, 0, 4096);
     net.pass = |_, _, _| true;
     // Both Secondaries lose the Primary at once, and compare.
     for n in [1, 2] {
-        net.up[0][n] = false;
-        net.up[n][0] = false;
-        let mut out = Vec::new();
-        net.nodes[n].peer_down(0, &mut out);
-        net.push(n as NodeId, out);
+        net.cut(0, n);
+        net.notice_down(n, 0);
     }
     net.run();
     assert_eq!(
@@ -562,9 +317,7 @@ fn a_secondary_whose_kept_writes_made_a_claim_records_no_run_again() {
     );
     // The Primary, alive in the same run, sees the links drop and come back.
     for n in [1, 2] {
-        let mut out = Vec::new();
-        net.nodes[0].peer_down(n, &mut out);
-        net.push(0, out);
+        net.notice_down(0, n);
         net.run();
         net.link_up(0, n);
     }
@@ -573,7 +326,7 @@ fn a_secondary_whose_kept_writes_made_a_claim_records_no_run_again() {
     assert_eq!(net.claims(2, 1), 0, "node 1 pulled the write");
     let recorded = recorded_writer(&net, 2);
     crash_node_2(&mut net);
-    assert_eq!(distinct_pulled(&net, 2), SIZE, "its log");
+    assert_eq!(net.distinct_pulled(2), SIZE, "its log");
     assert!(settled_by_run(&net, 2).is_empty(), "{:?}", net.events);
     assert_eq!(recorded, None);
 }

@@ -2,177 +2,15 @@
 //! says every replica has it, and Secondaries that lose the Primary compare what they
 //! received. Three diskful nodes over an in-memory network whose disks answer at once.
 
-use std::collections::VecDeque;
-use tandem_engine::replica::{
-    DiskState, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec, Role,
-};
-use tandem_engine::{Io, ReqId};
+mod common;
 
-const SIZE: u64 = 1 << 20;
-static BYTES: [u8; 1 << 16] = [7; 1 << 16];
-
-fn spec(me: NodeId) -> ResourceSpec {
-    ResourceSpec {
-        me,
-        nodes: (0..3).map(|id| (id, vec![true])).collect(),
-        sizes: vec![SIZE],
-        protocol: Protocol::C,
-        ping_interval_ms: 1000,
-        ping_timeout_ms: 500,
-        timeout_ms: 6000,
-        resync_chunk: 64 << 10,
-        resync_window: 4,
-        resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
-        gi_seed: 0x5eed_0000 + u64::from(me),
-    }
-}
-
-/// Three nodes, every replica up to date, node 0 Primary, every link up.
-struct Net {
-    nodes: Vec<Resource>,
-    queue: VecDeque<(NodeId, RAction)>,
-    up: [[bool; 3]; 3],
-    /// A filter on packets: `false` drops it (the link loses it).
-    pass: fn(NodeId, NodeId, &Msg) -> bool,
-    /// `Settled` actions: (node, peer, upto).
-    settled: Vec<(NodeId, NodeId, u64)>,
-    /// Packets delivered: (from, to, message).
-    sent: Vec<(NodeId, NodeId, Msg)>,
-    /// Connections a node dropped: (node, peer).
-    dropped: Vec<(NodeId, NodeId)>,
-    now: u64,
-}
-
-impl Net {
-    fn new() -> Net {
-        let nodes = (0..3)
-            .map(|me| Resource::new(spec(me), vec![ReplicaAtStart::UpToDate]))
-            .collect();
-        let mut net = Net {
-            nodes,
-            queue: VecDeque::new(),
-            up: [[false; 3]; 3],
-            pass: |_, _, _| true,
-            settled: Vec::new(),
-            sent: Vec::new(),
-            dropped: Vec::new(),
-            now: 0,
-        };
-        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
-            net.link_up(a, b);
-        }
-        let mut out = Vec::new();
-        net.nodes[0].promote(false, &mut out).unwrap();
-        net.push(0, out);
-        net.run();
-        net
-    }
-
-    fn link_up(&mut self, a: NodeId, b: NodeId) {
-        self.up[a as usize][b as usize] = true;
-        self.up[b as usize][a as usize] = true;
-        for (x, y) in [(a, b), (b, a)] {
-            let mut out = Vec::new();
-            self.nodes[x as usize].peer_up(y, &mut out);
-            self.push(x, out);
-        }
-        self.run();
-    }
-
-    fn link_down(&mut self, a: NodeId, b: NodeId) {
-        self.up[a as usize][b as usize] = false;
-        self.up[b as usize][a as usize] = false;
-        for (x, y) in [(a, b), (b, a)] {
-            let mut out = Vec::new();
-            self.nodes[x as usize].peer_down(y, &mut out);
-            self.push(x, out);
-        }
-    }
-
-    fn push(&mut self, from: NodeId, out: Vec<RAction>) {
-        self.queue.extend(out.into_iter().map(|a| (from, a)));
-    }
-
-    fn run(&mut self) {
-        while let Some((at, a)) = self.queue.pop_front() {
-            let mut out = Vec::new();
-            let (n, i) = (at, at as usize);
-            match a {
-                RAction::Send { peer, msg } => {
-                    if !self.up[i][peer as usize] || !(self.pass)(at, peer, &msg) {
-                        continue;
-                    }
-                    self.sent.push((at, peer, msg));
-                    let packet = msg.to_packet(|_, len| &BYTES[..len as usize]);
-                    self.nodes[peer as usize].packet(at, &packet, &mut out);
-                    self.push(peer, out);
-                    continue;
-                }
-                RAction::Disk {
-                    volume,
-                    token,
-                    kind,
-                    ..
-                } => self.nodes[i].disk_done(volume, token, kind, Ok(()), &mut out),
-                RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
-                RAction::Disconnect { peer, .. } => self.dropped.push((n, peer)),
-                _ => {}
-            }
-            self.push(n, out);
-        }
-    }
-
-    fn tick(&mut self, ms: u64) {
-        self.now += ms;
-        for n in 0..3u8 {
-            let mut out = Vec::new();
-            self.nodes[n as usize].tick(self.now, &mut out);
-            self.push(n, out);
-        }
-        self.run();
-    }
-
-    /// What `from` told `to` it lacks, live or listed.
-    fn listed(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
-        self.sent
-            .iter()
-            .filter_map(|&(f, t, msg)| match msg {
-                Msg::OutOfSync { offset, len, .. } if f == from && t == to && len > 0 => {
-                    Some((offset, len))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Resync requests `from` sent to `to`.
-    fn pulled(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
-        self.sent
-            .iter()
-            .filter_map(|&(f, t, msg)| match msg {
-                Msg::ResyncReq { offset, len, .. } if f == from && t == to => Some((offset, len)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn write(&mut self, req: u64, offset: u64) {
-        let mut out = Vec::new();
-        let io = Io::Write {
-            offset,
-            len: 4096,
-            fua: false,
-        };
-        self.nodes[0].submit(ReqId(req), 0, io, &mut out);
-        self.push(0, out);
-        self.run();
-    }
-}
+use common::{Net, SIZE};
+use tandem_engine::replica::{DiskState, Msg, NodeId, RAction, ReplicaAtStart, Resource, Role};
 
 #[test]
 fn a_secondary_holds_a_write_until_the_primary_settles_it() {
     let mut net = Net::new();
-    net.write(1, 8192);
+    net.write(1, 8192, 4096);
     for n in [1, 2] {
         assert_eq!(
             net.nodes[n].unsettled_writes(0),
@@ -198,8 +36,8 @@ fn a_peer_ack_naming_a_node_that_lacks_the_write_marks_it_on_the_others() {
     let mut net = Net::new();
     // Node 2 receives the write, but its acknowledgement is lost: the link drops.
     net.pass = |from, to, msg| !(from == 2 && to == 0 && matches!(msg, Msg::WriteAck { .. }));
-    net.write(1, 8192);
-    net.link_down(0, 2);
+    net.write(1, 8192, 4096);
+    net.link_lost(0, 2);
     net.run();
     net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
     // Settled with node 2 missing: node 1 marks node 2 (and, connected to it, tells it:
@@ -216,17 +54,14 @@ fn a_peer_ack_naming_a_node_that_lacks_the_write_marks_it_on_the_others() {
 fn secondaries_that_lost_the_primary_reconcile_a_write_only_one_received() {
     let mut net = Net::new();
     net.pass = |from, to, msg| !(from == 0 && to == 2 && matches!(msg, Msg::Write { .. }));
-    net.write(1, 8192);
+    net.write(1, 8192, 4096);
     assert_eq!(net.nodes[1].unsettled_writes(0), vec![(8192, 4096)]);
     assert!(net.nodes[2].unsettled_writes(0).is_empty());
     net.pass = |_, _, _| true;
     // The Primary dies.
-    net.up[0] = [false; 3];
     for n in [1, 2] {
-        net.up[n][0] = false;
-        let mut out = Vec::new();
-        net.nodes[n].peer_down(0, &mut out);
-        net.push(n as NodeId, out);
+        net.cut(0, n);
+        net.notice_down(n, 0);
     }
     net.run();
     net.tick(1);
@@ -259,8 +94,8 @@ fn secondaries_that_lost_the_primary_reconcile_a_write_only_one_received() {
 fn a_secondary_still_under_the_primary_does_not_compare() {
     let mut net = Net::new();
     net.pass = |from, to, msg| !(from == 1 && to == 0 && matches!(msg, Msg::WriteAck { .. }));
-    net.write(1, 8192);
-    net.link_down(0, 1);
+    net.write(1, 8192, 4096);
+    net.link_lost(0, 1);
     net.run();
     net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
     let st = net.nodes[2].status();
@@ -288,14 +123,14 @@ fn a_secondary_still_under_the_primary_does_not_compare() {
 fn a_restarted_primary_does_not_settle_what_its_last_run_sent() {
     let mut net = Net::new();
     net.pass = |from, to, msg| !(from == 0 && to == 2 && matches!(msg, Msg::Write { .. }));
-    net.write(1, 8192);
+    net.write(1, 8192, 4096);
     net.pass = |_, _, _| true;
     // Node 0 crashes; node 2's link to node 1 is down meanwhile, so they cannot compare.
-    net.link_down(1, 2);
-    net.link_down(0, 1);
-    net.link_down(0, 2);
+    net.link_lost(1, 2);
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
     net.run();
-    let mut s = spec(0);
+    let mut s = net.spec(0);
     s.gi_seed ^= 1;
     net.nodes[0] = Resource::new(s, vec![ReplicaAtStart::UpToDate]);
     net.link_up(0, 1);
@@ -318,7 +153,7 @@ fn hostile_peer_acks_and_lost_primaries_are_handled() {
     use tandem_engine::replica::{LinkLoss, ProtocolError};
     use tandem_wire::packet::Packet;
     let mut net = Net::new();
-    net.write(1, 8192);
+    net.write(1, 8192, 4096);
     let mut out = Vec::new();
     let all = Packet::PeerAck {
         seq: u64::MAX,
@@ -361,19 +196,19 @@ fn hostile_peer_acks_and_lost_primaries_are_handled() {
 /// wrote one block meanwhile. `primary_restarts`: node 0 restarted too (a new run).
 fn crash_node_2(primary_restarts: bool) -> Net {
     let mut net = Net::new();
-    net.write(1, 0);
+    net.write(1, 0, 4096);
     net.tick(20);
     let run = net.nodes[2]
         .writer()
         .expect("node 2 recorded the Primary's run");
     assert_eq!(run.node, 0);
-    net.link_down(0, 2);
-    net.link_down(1, 2);
+    net.link_lost(0, 2);
+    net.link_lost(1, 2);
     net.run();
-    net.write(2, 65536);
+    net.write(2, 65536, 4096);
     if primary_restarts {
-        net.link_down(0, 1);
-        let mut s = spec(0);
+        net.link_lost(0, 1);
+        let mut s = net.spec(0);
         s.gi_seed ^= 1;
         net.nodes[0] = Resource::new(s, vec![ReplicaAtStart::UpToDate]);
         net.link_up(0, 1);
@@ -382,7 +217,7 @@ fn crash_node_2(primary_restarts: bool) -> Net {
         net.push(0, out);
         net.run();
     }
-    net.nodes[2] = Resource::new(spec(2), vec![ReplicaAtStart::Crashed]);
+    net.nodes[2] = Resource::new(net.spec(2), vec![ReplicaAtStart::Crashed]);
     net.nodes[2].restore_suspect(0, [(0, SIZE)]).unwrap();
     net.nodes[2].restore_writer(0, run).unwrap();
     net.sent.clear();
@@ -394,20 +229,10 @@ fn crash_node_2(primary_restarts: bool) -> Net {
     net
 }
 
-/// Bytes of distinct 4 KiB blocks node `n` asked its peers for.
-fn distinct_pulled(net: &Net, n: NodeId) -> u64 {
-    let blocks: std::collections::BTreeSet<u64> = (0..3)
-        .filter(|&p| p != n)
-        .flat_map(|p| net.pulled(n, p))
-        .flat_map(|(o, len)| o / 4096..(o + u64::from(len)).div_ceil(4096))
-        .collect();
-    blocks.len() as u64 * 4096
-}
-
 #[test]
 fn a_secondary_back_from_a_crash_under_the_same_primary_run_pulls_only_what_it_missed() {
     let net = crash_node_2(false);
-    let pulled = distinct_pulled(&net, 2);
+    let pulled = net.distinct_pulled(2);
     assert_eq!(pulled, 4096, "only the block written while it was away");
     assert_eq!(net.nodes[2].disk(0), DiskState::UpToDate);
 }
@@ -415,24 +240,17 @@ fn a_secondary_back_from_a_crash_under_the_same_primary_run_pulls_only_what_it_m
 #[test]
 fn a_secondary_back_from_a_crash_under_a_new_primary_run_pulls_its_log() {
     let net = crash_node_2(true);
-    let pulled = distinct_pulled(&net, 2);
+    let pulled = net.distinct_pulled(2);
     assert_eq!(pulled, SIZE, "its activity log names the whole volume");
     assert_eq!(net.nodes[2].disk(0), DiskState::UpToDate);
     assert_eq!(net.nodes[2].writer().map(|r| r.node), Some(0));
 }
 
-/// What node `n` claims peer `p` lacks of volume 0, in bytes.
-fn claims(net: &Net, n: NodeId, p: NodeId) -> u64 {
-    let st = net.nodes[n as usize].status();
-    let peer = st.peers.iter().find(|x| x.id == p).expect("a peer");
-    peer.volumes[0].out_of_sync_bytes
-}
-
 /// Node `n`'s link to the Primary drops, and the write `req` at `offset` misses it; the
 /// peer ack tells the other Secondary.
 fn misses_write(net: &mut Net, n: NodeId, req: u64, offset: u64) {
-    net.link_down(0, n);
-    net.write(req, offset);
+    net.link_lost(0, n);
+    net.write(req, offset, 4096);
     net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
 }
 
@@ -444,10 +262,10 @@ fn misses_write(net: &mut Net, n: NodeId, req: u64, offset: u64) {
 #[test]
 fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it() {
     let mut net = Net::new();
-    net.link_down(1, 2);
+    net.link_lost(1, 2);
     // Node 2 misses a write: the peer ack tells node 1, which claims it.
     misses_write(&mut net, 2, 1, 8192);
-    assert_eq!(claims(&net, 1, 2), 4096);
+    assert_eq!(net.claims(1, 2), 4096);
     // The Primary syncs node 2; node 1, away from node 2, hears it.
     net.link_up(0, 2);
     assert_eq!(net.nodes[2].disk(0), DiskState::UpToDate);
@@ -455,13 +273,13 @@ fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it
         .sent
         .iter()
         .any(|&(f, t, m)| f == 0 && t == 1 && matches!(m, Msg::InSync { node: 2, .. })));
-    assert_eq!(claims(&net, 1, 2), 0, "the claim went with the sync");
+    assert_eq!(net.claims(1, 2), 0, "the claim went with the sync");
     // In turn node 1 misses one, and node 2 claims it until the Primary syncs node 1.
     misses_write(&mut net, 1, 2, 65536);
-    assert_eq!(claims(&net, 2, 1), 4096);
+    assert_eq!(net.claims(2, 1), 4096);
     net.link_up(0, 1);
     assert_eq!(net.nodes[1].disk(0), DiskState::UpToDate);
-    assert_eq!(claims(&net, 2, 1), 0);
+    assert_eq!(net.claims(2, 1), 0);
     // They meet: nothing to list, nothing to pull, no redial.
     net.link_up(1, 2);
     assert!(net.dropped.is_empty(), "{:?}", net.dropped);
@@ -475,13 +293,13 @@ fn a_replica_the_primary_synced_is_no_longer_claimed_by_a_secondary_away_from_it
 #[test]
 fn in_sync_keeps_later_claims_and_is_refused_from_a_secondary() {
     let mut net = Net::new();
-    net.link_down(1, 2);
+    net.link_lost(1, 2);
     misses_write(&mut net, 2, 1, 8192);
     net.link_up(0, 2);
-    assert_eq!(claims(&net, 1, 2), 0);
+    assert_eq!(net.claims(1, 2), 0);
     // Node 2 misses another write after its sync: that claim is new, and stays.
     misses_write(&mut net, 2, 2, 16384);
-    assert_eq!(claims(&net, 1, 2), 4096);
+    assert_eq!(net.claims(1, 2), 4096);
     // A hostile or confused word: from a Secondary it is refused, naming an unknown node
     // or volume too; none of them touches the claim.
     let mut out = Vec::new();
@@ -506,5 +324,5 @@ fn in_sync_keeps_later_claims_and_is_refused_from_a_secondary() {
     for (from, p) in bad {
         net.nodes[1].packet(from, &p, &mut out);
     }
-    assert_eq!(claims(&net, 1, 2), 4096);
+    assert_eq!(net.claims(1, 2), 4096);
 }

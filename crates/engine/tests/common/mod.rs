@@ -1,0 +1,557 @@
+//! The in-memory network of three nodes that the peer-ack, crossing and failed-write tests
+//! drive through the engine's public API. A driver's duties are done here as a real one
+//! does them, so that what a test sees is the engine's choice: every disk answers at once
+//! and keeps its bytes (a payload is copied when its action is queued), and a packet queued
+//! on a connection since dropped is never delivered. A test picks the order of events by
+//! holding one direction of a link (its packets wait, in order, as on a slow link) and by
+//! dropping packets; that is how the simulator's seeds are rebuilt.
+
+// Each test crate compiles its own copy of this module and uses only part of it.
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use tandem_engine::replica::{
+    DataRef, DiskState, Event, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource,
+    ResourceSpec, Token,
+};
+use tandem_engine::{DiskKind, Io, IoError, ReqId};
+
+pub const SIZE: u64 = 1 << 20;
+pub const BLOCK: u64 = 4096;
+
+/// A node's disk and what its engine asked to keep: the bytes a `DataRef` names must be
+/// found when the action naming them is queued, as a driver finds them.
+struct Store {
+    disk: Vec<u8>,
+    /// Bytes the engine asked to keep ([`RAction::Retain`]).
+    kept: HashMap<Token, Vec<u8>>,
+}
+
+/// One direction of a link.
+#[derive(Default)]
+struct Link {
+    up: bool,
+    /// Counts the connections: a packet queued on an earlier one is never delivered.
+    conn: u32,
+    /// Packets wait here instead of being delivered.
+    hold: bool,
+    /// The link is held from the first packet this picks out.
+    hold_at: Option<fn(&Msg) -> bool>,
+    waiting: VecDeque<(Msg, Vec<u8>)>,
+}
+
+enum Job {
+    Send {
+        to: NodeId,
+        conn: u32,
+        msg: Msg,
+        data: Vec<u8>,
+    },
+    Disk {
+        volume: u16,
+        token: Token,
+        kind: DiskKind,
+        data: Vec<u8>,
+    },
+}
+
+/// What came with the event whose actions are being queued (see `DataRef`).
+#[derive(Clone, Copy, Default)]
+struct Inputs<'a> {
+    incoming: Option<&'a [u8]>,
+    payload: Option<(ReqId, &'a [u8])>,
+    read: Option<(Token, &'a [u8])>,
+}
+
+pub struct Net {
+    pub nodes: Vec<Resource>,
+    stores: Vec<Store>,
+    links: [[Link; 3]; 3],
+    queue: VecDeque<(NodeId, Job)>,
+    /// A filter on packets: `false` drops it (the link loses it).
+    pub pass: fn(NodeId, NodeId, &Msg) -> bool,
+    /// Packets delivered: (from, to, message).
+    pub sent: Vec<(NodeId, NodeId, Msg)>,
+    /// `Settled` actions: (node, peer, upto).
+    pub settled: Vec<(NodeId, NodeId, u64)>,
+    /// Connections a node dropped: (node, peer).
+    pub dropped: Vec<(NodeId, NodeId)>,
+    /// Application completions: (node, request, result).
+    pub done: Vec<(NodeId, ReqId, Result<(), IoError>)>,
+    pub events: Vec<(NodeId, Event)>,
+    diskless_primary: bool,
+    now: u64,
+}
+
+impl Net {
+    /// Node 0 Primary, every replica up to date, every link up.
+    pub fn new() -> Net {
+        Net::start(false)
+    }
+
+    /// As `new`, but node 0 has no replica: its writes stand on the Secondaries alone,
+    /// which is where a failed write leaves no copy the Primary can vouch for.
+    pub fn diskless_primary() -> Net {
+        Net::start(true)
+    }
+
+    fn start(diskless_primary: bool) -> Net {
+        let nodes = (0..3)
+            .map(|me| {
+                let found = if me == 0 && diskless_primary {
+                    ReplicaAtStart::None
+                } else {
+                    ReplicaAtStart::UpToDate
+                };
+                Resource::new(spec(me, diskless_primary), vec![found])
+            })
+            .collect();
+        let stores = (0..3)
+            .map(|_| Store {
+                disk: vec![0; SIZE as usize],
+                kept: HashMap::new(),
+            })
+            .collect();
+        let mut net = Net {
+            nodes,
+            stores,
+            links: Default::default(),
+            queue: VecDeque::new(),
+            pass: |_, _, _| true,
+            sent: Vec::new(),
+            settled: Vec::new(),
+            dropped: Vec::new(),
+            done: Vec::new(),
+            events: Vec::new(),
+            diskless_primary,
+            now: 0,
+        };
+        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+            net.link_up(a, b);
+        }
+        let mut out = Vec::new();
+        net.nodes[0].promote(false, &mut out).unwrap();
+        net.push(0, out);
+        net.run();
+        net
+    }
+
+    /// Node `me`'s spec in this network, to restart it with.
+    pub fn spec(&self, me: NodeId) -> ResourceSpec {
+        spec(me, self.diskless_primary)
+    }
+
+    fn link(&mut self, from: NodeId, to: NodeId) -> &mut Link {
+        &mut self.links[from as usize][to as usize]
+    }
+
+    pub fn link_up(&mut self, a: NodeId, b: NodeId) {
+        for (x, y) in [(a, b), (b, a)] {
+            let l = self.link(x, y);
+            l.up = true;
+            l.conn += 1;
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            let mut out = Vec::new();
+            self.nodes[x as usize].peer_up(y, &mut out);
+            self.queue_actions(x, out, Inputs::default());
+        }
+        self.run();
+    }
+
+    /// The link drops, both nodes see it, and what they do about it is done.
+    pub fn link_down(&mut self, a: NodeId, b: NodeId) {
+        self.link_lost(a, b);
+        self.run();
+    }
+
+    /// The link drops and both nodes see it; what they do waits for `run`, or is handled
+    /// along with the next step's actions, as when drops and writes come at one moment.
+    pub fn link_lost(&mut self, a: NodeId, b: NodeId) {
+        self.cut(a, b);
+        self.notice_down(a, b);
+        self.notice_down(b, a);
+    }
+
+    /// The link carries nothing more, its waiting packets lost, before either node knows:
+    /// a node that died, or one side that sees the drop before the other.
+    pub fn cut(&mut self, a: NodeId, b: NodeId) {
+        for (x, y) in [(a, b), (b, a)] {
+            let l = self.link(x, y);
+            l.up = false;
+            l.hold = false;
+            l.hold_at = None;
+            l.waiting.clear();
+        }
+    }
+
+    /// Node `n` sees its link to `peer` drop; what it does waits for `run`, so that
+    /// several nodes can see drops at the same moment.
+    pub fn notice_down(&mut self, n: NodeId, peer: NodeId) {
+        let mut out = Vec::new();
+        self.nodes[n as usize].peer_down(peer, &mut out);
+        self.queue_actions(n, out, Inputs::default());
+    }
+
+    /// Packets from `from` to `to` wait (in order) until `release`.
+    pub fn hold(&mut self, from: NodeId, to: NodeId) {
+        self.link(from, to).hold = true;
+    }
+
+    /// Packets from `from` to `to` wait from the first one `at` picks out: the packet to
+    /// stop at may not exist yet when the test can still act.
+    pub fn hold_at(&mut self, from: NodeId, to: NodeId, at: fn(&Msg) -> bool) {
+        self.link(from, to).hold_at = Some(at);
+    }
+
+    /// The packets waiting from `from` to `to` arrive together, in order, before anything
+    /// they cause: a stalled link that flows again delivers its backlog at once.
+    pub fn release(&mut self, from: NodeId, to: NodeId) {
+        let l = self.link(from, to);
+        l.hold = false;
+        l.hold_at = None;
+        let conn = l.conn;
+        for (msg, data) in std::mem::take(&mut l.waiting) {
+            let job = Job::Send {
+                to,
+                conn,
+                msg,
+                data,
+            };
+            self.queue.push_back((from, job));
+        }
+        self.run();
+    }
+
+    /// The packets waiting from `from` to `to` arrive one at a time, each handled to the
+    /// end (what it causes, on this direction too, goes ahead of the rest) before the next:
+    /// the order in which the failed-write seeds met them.
+    pub fn release_one_by_one(&mut self, from: NodeId, to: NodeId) {
+        let l = self.link(from, to);
+        l.hold = false;
+        l.hold_at = None;
+        while let Some((msg, data)) = self.link(from, to).waiting.pop_front() {
+            self.deliver(from, to, msg, &data);
+            self.run();
+        }
+    }
+
+    /// Packets waiting from `from` to `to`: a test checks what will land, and in which
+    /// order, before it lets them.
+    pub fn in_flight(&self, from: NodeId, to: NodeId) -> Vec<Msg> {
+        let l = &self.links[from as usize][to as usize];
+        l.waiting.iter().map(|&(m, _)| m).collect()
+    }
+
+    fn resolve(&self, n: NodeId, d: DataRef, inputs: &Inputs<'_>) -> Vec<u8> {
+        let kept = &self.stores[n as usize].kept;
+        match d {
+            DataRef::Request(req) => match inputs.payload {
+                Some((id, p)) if id == req => p.to_vec(),
+                _ => kept[&Token::App(req)].clone(),
+            },
+            DataRef::Incoming { at } => inputs.incoming.expect("a packet")[at as usize..].to_vec(),
+            DataRef::Disk(t) => match inputs.read {
+                Some((token, buf)) if token == t => buf.to_vec(),
+                _ => panic!("node {n}: no read {t:?} here"),
+            },
+            DataRef::Held { key, at } => kept[&key][at as usize..].to_vec(),
+        }
+    }
+
+    /// Queues actions a test had node `n` take by hand.
+    pub fn push(&mut self, n: NodeId, out: Vec<RAction>) {
+        self.queue_actions(n, out, Inputs::default());
+    }
+
+    /// Queues `n`'s actions, their bytes taken now (as a driver copies them).
+    fn queue_actions(&mut self, n: NodeId, out: Vec<RAction>, inputs: Inputs<'_>) {
+        for a in out {
+            match a {
+                RAction::Send { peer, msg } => {
+                    let named = Cell::new(None);
+                    msg.to_packet(|d, len| {
+                        named.set(d.map(|d| (d, len)));
+                        &[]
+                    });
+                    let data = named.get().map_or_else(Vec::new, |(d, len)| {
+                        self.resolve(n, d, &inputs)[..len as usize].to_vec()
+                    });
+                    let conn = self.link(n, peer).conn;
+                    let job = Job::Send {
+                        to: peer,
+                        conn,
+                        msg,
+                        data,
+                    };
+                    self.queue.push_back((n, job));
+                }
+                RAction::Disk {
+                    volume,
+                    token,
+                    kind,
+                    data,
+                } => {
+                    let data = data.map_or_else(Vec::new, |d| {
+                        self.resolve(n, d, &inputs)[..kind.len() as usize].to_vec()
+                    });
+                    let job = Job::Disk {
+                        volume,
+                        token,
+                        kind,
+                        data,
+                    };
+                    self.queue.push_back((n, job));
+                }
+                RAction::Retain { from, key } => {
+                    let bytes = self.resolve(n, from, &inputs);
+                    self.stores[n as usize].kept.insert(key, bytes);
+                }
+                RAction::Forget { key } => {
+                    self.stores[n as usize].kept.remove(&key);
+                }
+                RAction::Complete { req, result, .. } => self.done.push((n, req, result)),
+                RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
+                RAction::Disconnect { peer, .. } => self.dropped.push((n, peer)),
+                RAction::Event(e) => self.events.push((n, e)),
+                _ => {}
+            }
+        }
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg, data: &[u8]) {
+        self.sent.push((from, to, msg));
+        let packet = msg.to_packet(|d, len| match d {
+            Some(_) => &data[..len as usize],
+            None => &[],
+        });
+        let mut out = Vec::new();
+        self.nodes[to as usize].packet(from, &packet, &mut out);
+        let inputs = Inputs {
+            incoming: Some(data),
+            ..Inputs::default()
+        };
+        self.queue_actions(to, out, inputs);
+    }
+
+    pub fn run(&mut self) {
+        while let Some((n, job)) = self.queue.pop_front() {
+            match job {
+                Job::Send {
+                    to,
+                    conn,
+                    msg,
+                    data,
+                } => {
+                    let pass = self.pass;
+                    let l = self.link(n, to);
+                    if !l.up || l.conn != conn || !pass(n, to, &msg) {
+                        continue;
+                    }
+                    if l.hold_at.is_some_and(|at| at(&msg)) {
+                        l.hold = true;
+                    }
+                    if l.hold {
+                        l.waiting.push_back((msg, data));
+                        continue;
+                    }
+                    self.deliver(n, to, msg, &data);
+                }
+                Job::Disk {
+                    volume,
+                    token,
+                    kind,
+                    data,
+                } => {
+                    let disk = &mut self.stores[n as usize].disk;
+                    let range = |o: u64, l: u32| o as usize..(o + u64::from(l)) as usize;
+                    let mut read = None;
+                    match kind {
+                        DiskKind::Read { offset, len } => {
+                            read = Some(disk[range(offset, len)].to_vec());
+                        }
+                        DiskKind::Write { offset, len } => {
+                            disk[range(offset, len)].copy_from_slice(&data);
+                        }
+                        DiskKind::Trim { offset, len } | DiskKind::Zero { offset, len, .. } => {
+                            disk[range(offset, len)].fill(0);
+                        }
+                        DiskKind::Cache { .. } | DiskKind::Flush => {}
+                    }
+                    let mut out = Vec::new();
+                    self.nodes[n as usize].disk_done(volume, token, kind, Ok(()), &mut out);
+                    let inputs = Inputs {
+                        read: read.as_deref().map(|b| (token, b)),
+                        ..Inputs::default()
+                    };
+                    self.queue_actions(n, out, inputs);
+                }
+            }
+        }
+    }
+
+    pub fn tick(&mut self, ms: u64) {
+        self.now += ms;
+        for n in 0..3u8 {
+            let mut out = Vec::new();
+            self.nodes[n as usize].tick(self.now, &mut out);
+            self.queue_actions(n, out, Inputs::default());
+        }
+        self.run();
+    }
+
+    /// The application submits `io` to the Primary; a write's bytes are `req as u8`, so
+    /// that the replicas show which write they hold.
+    pub fn submit(&mut self, req: u64, io: Io) {
+        let payload = match io {
+            Io::Write { len, .. } => vec![req as u8; len as usize],
+            _ => Vec::new(),
+        };
+        let mut out = Vec::new();
+        self.nodes[0].submit(ReqId(req), 0, io, &mut out);
+        let inputs = Inputs {
+            payload: Some((ReqId(req), &payload)),
+            ..Inputs::default()
+        };
+        self.queue_actions(0, out, inputs);
+        self.run();
+    }
+
+    pub fn write(&mut self, req: u64, offset: u64, len: u32) {
+        let io = Io::Write {
+            offset,
+            len,
+            fua: false,
+        };
+        self.submit(req, io);
+    }
+
+    /// How the Primary answered request `req`, if it did.
+    pub fn answer(&self, req: u64) -> Option<Result<(), IoError>> {
+        (self.done.iter())
+            .find(|&&(n, r, _)| n == 0 && r == ReqId(req))
+            .map(|&(_, _, res)| res)
+    }
+
+    /// What node `n` counts peer `p` out of sync with volume 0, in bytes.
+    pub fn claims(&self, n: NodeId, p: NodeId) -> u64 {
+        let st = self.nodes[n as usize].status();
+        let peer = st.peers.iter().find(|x| x.id == p).expect("a peer");
+        peer.volumes[0].out_of_sync_bytes
+    }
+
+    /// The disk state node `n` last heard from peer `p`.
+    pub fn seen(&self, n: NodeId, p: NodeId) -> Option<DiskState> {
+        let st = self.nodes[n as usize].status();
+        let peer = st.peers.iter().find(|x| x.id == p).expect("a peer");
+        peer.volumes[0].disk
+    }
+
+    /// Packets delivered from `from` to `to` that `f` picks.
+    pub fn delivered(&self, from: NodeId, to: NodeId, f: impl Fn(&Msg) -> bool) -> Vec<Msg> {
+        (self.sent.iter())
+            .filter(|&&(a, b, ref m)| (a, b) == (from, to) && f(m))
+            .map(|&(_, _, m)| m)
+            .collect()
+    }
+
+    /// What `from` told `to` it lacks, live or listed.
+    pub fn listed(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
+        (self.sent.iter())
+            .filter_map(|&(f, t, msg)| match msg {
+                Msg::OutOfSync { offset, len, .. } if (f, t) == (from, to) && len > 0 => {
+                    Some((offset, len))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Resync requests `from` sent to `to`.
+    pub fn pulled(&self, from: NodeId, to: NodeId) -> Vec<(u64, u32)> {
+        (self.sent.iter())
+            .filter_map(|&(f, t, msg)| match msg {
+                Msg::ResyncReq { offset, len, .. } if (f, t) == (from, to) => Some((offset, len)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The blocks of `listed`, in order and once each: a block is told in any of several
+    /// ways (live, listed, in one range or in two), and the tests ask which.
+    pub fn listed_blocks(&self, from: NodeId, to: NodeId) -> Vec<u64> {
+        blocks(self.listed(from, to)).into_iter().collect()
+    }
+
+    /// The blocks of `pulled`, in order and once each.
+    pub fn pulled_blocks(&self, from: NodeId, to: NodeId) -> Vec<u64> {
+        blocks(self.pulled(from, to)).into_iter().collect()
+    }
+
+    /// Bytes of distinct blocks node `n` asked its peers for: what a resync cost, however
+    /// it was split between them.
+    pub fn distinct_pulled(&self, n: NodeId) -> u64 {
+        let all = (0..3).filter(|&p| p != n).flat_map(|p| self.pulled(n, p));
+        blocks(all).len() as u64 * BLOCK
+    }
+
+    /// Block `b` of node `n`'s disk: the bytes show which write a replica holds.
+    pub fn block(&self, n: NodeId, b: u64) -> &[u8] {
+        &self.stores[n as usize].disk[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize]
+    }
+
+    /// Every link up and time passing: every replica ends up to date, no node claims a
+    /// peer lacks anything, and the replicas hold the same bytes.
+    pub fn assert_converges(&mut self) {
+        for _ in 0..200 {
+            self.tick(50);
+        }
+        for n in 0..3u8 {
+            let st = self.nodes[n as usize].status();
+            for p in &st.peers {
+                assert!(p.connected, "node {n}: {st:?}");
+                assert_eq!(p.volumes[0].out_of_sync_bytes, 0, "node {n}: {st:?}");
+            }
+        }
+        let replicas: Vec<NodeId> = (0..3)
+            .filter(|&n| n != 0 || !self.diskless_primary)
+            .collect();
+        for &n in &replicas {
+            let st = self.nodes[n as usize].status();
+            assert_eq!(st.volumes[0].disk, DiskState::UpToDate, "node {n}: {st:?}");
+        }
+        for &n in &replicas[1..] {
+            let differ: Vec<u64> = (0..SIZE / BLOCK)
+                .filter(|&b| self.block(replicas[0], b) != self.block(n, b))
+                .collect();
+            assert!(differ.is_empty(), "blocks that differ: {differ:?}");
+        }
+        assert!(self.dropped.is_empty(), "{:?}", self.dropped);
+    }
+}
+
+fn spec(me: NodeId, diskless_primary: bool) -> ResourceSpec {
+    ResourceSpec {
+        me,
+        nodes: (0..3)
+            .map(|id| (id, vec![id != 0 || !diskless_primary]))
+            .collect(),
+        sizes: vec![SIZE],
+        protocol: Protocol::C,
+        ping_interval_ms: 1000,
+        ping_timeout_ms: 500,
+        timeout_ms: 6000,
+        resync_chunk: 64 << 10,
+        resync_window: 4,
+        resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
+        gi_seed: 0x5eed_0000 + u64::from(me),
+    }
+}
+
+/// The 4 KiB blocks the ranges cover.
+fn blocks(ranges: impl IntoIterator<Item = (u64, u32)>) -> BTreeSet<u64> {
+    (ranges.into_iter())
+        .flat_map(|(o, len)| o / BLOCK..(o + u64::from(len)).div_ceil(BLOCK))
+        .collect()
+}
