@@ -10,7 +10,7 @@ use super::event::{DiskChange, ProtocolError};
 use super::generation::{lineage, Lineage};
 use super::msg::Msg;
 use super::nodeset::NodeSet;
-use super::peer::{out_of_sync, send_ranges, ListState, Peer};
+use super::peer::{send_ranges, ListState, Peer};
 use super::replicas::Replicas;
 use super::resync::Resync;
 use super::spec::NodeId;
@@ -381,12 +381,7 @@ impl Replicas {
             // 193051170: a Secondary stopped cleanly as the other, synced from it, said
             // UpToDate; its metadata kept what it had served as claims, and the other
             // became a sync target of a replica that could serve nothing). It pulls ours.
-            pv.oos.set_range(offset, u64::from(len));
-            if matches!(pv.list, ListState::Sent | ListState::Stale) {
-                pv.told(offset, u64::from(len));
-                out.push(out_of_sync(peer, v, offset, len));
-                out.push(out_of_sync(peer, v, 0, 0));
-            }
+            self.peers[i].lacks(v, offset, len, out);
             return Ok(());
         }
         if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
@@ -403,12 +398,7 @@ impl Replicas {
                 // it pulls ours (soak seed 110042041: a replica back from a clean stop
                 // claimed blocks the up-to-date one had since pulled from the Primary, and
                 // the two redialled forever).
-                pv.oos.set_range(offset, u64::from(len));
-                if matches!(pv.list, ListState::Sent | ListState::Stale) {
-                    pv.told(offset, u64::from(len));
-                    out.push(out_of_sync(peer, v, offset, len));
-                    out.push(out_of_sync(peer, v, 0, 0));
-                }
+                self.peers[i].lacks(v, offset, len, out);
                 return Ok(());
             }
             // Each lacks writes of a third node, the Primary, which it missed while apart
