@@ -74,8 +74,8 @@ fn a_failed_write_relayed_by_its_only_holder_makes_it_the_reference() {
             0,
             "holder {holder}: and not the holder"
         );
-        net.release_one_by_one(holder, other);
-        net.release_one_by_one(other, holder);
+        net.release_stepwise(holder, other);
+        net.release_stepwise(other, holder);
         assert_holder_is_the_reference(&mut net, holder, other);
     }
 }
@@ -119,7 +119,7 @@ fn a_failed_write_its_only_holder_lists_later_makes_it_the_reference() {
         vec![9, 10],
         "as the holder's list does"
     );
-    net.release_one_by_one(other, 0);
+    net.release_stepwise(other, 0);
     net.assert_converges();
     assert_eq!(net.listed_blocks(0, other), vec![9, 10]);
     assert_eq!(net.listed_blocks(0, holder), Vec::<u64>::new());
@@ -158,11 +158,11 @@ fn a_returning_replica_pulls_only_the_blocks_of_its_unanswered_range_it_was_mark
         Some(Err(IoError::Os(5))),
         "only node 1 being synced has it"
     );
-    net.release_one_by_one(2, 1);
+    net.release_stepwise(2, 1);
     assert_eq!(net.nodes[1].disk(0), DiskState::UpToDate);
     // Node 1's request for block 20 reaches node 2 only after node 2 is back.
     net.hold(1, 2);
-    net.release_one_by_one(0, 1);
+    net.release_stepwise(0, 1);
     assert_eq!(net.answer(3), Some(Ok(())), "node 1, up to date, holds it");
     assert_eq!(net.claims(0, 1), 4096, "node 1 pulls block 20 back");
     net.link_up(0, 2);
@@ -173,7 +173,7 @@ fn a_returning_replica_pulls_only_the_blocks_of_its_unanswered_range_it_was_mark
     );
     assert_eq!(net.claims(0, 2), 4096);
     assert_eq!(net.claims(0, 1), 4096, "node 1 still pulls block 20");
-    net.release_one_by_one(1, 2);
+    net.release_stepwise(1, 2);
     net.assert_converges();
     assert_eq!(net.pulled_blocks(2, 1), vec![10]);
     assert!(

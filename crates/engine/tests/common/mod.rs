@@ -4,7 +4,9 @@
 //! and keeps its bytes (a payload is copied when its action is queued), and a packet queued
 //! on a connection since dropped is never delivered. A test picks the order of events by
 //! holding one direction of a link (its packets wait, in order, as on a slow link) and by
-//! dropping packets; that is how the simulator's seeds are rebuilt.
+//! dropping packets; that is how the simulator's seeds are rebuilt. A node's disk can be
+//! held too (its writes have not landed when it crashes), and a node can stop cleanly or
+//! crash and start again from what its metadata kept, as the daemon restarts it.
 
 // Each test crate compiles its own copy of this module and uses only part of it.
 #![allow(dead_code)]
@@ -12,8 +14,8 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
-    DataRef, DiskState, Event, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource,
-    ResourceSpec, Token,
+    DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, Protocol, RAction, ReplicaAtStart,
+    Resource, ResourceSpec, Token, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 
@@ -26,6 +28,23 @@ struct Store {
     disk: Vec<u8>,
     /// Bytes the engine asked to keep ([`RAction::Retain`]).
     kept: HashMap<Token, Vec<u8>>,
+    /// Disk requests wait in `parked` instead of being done (see `Net::hold_disk`).
+    held: bool,
+    parked: VecDeque<Job>,
+    /// Starts of its engine: each has its own incarnation and draws other generation ids.
+    incarnation: u64,
+}
+
+impl Store {
+    fn new() -> Store {
+        Store {
+            disk: vec![0; SIZE as usize],
+            kept: HashMap::new(),
+            held: false,
+            parked: VecDeque::new(),
+            incarnation: 0,
+        }
+    }
 }
 
 /// One direction of a link.
@@ -97,25 +116,41 @@ impl Net {
     }
 
     fn start(diskless_primary: bool) -> Net {
+        let mut net = Net::stopped(diskless_primary, |_| ReplicaAtStart::UpToDate);
+        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+            net.link_up(a, b);
+        }
+        net.promote();
+        net
+    }
+
+    /// Node 0 diskless, nodes 1 and 2 keeping the replicas `found` with generation ids
+    /// `gens`: no link up and no Primary yet (see `promote`), as after a cluster crash.
+    pub fn diskless_primary_with(found: [ReplicaAtStart; 2], gens: [GenIds; 2]) -> Net {
+        let mut net = Net::stopped(true, |me| found[me as usize - 1]);
+        for n in [1, 2] {
+            net.nodes[n]
+                .restore_generation(0, gens[n - 1], false)
+                .unwrap();
+        }
+        net
+    }
+
+    /// Every node started, a diskful one with the replica `found(me)`; no link up.
+    fn stopped(diskless_primary: bool, found: impl Fn(NodeId) -> ReplicaAtStart) -> Net {
         let nodes = (0..3)
             .map(|me| {
-                let found = if me == 0 && diskless_primary {
+                let at = if me == 0 && diskless_primary {
                     ReplicaAtStart::None
                 } else {
-                    ReplicaAtStart::UpToDate
+                    found(me)
                 };
-                Resource::new(spec(me, diskless_primary), vec![found])
+                Resource::new(spec(me, diskless_primary, 0), vec![at])
             })
             .collect();
-        let stores = (0..3)
-            .map(|_| Store {
-                disk: vec![0; SIZE as usize],
-                kept: HashMap::new(),
-            })
-            .collect();
-        let mut net = Net {
+        Net {
             nodes,
-            stores,
+            stores: (0..3).map(|_| Store::new()).collect(),
             links: Default::default(),
             queue: VecDeque::new(),
             pass: |_, _, _| true,
@@ -126,20 +161,21 @@ impl Net {
             events: Vec::new(),
             diskless_primary,
             now: 0,
-        };
-        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
-            net.link_up(a, b);
         }
+    }
+
+    /// Node 0 becomes Primary.
+    pub fn promote(&mut self) {
         let mut out = Vec::new();
-        net.nodes[0].promote(false, &mut out).unwrap();
-        net.push(0, out);
-        net.run();
-        net
+        self.nodes[0].promote(false, &mut out).unwrap();
+        self.push(0, out);
+        self.run();
     }
 
     /// Node `me`'s spec in this network, to restart it with.
     pub fn spec(&self, me: NodeId) -> ResourceSpec {
-        spec(me, self.diskless_primary)
+        let incarnation = self.stores[me as usize].incarnation;
+        spec(me, self.diskless_primary, incarnation)
     }
 
     fn link(&mut self, from: NodeId, to: NodeId) -> &mut Link {
@@ -225,16 +261,25 @@ impl Net {
     }
 
     /// The packets waiting from `from` to `to` arrive one at a time, each handled to the
-    /// end (what it causes, on this direction too, goes ahead of the rest) before the next:
-    /// the order in which the failed-write seeds met them.
-    pub fn release_one_by_one(&mut self, from: NodeId, to: NodeId) {
+    /// end (what it causes on the other links and disks is done) before the next: the
+    /// order in which the failed-write seeds met them. What they cause on this direction
+    /// waits behind the rest, as on a connection, where nothing overtakes.
+    pub fn release_stepwise(&mut self, from: NodeId, to: NodeId) {
+        while !self.link(from, to).waiting.is_empty() {
+            self.release_one(from, to);
+        }
         let l = self.link(from, to);
         l.hold = false;
         l.hold_at = None;
-        while let Some((msg, data)) = self.link(from, to).waiting.pop_front() {
-            self.deliver(from, to, msg, &data);
-            self.run();
-        }
+    }
+
+    /// The first packet waiting from `from` to `to` arrives and what it causes is done;
+    /// the rest still wait, and what is sent on the link meanwhile waits behind them.
+    pub fn release_one(&mut self, from: NodeId, to: NodeId) -> Msg {
+        let (msg, data) = self.link(from, to).waiting.pop_front().expect("a packet");
+        self.deliver(from, to, msg, &data);
+        self.run();
+        msg
     }
 
     /// Packets waiting from `from` to `to`: a test checks what will land, and in which
@@ -242,6 +287,81 @@ impl Net {
     pub fn in_flight(&self, from: NodeId, to: NodeId) -> Vec<Msg> {
         let l = &self.links[from as usize][to as usize];
         l.waiting.iter().map(|&(m, _)| m).collect()
+    }
+
+    /// Node `n`'s disk requests wait: what it is sent has not landed yet.
+    pub fn hold_disk(&mut self, n: NodeId) {
+        self.stores[n as usize].held = true;
+    }
+
+    /// Node `n`, every link of it down, stops cleanly and starts again from what its
+    /// metadata kept: consistent, what it knew each peer lacks, its generation ids.
+    pub fn restart_cleanly(&mut self, n: NodeId) {
+        let res = &self.nodes[n as usize];
+        let kept = res.persisted(0).expect("quiet");
+        assert!(kept.consistent);
+        let claims: Vec<(NodeId, Vec<u64>, bool)> = (kept.peers.iter())
+            .map(|p| (p.node, p.out_of_sync.words().to_vec(), p.wrote_apart))
+            .collect();
+        let gen = *res.generation(0).expect("a replica");
+        let mut res = self.restarted(n, ReplicaAtStart::Consistent);
+        for (peer, words, apart) in claims {
+            res.restore_peer(0, peer, &words, apart).unwrap();
+        }
+        res.restore_generation(0, gen, false).unwrap();
+        self.nodes[n as usize] = res;
+    }
+
+    /// Node `n`'s engine dies (kill -9; the page cache keeps what landed) and starts again
+    /// `Crashed`, as `tandem node` starts it: its activity log's extents `log` are suspect,
+    /// the Primary run it took writes from is restored, each peer's bitmap is what it held
+    /// at the crash plus the log's extents, and its generation ids are kept.
+    pub fn crash(&mut self, n: NodeId, log: &[(u64, u64)]) {
+        let gen = *self.nodes[n as usize].generation(0).expect("a replica");
+        let writer = self.nodes[n as usize].writer();
+        assert!(self.nodes[n as usize].consistent(0), "node {n}");
+        for p in (0..3).filter(|&p| p != n) {
+            self.link_down(n, p);
+        }
+        let peers: Vec<NodeId> = (0..3)
+            .filter(|&p| p != n && (p != 0 || !self.diskless_primary))
+            .collect();
+        let kept: Vec<(NodeId, Vec<u64>)> = peers
+            .iter()
+            .map(|&p| {
+                let mut words = self.nodes[n as usize]
+                    .out_of_sync_words(0, p)
+                    .expect("a peer")
+                    .to_vec();
+                for &(offset, len) in log {
+                    for b in offset / BLOCK..(offset + len).div_ceil(BLOCK) {
+                        words[(b / 64) as usize] |= 1 << (b % 64);
+                    }
+                }
+                (p, words)
+            })
+            .collect();
+        let store = &mut self.stores[n as usize];
+        store.parked.clear();
+        store.kept.clear();
+        store.held = false;
+        let mut res = self.restarted(n, ReplicaAtStart::Crashed);
+        res.restore_suspect(0, log.iter().copied()).unwrap();
+        if let Some(run) = writer {
+            res.restore_writer(0, run).unwrap();
+        }
+        for (p, words) in &kept {
+            res.restore_peer(0, *p, words, false).unwrap();
+        }
+        res.restore_generation(0, gen, false).unwrap();
+        self.nodes[n as usize] = res;
+    }
+
+    /// Node `n`'s engine started again (a new incarnation) with the replica `found`, its
+    /// metadata not restored yet.
+    fn restarted(&mut self, n: NodeId, found: ReplicaAtStart) -> Resource {
+        self.stores[n as usize].incarnation += 1;
+        Resource::new(self.spec(n), vec![found])
     }
 
     fn resolve(&self, n: NodeId, d: DataRef, inputs: &Inputs<'_>) -> Vec<u8> {
@@ -358,6 +478,9 @@ impl Net {
                     }
                     self.deliver(n, to, msg, &data);
                 }
+                job @ Job::Disk { .. } if self.stores[n as usize].held => {
+                    self.stores[n as usize].parked.push_back(job);
+                }
                 Job::Disk {
                     volume,
                     token,
@@ -448,6 +571,21 @@ impl Net {
         peer.volumes[0].disk
     }
 
+    /// Node `n`'s disk state.
+    pub fn disk(&self, n: NodeId) -> DiskState {
+        self.nodes[n as usize].disk(0)
+    }
+
+    /// Disk changes node `n` reported, in order.
+    pub fn disk_changes(&self, n: NodeId) -> Vec<(DiskState, DiskChange)> {
+        (self.events.iter())
+            .filter_map(|(at, e)| match e {
+                Event::DiskChanged { to, why, .. } if *at == n => Some((*to, why.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Packets delivered from `from` to `to` that `f` picks.
     pub fn delivered(&self, from: NodeId, to: NodeId, f: impl Fn(&Msg) -> bool) -> Vec<Msg> {
         (self.sent.iter())
@@ -531,7 +669,7 @@ impl Net {
     }
 }
 
-fn spec(me: NodeId, diskless_primary: bool) -> ResourceSpec {
+fn spec(me: NodeId, diskless_primary: bool, incarnation: u64) -> ResourceSpec {
     ResourceSpec {
         me,
         nodes: (0..3)
@@ -545,7 +683,17 @@ fn spec(me: NodeId, diskless_primary: bool) -> ResourceSpec {
         resync_chunk: 64 << 10,
         resync_window: 4,
         resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
-        gi_seed: 0x5eed_0000 + u64::from(me),
+        gi_seed: (0x5eed_0000 + u64::from(me)) ^ (incarnation << 32),
+    }
+}
+
+/// Generation ids: `current` and, newest first, `history`.
+pub fn gen(current: u64, history: &[u64]) -> GenIds {
+    let mut h = [0; GI_HISTORY];
+    h[..history.len()].copy_from_slice(history);
+    GenIds {
+        current,
+        history: h,
     }
 }
 
