@@ -732,6 +732,21 @@ fn the_last_unconverged_overlapping_runs_converge() {
     }
 }
 
+/// Soak seeds 204041558 and 204040083 (overlapping): a Secondary kept a lost Primary's
+/// unsettled writes; the other, back from a crash, answered its comparison with "nothing
+/// unsettled here" while that Primary's `Role` (the same run) was on its way to it. The
+/// asker claimed its kept write on it a few microseconds before meeting that run itself,
+/// which settled the write but not the claim: the crashed replica, the only one holding
+/// what the asker lacked, turned to pull the claimed block from the asker, and both
+/// waited for good. A node answers only once it knows whether it is connected to that run.
+#[test]
+fn a_comparison_waits_for_the_primarys_role() {
+    for seed in [204_041_558, 204_040_083] {
+        let out = Sim::new(Family::Overlapping.scenario(seed)).run();
+        assert!(out.converged, "overlapping seed {seed}");
+    }
+}
+
 /// Soak seed 204006330: a replica back from away said UpToDate before it heard the
 /// Primary's list, which named a block a write then covered in part; the Primary refused
 /// the write (rule F) with that replica the only one in reach. The checker counts a

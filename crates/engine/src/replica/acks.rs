@@ -238,6 +238,17 @@ pub(super) struct LostPrimary {
     pub(super) open: NodeSet,
 }
 
+/// A peer's `PrimaryLost` about a run we have nothing unsettled of, asked while that
+/// Primary's node was connected to us but had not yet told its run on that connection: the
+/// answer waits for its `Role` (or the connection's end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LostAsked {
+    pub(super) asker: NodeId,
+    /// The asker's connection (it asks again on its next one).
+    pub(super) conn: u32,
+    pub(super) run: (NodeId, u64),
+}
+
 impl LostPrimary {
     pub(super) fn msg(&self) -> Msg {
         Msg::PrimaryLost {

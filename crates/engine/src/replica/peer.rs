@@ -136,6 +136,9 @@ pub(super) struct Peer {
     pub(super) role: Role,
     /// Its run, as its `Role` said (see [`Packet::Role`](tandem_wire::Packet::Role)).
     pub(super) incarnation: u64,
+    /// Its `Role` arrived on this connection: until then `role` and `incarnation` may be
+    /// an earlier connection's (see `settle.rs`, `connected_to`).
+    pub(super) role_heard: bool,
     pub(super) vols: Vec<PeerVol>,
     // As sender: writes not yet confirmed written (the transfer log).
     pub(super) unacked: BTreeMap<u64, Unacked>,
@@ -343,6 +346,7 @@ impl Peer {
             up: false,
             role: Role::Secondary,
             incarnation: 0,
+            role_heard: false,
             vols: diskful
                 .iter()
                 .zip(sizes)
@@ -370,6 +374,7 @@ impl Peer {
         self.conn = self.conn.wrapping_add(1);
         self.rx_pending.clear();
         self.role = Role::Secondary;
+        self.role_heard = false;
         self.last_rx_ms = now_ms;
         self.ping_sent_ms = None;
         self.pings = 0;
@@ -386,6 +391,7 @@ impl Peer {
     pub(super) fn disconnected(&mut self) -> Orphans {
         self.up = false;
         self.role = Role::Secondary;
+        self.role_heard = false;
         let unacked = std::mem::take(&mut self.unacked);
         for pv in &mut self.vols {
             pv.connection_ended();

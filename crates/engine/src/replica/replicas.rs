@@ -34,6 +34,9 @@ pub(super) struct Replicas {
     pub(super) refused: Vec<(u16, Refused)>,
     /// Primaries we lost with writes not settled, not yet compared (see `settle.rs`).
     pub(super) lost: Vec<LostPrimary>,
+    /// Peers' `PrimaryLost` we answer once we know whether we are connected to that run
+    /// (see `settle.rs`, `answer_asked_lost`).
+    pub(super) lost_asked: Vec<super::acks::LostAsked>,
     /// Whose writes we take, as the metadata records (see `writer.rs`).
     pub(super) writer: super::run::Writer,
 }
@@ -95,6 +98,7 @@ impl Replicas {
             now_ms: 0,
             refused: Vec::new(),
             lost: Vec::new(),
+            lost_asked: Vec::new(),
             writer: Default::default(),
         }
     }

@@ -293,6 +293,7 @@ impl Resource {
                 out.push(RAction::Send { peer: p.id, msg });
             }
         }
+        self.rep.answer_asked_lost(out);
         self.rep.check_writer(out);
         self.debug_check();
     }

@@ -15,9 +15,11 @@
 //! it (seed 52: the Primary alone crashed with a write that had reached one Secondary; the
 //! two Secondaries stayed UpToDate and different for ever). A node still connected to that
 //! run of the Primary does not compare: the Primary knows what each lacks and its lists
-//! settle it; meeting that run again settles what was kept (`Role` names the run).
+//! settle it; meeting that run again settles what was kept (`Role` names the run). Whether
+//! it is connected to that run a node knows once the Primary's node sent its `Role` on
+//! their connection: a question asked before that waits for it (`answer_asked_lost`).
 
-use super::acks::{LostPrimary, Received};
+use super::acks::{LostAsked, LostPrimary, Received};
 use super::action::RAction;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
@@ -163,27 +165,22 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) {
         let peer = self.peers[i].id;
-        let (primary, incarnation) = run;
         let Some(k) = self
             .lost
             .iter()
             .position(|l| (l.primary, l.incarnation) == run && l.open.contains(peer))
         else {
-            // Nothing unsettled here. Still connected to that run of the Primary: it knows
-            // what each of us lacks, and we compare once we lose it too. Else the peer
-            // holds every write we received that could differ (ours are settled): it is
-            // the source, and a zero tells it so (a zero itself needs no answer).
-            let connected = self
-                .peers
-                .get(primary)
-                .is_some_and(|p| p.up && p.incarnation == incarnation);
-            if seq > 0 && !connected {
-                let msg = Msg::PrimaryLost {
-                    primary,
-                    incarnation,
-                    seq: 0,
-                };
-                out.push(RAction::Send { peer, msg });
+            // Nothing unsettled here (a zero itself needs no answer).
+            if seq > 0 {
+                let conn = self.peers[i].conn;
+                self.answer_nothing_unsettled(
+                    LostAsked {
+                        asker: peer,
+                        conn,
+                        run,
+                    },
+                    out,
+                );
             }
             return;
         };
@@ -200,6 +197,64 @@ impl Replicas {
         }
         if self.lost[k].open.is_empty() {
             self.lost.swap_remove(k).release(out);
+        }
+    }
+
+    /// A peer asked about `a.run`, of which we keep nothing unsettled. Still connected to
+    /// that run of the Primary: it knows what each of us lacks, and we compare once we lose
+    /// it too. Else the peer holds every write we received that could differ (ours are
+    /// settled): it is the source, and a zero tells it so.
+    ///
+    /// Which of the two holds is known once the Primary's node told its run on its
+    /// connection to us (its `Role`, the first thing it sends): until then the answer
+    /// waits (`answer_asked_lost`). A zero sent before a `Role` naming that same run has
+    /// the peer claim on us every write it kept, which that run, met again, settles
+    /// without taking back the claims (overlapping soak seeds 204041558, 204040083: back
+    /// from a crash, we answered while the Primary's `Role` was on its way; the claim on
+    /// the only replica holding the blocks the asker lacked left both waiting for good).
+    fn answer_nothing_unsettled(&mut self, a: LostAsked, out: &mut Vec<RAction>) {
+        match self.connected_to(a.run) {
+            Some(true) => {}
+            Some(false) => {
+                let (primary, incarnation) = a.run;
+                let msg = Msg::PrimaryLost {
+                    primary,
+                    incarnation,
+                    seq: 0,
+                };
+                out.push(RAction::Send { peer: a.asker, msg });
+            }
+            None if self.lost_asked.contains(&a) => {}
+            None => self.lost_asked.push(a),
+        }
+    }
+
+    /// Whether we are connected to `run` of a Primary; `None` while its node is connected
+    /// but has not told its run on this connection yet (what we know of it may be an
+    /// earlier connection's).
+    fn connected_to(&self, run: (NodeId, u64)) -> Option<bool> {
+        match self.peers.get(run.0) {
+            Some(p) if p.up && !p.role_heard => None,
+            Some(p) => Some(p.up && p.incarnation == run.1),
+            None => Some(false),
+        }
+    }
+
+    /// After every event: questions that waited for the Primary's node's `Role` are
+    /// answered once it came (or its connection ended). One whose asker's connection ended
+    /// is dropped: it asks again on the next.
+    pub(super) fn answer_asked_lost(&mut self, out: &mut Vec<RAction>) {
+        if self.lost_asked.is_empty() {
+            return;
+        }
+        for a in std::mem::take(&mut self.lost_asked) {
+            let asking = self
+                .peers
+                .get(a.asker)
+                .is_some_and(|p| p.up && p.conn == a.conn);
+            if asking {
+                self.answer_nothing_unsettled(a, out);
+            }
         }
     }
 

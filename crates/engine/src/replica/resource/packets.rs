@@ -42,6 +42,7 @@ impl Resource {
                     return Err(ProtocolError::BothPrimary);
                 }
                 self.rep.peers[i].incarnation = incarnation;
+                self.rep.peers[i].role_heard = true;
                 self.rep.met_run_again(i, out);
                 if role == Role::Primary {
                     // Before its list and our suspect ranges' pull under it.
