@@ -780,3 +780,13 @@ fn a_replica_current_under_the_primary_outranks_ids() {
         assert!(out.converged, "{family:?} seed {seed}");
     }
 }
+
+/// Overlapping soak seed 204080907: a failed write's holder whose list from the Primary
+/// had not ended made the Primary give up the up-to-date reference and mark it; the
+/// holder's list named a block of the range from its time away, and both lacked it. The
+/// holder is now told the range live after its list (`pull_back`).
+#[test]
+fn a_failed_writes_holder_listed_late_pulls_it_back() {
+    let out = Sim::new(Family::Overlapping.scenario(204_080_907)).run();
+    assert!(out.converged, "overlapping seed 204080907");
+}

@@ -88,6 +88,11 @@ pub(super) struct PeerVol {
     /// sync until the answer to the ping we sent then (its number on this connection)
     /// shows whether it heard them first (`Replicas::settle_unsure`).
     pub(super) unsure: Option<(Bitmap, u64)>,
+    /// Failed writes it holds and is to pull back from their reference, marked before our
+    /// list to it on this connection: the list names them, but the peer keeps what we
+    /// wrote it on this connection before its list ended; told live again after the list,
+    /// which voids that (see `references_for_failed`).
+    pub(super) pull_back: Option<Bitmap>,
 }
 
 impl PeerVol {
@@ -187,6 +192,7 @@ impl PeerVol {
             unanswered_missed: NodeSet::EMPTY,
             told_live: None,
             unsure: None,
+            pull_back: None,
         }
     }
 
@@ -207,6 +213,8 @@ impl PeerVol {
         // Their bits stay: listed again on the next connection.
         self.told_live = None;
         self.unsure = None;
+        // Listed on the next connection, where nothing is written before the list.
+        self.pull_back = None;
     }
 
     /// A live notice of this range went to it (see `told_live`).
@@ -239,6 +247,17 @@ impl PeerVol {
             Repl::Established
         };
         self.list = ListState::Sent;
+        // After its end: a live notice, so the peer's protection of what we wrote it
+        // before the list is void there.
+        if let Some(mut back) = self.pull_back.take() {
+            back.intersect_with(&self.oos);
+            if back.count() > 0 {
+                self.told_live
+                    .get_or_insert_with(|| back.cleared())
+                    .union_with(&back);
+                send_ranges(peer, v, &back, size, out);
+            }
+        }
     }
 
     /// The peer's list of what we lack ended. If both of us wrote as Primary apart from

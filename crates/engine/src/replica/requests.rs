@@ -374,6 +374,12 @@ impl Requests {
             }
             if !references.is_empty() && w.peers_ok.union(w.received).contains(p.id) {
                 p.lacks(v, w.offset, w.len, out);
+                let pv = &mut p.vols[v];
+                if up && matches!(pv.list, ListState::NotSent | ListState::Deferred) {
+                    pv.pull_back
+                        .get_or_insert_with(|| Bitmap::new(size))
+                        .set_range(offset, len);
+                }
                 continue;
             }
             // Written as Primary without it: if it was Primary apart from us too, this
@@ -566,10 +572,14 @@ impl Requests {
 /// pull it back from them. Marking the up-to-date ones instead leaves the newest data of
 /// the range split between replicas none of which is up to date (simulator seed 1574: a
 /// FUA write landed only on the replica being synced, its barrier could not vouch for it,
-/// and the current replica, marked as lacking it, had no source left). Empty when the rule
-/// does not apply: a holder is up to date, or our list to it has not ended (the write would
-/// be protected from it as one that came before the list), or no up-to-date replica is
-/// known to hold the range's older writes (one marked as lacking a write there does not).
+/// and the current replica, marked as lacking it, had no source left). A holder whose list
+/// from us has not ended is told live right after it (`PeerVol::pull_back`): the list alone
+/// leaves its protection of what we wrote it before the list, this write among them
+/// (overlapping soak seed 204080907: given up, the fallback marked the up-to-date holder
+/// whose link dropped, and the other holder, its list naming a block of the range from its
+/// time away, lacked that block too). Empty when the rule does not apply: a holder is up
+/// to date, or no up-to-date replica is known to hold the range's older writes (one marked
+/// as lacking a write there does not).
 fn references_for_failed(rep: &Replicas, v: usize, w: &AppWrite) -> NodeSet {
     let holders = w.peers_ok.union(w.received);
     if w.local == Stage::Done(true) || holders.is_empty() {
@@ -597,10 +607,9 @@ fn references_for_failed(rep: &Replicas, v: usize, w: &AppWrite) -> NodeSet {
                 references.insert(p.id);
                 continue;
             }
-            // Our list to it has ended: the notice is live there, and voids its protection
-            // of the write (else its list, still to come, would be protected from it).
-            let live = !p.up || matches!(pv.list, ListState::Sent | ListState::Stale);
-            if !pv.diskful || current || !live {
+            // Our list to it has ended, the notice is live there and voids its protection
+            // of the write; else it is told live after the list (`pull_back`).
+            if !pv.diskful || current {
                 return NodeSet::EMPTY;
             }
         } else if w.missing.contains(p.id)
