@@ -314,17 +314,19 @@ fn overlapping_fault_regressions() {
     }
 }
 
-/// Open engine gap (overlapping soak 83,000,000+, found 2026-11-25; fails with the engine of
+/// An engine gap (overlapping soak 83,000,000+, found 2026-11-25; fails with the engine of
 /// ec571bf too, so older than the metadata work): a write that failed landed on node 1 only;
 /// node 1 told node 2 at once (live OutOfSync), but node 2, being synced, had an older
 /// write of the Primary in that range marked fresh (protected from resync data), and only
 /// a Primary's list voids that protection. Node 2 kept the older sectors, node 1 the newer:
 /// replicas differ at the end. Voiding on any live notice is not safe either (a newer write
 /// may reach us before the notice of the older one): it needs an order between a notice
-/// and our writes (DRBD's dagtags, or the generation ids of issue 14).
+/// and our writes (DRBD's dagtags, or the generation ids of issue 14). The seed passes on
+/// 2026-11-26 (already with the engine of 00441e9): whether the rules for failed writes
+/// since (the reference of a failed write, `unanswered_lost`) closed the gap or the
+/// schedule no longer reaches it was not analysed. Kept as a regression seed.
 #[test]
-#[ignore = "engine gap: a relayed notice of a failed write does not void older fresh sectors (seed 83055400)"]
-fn overlapping_fault_pending_seed_83055400() {
+fn overlapping_fault_seed_83055400() {
     let mut sc = Scenario::random(83055400);
     sc.overlapping_faults = true;
     Sim::new(sc).run();
