@@ -792,3 +792,14 @@ fn a_failed_writes_holder_listed_late_pulls_it_back() {
     let out = Sim::new(Family::Overlapping.scenario(204_080_907)).run();
     assert!(out.converged, "overlapping seed 204080907");
 }
+
+/// Overlapping soak seed 204004523: a replica being synced alone held the Primary's
+/// acknowledged write and marked the other; that one, back with newer ids, said UpToDate
+/// before the Primary's list reached it, and the claim was yielded as the holder's to pull:
+/// each refused the other for ever. A relay of the connected Primary's own write is now
+/// kept (`primary_relays`, a capped list of ranges per peer).
+#[test]
+fn a_relay_of_the_connected_primarys_write_is_kept() {
+    let out = Sim::new(Family::Overlapping.scenario(204_004_523)).run();
+    assert!(out.converged, "overlapping seed 204004523");
+}

@@ -93,6 +93,82 @@ pub(super) struct PeerVol {
     /// wrote it on this connection before its list ended; told live again after the list,
     /// which voids that (see `references_for_failed`).
     pub(super) pull_back: Option<Bitmap>,
+    /// Ranges we claim it lacks from the connected Primary's own writes that did not go to
+    /// it, received after that Primary's list to us ended (see `Replicas::primary_relays`).
+    /// A capped list, not a bitmap: past the cap a claim is not recorded, and is yielded
+    /// to newer ids as any other.
+    pub(super) relayed: Option<Relayed>,
+}
+
+/// Claims relayed from one run of a connected Primary (its node and connection): sorted,
+/// disjoint, block-aligned byte ranges `[start, end)`, at most `Relayed::CAP` of them.
+#[derive(Debug)]
+pub(super) struct Relayed {
+    pub(super) node: NodeId,
+    pub(super) conn: u32,
+    pub(super) ranges: Vec<(u64, u64)>,
+}
+
+impl Relayed {
+    /// At most this many ranges (16 bytes each: 16 KiB per peer and volume, whatever the
+    /// volume's size). Adjacent and overlapping writes merge into one.
+    pub(super) const CAP: usize = 1024;
+
+    pub(super) fn new(node: NodeId, conn: u32) -> Relayed {
+        Relayed {
+            node,
+            conn,
+            ranges: Vec::new(),
+        }
+    }
+
+    /// Records the blocks the byte range touches (as `Bitmap::set_range` marks them). Past
+    /// the cap it is not recorded: that claim falls back to being yielded.
+    pub(super) fn add(&mut self, offset: u64, len: u64, block: u64) {
+        let start = offset / block * block;
+        let end = (offset + len).div_ceil(block) * block;
+        if start >= end {
+            return;
+        }
+        // The ranges that touch or overlap [start, end) merge with it.
+        let first = self.ranges.partition_point(|&(_, e)| e < start);
+        let last = self.ranges.partition_point(|&(s, _)| s <= end);
+        if first == last && self.ranges.len() >= Self::CAP {
+            return;
+        }
+        let (mut s, mut e) = (start, end);
+        if first < last {
+            s = s.min(self.ranges[first].0);
+            e = e.max(self.ranges[last - 1].1);
+        }
+        self.ranges.splice(first..last, [(s, e)]);
+    }
+
+    /// Forgets the blocks entirely inside the byte range (as `Bitmap::clear_range` clears
+    /// them). A range it would split past the cap is forgotten whole.
+    pub(super) fn remove(&mut self, offset: u64, len: u64, block: u64) {
+        let start = offset.div_ceil(block) * block;
+        let end = (offset + len) / block * block;
+        if start >= end {
+            return;
+        }
+        let first = self.ranges.partition_point(|&(_, e)| e <= start);
+        let last = self.ranges.partition_point(|&(s, _)| s < end);
+        if first == last {
+            return;
+        }
+        let mut keep = Vec::with_capacity(2);
+        if self.ranges[first].0 < start {
+            keep.push((self.ranges[first].0, start));
+        }
+        if self.ranges[last - 1].1 > end {
+            keep.push((end, self.ranges[last - 1].1));
+        }
+        if self.ranges.len() - (last - first) + keep.len() > Self::CAP {
+            keep.clear();
+        }
+        self.ranges.splice(first..last, keep);
+    }
 }
 
 impl PeerVol {
@@ -193,6 +269,7 @@ impl PeerVol {
             told_live: None,
             unsure: None,
             pull_back: None,
+            relayed: None,
         }
     }
 
@@ -545,5 +622,51 @@ impl std::ops::Index<usize> for Peers {
 impl std::ops::IndexMut<usize> for Peers {
     fn index_mut(&mut self, i: usize) -> &mut Peer {
         &mut self.0[i]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Relayed;
+
+    const B: u64 = 4096;
+
+    #[test]
+    fn relayed_ranges_merge_split_and_stay_under_the_cap() {
+        let mut r = Relayed::new(0, 1);
+        r.add(3 * B + 100, 10, B);
+        r.add(5 * B, 2 * B, B);
+        assert_eq!(r.ranges, vec![(3 * B, 4 * B), (5 * B, 7 * B)]);
+        r.add(4 * B, B, B);
+        assert_eq!(r.ranges, vec![(3 * B, 7 * B)], "adjacent ranges merge");
+        r.remove(4 * B + 1, 2 * B, B);
+        assert_eq!(
+            r.ranges,
+            vec![(3 * B, 5 * B), (6 * B, 7 * B)],
+            "whole blocks only"
+        );
+        r.remove(0, 10 * B, B);
+        assert!(r.ranges.is_empty());
+        // Three blocks at 0, then one block in every other up to the cap.
+        r.add(0, 3 * B, B);
+        for b in 2..Relayed::CAP as u64 + 10 {
+            r.add(2 * b * B, B, B);
+        }
+        assert_eq!(r.ranges.len(), Relayed::CAP, "past the cap, not recorded");
+        assert_eq!(r.ranges.last(), Some(&(2048 * B, 2049 * B)));
+        r.add(3 * B, B, B);
+        assert_eq!(r.ranges[0], (0, 5 * B), "a merge still records");
+        assert_eq!(r.ranges.len(), Relayed::CAP - 1);
+        r.add(1 << 40, B, B);
+        assert_eq!(r.ranges.len(), Relayed::CAP);
+        r.remove(2 * B, B, B);
+        assert_eq!(
+            r.ranges[0],
+            (6 * B, 7 * B),
+            "split past the cap: forgotten whole"
+        );
+        r.remove(6 * B, B, B);
+        r.remove(0, B, B);
+        assert_eq!(r.ranges[0], (8 * B, 9 * B));
     }
 }

@@ -11,6 +11,7 @@ use super::event::{LocalFailure, ProtocolError};
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
+use super::peer::Relayed;
 use super::replicas::Replicas;
 use super::spec::NodeId;
 use crate::io::{DiskKind, IoError};
@@ -185,16 +186,37 @@ impl Replicas {
         len: u32,
         out: &mut Vec<RAction>,
     ) {
+        // Its list to us ended: we hold every write it completed (see `primary_relays`).
+        let run = (self.peers.iter())
+            .find(|p| p.id == primary && p.vols[v].listed)
+            .map(|p| (p.id, p.conn));
         for p in self
             .peers
             .iter_mut()
             .filter(|p| p.id != primary && p.vols[v].diskful)
         {
+            let block = p.vols[v].oos.block_size();
             if !targets.contains(p.id) {
                 p.lacks(v, offset, len, out);
+                if let Some((node, conn)) = run {
+                    let pv = &mut p.vols[v];
+                    if pv
+                        .relayed
+                        .as_ref()
+                        .is_none_or(|r| (r.node, r.conn) != (node, conn))
+                    {
+                        pv.relayed = Some(Relayed::new(node, conn));
+                    }
+                    let relayed = pv.relayed.as_mut().expect("set above");
+                    relayed.add(offset, u64::from(len), block);
+                }
             } else {
                 // It gets this newer write (or the Primary marks it): our old mark is moot.
-                p.vols[v].oos.clear_range(offset, u64::from(len));
+                let pv = &mut p.vols[v];
+                pv.oos.clear_range(offset, u64::from(len));
+                if let Some(relayed) = pv.relayed.as_mut() {
+                    relayed.remove(offset, u64::from(len), block);
+                }
             }
         }
     }

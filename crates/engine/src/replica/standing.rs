@@ -15,6 +15,7 @@ use super::event::{DiskChange, Event};
 use super::generation::{lineage, outranks, GenIds, Lineage, Standing};
 use super::msg::Msg;
 use super::replicas::Replicas;
+use super::spec::NodeId;
 use super::status::Repl;
 use tandem_wire::packet::{DiskState, Role};
 
@@ -289,6 +290,31 @@ impl Replicas {
                 .peers
                 .up()
                 .any(|p| p.role == Role::Primary && p.vols[v].listed)
+    }
+
+    /// What we claim peer `i` lacks from writes of the connected Primary that did not go
+    /// to it, sent us on that Primary's current connection after its list to us ended.
+    /// That Primary marked the peer for each (a write that missed a diskful node marks
+    /// it once it lands anywhere), and the peer can hold nothing newer there: a later
+    /// write of that range that went to it came to us too, and cleared our claim. Newer
+    /// ids of the peer do not make such a claim stale (they do not order replicas: ours
+    /// may be older only because we were being synced when the Primary rotated them).
+    /// Byte ranges, block-aligned; past `Relayed::CAP` a claim is not among them.
+    pub(super) fn primary_relays(&self, i: usize, v: usize) -> Option<Vec<(u64, u64)>> {
+        let r = self.peers[i].vols[v].relayed.as_ref()?;
+        let p = self.peers.up().find(|p| p.role == Role::Primary)?;
+        let same = p.id == r.node && p.conn == r.conn && p.vols[v].listed;
+        same.then(|| r.ranges.clone())
+    }
+
+    /// The Primary `node` stepped down: its relays are void (another Primary, apart from
+    /// us, may write a peer next; a later tenure of that node starts a new record).
+    pub(super) fn forget_relays(&mut self, node: NodeId) {
+        for pv in self.peers.iter_mut().flat_map(|p| p.vols.iter_mut()) {
+            if pv.relayed.as_ref().is_some_and(|r| r.node == node) {
+                pv.relayed = None;
+            }
+        }
     }
 
     /// Peer `i`'s ids are strictly newer than ours.

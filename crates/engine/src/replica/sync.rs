@@ -60,7 +60,23 @@ impl Replicas {
             // older only because we were synced with no Primary around and took none:
             // cluster-crash soak seed 201015450, a replica that alone held a Primary's
             // acknowledged write yielded it to a peer that lacked it, and both waited).
+            // Nor our claims from the connected Primary's own writes that missed it, sent
+            // us after its list to us ended (`primary_relays`; overlapping soak seed
+            // 204004523: a replica being synced alone held such a write, acknowledged,
+            // and pulled it from the peer that lacked it while that Primary listed it).
+            let keep = self.primary_relays(i, v);
+            let pv = &mut self.peers[i].vols[v];
+            let kept = keep.filter(|r| !r.is_empty()).map(|ranges| {
+                let mut kept = pv.oos.cleared();
+                for (start, end) in ranges {
+                    pv.oos.move_range(start, end - start, &mut kept);
+                }
+                kept
+            });
             self.yield_claims(i, v, out);
+            if let Some(kept) = kept {
+                self.peers[i].vols[v].oos.union_with(&kept);
+            }
         }
         let mine = self.vols[v].disk;
         let pv = &mut self.peers[i].vols[v];

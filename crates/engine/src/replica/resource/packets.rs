@@ -50,6 +50,8 @@ impl Resource {
                 }
                 let was = std::mem::replace(&mut self.rep.peers[i].role, role);
                 if was == Role::Primary && role != Role::Primary {
+                    // Its relays stand for one tenure: another may write apart from us next.
+                    self.rep.forget_relays(peer);
                     for v in 0..self.rep.vols.len() {
                         self.rep.send_deferred_lists(v, out);
                     }

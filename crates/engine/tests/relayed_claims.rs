@@ -1,0 +1,99 @@
+//! Claims a Secondary relays from the connected Primary's own writes, met by a peer whose
+//! generation ids are newer than ours (`PeerVol::relayed`, a capped list of ranges). A
+//! diskless Primary (node 0) and two Secondaries over the shared in-memory network
+//! (`common`), rebuilding the simulator's seed by holding links.
+
+mod common;
+
+use common::{Net, BLOCK};
+use tandem_engine::replica::{DiskState, Msg};
+
+/// Overlapping soak seed 204004523. Node 1 misses a write (block 3) away from both others,
+/// so the Primary rotates the ids node 2 takes. Back, node 1 says UpToDate and hears the
+/// Primary's list (block 3); its Inconsistent report is still on the wire when node 2 is
+/// cut off and the next write (block 8) goes to node 1 alone: vouched for (node 1 was up
+/// to date for it when it went out) and acknowledged. Node 1, whose ids are older than
+/// node 2's (being synced, it could adopt none), marks node 2 lacking block 8 and records
+/// the range as relayed. Node 2 returns to both and tells node 1 UpToDate, with newer ids,
+/// before the Primary's list (block 8) reaches it. Node 1 keeps its claim: it relays the
+/// connected Primary's own write, which that Primary marked node 2 for too. (Yielded, node
+/// 1 pulled block 8 from node 2, which lacked it, while node 2 pulled it from node 1, which
+/// now said it lacked it: each refused the other for ever.)
+#[test]
+fn a_relay_of_the_connected_primarys_write_is_kept_against_a_peer_with_newer_ids() {
+    let mut net = Net::diskless_primary();
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    net.write(1, 3 * BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    let older = *net.nodes[1].generation(0).unwrap();
+    assert_ne!(
+        net.nodes[2].generation(0).unwrap(),
+        &older,
+        "node 2 took new ids"
+    );
+    // Node 1's packets to the Primary wait from its Inconsistent report on.
+    net.hold_at(1, 0, |m| {
+        matches!(
+            m,
+            Msg::Volume {
+                disk: DiskState::Inconsistent,
+                ..
+            }
+        )
+    });
+    net.link_up(0, 1);
+    assert_eq!(
+        net.nodes[1].disk(0),
+        DiskState::Inconsistent,
+        "listed block 3"
+    );
+    assert_eq!(
+        net.seen(0, 1),
+        Some(DiskState::UpToDate),
+        "its report waits"
+    );
+    net.link_down(0, 2);
+    net.write(2, 8 * BLOCK, 4096);
+    assert_eq!(net.block(1, 8)[0], 2, "node 1 wrote it");
+    assert_eq!(net.claims(1, 2), BLOCK, "and marks node 2");
+    net.release(1, 0);
+    assert_eq!(net.answer(2), Some(Ok(())), "acknowledged");
+    assert_eq!(
+        net.nodes[1].generation(0),
+        Some(&older),
+        "node 1 adopted no ids"
+    );
+    // Node 2 returns; the Primary's list to it waits, so node 2 says UpToDate to node 1.
+    net.hold(0, 2);
+    net.link_up(0, 2);
+    net.link_up(1, 2);
+    assert_eq!(net.seen(1, 2), Some(DiskState::UpToDate));
+    assert_eq!(net.claims(1, 2), BLOCK, "node 1 keeps its claim");
+    assert_eq!(net.listed_blocks(1, 2), vec![8], "and lists it");
+    assert!(
+        !net.pulled_blocks(1, 2).contains(&8),
+        "node 1 does not pull the write it holds"
+    );
+    // Node 2, UpToDate when node 1's list came, claimed block 3 on node 1: each lacked
+    // what the other held, which only the Primary settles, and node 2 dropped the link
+    // to redial (as it does while apart from the Primary). The Primary's list reaches it.
+    assert_eq!(net.dropped, vec![(2, 1)]);
+    net.dropped.clear();
+    net.link_down(1, 2);
+    net.release(0, 2);
+    assert_eq!(
+        net.nodes[2].disk(0),
+        DiskState::Inconsistent,
+        "listed block 8"
+    );
+    net.link_up(1, 2);
+    assert_eq!(
+        net.pulled_blocks(2, 1),
+        vec![8],
+        "from node 1, which holds it"
+    );
+    net.assert_converges();
+    assert_eq!(net.block(2, 8)[0], 2, "the acknowledged write is on both");
+    assert_eq!(net.block(1, 3)[0], 1);
+}
