@@ -499,12 +499,17 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) {
         let others = |j: usize, p: &Peer| j != i && p.vols[v].diskful;
-        let away = self
-            .peers
-            .iter()
-            .enumerate()
-            .any(|(j, p)| others(j, p) && !p.up);
-        let reference = (disk == DiskState::UpToDate || !away) && disk != DiskState::Diskless;
+        // An away peer we already mark as lacking a block is no current replica of it:
+        // it pulls the block at its return, whatever it holds (a failed write whose
+        // receipt reached a diskless Primary marked the away replica, then, its crashed
+        // holder back first, the holder too: the block had no source left).
+        let away_at = |k: u64| {
+            self.peers
+                .iter()
+                .enumerate()
+                .any(|(j, p)| others(j, p) && !p.up && !p.vols[v].oos.is_set(k))
+        };
+        let may_be_reference = disk != DiskState::Diskless;
         // A source for the whole range, as one replica's claims on another cover it whole
         // (overlapping seed 15345: split block by block, the range's blocks went to two
         // sources, and the returning replica's claims on one of them, kept from its crash,
@@ -526,6 +531,7 @@ impl Replicas {
         let mut b = 0;
         while let Some(k) = u.next_set(b) {
             b = k + 1;
+            let reference = may_be_reference && (disk == DiskState::UpToDate || !away_at(k));
             let theirs = current || !reference || self.peers[i].vols[v].oos.is_set(k);
             let to = if theirs { &mut pull } else { &mut mine };
             to.set_range(k * block, block);
