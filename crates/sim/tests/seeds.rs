@@ -220,6 +220,10 @@ fn cluster_crashes_lose_nothing_acknowledged() {
 ///   written; after every node crashed it was the cleanest replica, the contest made it the
 ///   source, and the acknowledged write was lost. Now a replica with writes still to land
 ///   is not kept consistent across a clean stop.
+/// - 215025115 (with power loss): a diskful Primary's own resync ended with a write in
+///   flight; the one current peer's link dropped before it answered, and the write failed
+///   although it had landed on the Primary's replica, up to date by then. Now a replica
+///   turning UpToDate vouches for the writes in flight it takes.
 #[test]
 fn cluster_crash_regressions() {
     for (seed, family) in [
@@ -234,6 +238,7 @@ fn cluster_crash_regressions() {
         (141005682, Family::ClusterCrash),
         (2925, Family::PowerLossClusterCrash),
         (418, Family::PowerLossClusterCrash),
+        (215_025_115, Family::PowerLossClusterCrash),
     ] {
         Sim::new(family.scenario(seed)).run();
     }

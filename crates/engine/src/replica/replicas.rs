@@ -32,6 +32,9 @@ pub(super) struct Replicas {
     /// Writes (per volume) that waited in the apply queue of a replica that detached:
     /// completed as failed at the end of the event, by the rooms that issued them.
     pub(super) refused: Vec<(u16, Refused)>,
+    /// Volumes whose replica here turned UpToDate during this event: the application
+    /// writes in flight it takes are on a current replica (`Writes::local_current`).
+    pub(super) turned_current: Vec<usize>,
     /// Primaries we lost with writes not settled, not yet compared (see `settle.rs`).
     pub(super) lost: Vec<LostPrimary>,
     /// Peers' `PrimaryLost` we answer once we know whether we are connected to that run
@@ -97,6 +100,7 @@ impl Replicas {
             gis_made: 0,
             now_ms: 0,
             refused: Vec::new(),
+            turned_current: Vec::new(),
             lost: Vec::new(),
             lost_asked: Vec::new(),
             writer: Default::default(),
@@ -171,6 +175,9 @@ impl Replicas {
     ) {
         let from = self.vols[v].disk;
         self.vols[v].set_disk(disk);
+        if disk == DiskState::UpToDate && from != DiskState::UpToDate {
+            self.turned_current.push(v);
+        }
         out.push(RAction::Event(Event::DiskChanged {
             volume: v as u16,
             from,

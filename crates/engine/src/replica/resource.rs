@@ -272,6 +272,9 @@ impl Resource {
                 self.disk_done_event(volume, r.token, r.kind, failed, out);
             }
         }
+        for v in std::mem::take(&mut self.rep.turned_current) {
+            self.app.writes.local_current(v);
+        }
         if self.auto.should_demote() && self.demote_for(RoleChange::LastClientLeft, out).is_ok() {
             self.auto.clear();
         }

@@ -330,6 +330,19 @@ impl Writes {
         }
     }
 
+    /// Our replica of volume `v` is up to date now: the writes in flight it takes (written
+    /// as fresh sectors during its resync, never overwritten by the resync's older data)
+    /// are on a current replica, as for a peer (`peer_current`). A diskful Primary whose
+    /// own resync ended while a write was in flight failed that write when the one peer
+    /// that was current went away (cluster-crash + power-loss soak seed 215025115).
+    pub(super) fn local_current(&mut self, v: usize) {
+        for w in self.by_req.values_mut() {
+            if w.volume as usize == v && w.local != Stage::NotApplicable {
+                w.local_current = true;
+            }
+        }
+    }
+
     /// `peer`'s replica of volume `v` is up to date now: the writes in flight it wrote
     /// (protected from its resync's older data) are on a current replica.
     pub(super) fn peer_current(&mut self, v: usize, peer: NodeId, lacks: &Bitmap) {
