@@ -337,6 +337,16 @@ fn overlapping_fault_seed_83055400() {
     Sim::new(sc).run();
 }
 
+/// Overlapping seed 232031512 (soak of 2026-11-26, engine 97144ae): a block the Primary's
+/// write covered whole on a replica being synced stayed to pull, and the other replica,
+/// lacking it too, refused it for ever while this one refused it the blocks after. Such a
+/// block now leaves the pull (`Resync::written_whole`).
+#[test]
+fn a_block_written_whole_during_a_resync_converges() {
+    let out = Sim::new(Family::Overlapping.scenario(232_031_512)).run();
+    assert!(out.converged, "overlapping seed 232031512");
+}
+
 /// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
 /// comes back with an empty replica it created, which must be synced in full before it
 /// serves a read or counts as a copy. Every read and the final contents are checked, so

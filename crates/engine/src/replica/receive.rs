@@ -46,7 +46,9 @@ impl Replicas {
                     offset,
                     len: data.len() as u32,
                 };
-                self.receive_write(i, v, seq, flags, targets, kind, out)?;
+                if self.receive_write(i, v, seq, flags, targets, kind, out)? {
+                    self.pump_resync(b, volume, out);
+                }
             }
             Packet::Zero {
                 volume,
@@ -63,7 +65,9 @@ impl Replicas {
                     may_punch: flags & wf::MAY_PUNCH != 0,
                     fast: false,
                 };
-                self.receive_write(i, v, seq, flags, targets, kind, out)?;
+                if self.receive_write(i, v, seq, flags, targets, kind, out)? {
+                    self.pump_resync(b, volume, out);
+                }
             }
             Packet::Barrier { id } => {
                 let last = self.peers[i].rx_last_seq;
@@ -100,7 +104,8 @@ impl Replicas {
         Ok(())
     }
 
-    /// A replicated write (or zeroing) from the Primary.
+    /// A replicated write (or zeroing) from the Primary. True if it left our resync
+    /// nothing to pull (`Resync::written_whole`): the caller pumps it, to end it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn receive_write(
         &mut self,
@@ -111,7 +116,7 @@ impl Replicas {
         targets: u32,
         kind: DiskKind,
         out: &mut Vec<RAction>,
-    ) -> Result<(), ProtocolError> {
+    ) -> Result<bool, ProtocolError> {
         let peer = self.peers[i].id;
         if self.peers[i].role != Role::Primary {
             return Err(ProtocolError::WriteFromSecondary);
@@ -134,11 +139,11 @@ impl Replicas {
             if self.vols[v].apply.busy(offset, u64::from(len)) {
                 self.peers[i].rx_pending.insert(seq);
                 self.vols[v].apply.hold_refused(token, kind);
-                return Ok(());
+                return Ok(false);
             }
             let msg = Msg::NegAck { seq, errno: EIO };
             out.push(RAction::Send { peer, msg });
-            return Ok(());
+            return Ok(false);
         }
         if flags & wf::ACK_RECV != 0 {
             out.push(RAction::Send {
@@ -147,8 +152,10 @@ impl Replicas {
             });
         }
         self.data_arrives(v, out);
+        let mut emptied = false;
         if let Some(rs) = self.vols[v].resync.as_mut() {
             rs.fresh.set_range(offset, u64::from(len));
+            emptied = rs.written_whole(offset, u64::from(len));
         }
         let p = &mut self.peers[i];
         if !p.vols[v].listed {
@@ -169,7 +176,7 @@ impl Replicas {
         self.vols[v]
             .apply
             .write(v as u16, token, kind, data, true, out);
-        Ok(())
+        Ok(emptied)
     }
 
     /// Diskful nodes the Primary could not send this write to lack it: if the Primary

@@ -180,6 +180,9 @@ impl Requests {
             // reply, read on the peer before the write reached it, landed after it.
             if let Some(rs) = rep.vols[v].resync.as_mut() {
                 rs.fresh.set_range(shape.offset, u64::from(shape.len));
+                if rs.written_whole(shape.offset, u64::from(shape.len)) {
+                    rep.pump_resync(&mut self.barriers, volume, out);
+                }
             }
         }
         self.replicate(rep, req, &shape, &mut w, data, out);

@@ -217,6 +217,28 @@ impl Resync {
         self.cursor = self.cursor.min(offset / BLOCK);
     }
 
+    /// The application wrote `offset..+len` here during the resync (fresh sectors): a
+    /// 4 KiB block still to pull whose every sector is fresh holds its newest data whole,
+    /// and a reply would write none of it (`unwritten_parts`), so it leaves `to_pull`.
+    /// Kept there, it needed a source that holds it: two sync targets, one holding the
+    /// block whole from the Primary's write and lacking the blocks after it, the other
+    /// the reverse, each refused the other's chunk for ever (overlapping seed 232031512).
+    /// True if that left nothing to pull: the caller pumps, and the resync may end.
+    pub(super) fn written_whole(&mut self, offset: u64, len: u64) -> bool {
+        if self.to_pull.count() == 0 {
+            return false;
+        }
+        let first = offset / BLOCK;
+        let end = (offset + len).div_ceil(BLOCK);
+        for k in first..end {
+            let at = k * BLOCK;
+            if self.to_pull.any_in(at, BLOCK) && self.fresh.bytes_clear_in(at, BLOCK) == 0 {
+                self.to_pull.clear_range(at, BLOCK);
+            }
+        }
+        self.to_pull.count() == 0
+    }
+
     /// The sector ranges of a reply to write: those the application has not written
     /// since the resync began. Counted as writes pending.
     pub(super) fn unwritten_parts(&mut self, offset: u64, len: u32) -> Vec<(u64, u64)> {
