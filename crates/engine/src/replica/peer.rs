@@ -591,7 +591,18 @@ impl Peers {
 
     /// The connected Primary, if any.
     pub(super) fn primary(&self) -> Option<NodeId> {
-        self.up().find(|p| p.role == Role::Primary).map(|p| p.id)
+        self.primary_peer().map(|p| p.id)
+    }
+
+    /// The connected peer that is Primary.
+    pub(super) fn primary_peer(&self) -> Option<&Peer> {
+        self.up().find(|p| p.role == Role::Primary)
+    }
+
+    /// The connected Primary, once its list of volume `v` to us has ended: from then on
+    /// it sends us every write it completes.
+    pub(super) fn primary_listed(&self, v: usize) -> Option<&Peer> {
+        self.primary_peer().filter(|p| p.vols[v].listed)
     }
 
     /// A connected peer keeps an up-to-date replica of volume `v`.

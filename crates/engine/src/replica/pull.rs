@@ -257,10 +257,7 @@ impl Replicas {
             self.vols[v].unproven = false;
             self.vols[v].suspect = None;
         }
-        let under_primary = self
-            .peers
-            .up()
-            .any(|p| p.role == Role::Primary && p.vols[v].listed);
+        let under_primary = self.peers.primary_listed(v).is_some();
         let settled = (all_met_no_primary && source_current) || under_primary;
         if settled && self.vols[v].standing.is_some() {
             // Back from a restart and synced from the reference (the contest's winner, or
@@ -274,11 +271,7 @@ impl Replicas {
                 p.vols[v].apart = None;
             }
         }
-        if self
-            .peers
-            .up()
-            .any(|p| p.role == Role::Primary && p.vols[v].listed)
-        {
+        if under_primary {
             self.vols[v].unproven = false;
             self.vols[v].suspect = None;
         }

@@ -218,7 +218,7 @@ impl Replicas {
     /// writes we hold). One that keeps a replica, or has not listed yet, decides by its
     /// lists.
     fn contest_primary(&self, v: usize) -> Option<ContestPrimary> {
-        match self.peers.up().find(|p| p.role == Role::Primary) {
+        match self.peers.primary_peer() {
             None => Some(ContestPrimary::None),
             Some(p) if !p.vols[v].diskful && p.vols[v].listed => Some(ContestPrimary::Diskless),
             Some(_) => None,
@@ -286,10 +286,7 @@ impl Replicas {
         self.role != Role::Primary
             && self.vols[v].diskful
             && self.vols[v].disk == DiskState::UpToDate
-            && self
-                .peers
-                .up()
-                .any(|p| p.role == Role::Primary && p.vols[v].listed)
+            && self.peers.primary_listed(v).is_some()
     }
 
     /// What we claim peer `i` lacks from writes of the connected Primary that did not go
@@ -302,9 +299,8 @@ impl Replicas {
     /// Byte ranges, block-aligned; past `Relayed::CAP` a claim is not among them.
     pub(super) fn primary_relays(&self, i: usize, v: usize) -> Option<Vec<(u64, u64)>> {
         let r = self.peers[i].vols[v].relayed.as_ref()?;
-        let p = self.peers.up().find(|p| p.role == Role::Primary)?;
-        let same = p.id == r.node && p.conn == r.conn && p.vols[v].listed;
-        same.then(|| r.ranges.clone())
+        let p = self.peers.primary_listed(v)?;
+        (p.id == r.node && p.conn == r.conn).then(|| r.ranges.clone())
     }
 
     /// The Primary `node` stepped down: its relays are void (another Primary, apart from
@@ -372,12 +368,7 @@ impl Replicas {
         if !self.vols[v].diskful || self.vols[v].disk != DiskState::UpToDate {
             return;
         }
-        let Some(gen) = self
-            .peers
-            .up()
-            .find(|p| p.role == Role::Primary && p.vols[v].listed)
-            .map(|p| p.vols[v].gen)
-        else {
+        let Some(gen) = self.peers.primary_listed(v).map(|p| p.vols[v].gen) else {
             return;
         };
         if lineage(&self.vols[v].gen, &gen) != Lineage::Newer {

@@ -293,10 +293,7 @@ impl Replicas {
         self.role != Role::Primary
             && self.peers[i].role != Role::Primary
             && self.settled_by_primary(v)
-            && self
-                .peers
-                .up()
-                .any(|p| p.role == Role::Primary && !p.vols[v].listed)
+            && self.peers.primary_peer().is_some_and(|p| !p.vols[v].listed)
     }
 
     /// Lists that waited for the Primary's (`waits_for_primary_list`) go once it ended,

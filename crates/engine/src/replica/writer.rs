@@ -38,7 +38,7 @@ impl Replicas {
         if self.role == Role::Primary {
             return self.record_writer(None, out);
         }
-        let primary = self.peers.up().find(|p| p.role == Role::Primary);
+        let primary = self.peers.primary_peer();
         let run = primary.map(|p| PrimaryRun {
             node: p.id,
             incarnation: p.incarnation,
