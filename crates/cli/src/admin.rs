@@ -74,6 +74,10 @@ fn progress(p: &tandem_daemon::control_api::ResyncProgress) -> String {
 pub fn human(resources: &[ResourceStatus]) -> String {
     let mut out = String::new();
     for r in resources {
+        if let Some(why) = &r.not_attached {
+            out += &format!("{} not attached: {why}\n", r.name);
+            continue;
+        }
         out += &format!("{} role:{}\n", r.name, r.role);
         for v in &r.volumes {
             out += &format!("  volume:{} disk:{}", v.volume, v.disk);

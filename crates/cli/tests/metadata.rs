@@ -160,22 +160,75 @@ fn a_corrupted_superblock_is_refused_with_the_way_out() {
     let flipped = [b[0] ^ 0x40];
     f.write_all_at(&flipped, at).unwrap();
     drop(f);
+    // A second resource on beta, with its own disk: the corrupted one must not take it
+    // down. Alpha, its other node, does not run it (beta's link to it just retries).
+    let port_of = |a: &str| {
+        a.rsplit_once(':')
+            .map(|(h, p)| (h.to_string(), p.parse::<u16>().unwrap()))
+            .unwrap()
+    };
+    let (beta_ip, beta_port) = port_of(&c.node("beta").address);
+    let (alpha_ip, alpha_port) = port_of(&c.node("alpha").address);
+    let home = disk.parent().unwrap().to_path_buf();
+    let r1 = format!(
+        "[resource]\nname = \"r1\"\nprotocol = \"C\"\nshared-secret = \"{SECRET}\"\n\n\
+         [[volume]]\nnumber = 0\nsize = \"8M\"\n\n\
+         [[node]]\nname = \"alpha\"\nnode-id = 0\naddress = \"{alpha_ip}:{}\"\n  \
+         [[node.volume]]\n  number = 0\n  disk = \"{}\"\n\n\
+         [[node]]\nname = \"beta\"\nnode-id = 1\naddress = \"{beta_ip}:{}\"\n  \
+         [[node.volume]]\n  number = 0\n  disk = \"{}\"\n  nbd = [\"unix:{}\"]\n",
+        alpha_port + 1000,
+        home.join("unused-alpha-r1.img").display(),
+        beta_port + 1000,
+        home.join("r1.img").display(),
+        home.join("r1.sock").display(),
+    );
+    std::fs::write(home.join("cfg/r1.toml"), r1).unwrap();
     let beta = c.node_mut("beta");
     beta.daemon.restart();
-    let exited = wait_until(Duration::from_secs(20), || !beta.daemon.is_running());
-    assert!(
-        exited,
-        "beta started on corrupted metadata:\n{}",
-        beta.daemon.log()
-    );
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    // Beta serves r1 and leaves r0 down, saying why in its log and in status; nothing
+    // that names r0 is carried out.
+    let status = beta.daemon.admin(&["status"]);
+    status.expect_success();
+    let line = status
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("r0 "))
+        .unwrap_or_else(|| panic!("no r0 line: {}", status.describe()));
     let log = beta.daemon.log();
     let last = &log[log.rfind("==== test harness: start").unwrap_or(0)..];
     for needle in [disk.to_str().unwrap(), "slot 0", "checksum", "create-md"] {
+        assert!(
+            line.contains(needle),
+            "status does not say {needle:?}: {line}"
+        );
         assert!(
             last.contains(needle),
             "the refusal does not say {needle:?}:\n{last}"
         );
     }
+    assert!(line.starts_with("r0 not attached: "), "{line}");
+    let json = beta.daemon.status().unwrap();
+    let listed = json.as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(listed, 2, "both resources listed: {json:?}");
+    let refused = beta.daemon.admin(&["primary", RESOURCE]);
+    assert!(
+        !refused.success() && refused.stderr.contains("not attached"),
+        "{}",
+        refused.describe()
+    );
+    beta.daemon
+        .admin(&["primary", "r1", "--force"])
+        .expect_success();
+    let served = beta.daemon.admin(&["status", "r1"]);
+    assert!(
+        served.stdout.contains("r1 role:Primary") && served.stdout.contains("disk:UpToDate"),
+        "{}",
+        served.describe()
+    );
+    beta.daemon.stop(Duration::from_secs(20));
+    std::fs::remove_file(home.join("cfg/r1.toml")).unwrap();
     let f = std::fs::File::open(&disk).unwrap();
     f.read_exact_at(&mut b, at).unwrap();
     assert_eq!(b, flipped, "the metadata was rewritten");

@@ -127,6 +127,10 @@ pub struct ResourceStatus {
     pub nbd_clients: usize,
     pub volumes: Vec<VolumeStatus>,
     pub peers: Vec<PeerStatus>,
+    /// The resource is down on this node: a replica of it could not be attached at start
+    /// (why, with the file and the way out). It then has no volumes or peers here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_attached: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -47,6 +47,12 @@ impl NodeReactor {
             return Answer::status(self.status(resource.as_deref()));
         };
         let Some(r) = self.res.iter().position(|x| x.cfg.name == name) else {
+            if let Some(n) = self.not_attached.iter().find(|n| n.name == name) {
+                return Answer::refused(format!(
+                    "resource {name} is not attached on this node: {}",
+                    n.why
+                ));
+            }
             return Answer::refused(format!("no resource {name:?} on this node"));
         };
         let peer_name = match &req {
@@ -166,6 +172,20 @@ impl NodeReactor {
     }
 
     fn status(&self, only: Option<&str>) -> Vec<ResourceStatus> {
+        let down = self
+            .not_attached
+            .iter()
+            .filter(|n| only.is_none_or(|o| o == n.name))
+            .map(|n| ResourceStatus {
+                name: n.name.clone(),
+                node_id: n.node_id,
+                role: Role::Secondary,
+                app_in_flight: 0,
+                nbd_clients: 0,
+                volumes: Vec::new(),
+                peers: Vec::new(),
+                not_attached: Some(n.why.clone()),
+            });
         self.res
             .iter()
             .enumerate()
@@ -228,8 +248,10 @@ impl NodeReactor {
                     nbd_clients: res.engine.clients(),
                     volumes,
                     peers,
+                    not_attached: None,
                 }
             })
+            .chain(down)
             .collect()
     }
 }

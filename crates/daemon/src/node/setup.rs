@@ -21,7 +21,7 @@ use tandem_config::{Endpoint, NodeConfig, ResourceConfig};
 use tandem_engine::replica::{NodeId, Protocol, ReplicaAtStart, Resource, ResourceSpec};
 use tandem_engine::sync_plan::{FlushPattern, SyncPlan};
 use tandem_frontend::nbd::{BlockSizes, ExportInfo};
-use tracing::info;
+use tracing::{error, info};
 
 pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId, gi_seed: u64) -> ResourceSpec {
     ResourceSpec {
@@ -114,6 +114,7 @@ impl NodeReactor {
             entries: Slab::new(),
             nbd_listener_of: HashMap::default(),
             res: Vec::new(),
+            not_attached: Vec::new(),
             slots: Slab::with_capacity(1024),
             workers: Workers::start(opts.disk_threads, waker),
             pool: BufPool::default(),
@@ -142,84 +143,42 @@ impl NodeReactor {
         Ok(me)
     }
 
+    /// Attaches resource `cfg`'s replicas and serves it. A replica whose metadata or
+    /// backing file cannot be used (corrupted, unreadable) leaves that resource not
+    /// attached, with the reason in the log and in `tandem status`, and the node serves its
+    /// other resources: one bad file does not take down every volume the node holds.
+    /// Nothing was registered for a refused resource (its metadata is opened before any
+    /// listener), and nothing of it was rewritten. A listener that cannot bind stops the
+    /// node, as before: that is the node's configuration, not one replica's state.
     pub(super) fn add_resource(&mut self, cfg: ResourceConfig, node: &str) -> Result<()> {
-        let r = self.res.len();
         let my = cfg.node(node).expect("filtered on this node").clone();
-        let mut backings = Vec::new();
-        let mut metas = Vec::new();
-        let mut disks = Vec::new();
-        let mut restore = Vec::new();
-        let mut suspect = Vec::new();
-        let mut exports = Vec::new();
-        for (v, vc) in cfg.volumes.iter().enumerate() {
-            let nv = &my.volumes[v];
-            match &nv.disk {
-                None => {
-                    backings.push(None);
-                    metas.push(None);
-                    disks.push(ReplicaAtStart::None);
-                }
-                Some(path) => {
-                    let o =
-                        metadata::open_replica(&cfg, v, my.node_id, path, &nv.meta, nv.al_extents)?;
-                    disks.push(o.found);
-                    backings.push(Some(o.backing));
-                    metas.push(Some(o.meta));
-                    restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
-                    suspect.push((v as u16, o.suspect, o.writer));
-                }
+        let attached = match attach(&cfg, &my, self.activity_log) {
+            Ok(a) => a,
+            Err(e) => {
+                let why = format!("{e:#}");
+                error!(resource = %cfg.name, node = %my.name, "not attached: {why}");
+                self.not_attached.push(NotAttached {
+                    name: cfg.name.clone(),
+                    node_id: my.node_id,
+                    why,
+                });
+                return Ok(());
             }
-            exports.push(ExportInfo {
-                name: export_name(&cfg, v),
-                description: format!("tandem resource {} volume {}", cfg.name, vc.number),
-                size: vc.size,
-                read_only: false,
-                block: BlockSizes::new(512),
-            });
-            for ep in &nv.nbd {
+        };
+        let r = self.res.len();
+        for (v, vc) in cfg.volumes.iter().enumerate() {
+            for ep in &my.volumes[v].nbd {
                 self.listen_nbd(&cfg, vc.number, ep, (r, v))?;
             }
         }
         self.listen_peers(&cfg, &my, r)?;
         let peers = peer_slots(&cfg, my.node_id);
-        let gi_seed = u64::from_le_bytes(random_challenge()?[..8].try_into().expect("8 bytes"));
-        let mut engine = Resource::new(spec_of(&cfg, my.node_id, gi_seed), disks);
-        for (v, (peer, words, apart)) in restore {
-            engine
-                .restore_peer(v, peer, &words, apart)
-                .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
-        }
-        for (v, ranges, writer) in suspect {
-            if !ranges.is_empty() {
-                engine
-                    .restore_suspect(v, ranges)
-                    .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
-            }
-            if let Some(run) = writer {
-                // Not for the only replica (it keeps no suspect ranges): nothing to settle.
-                let _ = engine.restore_writer(v, run);
-            }
-        }
-        for (v, m) in metas.iter().enumerate() {
-            if let Some(m) = m {
-                engine
-                    .restore_generation(v as u16, m.gen_ids(), m.was_primary())
-                    .with_context(|| format!("resource {}: restoring metadata", cfg.name))?;
-            }
-        }
-        for (v, m) in metas.iter_mut().enumerate() {
-            if let Some(m) = m {
-                m.mark_running(&metadata::diskful_peers(&cfg, v, my.node_id))
-                    .and_then(|()| {
-                        let consistent = self.activity_log && engine.consistent(v as u16);
-                        m.set_state(consistent, false, engine.generation(v as u16), None)
-                    })
-                    // Only now: a crash before this line still found the suspects (a
-                    // crashed replica is unproven, so not consistent, until synced).
-                    .and_then(|()| m.clear_unsynced())
-                    .with_context(|| format!("resource {} volume {v}", cfg.name))?;
-            }
-        }
+        let Attached {
+            engine,
+            backings,
+            metas,
+            exports,
+        } = attached;
         let states: Vec<_> = (0..cfg.volumes.len())
             .map(|v| engine.disk(v as u16))
             .collect();
@@ -339,4 +298,93 @@ fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
             last_error: None,
         })
         .collect()
+}
+
+/// A resource's replicas opened and its engine restored from their metadata, before
+/// anything of it is registered.
+struct Attached {
+    engine: Resource,
+    backings: Vec<Option<Arc<tandem_storage::Backing>>>,
+    metas: Vec<Option<metadata::VolumeMeta>>,
+    exports: Vec<ExportInfo>,
+}
+
+/// Opens (or creates) every replica of `cfg` on this node and restores the engine from
+/// what their metadata says; marks each running (not clean) last, once all opened.
+fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<Attached> {
+    let mut backings = Vec::new();
+    let mut metas = Vec::new();
+    let mut disks = Vec::new();
+    let mut restore = Vec::new();
+    let mut suspect = Vec::new();
+    let mut exports = Vec::new();
+    for (v, vc) in cfg.volumes.iter().enumerate() {
+        let nv = &my.volumes[v];
+        match &nv.disk {
+            None => {
+                backings.push(None);
+                metas.push(None);
+                disks.push(ReplicaAtStart::None);
+            }
+            Some(path) => {
+                let o = metadata::open_replica(cfg, v, my.node_id, path, &nv.meta, nv.al_extents)?;
+                disks.push(o.found);
+                backings.push(Some(o.backing));
+                metas.push(Some(o.meta));
+                restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
+                suspect.push((v as u16, o.suspect, o.writer));
+            }
+        }
+        exports.push(ExportInfo {
+            name: export_name(cfg, v),
+            description: format!("tandem resource {} volume {}", cfg.name, vc.number),
+            size: vc.size,
+            read_only: false,
+            block: BlockSizes::new(512),
+        });
+    }
+    let gi_seed = u64::from_le_bytes(random_challenge()?[..8].try_into().expect("8 bytes"));
+    let mut engine = Resource::new(spec_of(cfg, my.node_id, gi_seed), disks);
+    for (v, (peer, words, apart)) in restore {
+        engine
+            .restore_peer(v, peer, &words, apart)
+            .context("restoring metadata")?;
+    }
+    for (v, ranges, writer) in suspect {
+        if !ranges.is_empty() {
+            engine
+                .restore_suspect(v, ranges)
+                .context("restoring metadata")?;
+        }
+        if let Some(run) = writer {
+            // Not for the only replica (it keeps no suspect ranges): nothing to settle.
+            let _ = engine.restore_writer(v, run);
+        }
+    }
+    for (v, m) in metas.iter().enumerate() {
+        if let Some(m) = m {
+            engine
+                .restore_generation(v as u16, m.gen_ids(), m.was_primary())
+                .context("restoring metadata")?;
+        }
+    }
+    for (v, m) in metas.iter_mut().enumerate() {
+        if let Some(m) = m {
+            m.mark_running(&metadata::diskful_peers(cfg, v, my.node_id))
+                .and_then(|()| {
+                    let consistent = activity_log && engine.consistent(v as u16);
+                    m.set_state(consistent, false, engine.generation(v as u16), None)
+                })
+                // Only now: a crash before this line still found the suspects (a
+                // crashed replica is unproven, so not consistent, until synced).
+                .and_then(|()| m.clear_unsynced())
+                .with_context(|| format!("volume {}", cfg.volumes[v].number))?;
+        }
+    }
+    Ok(Attached {
+        engine,
+        backings,
+        metas,
+        exports,
+    })
 }

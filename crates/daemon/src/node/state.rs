@@ -187,12 +187,22 @@ pub(super) enum Tag {
     Sync { r: usize, gen: u64 },
 }
 
+/// A resource left down at start because a replica of it could not be attached (its
+/// metadata corrupted, its backing file unusable): `tandem status` says why.
+pub(super) struct NotAttached {
+    pub(super) name: String,
+    pub(super) node_id: NodeId,
+    pub(super) why: String,
+}
+
 pub(super) struct NodeReactor {
     pub(super) poll: Poll,
     pub(super) entries: Slab<Entry>,
     /// Which entry is the NBD listener for (resource, volume).
     pub(super) nbd_listener_of: HashMap<usize, (usize, usize)>,
     pub(super) res: Vec<ResCtx>,
+    /// Resources of this node whose replicas could not be attached at start.
+    pub(super) not_attached: Vec<NotAttached>,
     pub(super) slots: Slab<Slot>,
     pub(super) workers: Workers<Tag>,
     pub(super) pool: BufPool,
