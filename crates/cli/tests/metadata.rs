@@ -1058,3 +1058,101 @@ fn a_running_replica_is_invalidated_and_synced_in_full() {
     );
     c.assert_replicas_identical();
 }
+
+/// A diskful node added to a resource later: replicas made with a spare bitmap slot
+/// (`max-peers = 2` for one diskful peer) take the newcomer without remaking their metadata,
+/// come back UpToDate without `--force`, pull nothing, and the newcomer is synced in full.
+#[test]
+fn a_diskful_node_joins_later_into_a_spare_bitmap_slot() {
+    node_joins_later(
+        "metadata::a_diskful_node_joins_later_into_a_spare_bitmap_slot",
+        true,
+    );
+}
+
+/// The same without spare slots: each replica is left not attached, saying there is no
+/// bitmap slot for the new node and what to do (nothing is rewritten).
+#[test]
+fn a_diskful_node_added_without_a_spare_slot_is_refused_with_the_way_out() {
+    node_joins_later(
+        "metadata::a_diskful_node_added_without_a_spare_slot_is_refused_with_the_way_out",
+        false,
+    );
+}
+
+fn node_joins_later(test: &'static str, spare_slot: bool) {
+    let spare = move |_node: &str, text: String| {
+        text.lines()
+            .map(|l| {
+                if spare_slot && l.trim_start().starts_with("disk = \"/") {
+                    format!("{l}\n  max-peers = 2\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect::<String>()
+    };
+    let mut c = Cluster::start_with(
+        test,
+        Setup {
+            size: SIZE,
+            tweak: &spare,
+            ..Setup::new("C", &NODES)
+        },
+    );
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.stop_all();
+    // gamma gets a disk of its own: every node's copy of the file says so.
+    let gamma_disk = c.node("gamma").disk.clone();
+    for n in &c.nodes {
+        let path = n.daemon.config_dir.join("r0.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let at = text.find("name = \"gamma\"").expect("gamma's table");
+        let (head, tail) = text.split_at(at);
+        let tail = tail.replace(
+            "disk = \"none\"",
+            &format!("disk = \"{}\"", gamma_disk.display()),
+        );
+        std::fs::write(&path, format!("{head}{tail}")).unwrap();
+    }
+    c.node_mut("gamma").diskful = true;
+    for n in &mut c.nodes {
+        n.daemon.restart();
+    }
+    for n in &mut c.nodes {
+        n.daemon.wait_ready(READY_TIMEOUT);
+    }
+    if !spare_slot {
+        for n in ["alpha", "beta"] {
+            let st = c.node(n).daemon.admin(&["status"]);
+            for needle in [
+                "r0 not attached",
+                "no bitmap slot left for node 2",
+                "max-peers",
+            ] {
+                assert!(st.stdout.contains(needle), "{n}: {}", st.describe());
+            }
+        }
+        return;
+    }
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    for n in ["alpha", "beta"] {
+        let log = c.node(n).daemon.log();
+        assert!(
+            kib_pulled_since_start(c.node(n)).is_empty(),
+            "{n} resynced when gamma joined:\n{log}"
+        );
+        assert!(!log.contains("not attached"), "{n}:\n{log}");
+    }
+    let pulled: u64 = kib_pulled_since_start(c.node("gamma")).iter().sum();
+    // In full, and a window (2 MiB) more at most: a chunk pulled before the second peer's
+    // list (every block, for a new replica) arrives is listed, and pulled, again.
+    assert!(
+        pulled * KIB >= SIZE && pulled * KIB <= SIZE + 2 * MIB,
+        "gamma, new, is synced in full: {pulled} KiB pulled\n{}",
+        c.node("gamma").daemon.log()
+    );
+    c.assert_replicas_identical();
+}

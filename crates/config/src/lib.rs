@@ -59,6 +59,7 @@
 //! | `disk` | absolute path of the backing file or block device, or `"none"` for a diskless client; a node may not use one disk for two volumes |
 //! | `meta-disk` | where the volume's metadata lives: `"internal"` (default: at the end of the backing file or device, which must hold the volume plus the metadata), `"/path"` (a file or device of its own) or `"pmem:/path"` (a file on persistent memory, memory-mapped); not with `disk = "none"`; absolute paths, not used twice on a node |
 //! | `al-extents` | activity-log extents of 4 MiB: `7..=65534`, default 1237 (≈ 4.8 GiB of recently written area resynced after a crash of this node); not with `disk = "none"` |
+//! | `max-peers` | bitmap slots this replica's metadata is created with, `1..=31`, at least the other diskful nodes of the volume; default: exactly those. Each spare slot costs 32 MiB of metadata per TiB of volume and lets a diskful node be added to the resource later without `tandem create-md --force` (and the full resync it means); read when the metadata is created, not later; not with `disk = "none"` |
 //! | `nbd` | NBD endpoints this node serves the volume on: `"unix:<absolute path>"` or `"tcp:<ip>:<port>"`; may be empty or absent; an endpoint is used at most once per node |
 //!
 //! Every volume needs at least one node with a disk.
@@ -245,6 +246,10 @@ pub struct NodeVolume {
     pub meta: MetaDisk,
     /// Activity-log extents (4 MiB each) the metadata holds (`al-extents`).
     pub al_extents: u32,
+    /// Bitmap slots the metadata is created with (`max-peers`); `None`: one per other
+    /// diskful node of the volume. Spare slots let a diskful node join later without
+    /// remaking this replica's metadata.
+    pub max_peers: Option<u8>,
     /// NBD endpoints this node serves the volume on.
     pub nbd: Vec<Endpoint>,
 }

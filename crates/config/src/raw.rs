@@ -64,6 +64,7 @@ pub(crate) struct RawNodeVolume {
     pub disk: String,
     pub meta_disk: Option<String>,
     pub al_extents: Option<i64>,
+    pub max_peers: Option<i64>,
     #[serde(default)]
     pub nbd: Vec<String>,
 }

@@ -131,6 +131,22 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
                 .iter()
                 .any(|nv| nv.number == v.number && nv.disk.is_some())
         });
+        let with_disk = nodes.iter().filter(|n| n.volumes[i].disk.is_some()).count();
+        for (j, n) in nodes.iter().enumerate() {
+            let Some(m) = n.volumes[i].max_peers else {
+                continue;
+            };
+            let others = with_disk - 1;
+            if usize::from(m) < others {
+                return Err(cx.err(
+                    format!("node[{j}] ({}).volume[{i}].max-peers", n.name),
+                    format!(
+                        "{m} is fewer than the other diskful nodes of volume {} ({others}): each needs a bitmap slot",
+                        v.number
+                    ),
+                ));
+            }
+        }
         if !diskful {
             return Err(cx.err(
                 format!("volume[{i}]"),
@@ -413,6 +429,22 @@ fn node_config(
 
         let (meta, al_extents) = meta_of(&nv, disk.is_some(), &key, &mut disks, number)
             .map_err(|(k, m)| cx.err(k, m))?;
+        let max_peers = match (nv.max_peers, disk.is_some()) {
+            (None, _) => None,
+            (Some(_), false) => {
+                return Err(cx.err(
+                    format!("{key}.max-peers"),
+                    "a diskless node keeps no bitmaps (remove max-peers or set a disk)",
+                ))
+            }
+            (Some(n @ 1..=31), true) => Some(n as u8),
+            (Some(n), true) => {
+                return Err(cx.err(
+                    format!("{key}.max-peers"),
+                    format!("{n} is out of range 1..=31"),
+                ))
+            }
+        };
 
         let mut nbd = Vec::with_capacity(nv.nbd.len());
         for (k, s) in nv.nbd.iter().enumerate() {
@@ -434,6 +466,7 @@ fn node_config(
                 disk,
                 meta,
                 al_extents,
+                max_peers,
                 nbd,
             },
         ));

@@ -153,6 +153,7 @@ fn example_parses_to_expected_structure() {
                         disk: Some("/var/lib/tandem/r0-0.img".into()),
                         meta: MetaDisk::Internal,
                         al_extents: DEFAULT_AL_EXTENTS,
+                        max_peers: None,
                         nbd: vec![unix("/run/tandem/r0-0.sock"), tcp("127.0.0.1:10809")],
                     },
                     NodeVolume {
@@ -160,6 +161,7 @@ fn example_parses_to_expected_structure() {
                         disk: Some("/dev/vg0/r0-1".into()),
                         meta: MetaDisk::Internal,
                         al_extents: DEFAULT_AL_EXTENTS,
+                        max_peers: None,
                         nbd: vec![unix("/run/tandem/r0-1.sock")],
                     },
                 ],
@@ -174,6 +176,7 @@ fn example_parses_to_expected_structure() {
                         disk: Some("/var/lib/tandem/r0-0.img".into()),
                         meta: MetaDisk::Internal,
                         al_extents: DEFAULT_AL_EXTENTS,
+                        max_peers: None,
                         nbd: vec![unix("/run/tandem/r0-0.sock")],
                     },
                     NodeVolume {
@@ -181,6 +184,7 @@ fn example_parses_to_expected_structure() {
                         disk: Some("/dev/vg0/r0-1".into()),
                         meta: MetaDisk::Internal,
                         al_extents: DEFAULT_AL_EXTENTS,
+                        max_peers: None,
                         nbd: vec![],
                     },
                 ],
@@ -195,6 +199,7 @@ fn example_parses_to_expected_structure() {
                         disk: None,
                         meta: MetaDisk::Internal,
                         al_extents: DEFAULT_AL_EXTENTS,
+                        max_peers: None,
                         nbd: vec![tcp("0.0.0.0:10809")],
                     },
                     NodeVolume {
@@ -202,6 +207,7 @@ fn example_parses_to_expected_structure() {
                         disk: None,
                         meta: MetaDisk::Internal,
                         al_extents: DEFAULT_AL_EXTENTS,
+                        max_peers: None,
                         nbd: vec![tcp("0.0.0.0:10810")],
                     },
                 ],
@@ -1134,5 +1140,45 @@ fn meta_disk_and_al_extents() {
         "al-extents = 70000",
         "node[0] (alpha).volume[0].al-extents",
         "7..=65534",
+    );
+}
+
+#[test]
+fn max_peers_keeps_spare_bitmap_slots() {
+    let with = |line: &str| {
+        edit(
+            "disk = \"/var/lib/tandem/r0-0.img\"    # absolute path of a file or block device",
+            &format!("disk = \"/var/lib/tandem/r0-0.img\"\n  {line}"),
+        )
+    };
+    let cfg = parse_r0(&with("max-peers = 3")).unwrap();
+    assert_eq!(cfg.node("alpha").unwrap().volumes[0].max_peers, Some(3));
+    assert_eq!(cfg.node("beta").unwrap().volumes[0].max_peers, None);
+    let key = "node[0] (alpha).volume[0].max-peers";
+    assert_invalid(&with("max-peers = 0"), key, "1..=31");
+    assert_invalid(&with("max-peers = 32"), key, "1..=31");
+    // Three nodes, two of them diskful for volume 0: alpha needs a slot for beta.
+    let two = edit(
+        "disk = \"/var/lib/tandem/r0-0.img\"    # absolute path of a file or block device",
+        "disk = \"/var/lib/tandem/r0-0.img\"\n  max-peers = 1",
+    );
+    assert!(parse_r0(&two).is_ok());
+    let three = edit_in(
+        &two,
+        "disk = \"none\"                # diskless client: reads and writes go to alpha/beta",
+        "disk = \"/var/lib/tandem/r0-0.img\"",
+    );
+    assert_invalid(
+        &three,
+        key,
+        "fewer than the other diskful nodes of volume 0 (2)",
+    );
+    assert_invalid(
+        &edit(
+            "disk = \"none\"                # diskless client: reads and writes go to alpha/beta",
+            "disk = \"none\"\n  max-peers = 2",
+        ),
+        "node[2] (gamma).volume[0].max-peers",
+        "diskless node keeps no bitmaps",
     );
 }

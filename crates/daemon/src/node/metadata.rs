@@ -174,8 +174,16 @@ pub(super) fn diskful_peers(cfg: &ResourceConfig, v: usize, me: NodeId) -> Vec<N
         .collect()
 }
 
+/// The bitmap slots new metadata gets: one per other diskful node, or `max-peers` if
+/// that is more (spare slots for nodes added later).
 fn geometry(cfg: &ResourceConfig, v: usize, me: NodeId, al_extents: u32) -> Geometry {
-    let peers = diskful_peers(cfg, v, me).len().max(1) as u8;
+    let spare = cfg
+        .nodes
+        .iter()
+        .find(|n| n.node_id == me)
+        .and_then(|n| n.volumes[v].max_peers)
+        .map_or(0, usize::from);
+    let peers = diskful_peers(cfg, v, me).len().max(spare).max(1) as u8;
     Geometry::with_al_extents(peers, al_extents)
 }
 
@@ -477,7 +485,11 @@ fn open_internal(vc: &VolumeConfig, disk: &Path, md_end: u64) -> Result<(Arc<Bac
         })?;
         return Ok((Arc::new(b), false));
     }
-    if size < md_end {
+    // Metadata made with another geometry (fewer bitmap slots, other al-extents) is
+    // smaller than this configuration's: its superblock, right after the volume, says
+    // its own size, which `MetaStore::open` checks. Only a file that cannot hold even a
+    // superblock pair is refused here.
+    if size < vc.size + 2 * tandem_meta::MD_BLOCK {
         bail!(
             "{} is {size} bytes; the volume ({} bytes) and its internal metadata need {md_end} (or use meta-disk = \"/path\")",
             disk.display(),
@@ -575,7 +587,7 @@ impl VolumeMeta {
             if sb.slot_of_peer(p).is_none() {
                 let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
                     bail!(
-                        "{}: no bitmap slot left for node {p} (the metadata has {}); `tandem create-md --force` remakes it for the configured nodes (the replica is then resynced in full)",
+                        "{}: no bitmap slot left for node {p} (the metadata has {}, all taken); `tandem create-md --force` remakes it for the configured nodes (the replica is then resynced in full; set `max-peers` on the volume to keep spare slots for nodes added later)",
                         self.store.target().describe(),
                         sb.peers.len()
                     );
