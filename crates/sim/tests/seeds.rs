@@ -347,6 +347,17 @@ fn a_block_written_whole_during_a_resync_converges() {
     assert!(out.converged, "overlapping seed 232031512");
 }
 
+/// Overlapping seed 232029211 (soak of 2026-11-26, engine 97144ae): a write unanswered on
+/// node 2's dropped link had not been sent to node 1, which pulled the range afterwards
+/// and turned UpToDate; node 2, back with older ids, was still the reference there, and
+/// each refused the other for ever. Node 1 is a source again for it
+/// (`Replicas::caught_up_after_failure`).
+#[test]
+fn a_replica_that_pulled_a_failed_write_is_its_source_again() {
+    let out = Sim::new(Family::Overlapping.scenario(232_029_211)).run();
+    assert!(out.converged, "overlapping seed 232029211");
+}
+
 /// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
 /// comes back with an empty replica it created, which must be synced in full before it
 /// serves a read or counts as a copy. Every read and the final contents are checked, so

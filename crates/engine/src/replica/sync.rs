@@ -79,6 +79,11 @@ impl Replicas {
             }
         }
         let mine = self.vols[v].disk;
+        // A write unanswered on another peer's dropped link that was not sent to it (see
+        // `caught_up_after_failure`): rare, so its marks are copied only then.
+        let id = self.peers[i].id;
+        let missed_one = self.role == Role::Primary
+            && (self.peers.iter()).any(|p| p.vols[v].unanswered_missed.contains(id));
         let pv = &mut self.peers[i].vols[v];
         pv.created =
             created && pv.diskful && matches!(disk, DiskState::Inconsistent | DiskState::UpToDate);
@@ -88,12 +93,14 @@ impl Replicas {
         }
         let mut synced = false;
         let mut barrier = false;
+        let mut caught_up = None;
         if disk == DiskState::UpToDate
             && was.is_some_and(|w| w != DiskState::UpToDate)
             && pv.list == ListState::Sent
         {
             // It finished a resync after our complete list: all of it is there now. (Bits
             // set after the list stay until a later list or write covers them.)
+            let before = missed_one.then(|| pv.oos.clone());
             pv.oos.clear_range(0, self.vols[v].size);
             pv.served = None;
             pv.repl = Repl::Established;
@@ -119,7 +126,14 @@ impl Replicas {
                 barrier = true;
                 synced = false;
             }
+            if synced {
+                caught_up = before;
+            }
         }
+        if let Some(before) = caught_up {
+            self.caught_up_after_failure(i, v, &before);
+        }
+        let pv = &mut self.peers[i].vols[v];
         // An UpToDate replica that restarted and was synced by a peer while we were away
         // may hold what that peer lacked (see `LocalVol::unproven`): only the Primary
         // knows, and it lists everything.
@@ -439,6 +453,33 @@ impl Replicas {
         self.mark_behind(v, peer, offset, u64::from(len), live, out);
         self.pump_resync(b, volume, out);
         Ok(())
+    }
+
+    /// As Primary: peer `i`, which was not sent a write that then went unanswered on
+    /// another peer's dropped link (`PeerVol::unanswered_missed`), reported UpToDate after
+    /// our complete list, and that list named every block of those writes (`before`: what
+    /// we marked it as lacking): it pulled them after the failure, from the holder that
+    /// told it it lacked them or from a replica as current, so that holder's notice is
+    /// settled and it is a source for them again at the holder's return like any up-to-date
+    /// replica (`unanswered_lost`). Before, it stayed no source: the holder, back with older
+    /// ids, was the reference, the up-to-date replica was marked to pull the range back from
+    /// it, and each, syncing, refused the other for ever (overlapping seed 232029211).
+    pub(super) fn caught_up_after_failure(&mut self, i: usize, v: usize, before: &Bitmap) {
+        let id = self.peers[i].id;
+        for (k, p) in self.peers.iter_mut().enumerate() {
+            let pv = &mut p.vols[v];
+            if k == i || !pv.unanswered_missed.contains(id) {
+                continue;
+            }
+            let covered = pv.unanswered.as_ref().is_some_and(|u| {
+                let mut rest = u.clone();
+                rest.subtract(before);
+                rest.count() == 0
+            });
+            if covered {
+                pv.unanswered_missed.remove(id);
+            }
+        }
     }
 
     /// Some replica other than peer `i`'s may hold the newest data of this range: ours

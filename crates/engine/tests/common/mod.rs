@@ -100,23 +100,30 @@ pub struct Net {
     pub done: Vec<(NodeId, ReqId, Result<(), IoError>)>,
     pub events: Vec<(NodeId, Event)>,
     diskless_primary: bool,
+    protocol: Protocol,
     now: u64,
 }
 
 impl Net {
     /// Node 0 Primary, every replica up to date, every link up.
     pub fn new() -> Net {
-        Net::start(false)
+        Net::start(false, Protocol::C)
     }
 
     /// As `new`, but node 0 has no replica: its writes stand on the Secondaries alone,
     /// which is where a failed write leaves no copy the Primary can vouch for.
     pub fn diskless_primary() -> Net {
-        Net::start(true)
+        Net::start(true, Protocol::C)
     }
 
-    fn start(diskless_primary: bool) -> Net {
-        let mut net = Net::stopped(diskless_primary, |_| ReplicaAtStart::UpToDate);
+    /// As `diskless_primary`, under replication protocol `protocol`: under A or B a write
+    /// a Secondary received (`RecvAck`) may be on it though it never said it wrote it.
+    pub fn diskless_primary_under(protocol: Protocol) -> Net {
+        Net::start(true, protocol)
+    }
+
+    fn start(diskless_primary: bool, protocol: Protocol) -> Net {
+        let mut net = Net::stopped(diskless_primary, protocol, |_| ReplicaAtStart::UpToDate);
         for (a, b) in [(0, 1), (0, 2), (1, 2)] {
             net.link_up(a, b);
         }
@@ -127,7 +134,7 @@ impl Net {
     /// Node 0 diskless, nodes 1 and 2 keeping the replicas `found` with generation ids
     /// `gens`: no link up and no Primary yet (see `promote`), as after a cluster crash.
     pub fn diskless_primary_with(found: [ReplicaAtStart; 2], gens: [GenIds; 2]) -> Net {
-        let mut net = Net::stopped(true, |me| found[me as usize - 1]);
+        let mut net = Net::stopped(true, Protocol::C, |me| found[me as usize - 1]);
         for n in [1, 2] {
             net.nodes[n]
                 .restore_generation(0, gens[n - 1], false)
@@ -137,7 +144,11 @@ impl Net {
     }
 
     /// Every node started, a diskful one with the replica `found(me)`; no link up.
-    fn stopped(diskless_primary: bool, found: impl Fn(NodeId) -> ReplicaAtStart) -> Net {
+    fn stopped(
+        diskless_primary: bool,
+        protocol: Protocol,
+        found: impl Fn(NodeId) -> ReplicaAtStart,
+    ) -> Net {
         let nodes = (0..3)
             .map(|me| {
                 let at = if me == 0 && diskless_primary {
@@ -145,7 +156,7 @@ impl Net {
                 } else {
                     found(me)
                 };
-                Resource::new(spec(me, diskless_primary, 0), vec![at])
+                Resource::new(spec(me, diskless_primary, protocol, 0), vec![at])
             })
             .collect();
         Net {
@@ -160,6 +171,7 @@ impl Net {
             done: Vec::new(),
             events: Vec::new(),
             diskless_primary,
+            protocol,
             now: 0,
         }
     }
@@ -175,7 +187,7 @@ impl Net {
     /// Node `me`'s spec in this network, to restart it with.
     pub fn spec(&self, me: NodeId) -> ResourceSpec {
         let incarnation = self.stores[me as usize].incarnation;
-        spec(me, self.diskless_primary, incarnation)
+        spec(me, self.diskless_primary, self.protocol, incarnation)
     }
 
     fn link(&mut self, from: NodeId, to: NodeId) -> &mut Link {
@@ -669,14 +681,14 @@ impl Net {
     }
 }
 
-fn spec(me: NodeId, diskless_primary: bool, incarnation: u64) -> ResourceSpec {
+fn spec(me: NodeId, diskless_primary: bool, protocol: Protocol, incarnation: u64) -> ResourceSpec {
     ResourceSpec {
         me,
         nodes: (0..3)
             .map(|id| (id, vec![id != 0 || !diskless_primary]))
             .collect(),
         sizes: vec![SIZE],
-        protocol: Protocol::C,
+        protocol,
         ping_interval_ms: 1000,
         ping_timeout_ms: 500,
         timeout_ms: 6000,
