@@ -358,6 +358,21 @@ fn a_replica_that_pulled_a_failed_write_is_its_source_again() {
     assert!(out.converged, "overlapping seed 232029211");
 }
 
+/// Overlapping seeds 232068286 (soak of 2026-11-26, engine 97144ae) and 238001624 (soak
+/// 238,000,000): a Secondary kept claims on a replica the Primary had synced, its `InSync`
+/// ignored because the two had just met (232068286) or never sent to it because it was
+/// away from the Primary then (238001624); the two redialled for ever. The word applies on
+/// a connection where the synced replica said UpToDate, and a replica the Primary syncs
+/// hears it of every replica that holds all its writes (`Replicas::on_in_sync`,
+/// `Replicas::tell_in_sync_peers`).
+#[test]
+fn stale_claims_on_a_replica_the_primary_synced_go() {
+    for seed in [232_068_286, 238_001_624] {
+        let out = Sim::new(Family::Overlapping.scenario(seed)).run();
+        assert!(out.converged, "overlapping seed {seed}");
+    }
+}
+
 /// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
 /// comes back with an empty replica it created, which must be synced in full before it
 /// serves a read or counts as a copy. Every read and the final contents are checked, so

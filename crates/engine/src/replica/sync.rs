@@ -194,6 +194,7 @@ impl Replicas {
         }
         if synced {
             self.tell_in_sync(i, v, out);
+            self.tell_in_sync_peers(i, v, out);
         }
         if barrier {
             let p = &mut self.peers[i];
@@ -676,6 +677,7 @@ impl Replicas {
             }
             pv.oos.subtract(&unsure);
             self.tell_in_sync(i, v, out);
+            self.tell_in_sync_peers(i, v, out);
         }
     }
 
