@@ -45,13 +45,14 @@ fn write_random(c: &Cluster, node: &str, bytes: u64, seed: u64) {
 }
 
 /// KiB pulled by the resyncs `node` finished since its last start (from its log: "resync
-/// from node N finished (K KiB pulled)").
+/// from node N finished (K KiB pulled)", or "resync finished (K KiB pulled) with no source
+/// connected").
 fn kib_pulled_since_start(node: &Node) -> Vec<u64> {
     let log = node.daemon.log();
     let last = log.rfind("==== test harness: start").unwrap_or(0);
     log[last..]
         .lines()
-        .filter(|l| l.contains("resync from node") && l.contains("KiB pulled"))
+        .filter(|l| l.contains("resync ") && l.contains(" finished (") && l.contains("KiB pulled"))
         .filter_map(|l| {
             let at = l.find(" finished (")? + " finished (".len();
             l[at..].split(' ').next()?.parse().ok()

@@ -373,6 +373,18 @@ fn stale_claims_on_a_replica_the_primary_synced_go() {
     }
 }
 
+/// Overlapping seed 238083584 (soak 238,000,000): a failed write's holder, its UpToDate
+/// report crossing the Primary's decision, was told to pull the write back from the
+/// write's reference, away; at the reference's return from a clean stop the holder took its
+/// stale claims, and each waited for the other. The holder, being synced only since the
+/// Primary's live notice, counters them (`Replicas::current_but_for`), and pulls from the
+/// restarted reference under the connected Primary (`pick_source`).
+#[test]
+fn a_pull_back_crossing_an_up_to_date_report_converges() {
+    let out = Sim::new(Family::Overlapping.scenario(238_083_584)).run();
+    assert!(out.converged, "overlapping seed 238083584");
+}
+
 /// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
 /// comes back with an empty replica it created, which must be synced in full before it
 /// serves a read or counts as a copy. Every read and the final contents are checked, so

@@ -301,9 +301,21 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::Synced {
                 source, bytes, ..
             } => {
-                let source = source.map_or("-".to_string(), |s| s.to_string());
                 let kib = bytes >> 10;
-                write!(f, "resync from node {source} finished ({kib} KiB pulled); {:?}", self.1)
+                match source {
+                    Some(source) => write!(
+                        f,
+                        "resync from node {source} finished ({kib} KiB pulled); {:?}",
+                        self.1
+                    ),
+                    // Its source left, and nothing was left to pull (the application's
+                    // writes covered the rest whole: `Resync::written_whole`).
+                    None => write!(
+                        f,
+                        "resync finished ({kib} KiB pulled) with no source connected: nothing left to pull; {:?}",
+                        self.1
+                    ),
+                }
             }
         }
     }

@@ -62,6 +62,18 @@ impl Replicas {
                 .find(|p| has(p, want) && !refused(&p.id))
                 .map(|p| p.id)
         };
+        // Under a connected Primary whose list to us ended, no contest ranks replicas: one
+        // back from a clean stop serves what it holds once every connected peer listed to
+        // it, as one that never restarted (overlapping seed 238083584: it was a failed
+        // write's reference, the replica told to pull the write back from it waited for it,
+        // and it for that replica in turn).
+        let under_primary = self.peers.primary_listed(v).is_some();
+        let settled = |p: &Peer| {
+            p.vols[v]
+                .standing
+                .as_ref()
+                .is_none_or(|s| under_primary && s.clean)
+        };
         current
             .or_else(|| candidate(DiskState::UpToDate))
             .or_else(|| {
@@ -71,11 +83,7 @@ impl Replicas {
                 (!contender)
                     .then(|| candidate(DiskState::Inconsistent))
                     .flatten()
-                    .filter(|&id| {
-                        self.peers
-                            .get(id)
-                            .is_none_or(|p| p.vols[v].standing.is_none())
-                    })
+                    .filter(|&id| self.peers.get(id).is_none_or(settled))
             })
     }
 

@@ -49,6 +49,10 @@ pub(super) struct Resync {
     pub(super) named: Bitmap,
     /// How fast it may pull (see `pace.rs`).
     pub(super) pace: super::pace::Pace,
+    /// We were up to date under this connection of the Primary (its list to us ended)
+    /// when its live notice began this resync: outside `to_pull`, we hold every write it
+    /// completed (see `Replicas::current_but_for`).
+    pub(super) current_under: Option<(NodeId, u32)>,
 }
 
 impl Resync {
@@ -84,6 +88,7 @@ impl Resync {
             pulled: 0,
             named: Bitmap::new(size),
             pace: Default::default(),
+            current_under: None,
         }
     }
 

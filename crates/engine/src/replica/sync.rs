@@ -399,9 +399,44 @@ impl Replicas {
         let peer = self.peers[i].id;
         let newer = self.newer_than(i, v);
         let current = self.current_under_primary(v);
-        let pv = &mut self.peers[i].vols[v];
+        // Being synced since the Primary told us live of a write we missed: the same,
+        // outside what we pull (overlapping seed 238083584: told to pull a failed write
+        // back from its holder, away, a replica took that holder's stale claims at its
+        // return, and each then waited for the other).
+        let but_for = (!current).then(|| self.current_but_for(v)).flatten();
+        let pv = &self.peers[i].vols[v];
         let behind = matches!(pv.disk, Some(DiskState::Outdated | DiskState::Inconsistent));
-        if newer && current && behind && !pv.listed && !pv.wrote_apart() && !pv.peer_wrote_apart {
+        let counters = !pv.listed && !pv.wrote_apart() && !pv.peer_wrote_apart;
+        // Our ids against a consistent peer's (`newer_than`, our replica being current
+        // but for what we pull).
+        let newer_ids =
+            pv.standing.is_some() && lineage(&self.vols[v].gen, &pv.gen) == Lineage::Newer;
+        let but_for = but_for
+            .filter(|_| counters && behind && newer_ids && self.peers[i].role != Role::Primary);
+        let counters = counters && newer && behind;
+        if let Some(pulling) = but_for {
+            // Its claims where we pull are ours to pull too; elsewhere it pulls ours.
+            let (mut k, end) = (offset / BLOCK, (offset + u64::from(len)).div_ceil(BLOCK));
+            while k < end {
+                let ours = !pulling.is_set(k);
+                let mut e = k + 1;
+                while e < end && pulling.is_set(e) != ours {
+                    e += 1;
+                }
+                let lo = (k * BLOCK).max(offset);
+                let hi = (e * BLOCK).min(offset + u64::from(len));
+                if ours {
+                    self.peers[i].lacks(v, lo, (hi - lo) as u32, out);
+                } else {
+                    self.mark_behind(v, peer, lo, hi - lo, false, out);
+                }
+                k = e;
+            }
+            self.pump_resync(b, volume, out);
+            return Ok(());
+        }
+        let pv = &mut self.peers[i].vols[v];
+        if counters && current {
             // Its list, while it is behind with older ids and we are current under a
             // connected Primary whose list to us ended: we hold every write that Primary
             // completed, and a write of an earlier one we lack would have left our ids
@@ -694,6 +729,13 @@ impl Replicas {
         if !self.vols[v].attached() {
             return;
         }
+        // Up to date under the connected Primary, which tells us live of a write we missed:
+        // outside what we pull, we still hold every write it completed.
+        let current_under = (live && self.vols[v].resync.is_none())
+            .then(|| self.peers.primary_listed(v))
+            .flatten()
+            .filter(|p| p.id == lister && self.current_under_primary(v))
+            .map(|p| (p.id, p.conn));
         if self.vols[v].disk != DiskState::Inconsistent {
             let why = if live {
                 DiskChange::MissedWrite { peer: lister }
@@ -708,8 +750,34 @@ impl Replicas {
             .filter(|p| p.role == Role::Primary)
             .map(|p| p.vols[v].written_before_list.as_slice());
         let vol = &mut self.vols[v];
-        vol.resync
-            .get_or_insert_with(|| Resync::new(vol.size, live))
-            .listed(lister, offset, len, live, protect);
+        let rs = vol.resync.get_or_insert_with(|| {
+            let mut rs = Resync::new(vol.size, live);
+            rs.current_under = current_under;
+            rs
+        });
+        rs.listed(lister, offset, len, live, protect);
+    }
+
+    /// A Secondary whose resync began with the live notice of the connected Primary (same
+    /// connection, its list to us ended) while we were up to date under it: outside what
+    /// we pull, we hold every write that Primary completed, as `current_under_primary`
+    /// (we take its writes while being synced, and whatever else we learn we lack is added
+    /// to the pull). The blocks we pull (still to ask for, or asked for) are returned.
+    pub(super) fn current_but_for(&self, v: usize) -> Option<Bitmap> {
+        let vol = &self.vols[v];
+        let rs = vol.resync.as_ref()?;
+        let (node, conn) = rs.current_under?;
+        let p = self.peers.primary_listed(v)?;
+        let holds = self.role != Role::Primary
+            && vol.diskful
+            && vol.disk == DiskState::Inconsistent
+            && (p.id, p.conn) == (node, conn);
+        holds.then(|| {
+            let mut pulling = rs.to_pull.clone();
+            for &(o, l) in rs.outstanding.values() {
+                pulling.set_range(o, u64::from(l));
+            }
+            pulling
+        })
     }
 }
