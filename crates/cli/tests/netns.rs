@@ -698,3 +698,202 @@ fn a_resync_shows_its_progress_on_both_ends() {
     drop(lab);
     drop(net);
 }
+
+/// KiB pulled by the resyncs `node` finished since its last start (from its log: "resync
+/// from node N finished (K KiB pulled)").
+fn kib_pulled_since_start(node: &Node) -> Vec<u64> {
+    let log = node.daemon.log();
+    let last = log.rfind("==== test harness: start").unwrap_or(0);
+    log[last..]
+        .lines()
+        .filter(|l| l.contains("resync from node") && l.contains("KiB pulled"))
+        .filter_map(|l| {
+            let at = l.find(" finished (")? + " finished (".len();
+            l[at..].split(' ').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// `md5sum` of the first `len` bytes of a file (a backing file holds the volume, then
+/// its node's own metadata).
+fn md5(path: &std::path::Path, len: u64) -> String {
+    let r = run(
+        tool("sh")
+            .arg("-c")
+            .arg(format!("head -c {len} '{}' | md5sum", path.display())),
+        Duration::from_secs(60),
+    );
+    assert!(r.success(), "{}", r.describe());
+    r.stdout.split_whitespace().next().unwrap_or("").to_string()
+}
+
+/// The resync controller on a slow link (issue 14 item 4): beta's cable is limited to
+/// 40 Mbit/s by a token bucket (`tc ... tbf rate 40mbit burst 32kbit latency 400ms`), beta
+/// is thrown away with `tandem invalidate` and synced in full (64 MiB) from alpha over it
+/// while fio writes steadily through gamma, whose writes to beta share the cable. Under
+/// that load the controller (delay target 100 ms, above a 256 KiB request's 52 ms on this
+/// link; minimum 1 MiB/s) sets the resync's rate; the resync finishes while fio still
+/// writes, what `status` showed pulled grows and never passes what the log says was
+/// pulled, every block was pulled or written whole by fio, fio saw no error, and the two
+/// replicas end identical (md5 of the volume in both backing files). No timing is asserted: fio writes
+/// until the resync is over, and the waits are generous.
+#[test]
+fn a_resync_over_a_slow_link_under_steady_writes_finishes() {
+    const TEST: &str = "netns::a_resync_over_a_slow_link_under_steady_writes_finishes";
+    const SIZE: u64 = 64 * MIB;
+    if !require_fio_nbd(TEST) || !require_tools(TEST, &["tc", "md5sum"]) {
+        return;
+    }
+    let net = match NetLab::new(NODES.len()) {
+        Ok(net) => net,
+        Err(e) => {
+            skip(TEST, &format!("needs network namespaces: {e}"));
+            return;
+        }
+    };
+    let opts = format!(
+        "{NET_OPTS}resync-min-rate = \"1M\"\nresync-delay-target = \"100ms\"\nresync-plan-ahead = \"500ms\"\n"
+    );
+    // Declared after the lab: the daemons stop before their namespaces go.
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            net: &opts,
+            placement: net.placement(PORT),
+            ..Setup::new("C", &NODES)
+        },
+    );
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("beta").daemon.stop(Duration::from_secs(10));
+    c.replica_tool("beta", &["invalidate", "r0"])
+        .expect_success();
+    let beta_i = index_of("beta");
+    net.shape(beta_i, "40mbit", "32kbit", "400ms");
+
+    // Steady writes through gamma, until the resync is over (stopped with SIGINT).
+    let fio_out = c.dir.join("load.json");
+    let job = vec![
+        "--name=load".to_string(),
+        "--rw=randwrite".into(),
+        "--bs=4k".into(),
+        "--iodepth=2".into(),
+        format!("--size={SIZE}"),
+        "--time_based".into(),
+        "--runtime=600".into(),
+        "--rate=512k".into(),
+        "--output-format=json".into(),
+        format!("--output={}", fio_out.display()),
+    ];
+    let load = KillOnDrop(
+        tool("fio")
+            .args(job)
+            .args(nbd_engine(c.node("gamma")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting fio"),
+    );
+    thread::sleep(Duration::from_millis(500));
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    let began = Instant::now();
+    let (mut done_kib, mut rates) = (Vec::new(), Vec::new());
+    let synced = wait_until(Duration::from_secs(240), || {
+        let st = c.node("beta").status();
+        let v = &arr_of(&st, "volumes")[0];
+        if let Some(r) = v.get("resync").filter(|r| !matches!(r, Json::Null)) {
+            done_kib.extend(num_of(r, "done_kib"));
+            rates.extend(num_of(r, "rate_kib_s"));
+        }
+        str_of(v, "disk") == "UpToDate"
+    });
+    let took = began.elapsed();
+    let mut load = load;
+    let fio_ran_on = load.0.try_wait().expect("fio's status").is_none();
+    signal(&load.0, libc::SIGINT);
+    let status = load.0.wait().expect("waiting for fio");
+    let mut fio_err = String::new();
+    if let Some(mut e) = load.0.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut fio_err);
+    }
+    net.unshape(beta_i);
+    eprintln!(
+        "{TEST}: resync of {} MiB over 40 Mbit/s under writes took {took:?}; rates seen (KiB/s): {rates:?}",
+        SIZE / MIB
+    );
+    assert!(
+        synced,
+        "beta never became UpToDate:\n{}",
+        c.node("beta").daemon.log()
+    );
+    assert!(
+        fio_ran_on,
+        "fio ended before the resync did ({status}): {fio_err}"
+    );
+    let text = fs::read_to_string(&fio_out).unwrap_or_default();
+    let json = &text[text.find('{').unwrap_or(0)..];
+    let report =
+        Json::parse(json).unwrap_or_else(|e| panic!("fio's JSON ({e}): {text}\n{fio_err}"));
+    let jobs = report
+        .get("jobs")
+        .and_then(Json::as_array)
+        .expect("fio JSON without jobs");
+    for j in jobs {
+        assert_eq!(
+            j.get("error").and_then(Json::as_u64),
+            Some(0),
+            "fio job failed: {json}"
+        );
+    }
+    let written: u64 = jobs
+        .iter()
+        .filter_map(|j| j.at(&["write", "io_bytes"]).and_then(Json::as_u64))
+        .sum();
+    let p99_us: Vec<u64> = jobs
+        .iter()
+        .filter_map(|j| {
+            j.at(&["write", "clat_ns", "percentile", "99.000000"])
+                .and_then(Json::as_u64)
+        })
+        .map(|ns| ns / 1000)
+        .collect();
+    let pulled = kib_pulled_since_start(c.node("beta"));
+    let total_kib: u64 = pulled.iter().sum();
+    eprintln!(
+        "{TEST}: beta pulled {pulled:?} KiB; fio wrote {written} bytes meanwhile (write p99 {p99_us:?} µs); status showed done {:?}..{:?} KiB over {} samples",
+        done_kib.first(),
+        done_kib.last(),
+        done_kib.len()
+    );
+    assert!(written > 0, "fio wrote nothing: {json}");
+    // What status said was pulled grew, and never passed what the resync pulled in all.
+    assert!(!done_kib.is_empty(), "status never showed the resync");
+    assert!(
+        done_kib.windows(2).all(|w| w[0] <= w[1]),
+        "status's pulled KiB went back: {done_kib:?}"
+    );
+    assert!(
+        done_kib.iter().all(|&d| d <= total_kib),
+        "status showed more pulled ({done_kib:?}) than the log's {total_kib} KiB"
+    );
+    // A full resync: every block pulled, but for those fio wrote whole meanwhile.
+    assert!(
+        total_kib * KIB <= SIZE && total_kib * KIB + written >= SIZE,
+        "beta pulled {total_kib} KiB of {} ({written} bytes written by fio)",
+        SIZE / KIB
+    );
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.stop_all();
+    let (a, b) = (&c.node("alpha").disks[0], &c.node("beta").disks[0]);
+    assert_eq!(
+        md5(a, SIZE),
+        md5(b, SIZE),
+        "the volumes in the backing files of alpha and beta differ"
+    );
+    c.assert_replicas_identical();
+    drop(c);
+    drop(net);
+}

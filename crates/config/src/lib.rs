@@ -29,8 +29,11 @@
 //! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
 //! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
 //! | `max-buffer` | `"64M"` | per-peer bytes queued for sending before writers wait; `>= 1M` |
-//! | `resync-min-rate` | `"32M"` | bytes per second a resync starts at while the application writes to the volume, and never goes below (it always finishes); it grows while its requests are answered within 20 ms; `"0"`: not held back |
+//! | `resync-min-rate` | `"32M"` | bytes per second a resync starts at while the application writes to the volume, and never goes below (it always finishes); from there the controller steers it (see `resync-plan-ahead`); `"0"`: not held back |
 //! | `resync-max-rate` | `"0"` | bytes per second a resync never exceeds; `"0"`: unlimited (as fast as the link and disks go with 2 MiB in flight) |
+//! | `resync-plan-ahead` | `"500ms"` | while the application writes, a controller sets the resync's rate every 100 ms from what arrived and what is in flight, steering the bytes in flight toward `resync-fill-target` or `resync-delay-target`; it spreads each correction over this time (DRBD's c-plan-ahead; longer is smoother and slower); a multiple of `100ms`, at most `30s`; `"0s"`: no controller, the rate under load is `resync-min-rate` |
+//! | `resync-fill-target` | `"0"` | bytes the controller keeps in flight (DRBD's c-fill-target; about twice the link's bandwidth-delay product); at most `512M`; `"0"`: use `resync-delay-target` |
+//! | `resync-delay-target` | `"20ms"` | without a fill target, the controller keeps this long's worth of the resync's rate in flight, so its requests, and the application's writes queued behind them, wait about this long (DRBD's c-delay-target); set it above the link's round trip plus one 256 KiB request's transfer time, or the resync stays near `resync-min-rate` under load; `1ms..=10s` |
 //!
 //! Durations are strings: a whole number and a unit, `ns`, `us`, `ms`, `s` or `m` (minutes), e.g.
 //! `"500ms"` ([`parse_duration`]); a bare integer is an error. Every duration is `> 0` and
@@ -193,6 +196,14 @@ pub struct NetConfig {
     pub resync_min_rate: u64,
     /// Bytes per second a resync never exceeds (0: unlimited).
     pub resync_max_rate: u64,
+    /// The resync controller spreads its corrections over this (a multiple of 100 ms; 0:
+    /// no controller, a resync under load goes at `resync_min_rate`).
+    pub resync_plan_ahead: Duration,
+    /// Bytes a resync under load keeps in flight (0: derived from `resync_delay_target`).
+    pub resync_fill_target: u64,
+    /// Without a fill target, a resync under load keeps this long's worth of its rate in
+    /// flight: about how long its requests wait to be answered.
+    pub resync_delay_target: Duration,
 }
 
 impl Default for NetConfig {
@@ -206,6 +217,9 @@ impl Default for NetConfig {
             max_buffer: 64 << 20,
             resync_min_rate: 32 << 20,
             resync_max_rate: 0,
+            resync_plan_ahead: Duration::from_millis(500),
+            resync_fill_target: 0,
+            resync_delay_target: Duration::from_millis(20),
         }
     }
 }

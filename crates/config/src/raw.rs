@@ -38,6 +38,9 @@ pub(crate) struct RawNet {
     pub max_buffer: Option<Scalar>,
     pub resync_min_rate: Option<Scalar>,
     pub resync_max_rate: Option<Scalar>,
+    pub resync_plan_ahead: Option<Scalar>,
+    pub resync_fill_target: Option<Scalar>,
+    pub resync_delay_target: Option<Scalar>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,6 +19,11 @@ pub(crate) const MAX_NODE_ID: i64 = 31;
 pub(crate) const MAX_VOLUME_NUMBER: i64 = 65534;
 pub(crate) const BLOCK: u64 = 4096;
 pub(crate) const MIN_MAX_BUFFER: u64 = 1 << 20;
+/// The resync controller's step, and the limits of its settings (DRBD's).
+const RESYNC_STEP: Duration = Duration::from_millis(100);
+const MAX_PLAN_AHEAD: Duration = Duration::from_secs(30);
+const MAX_DELAY_TARGET: Duration = Duration::from_secs(10);
+const MAX_FILL_TARGET: u64 = 512 << 20;
 pub(crate) const MAX_DURATION: Duration = Duration::from_secs(3600);
 const MAX_NAME_LEN: usize = 64;
 
@@ -232,6 +237,26 @@ fn duration(v: &Scalar) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The resync controller's plan ahead: `"0s"` (no controller) or whole steps of 100 ms,
+/// up to 30 s (DRBD's c-plan-ahead range).
+fn plan_ahead(v: &Scalar) -> Result<Duration, String> {
+    if let Scalar::Str(s) = v {
+        if parse_duration(s).is_ok_and(|d| d.is_zero()) {
+            return Ok(Duration::ZERO);
+        }
+    }
+    let d = duration(v)?;
+    if d.as_nanos() % RESYNC_STEP.as_nanos() != 0 {
+        return Err(format!(
+            "{d:?} is not a multiple of 100ms (the resync controller's step); \"0s\" turns the controller off"
+        ));
+    }
+    if d > MAX_PLAN_AHEAD {
+        return Err(format!("{d:?} is too long; at most 30s"));
+    }
+    Ok(d)
+}
+
 fn size(v: &Scalar) -> Result<u64, String> {
     match v {
         Scalar::Str(s) => parse_size(s),
@@ -273,6 +298,36 @@ fn net_config(cx: &Ctx, raw: RawNet) -> Result<NetConfig, ConfigError> {
         resync_max_rate: match &raw.resync_max_rate {
             None => d.resync_max_rate,
             Some(v) => size(v).map_err(|m| cx.err("net.resync-max-rate", m))?,
+        },
+        resync_plan_ahead: match &raw.resync_plan_ahead {
+            None => d.resync_plan_ahead,
+            Some(v) => plan_ahead(v).map_err(|m| cx.err("net.resync-plan-ahead", m))?,
+        },
+        resync_fill_target: match &raw.resync_fill_target {
+            None => d.resync_fill_target,
+            Some(v) => size(v)
+                .and_then(|n| {
+                    if n > MAX_FILL_TARGET {
+                        Err(format!("{n} bytes is too much; at most 512M"))
+                    } else {
+                        Ok(n)
+                    }
+                })
+                .map_err(|m| cx.err("net.resync-fill-target", m))?,
+        },
+        resync_delay_target: match &raw.resync_delay_target {
+            None => d.resync_delay_target,
+            Some(v) => duration(v)
+                .and_then(|t| {
+                    if t < Duration::from_millis(1) {
+                        Err(format!("{t:?} is too short; must be at least 1ms"))
+                    } else if t > MAX_DELAY_TARGET {
+                        Err(format!("{t:?} is too long; at most 10s"))
+                    } else {
+                        Ok(t)
+                    }
+                })
+                .map_err(|m| cx.err("net.resync-delay-target", m))?,
         },
     };
     if net.resync_max_rate != 0 && net.resync_min_rate > net.resync_max_rate {

@@ -131,6 +131,9 @@ fn example_parses_to_expected_structure() {
             max_buffer: 64 * 1024 * 1024,
             resync_min_rate: 32 << 20,
             resync_max_rate: 0,
+            resync_plan_ahead: Duration::from_millis(500),
+            resync_fill_target: 0,
+            resync_delay_target: Duration::from_millis(20),
         },
         volumes: vec![
             VolumeConfig {
@@ -598,6 +601,74 @@ fn resync_rates_are_sizes_per_second_and_the_floor_fits_under_the_ceiling() {
         "above resync-max-rate",
     );
     assert_invalid(&rates("\"8M\"", "\"fast\""), "net.resync-max-rate", "");
+}
+
+/// The resync controller's settings: DRBD's names, durations and a size, with the
+/// defaults when unset, and clear errors out of range.
+#[test]
+fn resync_controller_settings_parse_and_bad_values_are_refused() {
+    const DEFAULTS: [(&str, &str); 3] = [
+        ("resync-plan-ahead", "\"500ms\""),
+        ("resync-fill-target", "\"0\""),
+        ("resync-delay-target", "\"20ms\""),
+    ];
+    // The example with `key = value` for the given keys (`None`: the key left out).
+    let net = |set: &[(&str, Option<&str>)]| {
+        let mut text = EXAMPLE.to_string();
+        for (key, value) in set {
+            let (_, default) = DEFAULTS.iter().find(|(k, _)| k == key).unwrap();
+            let old = format!("{key} = {default}");
+            assert!(text.contains(&old), "the example sets {old}");
+            let new = value.map(|v| format!("{key} = {v}")).unwrap_or_default();
+            text = text.replace(&old, &new);
+        }
+        text
+    };
+    let unset = [
+        ("resync-plan-ahead", None),
+        ("resync-fill-target", None),
+        ("resync-delay-target", None),
+    ];
+    let d = parse_r0(&net(&unset)).unwrap().net;
+    assert_eq!(
+        (
+            d.resync_plan_ahead,
+            d.resync_fill_target,
+            d.resync_delay_target
+        ),
+        (Duration::from_millis(500), 0, Duration::from_millis(20))
+    );
+    let ok = parse_r0(&net(&[
+        ("resync-plan-ahead", Some("\"2s\"")),
+        ("resync-fill-target", Some("\"1M\"")),
+        ("resync-delay-target", Some("\"100ms\"")),
+    ]))
+    .unwrap()
+    .net;
+    assert_eq!(
+        (
+            ok.resync_plan_ahead,
+            ok.resync_fill_target,
+            ok.resync_delay_target
+        ),
+        (Duration::from_secs(2), 1 << 20, Duration::from_millis(100))
+    );
+    let off = parse_r0(&net(&[("resync-plan-ahead", Some("\"0s\""))]))
+        .unwrap()
+        .net;
+    assert_eq!(off.resync_plan_ahead, Duration::ZERO);
+    for (key, value, says) in [
+        ("resync-plan-ahead", "\"250ms\"", "not a multiple of 100ms"),
+        ("resync-plan-ahead", "\"31s\"", "at most 30s"),
+        ("resync-plan-ahead", "20", "has no unit"),
+        ("resync-delay-target", "\"0ms\"", "greater than 0"),
+        ("resync-delay-target", "\"500us\"", "at least 1ms"),
+        ("resync-delay-target", "\"11s\"", "at most 10s"),
+        ("resync-fill-target", "\"1G\"", "at most 512M"),
+        ("resync-fill-target", "-1", "negative"),
+    ] {
+        assert_invalid(&net(&[(key, Some(value))]), &format!("net.{key}"), says);
+    }
 }
 
 #[test]

@@ -2340,6 +2340,7 @@ fn a_paced_resync_asks_as_time_allows_and_finishes() {
             resync_rates: tandem_engine::replica::ResyncRates {
                 min: 0,
                 max: 640 << 10,
+                ..tandem_engine::replica::ResyncRates::UNLIMITED
             },
             ..spec(1)
         },
@@ -2387,6 +2388,7 @@ fn a_resync_under_replicated_writes_is_held_to_the_minimum_rate() {
             resync_rates: tandem_engine::replica::ResyncRates {
                 min: 640 << 10,
                 max: 0,
+                ..tandem_engine::replica::ResyncRates::UNLIMITED
             },
             ..spec(1)
         },
@@ -2461,6 +2463,7 @@ fn writes_arriving_mid_resync_hold_it() {
             resync_rates: tandem_engine::replica::ResyncRates {
                 min: 640 << 10,
                 max: 0,
+                ..tandem_engine::replica::ResyncRates::UNLIMITED
             },
             ..spec(1)
         },

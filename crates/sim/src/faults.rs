@@ -130,9 +130,14 @@ impl Knobs {
         knobs.randomize(&mut Rng::new(seed ^ 0xfa17_5eed));
         let mut r = Rng::new(seed ^ 0x7a7e_5eed);
         if r.chance(0.5) {
+            let min = [0, 64 << 10, 512 << 10][r.below(3) as usize];
+            let max = [0, 1 << 20][r.below(2) as usize];
             knobs.resync_rates = ResyncRates {
-                min: [0, 64 << 10, 512 << 10][r.below(3) as usize],
-                max: [0, 1 << 20][r.below(2) as usize],
+                min,
+                max,
+                plan_ahead_ms: [0, 300, 2_000][r.below(3) as usize],
+                fill_target: [0, 0, 64 << 10][r.below(3) as usize],
+                delay_target_ms: [5, 20, 100][r.below(3) as usize],
             };
         }
         knobs

@@ -160,16 +160,34 @@ impl NetLab {
     /// `None` lifts the limit.
     #[track_caller]
     pub fn limit_to(&self, i: usize, rate: Option<&str>) {
-        let port = self.nodes[i].port.as_str();
-        let mut args = vec!["-n", self.hub.as_str(), "qdisc"];
         match rate {
-            Some(r) => args.extend([
-                "replace", "dev", port, "root", "tbf", "rate", r, "burst", "256kb", "latency",
-                "100ms",
-            ]),
-            None => args.extend(["del", "dev", port, "root"]),
+            Some(r) => self.shape(i, r, "256kb", "100ms"),
+            None => self.unshape(i),
         }
-        let r = run(tool("tc").args(&args), IP_TIMEOUT);
+    }
+
+    /// A token bucket on what reaches node `i` over its cable: `rate`, `burst` and the
+    /// longest a packet may wait in its queue (`latency`), in tc's words (`40mbit`,
+    /// `32kbit`, `400ms`).
+    #[track_caller]
+    pub fn shape(&self, i: usize, rate: &str, burst: &str, latency: &str) {
+        let port = self.nodes[i].port.as_str();
+        self.tc(&[
+            "-n", &self.hub, "qdisc", "replace", "dev", port, "root", "tbf", "rate", rate, "burst",
+            burst, "latency", latency,
+        ]);
+    }
+
+    /// Lifts node `i`'s limit.
+    #[track_caller]
+    pub fn unshape(&self, i: usize) {
+        let port = self.nodes[i].port.as_str();
+        self.tc(&["-n", &self.hub, "qdisc", "del", "dev", port, "root"]);
+    }
+
+    #[track_caller]
+    fn tc(&self, args: &[&str]) {
+        let r = run(tool("tc").args(args), IP_TIMEOUT);
         assert!(r.success(), "`tc {}`: {}", args.join(" "), r.describe());
     }
 

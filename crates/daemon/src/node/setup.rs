@@ -50,6 +50,9 @@ pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId, gi_seed: u64) -> Resourc
         resync_rates: tandem_engine::replica::ResyncRates {
             min: cfg.net.resync_min_rate,
             max: cfg.net.resync_max_rate,
+            plan_ahead_ms: cfg.net.resync_plan_ahead.as_millis() as u64,
+            fill_target: cfg.net.resync_fill_target,
+            delay_target_ms: cfg.net.resync_delay_target.as_millis() as u64,
         },
         gi_seed,
     }

@@ -31,6 +31,7 @@ mod overlap;
 mod pace;
 mod peer;
 mod persist;
+mod plan_ahead;
 mod pull;
 mod reads;
 mod receive;

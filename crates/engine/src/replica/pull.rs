@@ -109,8 +109,9 @@ impl Replicas {
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
-        rs.pace.keep_only(&rs.outstanding);
-        rs.pace.refill(now, self.spec.resync_rates, loaded, chunk);
+        let in_flight = rs.outstanding.values().map(|&(_, l)| u64::from(l)).sum();
+        rs.pace
+            .refill(now, self.spec.resync_rates, loaded, chunk, in_flight);
         while let Some(src) = rs
             .source
             .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
@@ -122,8 +123,7 @@ impl Replicas {
             let Some((offset, len)) = rs.take_next(id, size, chunk_blocks) else {
                 break;
             };
-            rs.pace.spend(u64::from(len));
-            rs.pace.asked(id, now);
+            rs.pace.spend(now, u64::from(len));
             self.next_id += 1;
             let msg = Msg::ResyncReq {
                 volume,
@@ -180,7 +180,6 @@ impl Replicas {
         let Some((req_off, req_len)) = rs.outstanding.remove(&id) else {
             return Err(ProtocolError::UnknownResyncRequest(id));
         };
-        rs.pace.answered(id, self.now_ms);
         if req_off != offset || (errno == 0 && data_len != req_len as usize) {
             return Err(ProtocolError::ResyncReplyMismatch(id));
         }
@@ -203,6 +202,7 @@ impl Replicas {
         self.data_arrives(v, out);
         let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
         rs.pulled += u64::from(req_len);
+        rs.pace.answered(self.now_ms, u64::from(req_len));
         if rs.data_arrived() {
             out.push(RAction::Event(Event::ResyncResumed { volume, peer }));
         }
