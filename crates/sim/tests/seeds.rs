@@ -856,3 +856,30 @@ fn a_relay_of_the_connected_primarys_write_is_kept() {
     let out = Sim::new(Family::Overlapping.scenario(204_004_523)).run();
     assert!(out.converged, "overlapping seed 204004523");
 }
+
+/// Disk-errors seed 245032910 (unconverged with 92e6594 and older builds): under
+/// protocol B a diskless Primary's write was received by node 1, whose disk then failed it
+/// (`NegAck`, detached), and by node 2, which wrote it as its link dropped unanswered.
+/// Node 1's receipt vouched for the write, so the Primary acknowledged it and marked node 2
+/// as lacking it; node 1 also relayed the peer ack naming node 2 as a claim. At its return
+/// node 2, the only replica left, waited for ever for a source. A replica that failed a
+/// write holds nothing: its receipt vouches for nothing while the write is open, and a
+/// detached replica claims nothing from peer acks.
+#[test]
+fn a_receipt_its_replica_then_failed_vouches_for_nothing() {
+    let out = Sim::new(Family::DiskErrors.scenario(245_032_910)).run();
+    assert!(out.converged, "disk-errors seed 245032910");
+}
+
+/// Overlapping seed 244057993 (unconverged with 92e6594 and older builds): node 2, away
+/// from the diskless Primary, caught up from node 1 and kept its older ids; node 1 crashed
+/// with a write in flight that node 2 was not sent, met node 2 before the Primary and
+/// listed it everything (`full_sync_if_older`); the Primary then took node 2 (UpToDate,
+/// not marked there) for the source of the write's range and listed it to node 1, which
+/// node 2 refused: each waited for the other. A peer with older ids than the returning
+/// replica's is no source for its unanswered range (`Replicas::unanswered_lost`).
+#[test]
+fn an_older_replica_is_no_source_for_a_newer_ones_unanswered_write() {
+    let out = Sim::new(Family::Overlapping.scenario(244_057_993)).run();
+    assert!(out.converged, "overlapping seed 244057993");
+}

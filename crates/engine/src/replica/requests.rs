@@ -545,7 +545,20 @@ impl Requests {
             return Ok(());
         }
         match self.writes.get_mut(u.req) {
-            Some(w) => w.missing.insert(peer),
+            Some(w) => {
+                w.missing.insert(peer);
+                // Failed after its receipt (protocol B) while the write is still open:
+                // the peer's replica failed and detached, so it holds nothing and
+                // vouches for nothing (disk-errors seed 245032910: a diskless Primary
+                // acknowledged a write only the failed replica had received, and marked
+                // the one replica that may hold it, cut off unanswered, as lacking it:
+                // no source was left). A write already decided keeps its answer.
+                if w.seq == seq && !w.rotated {
+                    w.peers_ok.remove(peer);
+                    w.current.remove(peer);
+                    w.received.remove(peer);
+                }
+            }
             None => oos.set_range(u.offset, u64::from(u.len)),
         }
         self.peer_satisfied(rep, i, seq, false, out);

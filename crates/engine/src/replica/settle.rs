@@ -64,8 +64,17 @@ impl Replicas {
     }
 
     /// Node `x` lacks this write: marked in its bitmap, and told at once if it has our list.
+    /// Not if our replica of the volume is detached: it holds nothing, and its claim
+    /// would leave the peer waiting for a source that cannot serve it (disk-errors seed
+    /// 245032910: a Secondary whose disk failed the write marked the one replica holding
+    /// it, from the Primary's peer ack naming both as missing it, and that replica, the
+    /// only one left, turned Inconsistent with no source). A replica that holds the write
+    /// marks the peer itself, and the Primary marks it where the write landed.
     fn mark_lacking(&mut self, x: NodeId, w: &Received, out: &mut Vec<RAction>) {
         let v = w.volume as usize;
+        if !self.vols[v].attached() {
+            return;
+        }
         let Some(j) = self.peers.index(x) else {
             return; // ourselves
         };

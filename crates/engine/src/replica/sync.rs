@@ -563,6 +563,8 @@ impl Replicas {
     /// that peer it lacks the range (its live notice of a write the peer missed), so that
     /// peer is no source for it, however current we know it to be (overlapping seeds
     /// 7542, 11606, 13206: each of the two then refused the other the range for ever).
+    /// Nor is a peer whose ids are strictly older than the returning replica's, back
+    /// consistent from a restart (overlapping seed 244057993, see below).
     pub(super) fn unanswered_lost(
         &mut self,
         i: usize,
@@ -588,6 +590,16 @@ impl Replicas {
         // (overlapping seed 15345: split block by block, the range's blocks went to two
         // sources, and the returning replica's claims on one of them, kept from its crash,
         // named a block it was told to pull from that one).
+        // Nor is a peer whose ids are strictly older than those of the returning replica,
+        // back from a restart consistent (a contender): meeting that peer with no Primary
+        // in its view (before us), it listed it in full (`full_sync_if_older`), so the
+        // peer refuses it every block and pulls from it first (overlapping seed
+        // 244057993: told to pull a failed write's range from such a peer, the returning
+        // replica waited for it, and the peer for the returning replica, for ever).
+        let returning = &self.peers[i].vols[v];
+        let outdone = |pv: &super::peer::PeerVol| {
+            returning.standing.is_some() && lineage(&returning.gen, &pv.gen) == Lineage::Newer
+        };
         let current = self.vols[v].disk == DiskState::UpToDate
             || self.peers.iter().enumerate().any(|(j, p)| {
                 let pv = &p.vols[v];
@@ -596,6 +608,7 @@ impl Replicas {
                     && p.up
                     && pv.disk == Some(DiskState::UpToDate)
                     && !pv.oos.intersects(u)
+                    && !outdone(pv)
             });
         // With none, its own marks count block by block (overlapping seed 34041: a mark it
         // had on one block of the range made it pull every other too, where it was the

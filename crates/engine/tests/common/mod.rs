@@ -306,6 +306,30 @@ impl Net {
         self.stores[n as usize].held = true;
     }
 
+    /// Node `n`'s held disk requests (see `hold_disk`) fail with EIO, in order, and its
+    /// disk answers again: a disk that fails the writes it was given (its engine detaches
+    /// the replica at the first error).
+    pub fn fail_held_disk(&mut self, n: NodeId) {
+        let store = &mut self.stores[n as usize];
+        store.held = false;
+        for job in std::mem::take(&mut store.parked) {
+            let Job::Disk {
+                volume,
+                token,
+                kind,
+                ..
+            } = job
+            else {
+                continue;
+            };
+            let mut out = Vec::new();
+            let eio = Err(IoError::Os(5));
+            self.nodes[n as usize].disk_done(volume, token, kind, eio, &mut out);
+            self.queue_actions(n, out, Inputs::default());
+        }
+        self.run();
+    }
+
     /// Node `n`, every link of it down, stops cleanly and starts again from what its
     /// metadata kept: consistent, what it knew each peer lacks, its generation ids.
     pub fn restart_cleanly(&mut self, n: NodeId) {
