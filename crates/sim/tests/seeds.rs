@@ -883,3 +883,16 @@ fn an_older_replica_is_no_source_for_a_newer_ones_unanswered_write() {
     let out = Sim::new(Family::Overlapping.scenario(244_057_993)).run();
     assert!(out.converged, "overlapping seed 244057993");
 }
+
+/// Disk-errors seed 251048620 (unconverged with 398bd63 and older builds): under
+/// protocol A a diskless Primary's FUA write was written by node 1 (`WriteAck`) and
+/// received by node 2 (`RecvAck`); node 1's fdatasync then failed under the write's
+/// barrier (detached, `BarrierAck` EIO), and node 2 crashed before it answered. The write
+/// failed, but node 1's answer still counted it as landed there, so node 2 was marked as
+/// lacking it and, back, waited for ever for a source, the only other replica detached. A
+/// replica whose flush failed holds nothing: it leaves the open write's holders.
+#[test]
+fn a_replica_whose_flush_failed_holds_no_fua_write() {
+    let out = Sim::new(Family::DiskErrors.scenario(251_048_620)).run();
+    assert!(out.converged, "disk-errors seed 251048620");
+}

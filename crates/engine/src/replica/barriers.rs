@@ -56,6 +56,11 @@ impl Barriers {
         self.ops.insert(id, op);
     }
 
+    /// The requests (and their volumes) barrier `id` answers, if it is open.
+    pub(super) fn waiters(&self, id: u64) -> &[(ReqId, u16)] {
+        self.ops.get(&id).map_or(&[], |op| &op.waiters)
+    }
+
     /// Queues `waiter` (under the fresh `key`) for the next local fdatasync, issued now if
     /// none runs.
     pub(super) fn flush_locally(&mut self, key: u64, waiter: FlushWaiter, out: &mut Vec<RAction>) {

@@ -81,6 +81,9 @@ impl Requests {
                 if rep.peers[i].barriers_out.remove(&id).is_none() {
                     return Err(ProtocolError::UnknownBarrier(id));
                 }
+                if errno != 0 {
+                    self.flush_failed_on(rep, i, id);
+                }
                 self.barriers.peer_answered(id, peer, errno == 0);
                 self.check_flush(rep, id, out);
             }
@@ -563,6 +566,30 @@ impl Requests {
         }
         self.peer_satisfied(rep, i, seq, false, out);
         Ok(())
+    }
+
+    /// Peer `i` failed barrier `id`: its fdatasync failed and its replica detached (or it
+    /// had none). For each FUA write the barrier answers, still open, on a volume we know
+    /// it detached, the peer leaves the write's holders (`peers_ok`, `current`,
+    /// `received`) and joins `missing`, as for a `NegAck` after a receipt: it holds
+    /// nothing and vouches for nothing (disk-errors seed 251048620: a diskless Primary's
+    /// FUA write, written by node 1 whose flush then failed, counted as landed there; node
+    /// 2, which received it and whose link dropped before it answered, was marked as
+    /// lacking it, and waited for ever for a source, the only other replica detached).
+    fn flush_failed_on(&mut self, rep: &Replicas, i: usize, id: u64) {
+        let p = &rep.peers[i];
+        for &(req, volume) in self.barriers.waiters(id) {
+            let pv = &p.vols[volume as usize];
+            if !(pv.diskful && pv.disk == Some(DiskState::Diskless)) {
+                continue;
+            }
+            if let Some(w) = self.writes.get_mut(req).filter(|w| !w.rotated) {
+                w.peers_ok.remove(p.id);
+                w.current.remove(p.id);
+                w.received.remove(p.id);
+                w.missing.insert(p.id);
+            }
+        }
     }
 
     pub(super) fn peer_satisfied(
