@@ -42,14 +42,15 @@ fn a_receipt_its_replica_then_failed_vouches_for_nothing() {
     for _ in 0..100 {
         net.tick(50);
     }
-    eprintln!(
-        "listed 0->2 {:?} 1->2 {:?} answer {:?}",
+    assert_eq!(
+        net.disk(2),
+        DiskState::UpToDate,
+        "listed 0->2 {:?} 1->2 {:?} answer {:?}; {:?}",
         net.listed(0, 2),
         net.listed(1, 2),
-        net.answer(1)
+        net.answer(1),
+        net.nodes[2].status()
     );
-    eprintln!("{:?}", net.nodes[2].status());
-    assert_eq!(net.disk(2), DiskState::UpToDate);
     assert_eq!(net.claims(0, 2), 0, "the Primary marks nothing on node 2");
     assert_eq!(net.block(2, 3)[0], 1);
 }

@@ -53,9 +53,13 @@ fn a_replica_whose_flush_failed_holds_no_fua_write() {
     for _ in 0..100 {
         net.tick(50);
     }
-    eprintln!("listed 0->2 {:?}", net.listed(0, 2));
-    eprintln!("{:?}", net.nodes[2].status());
-    assert_eq!(net.disk(2), DiskState::UpToDate);
+    assert_eq!(
+        net.disk(2),
+        DiskState::UpToDate,
+        "listed 0->2 {:?}; {:?}",
+        net.listed(0, 2),
+        net.nodes[2].status()
+    );
     assert_eq!(net.claims(0, 2), 0, "the Primary marks nothing on node 2");
     assert_eq!(net.block(2, 3)[0], 1);
 }
