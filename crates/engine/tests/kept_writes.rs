@@ -34,18 +34,7 @@ fn crash(net: &mut Net, n: NodeId, log: &[(u64, u64)]) {
         net.notice_down(p, n);
     }
     net.run();
-    let mut spec = net.spec(n);
-    spec.gi_seed ^= 1 << 40; // a new run of its engine
-    let mut res = Resource::new(spec, vec![ReplicaAtStart::Crashed]);
-    res.restore_suspect(0, log.iter().copied()).unwrap();
-    if let Some(run) = writer {
-        res.restore_writer(0, run).unwrap();
-    }
-    for (p, words) in &kept {
-        res.restore_peer(0, *p, words, false).unwrap();
-    }
-    res.restore_generation(0, gen, false).unwrap();
-    net.nodes[n as usize] = res;
+    net.start_crashed(n, log, writer, &kept, gen);
 }
 
 fn zero_answer(m: &Msg) -> bool {

@@ -14,8 +14,8 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
-    DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, Protocol, RAction, ReplicaAtStart,
-    Resource, ResourceSpec, Token, GI_HISTORY,
+    DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, PrimaryRun, Protocol, RAction,
+    ReplicaAtStart, Resource, ResourceSpec, Token, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 
@@ -377,6 +377,21 @@ impl Net {
                 (p, words)
             })
             .collect();
+        self.start_crashed(n, log, writer, &kept, gen);
+    }
+
+    /// Node `n`'s engine started again `Crashed` from what its metadata kept: the
+    /// activity log's extents `log`, the Primary run it took writes from, each peer's
+    /// bitmap words, its generation ids (as `tandem node` restores them). Its links are
+    /// left as they are.
+    pub fn start_crashed(
+        &mut self,
+        n: NodeId,
+        log: &[(u64, u64)],
+        writer: Option<PrimaryRun>,
+        kept: &[(NodeId, Vec<u64>)],
+        gen: GenIds,
+    ) {
         let store = &mut self.stores[n as usize];
         store.parked.clear();
         store.kept.clear();
@@ -386,7 +401,7 @@ impl Net {
         if let Some(run) = writer {
             res.restore_writer(0, run).unwrap();
         }
-        for (p, words) in &kept {
+        for (p, words) in kept {
             res.restore_peer(0, *p, words, false).unwrap();
         }
         res.restore_generation(0, gen, false).unwrap();
