@@ -548,19 +548,13 @@ impl Requests {
             return Ok(());
         }
         match self.writes.get_mut(u.req) {
+            // A failure after its receipt (protocol B): the failed replica vouches for
+            // nothing (disk-errors seed 245032910: a diskless Primary acknowledged a write
+            // only the failed replica had received, and marked the one replica that may
+            // hold it, cut off unanswered, as lacking it: no source was left).
+            Some(w) if w.seq == seq => w.failed_on(peer),
             Some(w) => {
                 w.missing.insert(peer);
-                // Failed after its receipt (protocol B) while the write is still open:
-                // the peer's replica failed and detached, so it holds nothing and
-                // vouches for nothing (disk-errors seed 245032910: a diskless Primary
-                // acknowledged a write only the failed replica had received, and marked
-                // the one replica that may hold it, cut off unanswered, as lacking it:
-                // no source was left). A write already decided keeps its answer.
-                if w.seq == seq && !w.rotated {
-                    w.peers_ok.remove(peer);
-                    w.current.remove(peer);
-                    w.received.remove(peer);
-                }
             }
             None => oos.set_range(u.offset, u64::from(u.len)),
         }
@@ -569,9 +563,8 @@ impl Requests {
     }
 
     /// Peer `i` failed barrier `id`: its fdatasync failed and its replica detached (or it
-    /// had none). For each FUA write the barrier answers, still open, on a volume we know
-    /// it detached, the peer leaves the write's holders (`peers_ok`, `current`,
-    /// `received`) and joins `missing`, as for a `NegAck` after a receipt: it holds
+    /// had none). For each FUA write the barrier answers on a volume we know it detached,
+    /// the write failed on it (`AppWrite::failed_on`), as for a `NegAck` after a receipt: it holds
     /// nothing and vouches for nothing (disk-errors seed 251048620: a diskless Primary's
     /// FUA write, written by node 1 whose flush then failed, counted as landed there; node
     /// 2, which received it and whose link dropped before it answered, was marked as
@@ -584,10 +577,7 @@ impl Requests {
                 continue;
             }
             if let Some(w) = self.writes.get_mut(req).filter(|w| !w.rotated) {
-                w.peers_ok.remove(p.id);
-                w.current.remove(p.id);
-                w.received.remove(p.id);
-                w.missing.insert(p.id);
+                w.failed_on(p.id);
             }
         }
     }

@@ -111,6 +111,19 @@ impl AppWrite {
     pub(super) fn may_hold(&self) -> bool {
         self.landed() || !self.received.is_empty()
     }
+
+    /// `peer`'s replica failed it after the peer said it received or wrote it (its disk
+    /// rejected the write, or the flush under it, and detached): it holds nothing and
+    /// vouches for nothing. Only while the write is open (not `rotated`): a write already
+    /// decided keeps its answer.
+    pub(super) fn failed_on(&mut self, peer: NodeId) {
+        self.missing.insert(peer);
+        if !self.rotated {
+            self.peers_ok.remove(peer);
+            self.current.remove(peer);
+            self.received.remove(peer);
+        }
+    }
 }
 
 /// What an application write does to a replica, whatever its NBD command.
