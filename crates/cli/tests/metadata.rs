@@ -134,6 +134,59 @@ fn a_whole_cluster_stopped_cleanly_comes_back_without_force() {
     c.assert_replicas_identical();
 }
 
+/// A Secondary stopped with SIGTERM, 4 MiB written without it, then the rest of the cluster
+/// stopped with SIGTERM too, and everything started again: with no Primary around, the
+/// replica that kept the writes knows from its bitmap's id (DRBD's bitmap UUID, kept in
+/// its metadata) that its bitmap names all the older one lacks, and lists only that (before,
+/// the older one was synced in full: 64 MiB). No `--force`, replicas identical.
+#[test]
+fn a_whole_cluster_restarted_lists_an_older_replica_only_its_bitmap() {
+    const TEST: &str = "metadata::a_whole_cluster_restarted_lists_an_older_replica_only_its_bitmap";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_random(&c, "gamma", 2 * MIB, 5);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("beta").daemon.stop(Duration::from_secs(20));
+    let written = 4 * MIB;
+    write_random(&c, "gamma", written, 6);
+    // The Primary tells the replicas its last writes are settled within the peer-ack delay
+    // (10 ms); a replica stopped before that cannot stop cleanly (`NotQuiet::Unsettled`)
+    // and would come back as after a crash.
+    std::thread::sleep(Duration::from_millis(200));
+    c.stop_all();
+    for n in &mut c.nodes {
+        n.daemon.restart();
+    }
+    for n in &mut c.nodes {
+        n.daemon.wait_ready(READY_TIMEOUT);
+    }
+    c.wait_connected();
+    let up = wait_until(SYNC_TIMEOUT, || {
+        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
+    });
+    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    let pulled = kib_pulled_since_start(c.node("beta"));
+    let total: u64 = pulled.iter().sum::<u64>() * KIB;
+    eprintln!(
+        "{TEST}: {written} bytes written while beta was away; beta pulled {total} ({pulled:?} KiB)"
+    );
+    assert!(
+        total > 0 && total <= 2 * written,
+        "beta pulled {total} bytes for {written} written while it was away (a full resync is {SIZE}):\n{}",
+        c.node("beta").daemon.log()
+    );
+    assert!(
+        kib_pulled_since_start(c.node("alpha")).is_empty(),
+        "alpha, which kept every write, resynced:\n{}",
+        c.node("alpha").daemon.log()
+    );
+    write_random(&c, "gamma", MIB, 7);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+}
+
 /// A flipped byte in the superblock of a replica that stopped cleanly: its node refuses to
 /// start, naming the file, the slot and what is wrong, and how to recover. The byte is
 /// still flipped afterwards (nothing reinitialised).

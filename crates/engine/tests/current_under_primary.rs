@@ -172,6 +172,9 @@ fn a_replica_current_under_the_primary_gives_a_behind_peers_stale_list_back_as_i
     assert_eq!(net.disk(2), DiskState::UpToDate);
     let ids = *net.nodes[2].generation(0).unwrap();
     assert_eq!(&ids, net.nodes[1].generation(0).unwrap(), "the same ids");
+    // The Primary's peer ack settles block 5's write on node 1 (a replica holding writes
+    // not settled cannot stop cleanly).
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
     // Node 1 stops cleanly; the Primary's rotation for its loss is on its way to node 2.
     net.hold(0, 2);
     net.link_down(0, 1);

@@ -1991,7 +1991,7 @@ fn restarted(n: &Resource, me: u8) -> Resource {
     let mut again = started(me, ReplicaAtStart::after_clean_stop(kept.consistent));
     for p in &kept.peers {
         again
-            .restore_peer(0, p.node, p.out_of_sync.words(), p.wrote_apart)
+            .restore_peer(0, p.node, p.out_of_sync.words(), p.wrote_apart, p.bitmap_gi)
             .unwrap();
     }
     again
@@ -2092,16 +2092,18 @@ fn the_state_is_taken_only_when_quiet_and_restored_only_into_a_consistent_start(
     );
     let mut crashed = started(1, ReplicaAtStart::Existing);
     assert_eq!(
-        crashed.restore_peer(0, 0, &[0; 4], false).unwrap_err(),
+        crashed
+            .restore_peer(0, 0, &[0; 4], false, None)
+            .unwrap_err(),
         tandem_engine::replica::RestoreError::NotConsistent(0)
     );
     let mut clean = started(1, ReplicaAtStart::Consistent);
     assert!(matches!(
-        clean.restore_peer(0, 2, &[0; 4], false).unwrap_err(),
+        clean.restore_peer(0, 2, &[0; 4], false, None).unwrap_err(),
         tandem_engine::replica::RestoreError::NotAPeer(2, 0)
     ));
     assert!(matches!(
-        clean.restore_peer(0, 0, &[0; 1], false).unwrap_err(),
+        clean.restore_peer(0, 0, &[0; 1], false, None).unwrap_err(),
         tandem_engine::replica::RestoreError::Short { .. }
     ));
 }
@@ -2287,12 +2289,14 @@ fn suspect_ranges_are_restored_only_into_a_crashed_start() {
 fn a_crashed_replica_restores_what_its_peers_lack() {
     let mut beta = crashed(1, &[(0, 4096)]);
     let words = [0b1010u64; 4];
-    beta.restore_peer(0, 0, &words, false).unwrap();
+    beta.restore_peer(0, 0, &words, false, None).unwrap();
     let kept = beta.out_of_sync_words(0, 0).unwrap();
     assert_eq!(kept[0], 0b1010, "{kept:?}");
     let mut existing = started(1, ReplicaAtStart::Existing);
     assert!(matches!(
-        existing.restore_peer(0, 0, &words, false).unwrap_err(),
+        existing
+            .restore_peer(0, 0, &words, false, None)
+            .unwrap_err(),
         tandem_engine::replica::RestoreError::NotConsistent(0)
     ));
 }
@@ -2310,7 +2314,8 @@ fn a_crashed_replica_pulls_what_it_kept_against_an_up_to_date_peer() {
     alpha.peer_down(1, &mut out);
     let mut beta = crashed(1, &[(0, 4096)]);
     // Block 5 marked for alpha long ago (a stale bitmap page).
-    beta.restore_peer(0, 0, &[1 << 5, 0, 0, 0], false).unwrap();
+    beta.restore_peer(0, 0, &[1 << 5, 0, 0, 0], false, None)
+        .unwrap();
     write_alone(&mut alpha, 65536);
     alpha.promote(false, &mut out).unwrap();
     let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
@@ -2527,7 +2532,7 @@ fn back_with_ids(me: u8, crashed: bool, g: GenIds, claims: &[(u64, u64)]) -> Res
     if crashed {
         n.restore_suspect(0, claims.iter().copied()).unwrap();
     }
-    n.restore_peer(0, 1 - me, &words, false).unwrap();
+    n.restore_peer(0, 1 - me, &words, false, None).unwrap();
     n.restore_generation(0, g, false).unwrap();
     n
 }

@@ -155,6 +155,9 @@ flags! {
         /// We wrote some of the slot's blocks as Primary while apart from the peer (a
         /// split brain if it did too).
         WROTE_APART = 1 << 2, "wrote-apart";
+        /// `bitmap_gi` holds: the slot's bitmap names every block the peer may lack of
+        /// the data since that generation (which may be 0, the first of every lineage).
+        BITMAP_GI = 1 << 3, "bitmap-gi";
     }
 }
 
@@ -163,7 +166,8 @@ flags! {
 pub struct PeerSlot {
     /// The peer whose out-of-sync blocks this slot records; `None` = free.
     pub node_id: Option<u8>,
-    /// The generation the bitmap records changes against (0 while in sync).
+    /// The generation the bitmap records changes against (DRBD's bitmap UUID); meaningful
+    /// only with [`PeerFlags::BITMAP_GI`].
     pub bitmap_gi: u64,
     pub flags: PeerFlags,
 }

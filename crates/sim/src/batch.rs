@@ -181,6 +181,10 @@ pub struct Coverage {
     pub proven_by_generation_runs: u64,
     pub proven_by_generation: u64,
     pub generation_changes: u64,
+    /// Older replicas met after a restart with no Primary around, listed what a bitmap
+    /// named since its id, or everything.
+    pub older_listed_bitmap: u64,
+    pub older_listed_full: u64,
     pub unconverged: u64,
 }
 
@@ -218,6 +222,8 @@ impl Coverage {
         self.proven_by_generation_runs += hit(o.proven_by_generation);
         self.proven_by_generation += o.proven_by_generation as u64;
         self.generation_changes += o.generation_changes as u64;
+        self.older_listed_bitmap += o.older_listed_bitmap as u64;
+        self.older_listed_full += o.older_listed_full as u64;
         self.unconverged += u64::from(!o.converged);
     }
 }
@@ -281,6 +287,11 @@ impl std::fmt::Display for Coverage {
             self.promote_refusals,
             self.longest_promotion_us / 1000,
             self.generation_changes
+        )?;
+        writeln!(
+            f,
+            "  older replica      {:>7} listed only a bitmap (its id held), {} listed everything",
+            self.older_listed_bitmap, self.older_listed_full
         )?;
         writeln!(
             f,

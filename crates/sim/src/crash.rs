@@ -73,6 +73,8 @@ pub(crate) struct CrashState {
     pub(crate) promoted_after_us: u64,
     pub(crate) proven_by_generation: usize,
     pub(crate) generation_changes: usize,
+    pub(crate) older_listed_bitmap: usize,
+    pub(crate) older_listed_full: usize,
 }
 
 impl CrashState {
@@ -93,6 +95,8 @@ impl CrashState {
             promoted_after_us: 0,
             proven_by_generation: 0,
             generation_changes: 0,
+            older_listed_bitmap: 0,
+            older_listed_full: 0,
         }
     }
 
@@ -160,7 +164,9 @@ impl Sim {
     }
 
     /// Every node at once: no engine hears of it (each dies with its links), and no
-    /// answer reaches the application for what was in flight.
+    /// answer reaches the application for what was in flight. Some Secondaries keeping a
+    /// replica stop cleanly instead (a shutdown, while the others crash): what they keep
+    /// is their metadata's, bitmap ids included.
     fn crash_cluster(&mut self) {
         let n = self.nodes.len();
         self.note("every node crashes".into());
@@ -169,6 +175,9 @@ impl Sim {
         let kept: Vec<KeptNode> = (0..n).map(|i| self.kept_at_crash(i)).collect();
         let power: Vec<bool> = (0..n)
             .map(|i| self.sc.power_loss && self.sc.any_replica(i) && self.crash.rng.chance(0.7))
+            .collect();
+        let clean: Vec<bool> = (0..n)
+            .map(|i| i != 0 && !power[i] && self.sc.any_replica(i) && self.crash.rng.chance(0.4))
             .collect();
         self.mark_lossy(true, power.contains(&true));
         self.abandon_requests();
@@ -182,6 +191,12 @@ impl Sim {
             }
         }
         for (i, mut k) in kept.into_iter().enumerate() {
+            if clean[i] {
+                self.note(format!("node {i} stops cleanly instead"));
+                if self.stop_and_start_cleanly(i as NodeId) {
+                    continue;
+                }
+            }
             if power[i] {
                 k.writer = None;
             }
@@ -501,7 +516,7 @@ impl Sim {
                 }
                 for (peer, words) in &k.peers {
                     n.engine
-                        .restore_peer(volume, *peer, words, false)
+                        .restore_peer(volume, *peer, words, false, None)
                         .expect("restored into a crashed start");
                 }
             }

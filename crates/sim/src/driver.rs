@@ -133,6 +133,10 @@ impl Sim {
                 ..
             } => self.crash.proven_by_generation += 1,
             Event::GenerationChanged { .. } => self.crash.generation_changes += 1,
+            Event::OlderPeerListed { since, .. } => match since {
+                Some(_) => self.crash.older_listed_bitmap += 1,
+                None => self.crash.older_listed_full += 1,
+            },
             _ => {}
         }
         self.note(format!("node {node}: {e}"));

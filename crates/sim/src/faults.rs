@@ -4,7 +4,10 @@
 
 use crate::rng::Rng;
 use crate::{spec, Crash, Ev, Scenario, Sim};
-use tandem_engine::replica::{GenIds, NodeId, ReplicaAtStart, Resource, ResyncRates, Role};
+use tandem_engine::driver::Inputs;
+use tandem_engine::replica::{
+    GenIds, NodeId, NotQuiet, ReplicaAtStart, Resource, ResyncRates, Role,
+};
 use tandem_engine::sync_plan::SyncPlan;
 
 /// Which failures a batch of runs injects.
@@ -158,7 +161,8 @@ impl Knobs {
 pub(crate) struct KeptVolume {
     consistent: bool,
     gen: GenIds,
-    peers: Vec<(NodeId, Vec<u64>, bool)>,
+    /// Per diskful peer: what it lacks, whether we wrote apart from it, the bitmap's id.
+    peers: Vec<(NodeId, Vec<u64>, bool, Option<u64>)>,
 }
 
 impl Sim {
@@ -278,7 +282,7 @@ impl Sim {
             && self.rng.chance(0.5)
             && one_failure;
         let clean = self.sc.clean_stops && !power_lost && !lost && self.clean_rng.chance(0.5);
-        let kept = clean.then(|| self.stop_cleanly(node));
+        let kept = clean.then(|| self.stop_cleanly(node)).flatten();
         // A new engine has detached nothing yet.
         self.detached[node as usize].fill(false);
         let n = &mut self.nodes[node as usize];
@@ -315,7 +319,7 @@ impl Sim {
                     }
                     for (peer, words) in &kept_bitmaps[v] {
                         n.engine
-                            .restore_peer(v as u16, *peer, words, false)
+                            .restore_peer(v as u16, *peer, words, false, None)
                             .expect("restored into a crashed start");
                     }
                     if let Some(gen) = gens[v] {
@@ -338,9 +342,11 @@ impl Sim {
 
     /// The node's links are down: what its engine keeps per volume across a clean stop
     /// (the metadata the daemon writes): consistent or not, and per peer the blocks it
-    /// lacks and whether we wrote them as Primary apart from it.
-    fn stop_cleanly(&mut self, node: NodeId) -> Vec<Option<KeptVolume>> {
-        self.clean_stops += 1;
+    /// lacks and whether we wrote them as Primary apart from it. `None` if writes of a
+    /// Primary are not settled here: the daemon then leaves that volume's metadata as
+    /// after a crash (`NotQuiet::Unsettled`); here the whole node restarts as after a
+    /// crash of its process (every volume: a superset of what the daemon pulls).
+    fn stop_cleanly(&mut self, node: NodeId) -> Option<Vec<Option<KeptVolume>>> {
         self.note(format!("node {node} stops cleanly"));
         // `tandem node` lets the peers' writes it received land before it takes the state
         // (`peers_gone`): a replica stopped with writes still landing would start unproven,
@@ -362,7 +368,16 @@ impl Sim {
             self.disk_done(node, op);
         }
         let engine = &self.nodes[node as usize].engine;
-        (0..self.sc.sizes.len() as u16)
+        let unsettled = (0..self.sc.sizes.len() as u16)
+            .filter(|&v| self.sc.replica(node as usize, v as usize))
+            .any(|v| matches!(engine.persisted(v), Err(NotQuiet::Unsettled(_))));
+        if unsettled {
+            self.note(format!(
+                "node {node}: writes of a Primary not settled; left as after a crash"
+            ));
+            return None;
+        }
+        let kept = (0..self.sc.sizes.len() as u16)
             .map(|v| {
                 if !self.sc.replica(node as usize, v as usize) {
                     return None;
@@ -376,11 +391,45 @@ impl Sim {
                     peers: kept
                         .peers
                         .iter()
-                        .map(|p| (p.node, p.out_of_sync.words().to_vec(), p.wrote_apart))
+                        .map(|p| {
+                            (
+                                p.node,
+                                p.out_of_sync.words().to_vec(),
+                                p.wrote_apart,
+                                p.bitmap_gi,
+                            )
+                        })
                         .collect(),
                 })
             })
-            .collect()
+            .collect();
+        self.clean_stops += 1;
+        Some(kept)
+    }
+
+    /// A node whose links are down stops cleanly and starts again from its metadata (a
+    /// Secondary shut down with SIGTERM while the rest of the cluster crashes): its
+    /// engine is told each peer is gone, as `tandem node` tells it at a clean stop.
+    /// `false`: it could not (writes not settled), and is to start as after a crash.
+    pub(crate) fn stop_and_start_cleanly(&mut self, node: NodeId) -> bool {
+        for other in (0..self.nodes.len() as NodeId).filter(|&o| o != node) {
+            let mut out = Vec::new();
+            self.nodes[node as usize].engine.peer_down(other, &mut out);
+            self.run_actions(node, out, &Inputs::default());
+        }
+        let Some(kept) = self.stop_cleanly(node) else {
+            return false;
+        };
+        self.detached[node as usize].fill(false);
+        let n = &mut self.nodes[node as usize];
+        n.incarnation += 1;
+        n.ops.clear();
+        n.data.clear();
+        n.syncs = SyncPlan::default();
+        let all = n.disk.covers();
+        n.disk.synced(all);
+        self.start_from_metadata(node, kept);
+        true
     }
 
     /// A new engine from what a clean stop kept.
@@ -400,9 +449,10 @@ impl Sim {
                     .restore_generation(v as u16, k.gen, false)
                     .expect("a replica's generation ids");
             }
-            for (peer, words, apart) in k.iter().filter(|k| k.consistent).flat_map(|k| &k.peers) {
+            for (peer, words, apart, gi) in k.iter().filter(|k| k.consistent).flat_map(|k| &k.peers)
+            {
                 n.engine
-                    .restore_peer(v as u16, *peer, words, *apart)
+                    .restore_peer(v as u16, *peer, words, *apart, *gi)
                     .expect("restored into a consistent start");
             }
         }

@@ -230,6 +230,10 @@ pub struct Outcome {
     /// and changes of a generation id the engines reported.
     pub proven_by_generation: usize,
     pub generation_changes: usize,
+    /// Older replicas met after a restart with no Primary around, listed only a bitmap or
+    /// everything (`Event::OlderPeerListed`).
+    pub older_listed_bitmap: usize,
+    pub older_listed_full: usize,
 }
 
 /// How long (simulated) an overlapping-fault run may stay unconverged after the workload
@@ -1347,6 +1351,8 @@ impl Sim {
             promoted_after_us: self.crash.promoted_after_us,
             proven_by_generation: self.crash.proven_by_generation,
             generation_changes: self.crash.generation_changes,
+            older_listed_bitmap: self.crash.older_listed_bitmap,
+            older_listed_full: self.crash.older_listed_full,
         }
     }
 }

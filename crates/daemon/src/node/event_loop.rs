@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use mio::{Events, Interest, Token as MioToken};
 use std::io;
 use std::time::Instant;
+use tandem_engine::replica::NotQuiet;
 use tracing::{debug, info, warn};
 
 impl NodeReactor {
@@ -116,8 +117,12 @@ impl NodeReactor {
                     Ok(()) => {
                         info!(resource = %r.cfg.name, volume = v, "metadata of {}: stopped cleanly", m.describe())
                     }
+                    Err(e) if matches!(e.downcast_ref(), Some(NotQuiet::Unsettled(_))) => {
+                        info!(resource = %r.cfg.name, volume = v,
+                        "metadata of {}: not marked clean ({e:#}); left as after a crash: the next start pulls what the activity log names, unless it meets the same Primary run again", m.describe())
+                    }
                     Err(e) => warn!(resource = %r.cfg.name, volume = v,
-                        "metadata of {}: not marked clean ({e:#}); the next start resyncs this replica in full", m.describe()),
+                        "metadata of {}: not marked clean ({e:#}); the next start treats it as after a crash (a consistent replica pulls what its activity log names)", m.describe()),
                 }
             }
         }

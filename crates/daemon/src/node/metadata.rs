@@ -151,12 +151,12 @@ pub(super) fn extents_of(offset: u64, len: u64) -> (u32, u32) {
 }
 
 /// A replica opened at start: its backing store, what the engine is told, the peers'
-/// bitmaps to restore (node, words, wrote apart), after a crash the ranges its activity
+/// bitmaps to restore (node, words, wrote apart, bitmap gi), after a crash the ranges its activity
 /// log names, and its metadata.
 pub(super) struct Opened {
     pub(super) backing: Arc<Backing>,
     pub(super) found: ReplicaAtStart,
-    pub(super) restore: Vec<(NodeId, Vec<u64>, bool)>,
+    pub(super) restore: Vec<(NodeId, Vec<u64>, bool, Option<u64>)>,
     pub(super) suspect: Vec<(u64, u64)>,
     /// After a crash of the process alone (the same boot): the Primary's run the replica
     /// took writes from, which settles `suspect` if met again (see the engine's
@@ -402,7 +402,10 @@ pub(super) fn open_replica(
                     set_blocks(&mut words, offset, len);
                 }
                 let apart = sb.peers[slot].flags.contains(PeerFlags::WROTE_APART);
-                restore.push((p, words, apart));
+                let slot = &sb.peers[slot];
+                let gi =
+                    (clean && slot.flags.contains(PeerFlags::BITMAP_GI)).then_some(slot.bitmap_gi);
+                restore.push((p, words, apart, gi));
             }
         }
     }
@@ -583,6 +586,12 @@ impl VolumeMeta {
         sb.boot_id = unsynced::boot_id();
         // A new run of ours takes writes from no Primary yet.
         sb.writer = None;
+        // What a bitmap counts from holds until the next clean stop writes it again: a
+        // crash ties it to nothing (the activity log's extents are no peer's).
+        for slot in &mut sb.peers {
+            slot.bitmap_gi = 0;
+            slot.flags.remove(PeerFlags::BITMAP_GI);
+        }
         for &p in peers {
             if sb.slot_of_peer(p).is_none() {
                 let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
@@ -735,6 +744,10 @@ impl VolumeMeta {
             sb.peers[slot]
                 .flags
                 .set(PeerFlags::WROTE_APART, p.wrote_apart);
+            sb.peers[slot].bitmap_gi = p.bitmap_gi.unwrap_or(0);
+            sb.peers[slot]
+                .flags
+                .set(PeerFlags::BITMAP_GI, p.bitmap_gi.is_some());
         }
         // The data is durable: the unsynced map empties too.
         let pages = self.unsynced.clear();
@@ -845,6 +858,10 @@ pub fn invalidate(config_dir: &Path, resource: &str, node: &str, volume: u16) ->
         SbFlags::FULL_SYNC,
     ] {
         sb.flags.remove(f);
+    }
+    for slot in &mut sb.peers {
+        slot.bitmap_gi = 0;
+        slot.flags.remove(PeerFlags::BITMAP_GI);
     }
     sb.flags.insert(SbFlags::CLEAN);
     store.write_superblock(&sb)?;

@@ -348,9 +348,9 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
     }
     let gi_seed = u64::from_le_bytes(random_challenge()?[..8].try_into().expect("8 bytes"));
     let mut engine = Resource::new(spec_of(cfg, my.node_id, gi_seed), disks);
-    for (v, (peer, words, apart)) in restore {
+    for (v, (peer, words, apart, gi)) in restore {
         engine
-            .restore_peer(v, peer, &words, apart)
+            .restore_peer(v, peer, &words, apart, gi)
             .context("restoring metadata")?;
     }
     for (v, ranges, writer) in suspect {

@@ -56,6 +56,15 @@ pub enum Event {
         mine: u64,
         theirs: u64,
     },
+    /// Back from a restart with no Primary around, we met `peer`'s replica of `volume`, older
+    /// by its generation ids: it is listed what our bitmap names since generation `since`
+    /// (`bytes`), or everything (`since` is `None`: no bitmap of ours names all it lacks).
+    OlderPeerListed {
+        volume: u16,
+        peer: NodeId,
+        since: Option<u64>,
+        bytes: u64,
+    },
     /// We take writes from this Primary's run now (`None`: from none we may record). The
     /// driver must make it durable (the metadata) before it carries out the actions that
     /// follow this event (see `writer.rs`).
@@ -224,6 +233,26 @@ impl fmt::Display for Event {
             } => write!(
                 f,
                 "volume {volume}: split brain with node {peer}: our generation {mine:016x} and its {theirs:016x} each changed apart from the other"
+            ),
+            Event::OlderPeerListed {
+                volume,
+                peer,
+                since: Some(gi),
+                bytes,
+            } => write!(
+                f,
+                "volume {volume}: node {peer} is older by its generation ids; it is listed the {} KiB our bitmap names since generation {gi:016x}",
+                bytes >> 10
+            ),
+            Event::OlderPeerListed {
+                volume,
+                peer,
+                since: None,
+                bytes,
+            } => write!(
+                f,
+                "volume {volume}: node {peer} is older by its generation ids and no bitmap of ours names all it lacks; it is listed everything ({} KiB)",
+                bytes >> 10
             ),
             Event::GenerationChanged { volume, from, to } => write!(
                 f,

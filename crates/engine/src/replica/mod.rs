@@ -13,7 +13,7 @@
 //! out-of-sync lists and who syncs whom, `pull` a sync target's pulling (`resync`, `pace`),
 //! `settle` the peer acks (`acks`), `writer` the Primary's run a crash may trust,
 //! `generation` and `standing` the ids and the contest,
-//! `persist` what a restart keeps; `local`, `peer`, `event`, `msg`, `action`, `spec`,
+//! `persist` what a restart keeps, `bitmap_gi` from when a peer's bitmap counts; `local`, `peer`, `event`, `msg`, `action`, `spec`,
 //! `status`, `nodeset`, `bitmap`, `overlap` and `run` hold the types.
 
 mod acks;
@@ -21,6 +21,7 @@ mod action;
 mod apply;
 mod barriers;
 mod bitmap;
+mod bitmap_gi;
 mod event;
 mod generation;
 mod in_sync;

@@ -65,6 +65,8 @@ pub(super) struct PeerVol {
     pub(super) claimed: u64,
     /// Its generation ids, as it last told them (this connection or an earlier one).
     pub(super) gen: GenIds,
+    /// The id from which `oos` names all it may lack of ours, if any (see `bitmap_gi.rs`).
+    pub(super) bitmap_gi: Option<u64>,
     /// It restarted consistent and is not settled: how it ranks (see `generation.rs`).
     pub(super) standing: Option<Standing>,
     /// Writes it alone may hold, unconfirmed when its link dropped (see
@@ -262,6 +264,7 @@ impl PeerVol {
             peer_wrote_apart: false,
             claimed: 0,
             gen: GenIds::default(),
+            bitmap_gi: None,
             standing: None,
             unconfirmed: None,
             unanswered: None,

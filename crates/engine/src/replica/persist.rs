@@ -33,6 +33,9 @@ pub struct PersistedPeer<'a> {
     pub out_of_sync: &'a Bitmap,
     /// We wrote some of them as Primary while apart from it (a split brain if it did too).
     pub wrote_apart: bool,
+    /// The generation id from which `out_of_sync` names all the peer may lack, if any
+    /// (DRBD's bitmap UUID; 0 is the first id of every lineage).
+    pub bitmap_gi: Option<u64>,
 }
 
 /// Why the state cannot be taken now.
@@ -44,6 +47,15 @@ pub enum NotQuiet {
     Requests(usize),
     #[error("the node keeps no replica of volume {0}")]
     NoReplica(u16),
+    /// Writes a Primary sent us are not settled (it did not tell us yet which replicas
+    /// have them, or it was lost first): another replica may lack them, and only our
+    /// activity log names them. A clean mark would forget them (cluster-crash seed
+    /// 300200352: a Secondary shut down as the Primary died kept a write its peer never
+    /// received, won the contest as the cleanly stopped one, and the two replicas stayed
+    /// different). The driver leaves the metadata as after a crash: the next start pulls
+    /// the log's extents, or meets the same Primary run again and trusts its list.
+    #[error("{0} writes received from a Primary are not settled on every replica")]
+    Unsettled(usize),
 }
 
 /// Why a peer's bitmap cannot be restored.
@@ -77,6 +89,10 @@ impl Resource {
         if self.app_in_flight() > 0 {
             return Err(NotQuiet::Requests(self.app_in_flight()));
         }
+        let unsettled = rep.unsettled(volume as usize).len();
+        if unsettled > 0 {
+            return Err(NotQuiet::Unsettled(unsettled));
+        }
         let vol = rep
             .vols
             .get(volume as usize)
@@ -86,13 +102,15 @@ impl Resource {
         let peers = rep
             .peers
             .iter()
-            .filter(|p| p.vols[volume as usize].diskful)
-            .map(|p| {
+            .enumerate()
+            .filter(|(_, p)| p.vols[volume as usize].diskful)
+            .map(|(i, p)| {
                 let pv = &p.vols[volume as usize];
                 PersistedPeer {
                     node: p.id,
                     out_of_sync: &pv.oos,
                     wrote_apart: pv.wrote_apart(),
+                    bitmap_gi: rep.bitmap_gi_at_stop(i, volume as usize),
                 }
             })
             .collect();
@@ -110,13 +128,15 @@ impl Resource {
     }
 
     /// Before the first event: what a replica that started [`ReplicaAtStart::Consistent`]
-    /// knew of peer `node` when it stopped.
+    /// knew of peer `node` when it stopped (`bitmap_gi`: see [`PersistedPeer::bitmap_gi`];
+    /// not trusted after a crash).
     pub fn restore_peer(
         &mut self,
         volume: u16,
         node: NodeId,
         words: &[u64],
         wrote_apart: bool,
+        bitmap_gi: Option<u64>,
     ) -> Result<(), RestoreError> {
         let v = volume as usize;
         let rep = &mut self.rep;
@@ -147,6 +167,7 @@ impl Resource {
             });
         }
         pv.oos.load_words(words);
+        pv.bitmap_gi = bitmap_gi.filter(|_| !crashed);
         // Which of the blocks we wrote as Primary is not kept: all it missed stands in.
         pv.apart = (wrote_apart && pv.oos.count() > 0).then(|| {
             let mut apart = Bitmap::new(size);

@@ -262,13 +262,14 @@ impl Replicas {
     }
 
     /// Back from a restart ourselves, with no Primary around, a consistent peer whose ids
-    /// are older than ours missed writes that only a Primary may have known of (one in
-    /// flight to it when its link dropped is in no replica's bitmap: crash-family seed
-    /// 738), and that Primary's knowledge is likely gone with the cluster: it is listed
-    /// in full, not only what our bitmaps name. (DRBD ties a bitmap to the ids it records
-    /// changes against; ours do not say that yet. A running replica meeting an older one
-    /// lists its bitmap: the Primary, alive, lists what it knows.)
-    pub(super) fn full_sync_if_older(&mut self, i: usize, v: usize) {
+    /// are older than ours may have missed writes that only a Primary knew of (one in
+    /// flight to it when its link dropped, acknowledged by the others: crash-family seed
+    /// 738), and that Primary's knowledge is likely gone with the cluster. It is listed
+    /// in full unless our bitmap for it counts from an id it holds (DRBD's rule: bitmap
+    /// UUID equal to the peer's current UUID), which a clean stop of ours keeps (see
+    /// `bitmap_gi.rs`). A running replica meeting an older one lists its bitmap: the
+    /// Primary, alive, lists what it knows.
+    pub(super) fn full_sync_if_older(&mut self, i: usize, v: usize, out: &mut Vec<RAction>) {
         let restarted = self.vols[v].standing.is_some();
         if !restarted
             || self.role == Role::Primary
@@ -277,7 +278,17 @@ impl Replicas {
         {
             return;
         }
-        self.peers[i].vols[v].oos.set_all();
+        let covers = self.bitmap_covers(i, v);
+        let pv = &mut self.peers[i].vols[v];
+        if !covers {
+            pv.oos.set_all();
+        }
+        out.push(RAction::Event(Event::OlderPeerListed {
+            volume: v as u16,
+            peer: self.peers[i].id,
+            since: self.peers[i].vols[v].bitmap_gi.filter(|_| covers),
+            bytes: self.peers[i].vols[v].oos.count() * self.peers[i].vols[v].oos.block_size(),
+        }));
     }
 
     /// Our replica of `v` is up to date under a connected Primary whose list to us ended:

@@ -46,7 +46,7 @@ impl Replicas {
         }
         if was.is_none() {
             self.stale_if_older(i, v, out);
-            self.full_sync_if_older(i, v);
+            self.full_sync_if_older(i, v, out);
         }
         if disk == DiskState::UpToDate
             && self.role != Role::Primary

@@ -336,13 +336,20 @@ impl Net {
         let res = &self.nodes[n as usize];
         let kept = res.persisted(0).expect("quiet");
         assert!(kept.consistent);
-        let claims: Vec<(NodeId, Vec<u64>, bool)> = (kept.peers.iter())
-            .map(|p| (p.node, p.out_of_sync.words().to_vec(), p.wrote_apart))
+        let claims: Vec<(NodeId, Vec<u64>, bool, Option<u64>)> = (kept.peers.iter())
+            .map(|p| {
+                (
+                    p.node,
+                    p.out_of_sync.words().to_vec(),
+                    p.wrote_apart,
+                    p.bitmap_gi,
+                )
+            })
             .collect();
         let gen = *res.generation(0).expect("a replica");
         let mut res = self.restarted(n, ReplicaAtStart::Consistent);
-        for (peer, words, apart) in claims {
-            res.restore_peer(0, peer, &words, apart).unwrap();
+        for (peer, words, apart, gi) in claims {
+            res.restore_peer(0, peer, &words, apart, gi).unwrap();
         }
         res.restore_generation(0, gen, false).unwrap();
         self.nodes[n as usize] = res;
@@ -402,7 +409,7 @@ impl Net {
             res.restore_writer(0, run).unwrap();
         }
         for (p, words) in kept {
-            res.restore_peer(0, *p, words, false).unwrap();
+            res.restore_peer(0, *p, words, false, None).unwrap();
         }
         res.restore_generation(0, gen, false).unwrap();
         self.nodes[n as usize] = res;

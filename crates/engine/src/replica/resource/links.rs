@@ -60,6 +60,7 @@ impl Resource {
             return;
         };
         self.rep.primary_lost(i, out);
+        self.rep.bitmap_gi_at_disconnect(i);
         let orphans = self.rep.peers[i].disconnected();
         let now = self.rep.now_ms;
         for &seq in orphans.unacked.keys() {
