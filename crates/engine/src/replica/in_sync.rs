@@ -111,7 +111,7 @@ impl Replicas {
         }
         let on_primary = self.peers[i].vols[v].oos.clone();
         let pv = &mut self.peers[j].vols[v];
-        if !pv.diskful || pv.apart.is_some() || pv.oos.count() == 0 {
+        if !pv.diskful || pv.wrote_apart || pv.oos.count() == 0 {
             return Ok(());
         }
         pv.oos.intersect_with(&on_primary);

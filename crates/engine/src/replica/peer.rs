@@ -53,10 +53,12 @@ pub(super) struct PeerVol {
     /// never received, and the target filled them from a replica cut off from the Primary).
     pub(super) served: Option<Bitmap>,
     pub(super) repl: Repl,
-    /// Blocks we wrote as Primary that it missed (it was away, or its link dropped), kept
-    /// until its next list shows whether it was Primary apart from us too (allocated only
-    /// then: the common case is none).
-    pub(super) apart: Option<Bitmap>,
+    /// We completed a write as Primary that it missed (it was away, or its link dropped),
+    /// kept until its next list shows whether it was Primary apart from us too. A flag, not
+    /// the blocks: which ones it lacks is `oos` (a diskful peer; a diskless one lacks
+    /// none), and a bitmap of them cost a node as much memory again per peer away
+    /// (BENCHMARKS.md, issue 14).
+    pub(super) wrote_apart: bool,
     /// It said it wrote as Primary while apart from us ([`volume_flags::WROTE_APART`]).
     pub(super) peer_wrote_apart: bool,
     /// Blocks its list says we lack while we hold writes it lacks and one of us wrote as
@@ -183,10 +185,6 @@ impl PeerVol {
         self.diskful && self.disk == Some(DiskState::UpToDate) && !self.oos.any_partial(offset, len)
     }
 
-    pub(super) fn wrote_apart(&self) -> bool {
-        self.apart.as_ref().is_some_and(|b| b.count() > 0)
-    }
-
     /// Its replica must be listed in full: it restarted without proof of being current
     /// (unproven: a crash, or no metadata), or it was created empty at its start. A replica
     /// back from a clean restart (Outdated, not unproven) kept what it knew: it is listed
@@ -260,7 +258,7 @@ impl PeerVol {
             oos: Bitmap::new(size),
             served: None,
             repl: Repl::Off,
-            apart: None,
+            wrote_apart: false,
             peer_wrote_apart: false,
             claimed: 0,
             gen: GenIds::default(),
@@ -343,16 +341,18 @@ impl PeerVol {
     /// The peer's list of what we lack ended. If both of us wrote as Primary apart from
     /// the other, that is a split brain: the blocks each side lacks (ours, theirs).
     pub(super) fn list_ended(&mut self) -> Result<(), (u64, u64)> {
-        if self.claimed > 0 || (self.wrote_apart() && self.peer_wrote_apart) {
-            let mine = self
-                .oos
-                .count()
-                .max(self.apart.as_ref().map_or(0, Bitmap::count));
-            return Err((mine, self.claimed));
+        if self.claimed > 0 || (self.wrote_apart && self.peer_wrote_apart) {
+            // Ours: the blocks we know it lacks, as DRBD counts them for its
+            // discard-least-changes policy (each side's bits set in its bitmap for the
+            // other, sent at the handshake: `drbd_send_uuids` puts
+            // `drbd_bm_total_weight` in `dirty_bits`, `drbd_asb_recover_0p` compares
+            // them). That is what a resync from us would write over on it. A diskless
+            // peer lacks none (it keeps no replica: DRBD holds no bitmap for it).
+            return Err((self.oos.count(), self.claimed));
         }
         // Not both Primary apart: what we wrote without it is in its list now (diskful)
         // or needs no tracking (diskless).
-        self.apart = None;
+        self.wrote_apart = false;
         self.listed = true;
         self.written_before_list = Vec::new();
         Ok(())

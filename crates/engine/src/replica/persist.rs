@@ -109,7 +109,7 @@ impl Resource {
                 PersistedPeer {
                     node: p.id,
                     out_of_sync: &pv.oos,
-                    wrote_apart: pv.wrote_apart(),
+                    wrote_apart: pv.wrote_apart,
                     bitmap_gi: rep.bitmap_gi_at_stop(i, volume as usize),
                 }
             })
@@ -151,7 +151,6 @@ impl Resource {
         if !vol.diskful || (vol.unproven && !crashed) || vol.created {
             return Err(RestoreError::NotConsistent(volume));
         }
-        let size = vol.size;
         let i = rep
             .peers
             .index(node)
@@ -168,12 +167,9 @@ impl Resource {
         }
         pv.oos.load_words(words);
         pv.bitmap_gi = bitmap_gi.filter(|_| !crashed);
-        // Which of the blocks we wrote as Primary is not kept: all it missed stands in.
-        pv.apart = (wrote_apart && pv.oos.count() > 0).then(|| {
-            let mut apart = Bitmap::new(size);
-            apart.union_with(&pv.oos);
-            apart
-        });
+        // The flag stands while it lacks some of our blocks (which of them we wrote apart
+        // is not kept: a split brain counts all it lacks, see `PeerVol::list_ended`).
+        pv.wrote_apart = wrote_apart && pv.oos.count() > 0;
         Ok(())
     }
 }

@@ -277,7 +277,7 @@ impl Replicas {
             let size = self.vols[v].size;
             for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
                 p.vols[v].oos.clear_range(0, size);
-                p.vols[v].apart = None;
+                p.vols[v].wrote_apart = false;
             }
         }
         if under_primary {

@@ -393,9 +393,7 @@ impl Requests {
             // writes went to replicas that lack ours).
             let missed = w.missing.contains(p.id);
             if result.is_ok() && (missed || (!pv.diskful && !up)) {
-                pv.apart
-                    .get_or_insert_with(|| Bitmap::new(size))
-                    .set_range(offset, len);
+                pv.wrote_apart = true;
             }
             // A failed write may still have landed on some replica (simulator seed
             // 3017270: written on a Secondary being synced, whose flush could not vouch

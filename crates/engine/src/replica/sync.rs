@@ -406,7 +406,7 @@ impl Replicas {
         let but_for = (!current).then(|| self.current_but_for(v)).flatten();
         let pv = &self.peers[i].vols[v];
         let behind = matches!(pv.disk, Some(DiskState::Outdated | DiskState::Inconsistent));
-        let counters = !pv.listed && !pv.wrote_apart() && !pv.peer_wrote_apart;
+        let counters = !pv.listed && !pv.wrote_apart && !pv.peer_wrote_apart;
         // Our ids against a consistent peer's (`newer_than`, our replica being current
         // but for what we pull).
         let newer_ids =
@@ -447,8 +447,8 @@ impl Replicas {
             self.peers[i].lacks(v, offset, len, out);
             return Ok(());
         }
-        if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart()) {
-            if pv.wrote_apart() || pv.peer_wrote_apart {
+        if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart) {
+            if pv.wrote_apart || pv.peer_wrote_apart {
                 // Each has writes the other lacks, and one of us made them as Primary
                 // apart from the other: two Primaries. Count what it lists; at the end of
                 // its list, stop (see `SplitBrain`).
@@ -701,7 +701,7 @@ impl Replicas {
             rs.cursor = 0;
         }
         pv.oos.clear_range(0, vol.size);
-        pv.apart = None;
+        pv.wrote_apart = false;
     }
 
     /// Peer `i` answered a ping: blocks kept out of sync at an UpToDate report that may
