@@ -187,6 +187,50 @@ fn a_whole_cluster_restarted_lists_an_older_replica_only_its_bitmap() {
     c.assert_replicas_identical();
 }
 
+/// As above, but alpha and gamma are killed (kill -9) after beta left: alpha's bitmap id for
+/// beta was written to its metadata when beta left, and after the crash its bitmap plus its
+/// activity log's extents name all beta lacks. Beta pulls what was written without it
+/// (2 MiB within 4 MiB at 32 MiB) and alpha's logged extents (the first 8 MiB and those
+/// 4 MiB), not the whole 64 MiB.
+#[test]
+fn a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log() {
+    const TEST: &str =
+        "metadata::a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 8);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("beta").daemon.stop(Duration::from_secs(20));
+    write_region(&c, "gamma", 32 * MIB, 4 * MIB, 2 * MIB, 9);
+    for n in ["alpha", "gamma"] {
+        c.node_mut(n).daemon.kill9();
+    }
+    for n in &mut c.nodes {
+        n.daemon.restart();
+    }
+    for n in &mut c.nodes {
+        n.daemon.wait_ready(READY_TIMEOUT);
+    }
+    c.wait_connected();
+    let up = wait_until(SYNC_TIMEOUT, || {
+        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
+    });
+    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    let pulled = total_pulled(c.node("beta"));
+    eprintln!("{TEST}: beta pulled {pulled} bytes");
+    assert!(
+        pulled > 0 && pulled <= 12 * MIB,
+        "beta pulled {pulled} bytes (a full resync is {SIZE}):\n{}\n{}",
+        c.node("beta").daemon.log(),
+        c.node("alpha").daemon.log()
+    );
+    write_random(&c, "gamma", MIB, 10);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+}
+
 /// A flipped byte in the superblock of a replica that stopped cleanly: its node refuses to
 /// start, naming the file, the slot and what is wrong, and how to recover. The byte is
 /// still flipped afterwards (nothing reinitialised).
@@ -884,8 +928,9 @@ fn pattern_job(offset: u64, span: u64) -> Vec<String> {
 /// gamma (the diskless Primary) wrote 8 MiB without it. Nobody ran `--force`: the nodes
 /// come back, beta's generation ids (changed by gamma before those writes completed) are
 /// newer than alpha's, so beta is the source even though alpha would rank first with the
-/// same ids (alpha, older, is synced in full); every write gamma acknowledged is readable,
-/// and the replicas end identical.
+/// same ids; alpha, older, is listed what beta's bitmap names since alpha left (beta wrote
+/// that bitmap's id to its metadata then) plus beta's activity log's extents, not the whole
+/// volume; every write gamma acknowledged is readable, and the replicas end identical.
 #[test]
 fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes() {
     const TEST: &str =
@@ -941,12 +986,15 @@ fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes
     eprintln!(
         "{TEST}: alpha pulled {pulled} bytes after the whole cluster's kill -9 (full {SIZE})"
     );
-    // Older by its ids with no Primary around, alpha is synced in full: it may lack a
-    // write no bitmap names (one in flight to it when it died was known only to gamma).
+    // A write in flight to alpha when it died, written on beta, is marked for alpha by
+    // gamma's peer ack or, if gamma died first, still in beta's activity log, whose
+    // extents beta's bitmap takes after the crash: at least the 8 MiB written without
+    // alpha, at most those and beta's logged extents (0-8, 16-24 and 32-48 MiB).
     assert!(
-        pulled >= SIZE,
-        "alpha pulled {pulled} bytes, not a full resync of {SIZE}:\n{}",
-        c.node("alpha").daemon.log()
+        (8 * MIB..=32 * MIB).contains(&pulled),
+        "alpha pulled {pulled} bytes (8 to 32 MiB expected; a full resync is {SIZE}):\n{}\n{}",
+        c.node("alpha").daemon.log(),
+        c.node("beta").daemon.log()
     );
     let check = fio(
         pattern_job(16 * MIB, 8 * MIB),

@@ -29,17 +29,7 @@ fn a_whole_cluster_back_from_clean_stops_lists_an_older_replica_its_bitmap() {
     net.restart_cleanly(1);
     let before = net.events.len();
     net.link_up(1, 2);
-    let listed: Vec<_> = (net.events[before..].iter())
-        .filter_map(|(n, e)| match e {
-            Event::OlderPeerListed {
-                peer: 2,
-                since,
-                bytes,
-                ..
-            } if *n == 1 => Some((*since, *bytes)),
-            _ => None,
-        })
-        .collect();
+    let listed = older_listed(&net, before, 1, 2);
     assert!(
         matches!(listed[..], [(Some(_), 4096)]),
         "node 1 lists node 2 its bitmap: {listed:?}"
@@ -47,18 +37,19 @@ fn a_whole_cluster_back_from_clean_stops_lists_an_older_replica_its_bitmap() {
     assert_eq!(net.listed_blocks(1, 2), vec![5]);
     assert_eq!(net.disk(1), DiskState::UpToDate);
     assert_eq!(net.disk(2), DiskState::UpToDate);
-    assert_eq!(net.block(2, 5), net.block(1, 5));
+    assert!(net.block(2, 5) == net.block(1, 5), "block 5 reached node 2");
     net.link_up(0, 1);
     net.link_up(0, 2);
     net.assert_converges();
 }
 
 /// The same, but node 1 was still being sent a write of the Primary when it lost it (its
-/// peer ack never came): the write may be missing on node 2, and no bitmap names it, so
-/// node 1 cannot stop cleanly; it comes back as after a crash, its bitmap tied to no id,
-/// and lists node 2 everything.
+/// peer ack never came): the write may be missing on node 2 and no bitmap names it, so node
+/// 1 cannot stop cleanly and comes back as after a crash. Its bitmap's id survives the
+/// crash (written when node 2 left), and the activity log's extents, added to the bitmap,
+/// name the write: node 2 is listed block 5 and nothing else.
 #[test]
-fn a_write_not_settled_keeps_a_replica_from_a_clean_stop() {
+fn a_write_not_settled_keeps_a_replica_from_a_clean_stop_and_its_log_names_it() {
     let mut net = Net::diskless_primary();
     net.link_down(0, 2);
     net.link_down(1, 2);
@@ -73,19 +64,78 @@ fn a_write_not_settled_keeps_a_replica_from_a_clean_stop() {
     net.crash(1, &[(5 * BLOCK, 4096)]);
     let before = net.events.len();
     net.link_up(1, 2);
-    let full = (net.events[before..].iter()).any(|(n, e)| {
+    assert!(
+        matches!(older_listed(&net, before, 1, 2)[..], [(Some(_), 4096)]),
+        "{:?}",
+        older_listed(&net, before, 1, 2)
+    );
+    assert_eq!(net.listed_blocks(1, 2), vec![5]);
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.assert_converges();
+}
+
+/// Resync data is marked for no peer: node 1, back from missing block 7 while node 2 was
+/// away, pulls it from the Primary (diskful here), and its bitmap for node 2 no longer
+/// names all node 2 lacks. Its id is voided; after a crash of every node, node 1, newer,
+/// lists node 2 everything, block 7 included. (Kept, node 1 would list node 2 block 5
+/// only, and with the Primary still down, node 2 would never get block 7.)
+#[test]
+fn resync_data_voids_the_bitmaps_id() {
+    let mut net = Net::new();
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 2);
+    net.link_down(1, 2);
+    net.restart_cleanly(2);
+    net.write(1, 5 * BLOCK, 4096);
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 1);
+    net.write(2, 7 * BLOCK, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    let before = net.events.len();
+    net.link_up(0, 1);
+    assert_eq!(net.pulled_blocks(1, 0), vec![7]);
+    let voided = (net.events[before..].iter()).any(|(n, e)| {
         *n == 1
             && matches!(
                 e,
-                Event::OlderPeerListed {
+                Event::BitmapGiChanged {
                     peer: 2,
-                    since: None,
+                    gi: None,
                     ..
                 }
             )
     });
-    assert!(full, "node 1 lists node 2 everything");
+    assert!(voided, "node 1's bitmap for node 2 voided by the pull");
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 1);
+    net.restart_cleanly(1);
+    let before = net.events.len();
+    net.link_up(1, 2);
+    assert!(
+        matches!(older_listed(&net, before, 1, 2)[..], [(None, _)]),
+        "{:?}",
+        older_listed(&net, before, 1, 2)
+    );
+    assert!(net.listed_blocks(1, 2).contains(&7));
     net.link_up(0, 1);
     net.link_up(0, 2);
     net.assert_converges();
+    assert!(net.block(2, 7) == net.block(1, 7), "block 7 reached node 2");
+}
+
+/// `OlderPeerListed` events of node `n` about `peer` since event `since`: (the bitmap's
+/// id, if only the bitmap was listed; bytes listed).
+fn older_listed(net: &Net, since: usize, n: u8, peer: u8) -> Vec<(Option<u64>, u64)> {
+    (net.events[since..].iter())
+        .filter_map(|(m, e)| match e {
+            Event::OlderPeerListed {
+                peer: p,
+                since,
+                bytes,
+                ..
+            } if *m == n && *p == peer => Some((*since, *bytes)),
+            _ => None,
+        })
+        .collect()
 }

@@ -25,9 +25,12 @@ fn crash(net: &mut Net, n: NodeId, log: &[(u64, u64)]) {
     let gen = *old.generation(0).expect("a replica");
     let writer = old.writer();
     let peers: Vec<NodeId> = [1, 2].into_iter().filter(|&p| p != n).collect();
-    let kept: Vec<(NodeId, Vec<u64>)> = peers
+    let kept: Vec<(NodeId, Vec<u64>, Option<u64>)> = peers
         .iter()
-        .map(|&p| (p, old.out_of_sync_words(0, p).expect("a peer").to_vec()))
+        .map(|&p| {
+            let words = old.out_of_sync_words(0, p).expect("a peer").to_vec();
+            (p, words, old.bitmap_gi(0, p))
+        })
         .collect();
     for p in (0..3).filter(|&p| p != n) {
         net.cut(n, p);

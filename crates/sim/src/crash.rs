@@ -7,6 +7,7 @@
 //! ids rank them) before node 0 is promoted again and the workload goes on.
 
 use crate::disk::stamp_of;
+use crate::faults::KeptBitmap;
 use crate::rng::Rng;
 use crate::{spec, Ev, Pending, Sim, WriteRec, STUCK_AFTER_US};
 use tandem_engine::driver::Inputs;
@@ -120,8 +121,8 @@ struct KeptVolume {
     suspect: Vec<(u64, u64)>,
     gen: Option<GenIds>,
     /// Per diskful peer, the blocks it may lack: the bitmap at the crash and the log's
-    /// extents, as `tandem node` restores them.
-    peers: Vec<(NodeId, Vec<u64>)>,
+    /// extents, as `tandem node` restores them; and the bitmap's id.
+    peers: Vec<KeptBitmap>,
 }
 
 struct KeptNode {
@@ -301,8 +302,8 @@ impl Sim {
     }
 
     /// What node `i`'s metadata says at this instant. The daemon writes the consistent
-    /// flag, the generation ids and the Primary flag before the actions that follow their
-    /// change, and a bitmap page when its extent leaves the activity log.
+    /// flag, the generation ids, the Primary flag and the bitmaps' ids before the actions
+    /// that follow their change, and a bitmap page when its extent leaves the activity log.
     fn kept_at_crash(&self, i: usize) -> KeptNode {
         let n = &self.nodes[i];
         let vols = (0..self.sc.sizes.len())
@@ -323,7 +324,7 @@ impl Sim {
                                 words[(b / 64) as usize] |= 1 << (b % 64);
                             }
                         }
-                        Some((p, words))
+                        Some((p, words, n.engine.bitmap_gi(v as u16, p)))
                     })
                     .collect();
                 KeptVolume {
@@ -514,9 +515,9 @@ impl Sim {
                 if let Some(run) = kept.writer {
                     let _ = n.engine.restore_writer(volume, run);
                 }
-                for (peer, words) in &k.peers {
+                for (peer, words, gi) in &k.peers {
                     n.engine
-                        .restore_peer(volume, *peer, words, false, None)
+                        .restore_peer(volume, *peer, words, false, *gi)
                         .expect("restored into a crashed start");
                 }
             }

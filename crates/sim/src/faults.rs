@@ -10,6 +10,10 @@ use tandem_engine::replica::{
 };
 use tandem_engine::sync_plan::SyncPlan;
 
+/// A peer's bitmap as a crashed node's metadata keeps it: the peer, the words (with the
+/// activity log's extents), the bitmap's id.
+pub(crate) type KeptBitmap = (NodeId, Vec<u64>, Option<u64>);
+
 /// Which failures a batch of runs injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -222,6 +226,15 @@ impl Sim {
         // (synced) before the actions that follow its change, and trusts it only after a
         // crash of the process alone (the same boot).
         let writer = self.nodes[node as usize].engine.writer();
+        // The bitmaps' ids, written before the actions that follow their change: as they
+        // are before the links drop (a crashed engine hears of no drop).
+        let bitmap_gis: Vec<Vec<Option<u64>>> = (0..self.sc.sizes.len() as u16)
+            .map(|v| {
+                (0..self.nodes.len() as NodeId)
+                    .map(|p| self.nodes[node as usize].engine.bitmap_gi(v, p))
+                    .collect()
+            })
+            .collect();
         let at_crash: Vec<(bool, Vec<(u64, u64)>)> = (0..self.sc.sizes.len())
             .map(|v| {
                 let n = &self.nodes[node as usize];
@@ -257,7 +270,7 @@ impl Sim {
         // pages plus the log's extents for every peer, a superset of the bitmap at the
         // crash; here, that bitmap (links down: unconfirmed writes are marked) and the
         // suspect blocks.
-        let kept_bitmaps: Vec<Vec<(NodeId, Vec<u64>)>> = at_crash
+        let kept_bitmaps: Vec<Vec<KeptBitmap>> = at_crash
             .iter()
             .enumerate()
             .map(|(v, (consistent, suspect))| {
@@ -272,7 +285,7 @@ impl Sim {
                                 words[(b / 64) as usize] |= 1 << (b % 64);
                             }
                         }
-                        Some((p, words))
+                        Some((p, words, bitmap_gis[v][p as usize]))
                     })
                     .collect()
             })
@@ -317,9 +330,9 @@ impl Sim {
                     if let Some(run) = writer.filter(|_| !power_lost) {
                         let _ = n.engine.restore_writer(v as u16, run);
                     }
-                    for (peer, words) in &kept_bitmaps[v] {
+                    for (peer, words, gi) in &kept_bitmaps[v] {
                         n.engine
-                            .restore_peer(v as u16, *peer, words, false, None)
+                            .restore_peer(v as u16, *peer, words, false, *gi)
                             .expect("restored into a crashed start");
                     }
                     if let Some(gen) = gens[v] {

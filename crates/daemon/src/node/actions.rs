@@ -508,6 +508,7 @@ impl Driver for ResourceDriver<'_> {
                 | Event::RoleChanged { .. }
                 | Event::GenerationChanged { .. }
                 | Event::WriterChanged { .. }
+                | Event::BitmapGiChanged { .. }
         ) {
             // Before any write that follows in these actions.
             self.node.al_state_changed(self.r);

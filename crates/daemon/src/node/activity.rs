@@ -480,7 +480,9 @@ impl NodeReactor {
             // Without the log a crash cannot be bounded: never "consistent" while running.
             let consistent = self.activity_log && rc.engine.consistent(v as u16);
             let (gen, writer) = (rc.engine.generation(v as u16), rc.engine.writer());
-            if let Err(e) = m.set_state(consistent, primary, gen, writer) {
+            let engine = &rc.engine;
+            let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
+            if let Err(e) = m.set_state(consistent, primary, gen, writer, bitmap_gi) {
                 error!(resource = %rc.cfg.name, volume = v,
                     "writing the metadata of {} failed: {e:#}; the replicas of this resource detach", m.describe());
                 if rc.meta_failed == MetaFailed::No {

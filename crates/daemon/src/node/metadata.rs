@@ -403,8 +403,11 @@ pub(super) fn open_replica(
                 }
                 let apart = sb.peers[slot].flags.contains(PeerFlags::WROTE_APART);
                 let slot = &sb.peers[slot];
-                let gi =
-                    (clean && slot.flags.contains(PeerFlags::BITMAP_GI)).then_some(slot.bitmap_gi);
+                // Kept through a crash too: every change is written before what follows
+                // it, and the log's extents, added above, name what changed since.
+                let gi = (slot.flags)
+                    .contains(PeerFlags::BITMAP_GI)
+                    .then_some(slot.bitmap_gi);
                 restore.push((p, words, apart, gi));
             }
         }
@@ -586,12 +589,6 @@ impl VolumeMeta {
         sb.boot_id = unsynced::boot_id();
         // A new run of ours takes writes from no Primary yet.
         sb.writer = None;
-        // What a bitmap counts from holds until the next clean stop writes it again: a
-        // crash ties it to nothing (the activity log's extents are no peer's).
-        for slot in &mut sb.peers {
-            slot.bitmap_gi = 0;
-            slot.flags.remove(PeerFlags::BITMAP_GI);
-        }
         for &p in peers {
             if sb.slot_of_peer(p).is_none() {
                 let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
@@ -618,8 +615,15 @@ impl VolumeMeta {
         primary: bool,
         gen: Option<&GenIds>,
         writer: Option<PrimaryRun>,
+        bitmap_gi: impl Fn(NodeId) -> Option<u64>,
     ) -> Result<()> {
         let mut sb = self.store.superblock().clone();
+        for slot in &mut sb.peers {
+            let Some(node) = slot.node_id else { continue };
+            let gi = bitmap_gi(node);
+            slot.bitmap_gi = gi.unwrap_or(0);
+            slot.flags.set(PeerFlags::BITMAP_GI, gi.is_some());
+        }
         // A version-1 superblock keeps none: a crash then pulls the whole log, as before.
         if sb.layout.geometry().unsynced_map {
             sb.writer = writer.map(|r| (r.node, r.incarnation));
@@ -638,6 +642,7 @@ impl VolumeMeta {
             || sb.current_gi != old.current_gi
             || sb.history != old.history
             || sb.writer != old.writer
+            || sb.peers != old.peers
         {
             self.store.write_superblock(&sb)?;
         }

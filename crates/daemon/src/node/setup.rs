@@ -376,7 +376,9 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
             m.mark_running(&metadata::diskful_peers(cfg, v, my.node_id))
                 .and_then(|()| {
                     let consistent = activity_log && engine.consistent(v as u16);
-                    m.set_state(consistent, false, engine.generation(v as u16), None)
+                    let gen = engine.generation(v as u16);
+                    let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
+                    m.set_state(consistent, false, gen, None, bitmap_gi)
                 })
                 // Only now: a crash before this line still found the suspects (a
                 // crashed replica is unproven, so not consistent, until synced).

@@ -65,6 +65,14 @@ pub enum Event {
         since: Option<u64>,
         bytes: u64,
     },
+    /// From now on our bitmap for `peer`'s replica of `volume` names all it lacks of the
+    /// data since generation `gi` (`None`: since no id we know). The driver must make it
+    /// durable (the metadata) before it carries out the actions that follow this event.
+    BitmapGiChanged {
+        volume: u16,
+        peer: NodeId,
+        gi: Option<u64>,
+    },
     /// We take writes from this Primary's run now (`None`: from none we may record). The
     /// driver must make it durable (the metadata) before it carries out the actions that
     /// follow this event (see `writer.rs`).
@@ -169,6 +177,7 @@ impl Event {
                 ..
             } | Event::WriteFailed { .. }
                 | Event::WriterChanged { .. }
+                | Event::BitmapGiChanged { .. }
         )
     }
 }
@@ -253,6 +262,22 @@ impl fmt::Display for Event {
                 f,
                 "volume {volume}: node {peer} is older by its generation ids and no bitmap of ours names all it lacks; it is listed everything ({} KiB)",
                 bytes >> 10
+            ),
+            Event::BitmapGiChanged {
+                volume,
+                peer,
+                gi: Some(gi),
+            } => write!(
+                f,
+                "volume {volume}: our bitmap for node {peer} counts from generation {gi:016x}"
+            ),
+            Event::BitmapGiChanged {
+                volume,
+                peer,
+                gi: None,
+            } => write!(
+                f,
+                "volume {volume}: our bitmap for node {peer} is tied to no generation (it would be synced in full after a whole-cluster restart)"
             ),
             Event::GenerationChanged { volume, from, to } => write!(
                 f,

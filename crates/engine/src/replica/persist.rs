@@ -102,15 +102,14 @@ impl Resource {
         let peers = rep
             .peers
             .iter()
-            .enumerate()
-            .filter(|(_, p)| p.vols[volume as usize].diskful)
-            .map(|(i, p)| {
+            .filter(|p| p.vols[volume as usize].diskful)
+            .map(|p| {
                 let pv = &p.vols[volume as usize];
                 PersistedPeer {
                     node: p.id,
                     out_of_sync: &pv.oos,
                     wrote_apart: pv.wrote_apart,
-                    bitmap_gi: rep.bitmap_gi_at_stop(i, volume as usize),
+                    bitmap_gi: pv.bitmap_gi,
                 }
             })
             .collect();
@@ -128,8 +127,8 @@ impl Resource {
     }
 
     /// Before the first event: what a replica that started [`ReplicaAtStart::Consistent`]
-    /// knew of peer `node` when it stopped (`bitmap_gi`: see [`PersistedPeer::bitmap_gi`];
-    /// not trusted after a crash).
+    /// knew of peer `node` when it stopped (`bitmap_gi`: see [`PersistedPeer::bitmap_gi`],
+    /// the last [`Event::BitmapGiChanged`](super::Event::BitmapGiChanged) after a crash).
     pub fn restore_peer(
         &mut self,
         volume: u16,
@@ -166,7 +165,7 @@ impl Resource {
             });
         }
         pv.oos.load_words(words);
-        pv.bitmap_gi = bitmap_gi.filter(|_| !crashed);
+        pv.bitmap_gi = bitmap_gi;
         // The flag stands while it lacks some of our blocks (which of them we wrote apart
         // is not kept: a split brain counts all it lacks, see `PeerVol::list_ended`).
         pv.wrote_apart = wrote_apart && pv.oos.count() > 0;
@@ -184,6 +183,14 @@ impl Resource {
             .vols
             .get(volume as usize)
             .is_some_and(|v| v.keeps_consistent())
+    }
+
+    /// The generation id from which our bitmap for peer `node` names all it may lack of
+    /// our replica of `volume` (what the metadata must say after each
+    /// [`Event::BitmapGiChanged`](super::Event::BitmapGiChanged)).
+    pub fn bitmap_gi(&self, volume: u16, node: NodeId) -> Option<u64> {
+        let p = self.rep.peers.get(node)?;
+        p.vols.get(volume as usize)?.bitmap_gi
     }
 
     /// What peer `node` may lack of our replica of `volume` now ([`Bitmap::words`]): the

@@ -200,7 +200,7 @@ impl Replicas {
             return Err(ProtocolError::SourceReadFailed);
         }
         self.data_arrives(v, out);
-        self.pulled(v);
+        self.pulled(v, out);
         let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
         rs.pulled += u64::from(req_len);
         rs.pace.answered(self.now_ms, u64::from(req_len));

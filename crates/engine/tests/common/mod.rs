@@ -362,6 +362,11 @@ impl Net {
     pub fn crash(&mut self, n: NodeId, log: &[(u64, u64)]) {
         let gen = *self.nodes[n as usize].generation(0).expect("a replica");
         let writer = self.nodes[n as usize].writer();
+        // The bitmaps' ids as the metadata kept them (before the links drop: a crashed
+        // engine hears of no drop).
+        let gis: Vec<Option<u64>> = (0..3)
+            .map(|p| self.nodes[n as usize].bitmap_gi(0, p))
+            .collect();
         assert!(self.nodes[n as usize].consistent(0), "node {n}");
         for p in (0..3).filter(|&p| p != n) {
             self.link_down(n, p);
@@ -369,7 +374,7 @@ impl Net {
         let peers: Vec<NodeId> = (0..3)
             .filter(|&p| p != n && (p != 0 || !self.diskless_primary))
             .collect();
-        let kept: Vec<(NodeId, Vec<u64>)> = peers
+        let kept: Vec<(NodeId, Vec<u64>, Option<u64>)> = peers
             .iter()
             .map(|&p| {
                 let mut words = self.nodes[n as usize]
@@ -381,7 +386,7 @@ impl Net {
                         words[(b / 64) as usize] |= 1 << (b % 64);
                     }
                 }
-                (p, words)
+                (p, words, gis[p as usize])
             })
             .collect();
         self.start_crashed(n, log, writer, &kept, gen);
@@ -396,7 +401,7 @@ impl Net {
         n: NodeId,
         log: &[(u64, u64)],
         writer: Option<PrimaryRun>,
-        kept: &[(NodeId, Vec<u64>)],
+        kept: &[(NodeId, Vec<u64>, Option<u64>)],
         gen: GenIds,
     ) {
         let store = &mut self.stores[n as usize];
@@ -408,8 +413,8 @@ impl Net {
         if let Some(run) = writer {
             res.restore_writer(0, run).unwrap();
         }
-        for (p, words) in kept {
-            res.restore_peer(0, *p, words, false, None).unwrap();
+        for (p, words, gi) in kept {
+            res.restore_peer(0, *p, words, false, *gi).unwrap();
         }
         res.restore_generation(0, gen, false).unwrap();
         self.nodes[n as usize] = res;

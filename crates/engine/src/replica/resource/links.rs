@@ -60,7 +60,7 @@ impl Resource {
             return;
         };
         self.rep.primary_lost(i, out);
-        self.rep.bitmap_gi_at_disconnect(i);
+        let in_sync = self.rep.in_sync_at_disconnect(i);
         let orphans = self.rep.peers[i].disconnected();
         let now = self.rep.now_ms;
         for &seq in orphans.unacked.keys() {
@@ -114,6 +114,7 @@ impl Resource {
                 }
             }
         }
+        self.rep.bitmap_gi_at_disconnect(i, &in_sync, out);
         out.push(RAction::Event(Event::PeerLost { peer, reason }));
         if self.rep.role == Role::Primary {
             let released = self.app.rotations.peer_lost(&mut self.rep, peer, out);
