@@ -188,7 +188,12 @@ impl MetaDump {
             let _ = writeln!(
                 out,
                 "bitmap    {}  node {node} (slot {}), {} blocks out of sync{}",
-                p.bitmap_gi,
+                // Without the flag the slot counts from no generation (0 is a real one).
+                if p.flags.contains(&"bitmap-gi") {
+                    p.bitmap_gi.as_str()
+                } else {
+                    "none            "
+                },
                 p.slot,
                 p.out_of_sync_blocks,
                 if p.flags.contains(&"full-sync") {

@@ -5,7 +5,9 @@ mod common;
 use common::Scratch;
 use tandem_meta::al::ActivityLog;
 use tandem_meta::bitmap::mark_extent;
-use tandem_meta::{CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, SbFlags};
+use tandem_meta::{
+    CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, PeerFlags, SbFlags,
+};
 
 #[test]
 fn dump_and_show_gi() {
@@ -18,6 +20,7 @@ fn dump_and_show_gi() {
     let mut sb = store.superblock().clone();
     sb.current_gi = 0x0123_4567_89AB_CDEF;
     sb.peers[1].bitmap_gi = 0xBEEF;
+    sb.peers[1].flags.insert(PeerFlags::BITMAP_GI);
     sb.history[0] = 0x42;
     sb.flags = SbFlags::CONSISTENT | SbFlags::PRIMARY;
     store.write_superblock(&sb).unwrap();
@@ -52,7 +55,10 @@ fn dump_and_show_gi() {
     assert_eq!(json["peers"][1]["node_id"], 2);
     assert_eq!(json["peers"][1]["bitmap_gi"], "000000000000BEEF");
     assert_eq!(json["peers"][1]["out_of_sync_blocks"], 1024);
-    assert_eq!(json["peers"][1]["flags"], serde_json::json!(["exists"]));
+    assert_eq!(
+        json["peers"][1]["flags"],
+        serde_json::json!(["exists", "bitmap-gi"])
+    );
     assert_eq!(json["peers"][2]["node_id"], serde_json::Value::Null);
     assert_eq!(
         json["activity_log"]["hot_extents"],
@@ -69,6 +75,8 @@ fn dump_and_show_gi() {
         text.contains("000000000000BEEF  node 2 (slot 1), 1024 blocks"),
         "{text}"
     );
+    // Node 0's slot counts from no generation (no BITMAP_GI flag).
+    assert!(text.contains("none              node 0 (slot 0)"), "{text}");
     assert!(text.contains("flags     consistent primary"), "{text}");
     assert!(
         text.contains("history   0000000000000042 0000000000000000"),
