@@ -151,8 +151,8 @@ pub(super) fn extents_of(offset: u64, len: u64) -> (u32, u32) {
 }
 
 /// A replica opened at start: its backing store, what the engine is told, the peers'
-/// bitmaps to restore (node, words, wrote apart, bitmap gi), after a crash the ranges its activity
-/// log names, and its metadata.
+/// bitmaps to restore (node, words, wrote apart, bitmap gi), after a crash the ranges its
+/// activity log names, and its metadata.
 pub(super) struct Opened {
     pub(super) backing: Arc<Backing>,
     pub(super) found: ReplicaAtStart,

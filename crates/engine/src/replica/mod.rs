@@ -12,9 +12,9 @@
 //! `receive` is what a Secondary does for its peers (`apply` queue), `sync` the
 //! out-of-sync lists and who syncs whom, `pull` a sync target's pulling (`resync`, `pace`),
 //! `settle` the peer acks (`acks`), `writer` the Primary's run a crash may trust,
-//! `generation` and `standing` the ids and the contest,
-//! `persist` what a restart keeps, `bitmap_gi` from when a peer's bitmap counts; `local`, `peer`, `event`, `msg`, `action`, `spec`,
-//! `status`, `nodeset`, `bitmap`, `overlap` and `run` hold the types.
+//! `generation` and `standing` the ids and the contest, `persist` what a restart keeps,
+//! `bitmap_gi` from which id a peer's bitmap counts; `local`, `peer`, `event`, `msg`,
+//! `action`, `spec`, `status`, `nodeset`, `bitmap`, `overlap` and `run` hold the types.
 
 mod acks;
 mod action;
