@@ -271,18 +271,23 @@ fn settled_by_run(net: &Net, n: NodeId) -> Vec<u64> {
 }
 
 /// Overlapping soak seed 30002577 (rule W): node 2's link to the Primary drops with a write
-/// not yet settled, so it keeps it and drops its record of the run. It meets that same run
-/// again, which settles what it kept; they made no claim on anyone, so it records the run
-/// again. Back from a later crash, it pulls only the block it missed, not its activity
-/// log's extents (before, it recorded no run for the rest of its process life, and its log
-/// stood as claims on the only current replica).
+/// not yet settled, so it keeps it; its record of the run stays, as no claim was made from
+/// it (since the eleventh session; before, the record was dropped and made again once the
+/// run was met). It meets that same run again, which settles what it kept. Back from a
+/// later crash, it pulls only the block it missed, not its activity log's extents (before
+/// seed 30002577, it recorded no run for the rest of its process life, and its log stood
+/// as claims on the only current replica).
 #[test]
 fn a_secondary_that_kept_writes_then_met_the_same_primary_run_again_settles_a_later_crash_by_it() {
     let mut net = Net::new();
     net.write(1, 0, 4096);
     net.link_down(0, 2);
     assert_eq!(net.nodes[2].unsettled_writes(0), vec![(0, 4096)]);
-    assert_eq!(recorded_writer(&net, 2), None, "no record while kept");
+    assert_eq!(
+        recorded_writer(&net, 2).map(|r| r.node),
+        Some(0),
+        "the record stays while kept: no claim was made from the write"
+    );
     net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
     net.link_up(0, 2);
     assert!(net.nodes[2].unsettled_writes(0).is_empty());

@@ -92,9 +92,6 @@ impl Replicas {
         if writes.is_empty() && p.role != Role::Primary {
             return;
         }
-        if !writes.is_empty() {
-            self.kept_lost_writes(out);
-        }
         let open = self.comparable(primary);
         let k = self
             .lost
