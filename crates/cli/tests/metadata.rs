@@ -66,6 +66,22 @@ fn disk_of(c: &Cluster, node: &str) -> String {
     str_of(&vols[0], "disk").to_string()
 }
 
+/// Every node started again (after a stop or a kill), connected, and both replicas
+/// UpToDate with nobody running `tandem primary --force`.
+fn restart_everyone_without_force(c: &mut Cluster) {
+    for n in &mut c.nodes {
+        n.daemon.restart();
+    }
+    for n in &mut c.nodes {
+        n.daemon.wait_ready(READY_TIMEOUT);
+    }
+    c.wait_connected();
+    let up = wait_until(SYNC_TIMEOUT, || {
+        disk_of(c, "alpha") == "UpToDate" && disk_of(c, "beta") == "UpToDate"
+    });
+    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+}
+
 /// A Secondary stopped with SIGTERM while the Primary writes 4 MiB comes back knowing what
 /// it kept, is listed only the blocks it missed (not the whole 64 MiB, as before metadata)
 /// and pulls at most twice what was written; then all replicas are identical.
@@ -111,17 +127,7 @@ fn a_whole_cluster_stopped_cleanly_comes_back_without_force() {
     write_random(&c, "gamma", 2 * MIB, 3);
     c.wait_in_sync(SYNC_TIMEOUT);
     c.stop_all();
-    for n in &mut c.nodes {
-        n.daemon.restart();
-    }
-    for n in &mut c.nodes {
-        n.daemon.wait_ready(READY_TIMEOUT);
-    }
-    c.wait_connected();
-    let up = wait_until(SYNC_TIMEOUT, || {
-        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
-    });
-    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    restart_everyone_without_force(&mut c);
     for n in ["alpha", "beta"] {
         assert!(
             kib_pulled_since_start(c.node(n)).is_empty(),
@@ -156,17 +162,7 @@ fn a_whole_cluster_restarted_lists_an_older_replica_only_its_bitmap() {
     // and would come back as after a crash.
     std::thread::sleep(Duration::from_millis(200));
     c.stop_all();
-    for n in &mut c.nodes {
-        n.daemon.restart();
-    }
-    for n in &mut c.nodes {
-        n.daemon.wait_ready(READY_TIMEOUT);
-    }
-    c.wait_connected();
-    let up = wait_until(SYNC_TIMEOUT, || {
-        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
-    });
-    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    restart_everyone_without_force(&mut c);
     let pulled = kib_pulled_since_start(c.node("beta"));
     let total: u64 = pulled.iter().sum::<u64>() * KIB;
     eprintln!(
@@ -207,17 +203,7 @@ fn a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log() {
     for n in ["alpha", "gamma"] {
         c.node_mut(n).daemon.kill9();
     }
-    for n in &mut c.nodes {
-        n.daemon.restart();
-    }
-    for n in &mut c.nodes {
-        n.daemon.wait_ready(READY_TIMEOUT);
-    }
-    c.wait_connected();
-    let up = wait_until(SYNC_TIMEOUT, || {
-        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
-    });
-    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    restart_everyone_without_force(&mut c);
     let pulled = total_pulled(c.node("beta"));
     eprintln!("{TEST}: beta pulled {pulled} bytes");
     assert!(
@@ -966,17 +952,7 @@ fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes
     c.node_mut("beta").daemon.kill9();
     c.node_mut("gamma").daemon.kill9();
     let _ = load.join();
-    for n in &mut c.nodes {
-        n.daemon.restart();
-    }
-    for n in &mut c.nodes {
-        n.daemon.wait_ready(READY_TIMEOUT);
-    }
-    c.wait_connected();
-    let up = wait_until(SYNC_TIMEOUT, || {
-        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
-    });
-    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    restart_everyone_without_force(&mut c);
     let beta_log = c.node("beta").daemon.log();
     assert!(
         beta_log.contains("none holds newer data by generation ids"),

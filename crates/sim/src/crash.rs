@@ -14,7 +14,6 @@ use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{
     DiskState, GenIds, Msg, NodeId, Protocol, ReplicaAtStart, Resource, Role,
 };
-use tandem_engine::sync_plan::SyncPlan;
 use tandem_engine::DiskKind;
 
 /// A crash in the middle of the workload (see [`crate::Scenario::crash`]).
@@ -486,15 +485,8 @@ impl Sim {
     /// restores it); its links come up later.
     fn start_after_crash(&mut self, node: NodeId, kept: KeptNode) {
         let i = node as usize;
-        self.detached[i].fill(false);
+        self.new_process(node, false);
         let n = &mut self.nodes[i];
-        n.incarnation += 1;
-        n.ops.clear();
-        n.data.clear();
-        n.syncs = SyncPlan::default();
-        // As `tandem node` does before it serves (see `Sim::restart`).
-        let all = n.disk.covers();
-        n.disk.synced(all);
         let found = kept
             .vols
             .iter()

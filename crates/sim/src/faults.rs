@@ -296,21 +296,8 @@ impl Sim {
             && one_failure;
         let clean = self.sc.clean_stops && !power_lost && !lost && self.clean_rng.chance(0.5);
         let kept = clean.then(|| self.stop_cleanly(node)).flatten();
-        // A new engine has detached nothing yet.
-        self.detached[node as usize].fill(false);
+        self.new_process(node, lost);
         let n = &mut self.nodes[node as usize];
-        n.incarnation += 1;
-        n.ops.clear();
-        n.data.clear();
-        n.syncs = SyncPlan::default();
-        if lost {
-            n.disk.wipe();
-        }
-        // `tandem node` fdatasyncs every backing file before it serves: what the page cache
-        // kept through a kill -9 is durable before the first flush is answered (seed 97
-        // of the crash family: a fresh sync plan answered it without a sync).
-        let all = n.disk.covers();
-        n.disk.synced(all);
         let found = (0..self.sc.sizes.len())
             .map(|v| match () {
                 _ if !self.sc.replica(node as usize, v) => ReplicaAtStart::None,
@@ -433,16 +420,28 @@ impl Sim {
         let Some(kept) = self.stop_cleanly(node) else {
             return false;
         };
+        self.new_process(node, false);
+        self.start_from_metadata(node, kept);
+        true
+    }
+
+    /// Node `node`'s process starts again (its engine is made by the caller): nothing in
+    /// flight, nothing detached, its disk wiped if `lost`. `tandem node` fdatasyncs every
+    /// backing file before it serves: what the page cache kept through a kill -9 is
+    /// durable before the first flush is answered (seed 97 of the crash family: a fresh
+    /// sync plan answered it without a sync).
+    pub(crate) fn new_process(&mut self, node: NodeId, lost: bool) {
         self.detached[node as usize].fill(false);
         let n = &mut self.nodes[node as usize];
         n.incarnation += 1;
         n.ops.clear();
         n.data.clear();
         n.syncs = SyncPlan::default();
+        if lost {
+            n.disk.wipe();
+        }
         let all = n.disk.covers();
         n.disk.synced(all);
-        self.start_from_metadata(node, kept);
-        true
     }
 
     /// A new engine from what a clean stop kept.
