@@ -230,6 +230,14 @@ fn cluster_crashes_lose_nothing_acknowledged() {
 ///   replica won the contest as the cleanly stopped one, and the replicas stayed
 ///   different. Now a replica holding writes of a Primary not settled cannot stop cleanly
 ///   (`NotQuiet::Unsettled`: `tandem node` leaves its metadata as after a crash).
+/// - 267015082 (with power loss): a diskless Primary's FLUSH, answered by node 2, completed
+///   when node 1's link dropped before node 1 answered its barrier; the Primary's new
+///   generation ids (node 1 may hold the current ones) were still on their way to node 2
+///   when every node crashed. Both replicas came back with the same ids, node 1 won the
+///   contest by its lower node id, and node 2 pulled its activity log's extents back from
+///   it: a write the FLUSH had made durable was gone from both. Now a FLUSH (or FUA
+///   write) whose barrier missed a replica that may hold the current ids waits for them
+///   to change, as a write that missed one does.
 #[test]
 fn cluster_crash_regressions() {
     for (seed, family) in [
@@ -246,6 +254,7 @@ fn cluster_crash_regressions() {
         (2925, Family::PowerLossClusterCrash),
         (418, Family::PowerLossClusterCrash),
         (215_025_115, Family::PowerLossClusterCrash),
+        (267_015_082, Family::PowerLossClusterCrash),
     ] {
         Sim::new(family.scenario(seed)).run();
     }

@@ -17,6 +17,8 @@ pub(super) struct FlushOp {
     pub(super) waiters: Vec<(ReqId, u16)>,
     pub(super) local_pending: bool,
     pub(super) local_ok: bool,
+    /// The peers it was sent to: those not in `peers_ok` missed it.
+    pub(super) peers_asked: NodeSet,
     pub(super) peers_pending: NodeSet,
     pub(super) peers_ok: NodeSet,
 }

@@ -17,6 +17,7 @@ use super::replicas::Replicas;
 use super::spec::{NodeId, Protocol};
 use super::writes::{AppWrite, Next, Shape, Stage, Writes};
 use crate::io::{DiskKind, Io, IoError, ReqId};
+use rustc_hash::FxHashMap as HashMap;
 use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};
 use tandem_wire::Errno;
 
@@ -35,6 +36,9 @@ pub(super) struct Requests {
     pub(super) rotations: Rotations,
     /// Writes sent and not yet settled everywhere (see `settle.rs`).
     pub(super) settling: Settling,
+    /// FLUSH requests waiting for the ids to change, with the number of volumes whose
+    /// rotation they still wait for (see `Requests::flush_waits_for_ids`).
+    pub(super) flushes_parked: HashMap<ReqId, usize>,
 }
 
 impl Requests {
@@ -45,6 +49,7 @@ impl Requests {
             barriers: Barriers::default(),
             rotations: Rotations::new(volumes),
             settling: Settling::default(),
+            flushes_parked: HashMap::default(),
         }
     }
 
@@ -97,7 +102,7 @@ impl Requests {
 
     /// Application requests in flight.
     pub(super) fn in_flight(&self) -> usize {
-        self.writes.len() + self.reads.len() + self.barriers.requests()
+        self.writes.len() + self.reads.len() + self.barriers.requests() + self.flushes_parked.len()
     }
 
     pub(super) fn submit_event(
@@ -288,7 +293,8 @@ impl Requests {
     }
 
     /// A write done: a successful one that missed a replica which may hold the current
-    /// generation id waits for the id to change first (see `generation.rs`).
+    /// generation id (or whose FUA barrier missed one) waits for the id to change first
+    /// (see `generation.rs`).
     pub(super) fn finish_write(
         &mut self,
         rep: &mut Replicas,
@@ -300,10 +306,11 @@ impl Requests {
             .writes
             .get_mut(req)
             .expect("finishing an unknown write");
-        if result.is_ok() && !w.rotated && w.landed() && !w.missing.is_empty() {
+        let missed = w.missing.union(w.unflushed);
+        if result.is_ok() && !w.rotated && w.landed() && !missed.is_empty() {
             w.rotated = true;
-            let (v, missing) = (w.volume as usize, w.missing);
-            if self.rotations.missed(rep, v, req, missing, out) == Missed::Waits {
+            let v = w.volume as usize;
+            if self.rotations.missed(rep, v, req, missed, out) == Missed::Waits {
                 return self.writes.park(req);
             }
         }
@@ -333,6 +340,8 @@ impl Requests {
         for req in released {
             if self.writes.contains(req) {
                 self.complete_write(rep, req, Ok(()), out);
+            } else {
+                self.flush_released(req, out);
             }
         }
     }

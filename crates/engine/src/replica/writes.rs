@@ -35,6 +35,11 @@ pub(super) struct AppWrite {
     /// nobody changed nothing, so it marks nothing (bits set for it would make every
     /// replica believe it lacks the block).
     pub(super) missing: NodeSet,
+    /// Peers its FUA barrier missed (their link dropped first, or their fdatasync
+    /// failed): they may hold it, but not durably. Like `missing`, they make it wait for
+    /// the generation ids to change (see `Requests::flush_waits_for_ids`); unlike it,
+    /// they are not marked as lacking it.
+    pub(super) unflushed: NodeSet,
     /// Peers that acknowledged receipt: one whose link then dropped may have written it
     /// (see [`AppWrite::may_hold`]).
     pub(super) received: NodeSet,
@@ -71,6 +76,7 @@ impl AppWrite {
             peers_pending: NodeSet::EMPTY,
             peers_ok: NodeSet::EMPTY,
             missing: NodeSet::EMPTY,
+            unflushed: NodeSet::EMPTY,
             received: NodeSet::EMPTY,
             current: NodeSet::EMPTY,
             local_current: false,

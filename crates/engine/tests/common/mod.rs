@@ -355,6 +355,13 @@ impl Net {
         self.nodes[n as usize] = res;
     }
 
+    /// A power loss took back what node `n` wrote to block `b` since its last fdatasync,
+    /// which the test knows found it zero: this disk keeps every write otherwise.
+    pub fn lose_block(&mut self, n: NodeId, b: u64) {
+        let disk = &mut self.stores[n as usize].disk;
+        disk[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize].fill(0);
+    }
+
     /// Node `n`'s engine dies (kill -9; the page cache keeps what landed) and starts again
     /// `Crashed`, as `tandem node` starts it: its activity log's extents `log` are suspect,
     /// the Primary run it took writes from is restored, each peer's bitmap is what it held

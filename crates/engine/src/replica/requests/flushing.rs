@@ -5,8 +5,10 @@ use super::{Requests, EIO};
 use crate::io::{IoError, ReqId};
 use crate::replica::action::RAction;
 use crate::replica::barriers::{FlushOp, FlushWaiter};
+use crate::replica::generation::Missed;
 use crate::replica::local::LocalVol;
 use crate::replica::msg::Msg;
+use crate::replica::nodeset::NodeSet;
 use crate::replica::replicas::Replicas;
 
 impl Requests {
@@ -29,6 +31,7 @@ impl Requests {
         for p in rep.peers.iter_mut() {
             if p.up && p.vols.iter().any(|pv| pv.diskful) {
                 op.peers_pending.insert(p.id);
+                op.peers_asked.insert(p.id);
                 p.barriers_out.insert(id, id);
                 let msg = Msg::Barrier { id };
                 out.push(RAction::Send { peer: p.id, msg });
@@ -47,21 +50,74 @@ impl Requests {
         let Some(op) = self.barriers.take_done(id) else {
             return;
         };
+        let missed = op.peers_asked.minus(op.peers_ok);
         for (req, volume) in op.waiters {
-            let result = if rep.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok) {
+            let ok = rep.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok);
+            let result = if ok {
                 Ok(())
             } else {
                 Err(IoError::Os(EIO as i32))
             };
-            if self.writes.contains(req) {
+            if let Some(w) = self.writes.get_mut(req) {
+                w.unflushed = missed;
                 self.finish_write(rep, req, result, out);
-            } else {
+            } else if !(ok && self.flush_waits_for_ids(rep, req, missed, out)) {
                 out.push(RAction::Complete {
                     req,
                     result,
                     data: None,
                 });
             }
+        }
+    }
+
+    /// A FLUSH whose barrier missed replicas (`missed`: their link dropped first, or their
+    /// fdatasync failed) that may hold the current generation id of a volume waits, as a
+    /// write that missed one does (`Requests::finish_write`), for the ids to change: the
+    /// replicas that answered hold the new ids durably first, so if every node crashes
+    /// then, the one that missed the barrier (what it holds of the writes before it maybe
+    /// lost) is the older and syncs from them. Completed at the drop, the new ids were
+    /// still on the wire at the crash; with the same ids the replica that missed the
+    /// barrier won the contest by its lower node id, and the other pulled its activity
+    /// log's extents back from it (cluster-crash + power-loss seed 267015082: a write
+    /// the FLUSH made durable was gone from both replicas). The barrier flushed every
+    /// volume: it waits for each one's ids. Returns whether it waits.
+    fn flush_waits_for_ids(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        missed: NodeSet,
+        out: &mut Vec<RAction>,
+    ) -> bool {
+        if missed.is_empty() {
+            return false;
+        }
+        let mut rotations = 0;
+        for v in 0..rep.vols.len() {
+            if self.rotations.missed(rep, v, req, missed, out) == Missed::Waits {
+                rotations += 1;
+            }
+        }
+        if rotations > 0 {
+            self.flushes_parked.insert(req, rotations);
+        }
+        rotations > 0
+    }
+
+    /// A rotation released `req`, a FLUSH waiting for the ids (see `flush_waits_for_ids`):
+    /// it completes once every volume's ids changed.
+    pub(in crate::replica) fn flush_released(&mut self, req: ReqId, out: &mut Vec<RAction>) {
+        let Some(rotations) = self.flushes_parked.get_mut(&req) else {
+            return;
+        };
+        *rotations -= 1;
+        if *rotations == 0 {
+            self.flushes_parked.remove(&req);
+            out.push(RAction::Complete {
+                req,
+                result: Ok(()),
+                data: None,
+            });
         }
     }
 

@@ -42,7 +42,7 @@ impl Resource {
             }
         }
         for req in self.app.rotations.waiting() {
-            if !self.app.writes.contains(req) {
+            if !self.app.writes.contains(req) && !self.app.flushes_parked.contains_key(&req) {
                 return Err(format!(
                     "{req:?} waits for a generation change but is not in flight"
                 ));
