@@ -275,23 +275,31 @@ fn a_failed_write_whose_crashed_holder_returns_first_is_not_marked_on_both_repli
     assert_eq!(net.block(2, 9)[0], 0, "the failed write is nowhere");
 }
 
-/// Found writing these tests (not fixed; on wip/anaO and before it): as in
-/// `claims_from_a_failed_write` without the write to block 30. Node 2, away from the
+/// As in `claims_from_a_failed_write` without the write to block 30. Node 2, away from the
 /// Primary, meets node 1 first: node 1's generation ids are newer (the Primary's, from
-/// before node 2 left), and node 2 goes Outdated (`OlderThan`). The diskless Primary
-/// lists it nothing, but proves it neither (no up-to-date diskful peer; node 1, back from
-/// a crash, is unproven), and node 1, Inconsistent, lacks block 9 that only node 2 holds:
-/// never converged. A fix was written (2026-11-26: remember the Primary run recorded when
-/// ids made it Outdated, and let that run's empty list prove it) and not taken: no
-/// simulator seed reaches this state, and a Primary that demoted and was promoted again
-/// in the same run, another having written meanwhile, would prove it wrongly.
+/// before node 2 left), and node 2 goes Outdated (`OlderThan`). The diskless Primary lists
+/// it nothing, but proves it neither (no up-to-date diskful peer; node 1, back from a crash,
+/// is unproven), and node 1, Inconsistent, is listed block 9 (the failed write settled
+/// against it: node 2 is its reference) that only node 2, serving nothing, could give:
+/// never converged. Node 1's crash is settled by the Primary's run and it outranks node 2
+/// by ids, so no replica holds a completed write it missed: it keeps block 9, marks node 2
+/// as lacking it (`settle_named_by_generation`), is up to date, and node 2 pulls the block
+/// from it. (A fix proving node 2 by the Primary's empty list was not taken: a Primary that
+/// demoted and was promoted again in the same run, another having written meanwhile, would
+/// prove it wrongly.)
 #[test]
-#[ignore = "engine gap: an Outdated replica a diskless Primary listed nothing is never proven"]
-fn a_replica_outdated_by_a_crashed_peer_is_proven_by_the_diskless_primarys_empty_list() {
+fn a_failed_writes_holder_outranking_its_outdated_reference_keeps_the_range() {
     let mut net = claims_from_a_failed_write_ack(true, false);
     net.link_up(0, 1);
     net.link_up(1, 2);
     net.link_up(0, 2);
     assert_eq!(net.listed_blocks(0, 2), Vec::<u64>::new());
+    assert_eq!(net.listed_blocks(0, 1), vec![9]);
     net.assert_converges();
+    assert_eq!(
+        net.pulled_blocks(2, 1),
+        vec![9],
+        "node 2 takes node 1's block 9"
+    );
+    assert_eq!(net.block(1, 9), net.block(2, 9));
 }

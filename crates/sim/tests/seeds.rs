@@ -912,3 +912,31 @@ fn a_replica_whose_flush_failed_holds_no_fua_write() {
     let out = Sim::new(Family::DiskErrors.scenario(251_048_620)).run();
     assert!(out.converged, "disk-errors seed 251048620");
 }
+
+/// Cluster-crash + power-loss seed 279028646 (unconverged with 460dc74 and older builds):
+/// a write failed on the diskless Primary as node 1, its reference (up to date, cut off),
+/// restarted with a power loss, and node 2, which had turned UpToDate as its report
+/// crossed the write's failure, was told to pull the write's range back from node 1.
+/// Node 1 came back pulling its activity log's extents, the range among them, from an
+/// up-to-date source only; node 2 waited to pull the range from node 1: each waited for
+/// the other. Node 2, being synced only since the Primary's live notice on the same
+/// connection (`current_but_for`), holds every write that Primary completed there too: it
+/// keeps the range and marks node 1 as lacking it (`Replicas::keep_pull_back`).
+#[test]
+fn a_pull_back_whose_reference_lost_power_converges() {
+    let out = Sim::new(Family::PowerLossClusterCrash.scenario(279_028_646)).run();
+    assert!(out.converged, "cluster-crash + power-loss seed 279028646");
+}
+
+/// Overlapping seed 268029396 (unconverged with 460dc74 and older builds): node 1, being
+/// synced, asked node 2 for a chunk of blocks; an acknowledged write of two whole blocks of
+/// that chunk landed on node 1 alone meanwhile (`written_whole` took them out of the pull,
+/// but they were asked for), and node 2, which missed the write, refused the chunk. The
+/// refusal put the whole chunk back in the pull: node 1 waited for the two blocks from node
+/// 2, which waited for them from node 1. Blocks written whole since the resync began stay
+/// out of the pull at a refusal too (`Resync::refused_by`).
+#[test]
+fn a_block_written_whole_while_asked_for_converges() {
+    let out = Sim::new(Family::Overlapping.scenario(268_029_396)).run();
+    assert!(out.converged, "overlapping seed 268029396");
+}

@@ -5,7 +5,7 @@
 
 use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
-use super::bitmap::BLOCK;
+use super::bitmap::{Bitmap, BLOCK};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::msg::{DataRef, Msg, Token};
 use super::peer::Peer;
@@ -15,7 +15,7 @@ use super::spec::NodeId;
 use super::status::Repl;
 use crate::io::DiskKind;
 use tandem_wire::packet::{DiskState, Role};
-use tandem_wire::Errno;
+use tandem_wire::{Errno, MAX_DATA};
 
 const EAGAIN: u32 = Errno::Again.code();
 
@@ -87,12 +87,77 @@ impl Replicas {
             })
     }
 
+    /// Being synced only since the connected Primary's live notice (`current_but_for`: up
+    /// to date under that Primary when told, we hold every write it completed, outside
+    /// what we pull and inside it too: we took every later write on that connection, so a
+    /// notice there names only failed writes' ranges), with no replica up to date in
+    /// reach, and every other diskful replica connected, listed to us, back from a crash
+    /// (not cleanly) and pulling its suspect ranges: none of them serves us what we pull (a
+    /// restarted replica is no source while being synced), and each waits for an
+    /// up-to-date source. What we pull is ours: we keep it and mark them as lacking it
+    /// (told live), so they pull it from us once we are up to date. Before, a failed
+    /// write's reference back from a power loss pulled its activity log's extents, the
+    /// write's range among them, and we waited to pull that range back from it
+    /// (cluster-crash + power-loss seed 279028646; engine test
+    /// `a_pull_back_whose_reference_lost_power_is_kept_by_its_holder`).
+    fn keep_pull_back(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let Some(pulling) = self.current_but_for(v) else {
+            return;
+        };
+        let rs = self.vols[v]
+            .resync
+            .as_ref()
+            .expect("current_but_for says so");
+        if pulling.count() == 0 || !rs.outstanding.is_empty() || self.peers.up_to_date(v) {
+            return;
+        }
+        let waiting = |p: &Peer| {
+            let pv = &p.vols[v];
+            let crashed = pv.standing.as_ref().is_some_and(|s| !s.clean);
+            p.up && pv.listed
+                && crashed
+                && pv.pulls_suspect
+                && pv.disk == Some(DiskState::Inconsistent)
+        };
+        let mut diskful = self.peers.iter().filter(|p| p.vols[v].diskful).peekable();
+        if diskful.peek().is_none() || !diskful.all(waiting) || !self.peers.all_listed(v) {
+            return;
+        }
+        self.diskful_peers_lack(v, &pulling, out);
+        let rs = self.vols[v].resync.as_mut().expect("checked above");
+        rs.to_pull.subtract(&pulling);
+    }
+
+    /// Every diskful peer of `v` is marked as lacking the blocks set in `bits` (told live
+    /// where our list to it has ended, else named by that list).
+    pub(super) fn diskful_peers_lack(&mut self, v: usize, bits: &Bitmap, out: &mut Vec<RAction>) {
+        let size = self.vols[v].size;
+        let blocks = size.div_ceil(BLOCK);
+        let mut runs = Vec::new();
+        let mut k = 0;
+        while let Some(first) = bits.next_set(k) {
+            k = first + 1;
+            while k < blocks && bits.is_set(k) && k - first < u64::from(MAX_DATA) / BLOCK {
+                k += 1;
+            }
+            let offset = first * BLOCK;
+            runs.push((offset, ((k - first) * BLOCK).min(size - offset) as u32));
+        }
+        for p in self.peers.iter_mut().filter(|p| p.vols[v].diskful) {
+            for &(offset, len) in &runs {
+                p.lacks(v, offset, len, out);
+            }
+        }
+    }
+
     /// Pulls the next ranges from the sync source, up to the window.
     pub(super) fn pump_resync(&mut self, b: &mut Barriers, volume: u16, out: &mut Vec<RAction>) {
         let v = volume as usize;
         let chunk_blocks = u64::from(self.spec.resync_chunk) / BLOCK;
         let size = self.vols[v].size;
         self.settle_suspect_by_generation(v);
+        self.settle_named_by_generation(v, out);
+        self.keep_pull_back(v, out);
         let source = self.pick_source(v);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;

@@ -152,6 +152,8 @@ impl Resync {
     /// it later; the wait before asking it again doubles while every peer refuses.
     pub(super) fn refused_by(&mut self, peer: NodeId, offset: u64, len: u32, now_ms: u64) {
         self.to_pull.set_range(offset, u64::from(len));
+        // Not the blocks written whole here while it was asked for (`written_whole`).
+        self.written_whole(offset, u64::from(len));
         self.cursor = self.cursor.min(offset / BLOCK);
         if !self.refused.contains(&peer) {
             self.refused.push(peer);

@@ -212,6 +212,51 @@ impl Replicas {
         }
     }
 
+    /// Back from a crash that the connected Primary's same run settled
+    /// (`settled_by_primary`: the page cache kept every write, and that run's list to us
+    /// names exactly what we lack), under that Primary keeping no replica of `v`, with every
+    /// diskful peer met, listed, Outdated (it serves nothing) and outranked by our ids: what
+    /// the list named has no source. A write that Primary completed and we missed would
+    /// have left our ids older than those of a replica holding it (the rotation), no
+    /// diskful peer is newer than us, and the Primary holds none: the named blocks are a
+    /// failed write's settled against us (either content is right) or a completed write no
+    /// replica holds. They are settled here, and the peers marked as lacking them (they
+    /// take ours). Before, a failed write's reference, made Outdated by our newer ids
+    /// before it met the Primary, waited to be proven, and we to pull the write's range
+    /// back from it (engine test
+    /// `a_failed_writes_holder_outranking_its_outdated_reference_keeps_the_range`).
+    pub(super) fn settle_named_by_generation(&mut self, v: usize, out: &mut Vec<RAction>) {
+        let vol = &self.vols[v];
+        let Some(rs) = vol.resync.as_ref() else {
+            return;
+        };
+        if vol.standing.is_none() || vol.suspect.is_some() || !rs.outstanding.is_empty() {
+            return;
+        }
+        if self.role == Role::Primary || vol.disk != DiskState::Inconsistent {
+            return;
+        }
+        if !self.settled_by_primary(v) || self.contest_primary(v) != Some(ContestPrimary::Diskless)
+        {
+            return;
+        }
+        let outdated = self.peers.iter().all(|p| {
+            let pv = &p.vols[v];
+            !pv.diskful || pv.disk == Some(DiskState::Outdated)
+        });
+        if !outdated || !self.outranks_every_peer(v, ContestPrimary::Diskless) {
+            return;
+        }
+        // Ours now: the peers take it from us (a failed write's reference, not marked
+        // there, may hold the write's content where we do not).
+        let named = rs.to_pull.clone();
+        self.diskful_peers_lack(v, &named, out);
+        let size = self.vols[v].size;
+        let rs = self.vols[v].resync.as_mut().expect("checked above");
+        rs.to_pull.clear_range(0, size);
+        rs.cursor = 0;
+    }
+
     /// What the connected Primary means for the contest over `v` (`None`: it is off). A
     /// Primary that keeps no replica of `v` holds none of its data: once its list to us
     /// ended, the ids decide as with no Primary (non-contenders too: they must have missed

@@ -367,8 +367,19 @@ impl Net {
     /// the Primary run it took writes from is restored, each peer's bitmap is what it held
     /// at the crash plus the log's extents, and its generation ids are kept.
     pub fn crash(&mut self, n: NodeId, log: &[(u64, u64)]) {
+        self.crash_as(n, log, true);
+    }
+
+    /// As `crash`, but the whole machine lost power (another boot): the Primary run it
+    /// took writes from is not restored (the page cache did not keep its writes), so no
+    /// run settles its crash. The test takes back the blocks lost (`lose_block`).
+    pub fn lose_power(&mut self, n: NodeId, log: &[(u64, u64)]) {
+        self.crash_as(n, log, false);
+    }
+
+    fn crash_as(&mut self, n: NodeId, log: &[(u64, u64)], same_boot: bool) {
         let gen = *self.nodes[n as usize].generation(0).expect("a replica");
-        let writer = self.nodes[n as usize].writer();
+        let writer = self.nodes[n as usize].writer().filter(|_| same_boot);
         // The bitmaps' ids as the metadata kept them (before the links drop: a crashed
         // engine hears of no drop).
         let gis: Vec<Option<u64>> = (0..3)
