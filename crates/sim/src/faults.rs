@@ -368,41 +368,36 @@ impl Sim {
             self.disk_done(node, op);
         }
         let engine = &self.nodes[node as usize].engine;
-        let unsettled = (0..self.sc.sizes.len() as u16)
-            .filter(|&v| self.sc.replica(node as usize, v as usize))
-            .any(|v| matches!(engine.persisted(v), Err(NotQuiet::Unsettled(_))));
-        if unsettled {
-            self.note(format!(
-                "node {node}: writes of a Primary not settled; left as after a crash"
-            ));
-            return None;
-        }
-        let kept = (0..self.sc.sizes.len() as u16)
+        // Per volume, taken once: a refusal as Unsettled leaves the node as after a crash.
+        let kept: Result<Vec<Option<KeptVolume>>, NotQuiet> = (0..self.sc.sizes.len() as u16)
             .map(|v| {
                 if !self.sc.replica(node as usize, v as usize) {
-                    return None;
+                    return Ok(None);
                 }
-                let kept = engine
-                    .persisted(v)
-                    .unwrap_or_else(|e| panic!("seed {}: a clean stop: {e}", self.sc.seed));
-                Some(KeptVolume {
+                let kept = engine.persisted(v)?;
+                let peers = (kept.peers.iter())
+                    .map(|p| {
+                        let words = p.out_of_sync.words().to_vec();
+                        (p.node, words, p.wrote_apart, p.bitmap_gi)
+                    })
+                    .collect();
+                Ok(Some(KeptVolume {
                     consistent: kept.consistent,
                     gen: *engine.generation(v).expect("a replica"),
-                    peers: kept
-                        .peers
-                        .iter()
-                        .map(|p| {
-                            (
-                                p.node,
-                                p.out_of_sync.words().to_vec(),
-                                p.wrote_apart,
-                                p.bitmap_gi,
-                            )
-                        })
-                        .collect(),
-                })
+                    peers,
+                }))
             })
             .collect();
+        let kept = match kept {
+            Ok(kept) => kept,
+            Err(NotQuiet::Unsettled(_)) => {
+                self.note(format!(
+                    "node {node}: writes of a Primary not settled; left as after a crash"
+                ));
+                return None;
+            }
+            Err(e) => panic!("seed {}: a clean stop: {e}", self.sc.seed),
+        };
         self.clean_stops += 1;
         Some(kept)
     }

@@ -220,6 +220,25 @@ impl Bitmap {
         self.set
     }
 
+    /// The runs of set blocks as byte ranges `(offset, len)` in order, each at most `max`
+    /// bytes (at least one block), the last clipped to a volume of `size` bytes.
+    pub fn runs(&self, size: u64, max: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let block = self.block;
+        let blocks = size.div_ceil(block).min(self.blocks);
+        let max_blocks = (max / block).max(1);
+        let mut from = 0;
+        std::iter::from_fn(move || {
+            let first = self.next_set(from).filter(|&b| b < blocks)?;
+            let mut end = first + 1;
+            while end < blocks && end - first < max_blocks && self.is_set(end) {
+                end += 1;
+            }
+            from = end;
+            let offset = first * block;
+            Some((offset, ((end - first) * block).min(size - offset)))
+        })
+    }
+
     /// The first set block at or after `from`.
     pub fn next_set(&self, from: u64) -> Option<u64> {
         let mut b = from;
@@ -253,6 +272,27 @@ mod tests {
         assert_eq!(b.next_set(255), Some(255));
         b.clear_range(0, 1 << 20);
         assert_eq!(b.next_set(0), None);
+    }
+
+    #[test]
+    fn runs_are_capped_and_the_last_is_clipped() {
+        // 10 blocks and 1000 bytes: the last block is partial.
+        let size = 4096 * 9 + 1000;
+        let mut b = Bitmap::new(size);
+        b.set_range(4096, 4096 * 4);
+        b.set_range(4096 * 7, size - 4096 * 7);
+        let runs: Vec<_> = b.runs(size, 3 * 4096).collect();
+        assert_eq!(
+            runs,
+            vec![
+                (4096, 3 * 4096),
+                (4 * 4096, 4096),
+                (7 * 4096, 2 * 4096 + 1000)
+            ]
+        );
+        let whole: Vec<_> = b.runs(size, u64::MAX).collect();
+        assert_eq!(whole, vec![(4096, 4 * 4096), (7 * 4096, 2 * 4096 + 1000)]);
+        assert_eq!(b.cleared().runs(size, u64::MAX).count(), 0);
     }
 
     /// Rule F (overlapping seed 15630): a write vouched for by a replica known to lack a

@@ -382,19 +382,8 @@ pub(super) fn send_ranges(
     size: u64,
     out: &mut Vec<RAction>,
 ) {
-    let block = bits.block_size();
-    let blocks = size.div_ceil(block);
-    let max_blocks = u64::from(tandem_wire::MAX_DATA) / block;
-    let mut b = 0;
-    while let Some(first) = bits.next_set(b) {
-        let mut end = first + 1;
-        while end < blocks && end - first < max_blocks && bits.is_set(end) {
-            end += 1;
-        }
-        let offset = first * block;
-        let len = ((end - first) * block).min(size - offset) as u32;
-        out.push(out_of_sync(peer, v, offset, len));
-        b = end;
+    for (offset, len) in bits.runs(size, u64::from(tandem_wire::MAX_DATA)) {
+        out.push(out_of_sync(peer, v, offset, len as u32));
     }
     out.push(out_of_sync(peer, v, 0, 0));
 }

@@ -132,20 +132,10 @@ impl Replicas {
     /// where our list to it has ended, else named by that list).
     pub(super) fn diskful_peers_lack(&mut self, v: usize, bits: &Bitmap, out: &mut Vec<RAction>) {
         let size = self.vols[v].size;
-        let blocks = size.div_ceil(BLOCK);
-        let mut runs = Vec::new();
-        let mut k = 0;
-        while let Some(first) = bits.next_set(k) {
-            k = first + 1;
-            while k < blocks && bits.is_set(k) && k - first < u64::from(MAX_DATA) / BLOCK {
-                k += 1;
-            }
-            let offset = first * BLOCK;
-            runs.push((offset, ((k - first) * BLOCK).min(size - offset) as u32));
-        }
+        let runs: Vec<_> = bits.runs(size, u64::from(MAX_DATA)).collect();
         for p in self.peers.iter_mut().filter(|p| p.vols[v].diskful) {
             for &(offset, len) in &runs {
-                p.lacks(v, offset, len, out);
+                p.lacks(v, offset, len as u32, out);
             }
         }
     }

@@ -122,18 +122,8 @@ impl Replicas {
             suspect.union_with(&claims);
             return;
         }
-        let block = claims.block_size();
-        let blocks = size.div_ceil(block);
-        let mut b = 0;
-        while let Some(first) = claims.next_set(b) {
-            let mut end = first + 1;
-            while end < blocks && claims.is_set(end) {
-                end += 1;
-            }
-            let offset = first * block;
-            let len = ((end - first) * block).min(size - offset);
+        for (offset, len) in claims.runs(size, u64::MAX) {
             self.mark_behind(v, peer, offset, len, false, out);
-            b = end;
         }
         // Marked as if it listed them; if its list on this connection has ended, no end
         // marker is to come (overlapping seed 1799: the resync waited for one for ever).
@@ -324,15 +314,16 @@ impl Replicas {
             return;
         }
         let covers = self.bitmap_covers(i, v);
+        let peer = self.peers[i].id;
         let pv = &mut self.peers[i].vols[v];
         if !covers {
             pv.oos.set_all();
         }
         out.push(RAction::Event(Event::OlderPeerListed {
             volume: v as u16,
-            peer: self.peers[i].id,
-            since: self.peers[i].vols[v].bitmap_gi.filter(|_| covers),
-            bytes: self.peers[i].vols[v].oos.count() * self.peers[i].vols[v].oos.block_size(),
+            peer,
+            since: pv.bitmap_gi.filter(|_| covers),
+            bytes: pv.oos.count() * pv.oos.block_size(),
         }));
     }
 
