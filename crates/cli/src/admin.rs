@@ -90,6 +90,12 @@ pub fn human(resources: &[ResourceStatus]) -> String {
                     out += &format!(" from:{from}");
                 }
             }
+            if let Some(q) = v.quorum.filter(|q| !q.quorate) {
+                out += &format!(
+                    " quorum:no (reaches {} of {} replicas, {} needed: a Primary fails or holds I/O, no promotion)",
+                    q.reached, q.voters, q.needed
+                );
+            }
             if !v.up_to_date_within_reach {
                 out += " (no up-to-date replica within reach: I/O fails until one returns; \
                         README \"No up-to-date replica\")";

@@ -1338,7 +1338,8 @@ fn secondary_is_refused_while_a_client_is_attached() {
 #[test]
 fn split_brain_is_reported_on_both_sides_and_not_retried() {
     const TEST: &str = "replication::split_brain_is_reported_on_both_sides_and_not_retried";
-    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    // Without quorum the node cut off takes writes too (with it, see the next test).
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &quorum_off);
     c.wait_in_sync(SYNC_TIMEOUT);
     let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
     gamma.write(0, &[0x11; 4096]);
@@ -1438,6 +1439,71 @@ fn split_brain_is_reported_on_both_sides_and_not_retried() {
         vec![0; 8192],
         "alpha's discarded writes"
     );
+}
+
+fn quorum_off(_node: &str, text: String) -> String {
+    text.replacen("[resource]\n", "[resource]\nquorum = \"off\"\n", 1)
+}
+
+/// The same partition as above with the default quorum (a majority of the two diskful
+/// nodes, the diskless one breaking the tie): the node cut off cannot become Primary, so
+/// there is no split brain to report, and it rejoins and converges by itself.
+#[test]
+fn a_node_cut_off_takes_no_writes_under_quorum() {
+    const TEST: &str = "replication::a_node_cut_off_takes_no_writes_under_quorum";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    gamma.write(0, &[0x11; 4096]);
+    c.node("alpha")
+        .daemon
+        .admin(&["disconnect", RESOURCE])
+        .expect_success();
+    c.wait_for(
+        "alpha without quorum",
+        Duration::from_secs(10),
+        |statuses| {
+            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
+            let q = &arr_of(alpha, "volumes")[0]["quorum"];
+            if q["quorate"] != serde_json::Value::Bool(false) {
+                return Err(format!("alpha's quorum: {q}"));
+            }
+            Ok(())
+        },
+    );
+    {
+        let mut alpha = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+        let r = alpha.request(0, CMD_WRITE, MIB, 8192, &[0xaa; 8192]);
+        assert_eq!(
+            r.error,
+            1,
+            "alpha took a write without quorum: {}",
+            r.describe()
+        );
+    }
+    let alpha_log = c.node("alpha").daemon.log();
+    assert!(
+        alpha_log.contains("lost quorum"),
+        "alpha's log does not say it lost quorum:\n{alpha_log}"
+    );
+    let admin = c.node("alpha").daemon.admin(&["primary", RESOURCE]);
+    assert!(
+        !admin.success() && admin.stderr.contains("no quorum"),
+        "tandem primary on alpha: {}",
+        admin.describe()
+    );
+    // Gamma reaches beta, and breaks the tie: it goes on.
+    gamma.write(2 * MIB, &[0xbb; 4096]);
+    gamma.flush();
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", RESOURCE])
+        .expect_success();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let alpha_disk = &c.node("alpha").disk;
+    assert_eq!(read_at(alpha_disk, 2 * MIB, 4096), vec![0xbb; 4096]);
+    assert_eq!(read_at(alpha_disk, MIB, 8192), vec![0; 8192]);
     drop(gamma);
     c.stop_all();
 }

@@ -17,6 +17,9 @@
 //! | `protocol` | `"A"` (async), `"B"` (peer received), `"C"` (peer wrote; default) |
 //! | `shared-secret` | the peers' shared secret; non-empty |
 //! | `shared-secret-file` | instead of `shared-secret`: a file holding it (relative paths are relative to the configuration file's directory; trailing newlines are removed; must not be empty) |
+//! | `quorum` | `"off"`, `"majority"`, `"all"` or a number of replicas: a Primary completes I/O only while it reaches that many of the nodes keeping a replica of each volume (itself included; with an even number, a partition one short that reaches most diskless nodes keeps a quorum it held); a node without it cannot be promoted. Default `"majority"` with three nodes or more, `"off"` with two |
+//! | `quorum-minimum-redundancy` | `"off"` (default), `"majority"`, `"all"` or a number: also that many *up-to-date* replicas reached |
+//! | `on-no-quorum` | `"io-error"` (default: a Primary without quorum fails I/O with EIO, including writes in flight, which are not acknowledged) or `"suspend-io"` (holds it until quorum returns) |
 //!
 //! Exactly one of `shared-secret` and `shared-secret-file` must be set.
 //!
@@ -115,8 +118,45 @@ pub struct ResourceConfig {
     pub net: NetConfig,
     pub volumes: Vec<VolumeConfig>,
     pub nodes: Vec<NodeConfig>,
+    /// Quorum: `quorum`, `quorum-minimum-redundancy`, `on-no-quorum`.
+    pub quorum: QuorumConfig,
     /// The file this configuration was read from.
     pub path: PathBuf,
+}
+
+/// How many replicas (votes, or up-to-date ones) a partition needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Votes {
+    Off,
+    Majority,
+    All,
+    Count(u8),
+}
+
+impl fmt::Display for Votes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Votes::Off => f.write_str("off"),
+            Votes::Majority => f.write_str("majority"),
+            Votes::All => f.write_str("all"),
+            Votes::Count(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// What a Primary without quorum does with application I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnNoQuorum {
+    IoError,
+    SuspendIo,
+}
+
+/// The resource's quorum settings (see the `[resource]` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuorumConfig {
+    pub quorum: Votes,
+    pub minimum_redundancy: Votes,
+    pub on_no_quorum: OnNoQuorum,
 }
 
 /// Redacts the secret.
@@ -132,6 +172,7 @@ impl fmt::Debug for ResourceConfig {
             .field("net", &self.net)
             .field("volumes", &self.volumes)
             .field("nodes", &self.nodes)
+            .field("quorum", &self.quorum)
             .field("path", &self.path)
             .finish()
     }

@@ -25,6 +25,9 @@ pub(crate) struct RawResource {
     pub protocol: Option<String>,
     pub shared_secret: Option<String>,
     pub shared_secret_file: Option<String>,
+    pub quorum: Option<Scalar>,
+    pub quorum_minimum_redundancy: Option<Scalar>,
+    pub on_no_quorum: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::raw::{RawFile, RawNet, RawNode, RawResource, Scalar};
 use crate::{
-    parse_duration, parse_size, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume, Protocol,
-    ResourceConfig, VolumeConfig,
+    parse_duration, parse_size, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume,
+    OnNoQuorum, Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes,
 };
 
 /// Limits, also documented in the crate docs.
@@ -163,6 +163,7 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
         }
     }
 
+    let quorum = quorum_config(&cx, &resource, &nodes, volumes.len())?;
     Ok(ResourceConfig {
         name: resource.name,
         protocol,
@@ -170,7 +171,86 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
         net,
         volumes,
         nodes,
+        quorum,
         path: path.to_owned(),
+    })
+}
+
+/// `quorum` defaults to `majority` with three nodes or more (diskful ones and diskless
+/// tiebreakers), else `off`; `on-no-quorum` to `io-error`.
+fn quorum_config(
+    cx: &Ctx,
+    r: &RawResource,
+    nodes: &[NodeConfig],
+    volumes: usize,
+) -> Result<QuorumConfig, ConfigError> {
+    // The fewest nodes keeping a replica of any volume: the voters a count can reach.
+    let voters = (0..volumes)
+        .map(|i| nodes.iter().filter(|n| n.volumes[i].disk.is_some()).count())
+        .min()
+        .unwrap_or(0);
+    let votes = |key: &str, value: &Option<Scalar>| -> Result<Option<Votes>, ConfigError> {
+        let full = format!("resource.{key}");
+        let v = match value {
+            None => return Ok(None),
+            Some(Scalar::Str(s)) if s == "off" => Votes::Off,
+            Some(Scalar::Str(s)) if s == "majority" => Votes::Majority,
+            Some(Scalar::Str(s)) if s == "all" => Votes::All,
+            Some(Scalar::Int(n)) if (1..=MAX_NODES as i64).contains(n) => {
+                if *n as usize > voters {
+                    return Err(cx.err(
+                        full,
+                        format!(
+                            "{n} is more than the {voters} node(s) keeping a replica of a volume: it could never be met"
+                        ),
+                    ));
+                }
+                Votes::Count(*n as u8)
+            }
+            Some(other) => {
+                return Err(cx.err(
+                    full,
+                    format!(
+                        "{} is not a quorum; expected \"off\", \"majority\", \"all\" or a number of nodes (1 to {voters})",
+                        match other {
+                            Scalar::Str(s) => format!("{s:?}"),
+                            Scalar::Int(n) => n.to_string(),
+                            Scalar::Float(x) => x.to_string(),
+                        }
+                    ),
+                ))
+            }
+        };
+        Ok(Some(v))
+    };
+    let default = if nodes.len() >= 3 {
+        Votes::Majority
+    } else {
+        Votes::Off
+    };
+    let quorum = votes("quorum", &r.quorum)?.unwrap_or(default);
+    let minimum_redundancy =
+        votes("quorum-minimum-redundancy", &r.quorum_minimum_redundancy)?.unwrap_or(Votes::Off);
+    let on_no_quorum = match r.on_no_quorum.as_deref() {
+        None | Some("io-error") => OnNoQuorum::IoError,
+        Some("suspend-io") => OnNoQuorum::SuspendIo,
+        Some(other) => {
+            return Err(cx.err(
+                "resource.on-no-quorum",
+                format!("{other:?} is not a policy; expected \"io-error\" or \"suspend-io\""),
+            ))
+        }
+    };
+    if quorum == Votes::Off && r.on_no_quorum.is_some() && minimum_redundancy == Votes::Off {
+        return Err(cx.err(
+            "resource.on-no-quorum",
+            "quorum is off: there is no quorum to lose (set quorum too, or remove on-no-quorum)",
+        ));
+    }
+    Ok(QuorumConfig {
+        quorum,
+        minimum_redundancy,
+        on_no_quorum,
     })
 }
 

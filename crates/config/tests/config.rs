@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tandem_config::{
     load, load_dir, parse, ConfigError, Endpoint, MetaDisk, NetConfig, NodeConfig, NodeVolume,
-    Protocol, ResourceConfig, VolumeConfig, DEFAULT_AL_EXTENTS,
+    OnNoQuorum, Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
 };
 
 const EXAMPLE: &str = include_str!("../example/r0.toml");
@@ -145,6 +145,11 @@ fn example_parses_to_expected_structure() {
                 size: 256 << 20,
             },
         ],
+        quorum: QuorumConfig {
+            quorum: Votes::Majority,
+            minimum_redundancy: Votes::Off,
+            on_no_quorum: OnNoQuorum::IoError,
+        },
         nodes: vec![
             NodeConfig {
                 name: "alpha".into(),
@@ -1251,5 +1256,75 @@ fn max_peers_keeps_spare_bitmap_slots() {
         ),
         "node[2] (gamma).volume[0].max-peers",
         "diskless node keeps no bitmaps",
+    );
+}
+
+#[test]
+fn quorum_defaults_to_majority_from_three_nodes() {
+    let two = parse_r0(&generated(2)).unwrap();
+    assert_eq!(two.quorum.quorum, Votes::Off);
+    let three = parse_r0(&generated(3)).unwrap();
+    assert_eq!(
+        three.quorum,
+        QuorumConfig {
+            quorum: Votes::Majority,
+            minimum_redundancy: Votes::Off,
+            on_no_quorum: OnNoQuorum::IoError,
+        }
+    );
+    // The example's three nodes: two diskful and a diskless tiebreaker.
+    let example = parse_r0(EXAMPLE).unwrap();
+    assert_eq!(example.quorum.quorum, Votes::Majority);
+}
+
+#[test]
+fn quorum_settings_parse_and_bad_ones_are_named() {
+    let with =
+        |lines: &str| generated(3).replacen("[resource]\n", &format!("[resource]\n{lines}\n"), 1);
+    let cfg = parse_r0(&with(
+        "quorum = 2\nquorum-minimum-redundancy = \"all\"\non-no-quorum = \"suspend-io\"",
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.quorum,
+        QuorumConfig {
+            quorum: Votes::Count(2),
+            minimum_redundancy: Votes::All,
+            on_no_quorum: OnNoQuorum::SuspendIo,
+        }
+    );
+    assert_eq!(
+        parse_r0(&with("quorum = \"off\"")).unwrap().quorum.quorum,
+        Votes::Off
+    );
+    assert_eq!(
+        parse_r0(&with("quorum = \"all\"")).unwrap().quorum.quorum,
+        Votes::All
+    );
+    assert_invalid(
+        &with("quorum = \"most\""),
+        "resource.quorum",
+        "\"most\" is not a quorum; expected \"off\", \"majority\", \"all\" or a number of nodes (1 to 3)",
+    );
+    assert_invalid(
+        &with("quorum = 4"),
+        "resource.quorum",
+        "4 is more than the 3 node(s) keeping a replica",
+    );
+    assert_invalid(&with("quorum = 0"), "resource.quorum", "0 is not a quorum");
+    assert_invalid(
+        &with("quorum-minimum-redundancy = 1.5"),
+        "resource.quorum-minimum-redundancy",
+        "1.5 is not a quorum",
+    );
+    assert_invalid(
+        &with("on-no-quorum = \"freeze\""),
+        "resource.on-no-quorum",
+        "\"freeze\" is not a policy; expected \"io-error\" or \"suspend-io\"",
+    );
+    assert_invalid(
+        &with("quorum = \"off\"\non-no-quorum = \"suspend-io\""),
+        "resource.on-no-quorum",
+        "quorum is off",
     );
 }

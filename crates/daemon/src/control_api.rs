@@ -145,6 +145,21 @@ pub struct VolumeStatus {
     #[serde(default)]
     pub resync: Option<ResyncProgress>,
     pub up_to_date_within_reach: bool,
+    /// With quorum on (see the configuration's `quorum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<QuorumStatus>,
+}
+
+/// A volume's quorum as this node counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumStatus {
+    pub quorate: bool,
+    /// Nodes keeping a replica of the volume, how many this node reaches (itself
+    /// included), how many it needs, and how many of those reached are up to date.
+    pub voters: u8,
+    pub reached: u8,
+    pub needed: u8,
+    pub up_to_date: u8,
 }
 
 /// A resync as `tandem status` shows it, on the target (its volume line and the source's

@@ -63,6 +63,10 @@ pub(crate) fn describe(e: IoError, served: Served) -> (Errno, String) {
         }
         (IoError::ReadOnly, Served::Local) => (Errno::Perm, "the volume is read-only".into()),
         (IoError::ReadOnly, Served::Replicated) => (Errno::Perm, "this node is not Primary".into()),
+        (IoError::NoQuorum, _) => (
+            Errno::Io,
+            "this node has no quorum (it reaches too few replicas; see `tandem status`)".into(),
+        ),
     }
 }
 

@@ -65,6 +65,8 @@ pub enum IoError {
     NoData,
     /// Writes are not allowed here (read-only, or not Primary).
     ReadOnly,
+    /// The Primary has no quorum and `on-no-quorum` is `io-error` (see `replica/quorum.rs`).
+    NoQuorum,
 }
 
 /// Identifies a disk operation when it completes.

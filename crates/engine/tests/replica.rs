@@ -22,6 +22,7 @@ fn spec(me: u8) -> ResourceSpec {
         resync_window: 4,
         resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
         gi_seed: 0x5eed_0000 + u64::from(me),
+        quorum: tandem_engine::replica::QuorumSpec::OFF,
     }
 }
 

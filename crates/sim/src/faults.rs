@@ -6,7 +6,7 @@ use crate::rng::Rng;
 use crate::{spec, Crash, Ev, Scenario, Sim};
 use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{
-    GenIds, NodeId, NotQuiet, ReplicaAtStart, Resource, ResyncRates, Role,
+    GenIds, NodeId, NotQuiet, QuorumSpec, ReplicaAtStart, Resource, ResyncRates, Role,
 };
 use tandem_engine::sync_plan::SyncPlan;
 
@@ -111,6 +111,8 @@ pub struct Knobs {
     /// Flushes go through the daemon's `tandem_engine::sync_plan` (which fdatasync answers
     /// which flush, syncing ahead) instead of one fdatasync each.
     pub sync_plan: bool,
+    /// Quorum (off in the families that predate it).
+    pub quorum: QuorumSpec,
 }
 
 impl Default for Knobs {
@@ -124,6 +126,7 @@ impl Default for Knobs {
             inline_disk_pct: 0,
             sync_plan: false,
             resync_rates: ResyncRates::UNLIMITED,
+            quorum: QuorumSpec::OFF,
         }
     }
 }

@@ -403,6 +403,7 @@ fn spec(sc: &Scenario, me: NodeId, incarnation: u64) -> ResourceSpec {
         gi_seed: sc.seed.rotate_left(17)
             ^ (u64::from(me) << 56)
             ^ incarnation.wrapping_mul(0x9e37_79b9),
+        quorum: sc.knobs.quorum,
     }
 }
 

@@ -3,8 +3,8 @@
 
 use super::state::{Ctx, Entry, NodeReactor, PeerSlot, ResCtx};
 use crate::control_api::{
-    Answer, Connection, Disk, PeerStatus, PeerVolumeStatus, Replication, Request, ResourceStatus,
-    ResyncProgress, Role, VolumeStatus,
+    Answer, Connection, Disk, PeerStatus, PeerVolumeStatus, QuorumStatus, Replication, Request,
+    ResourceStatus, ResyncProgress, Role, VolumeStatus,
 };
 use tandem_engine::replica::{self as engine, DiskState, PeerStatus as EnginePeer, Repl};
 use tracing::info;
@@ -210,6 +210,13 @@ impl NodeReactor {
                         resync_remaining_kib: v.resync_remaining.map(|b| b / 1024),
                         resync: target(i),
                         up_to_date_within_reach: v.up_to_date_within_reach,
+                        quorum: v.quorum.map(|q| QuorumStatus {
+                            quorate: q.quorate,
+                            voters: q.count.voters,
+                            reached: q.count.votes(),
+                            needed: q.count.needed,
+                            up_to_date: q.count.up_to_date,
+                        }),
                     })
                     .collect();
                 let peers = res

@@ -55,6 +55,7 @@ pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId, gi_seed: u64) -> Resourc
             delay_target_ms: cfg.net.resync_delay_target.as_millis() as u64,
         },
         gi_seed,
+        quorum: quorum_of(cfg),
     }
 }
 
@@ -392,4 +393,23 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
         metas,
         exports,
     })
+}
+
+/// The engine's quorum settings from the configuration's.
+fn quorum_of(cfg: &ResourceConfig) -> tandem_engine::replica::QuorumSpec {
+    use tandem_engine::replica::{OnNoQuorum, QuorumSpec, Votes};
+    let votes = |v: tandem_config::Votes| match v {
+        tandem_config::Votes::Off => Votes::Off,
+        tandem_config::Votes::Majority => Votes::Majority,
+        tandem_config::Votes::All => Votes::All,
+        tandem_config::Votes::Count(n) => Votes::Count(n),
+    };
+    QuorumSpec {
+        quorum: votes(cfg.quorum.quorum),
+        min_redundancy: votes(cfg.quorum.minimum_redundancy),
+        on_loss: match cfg.quorum.on_no_quorum {
+            tandem_config::OnNoQuorum::IoError => OnNoQuorum::IoError,
+            tandem_config::OnNoQuorum::SuspendIo => OnNoQuorum::SuspendIo,
+        },
+    }
 }

@@ -135,6 +135,19 @@ impl ResCtx {
         match e {
             PromoteError::PeerPrimary(id) => format!("node {} is Primary", self.peer_name(id)),
             PromoteError::NoUpToDate(_) => e.to_string(),
+            PromoteError::NoQuorum(v) => {
+                let status = self.engine.status();
+                match status.volumes.get(usize::from(v)).and_then(|s| s.quorum) {
+                    Some(q) => format!(
+                        "volume {v} has no quorum: this node reaches {} of its {} replicas, {} needed ({} up to date)",
+                        q.count.votes(),
+                        q.count.voters,
+                        q.count.needed,
+                        q.count.up_to_date
+                    ),
+                    None => e.to_string(),
+                }
+            }
         }
     }
 }

@@ -12,6 +12,8 @@ pub enum PromoteError {
     PeerPrimary(NodeId),
     /// This volume has no UpToDate replica here or on a connected peer.
     NoUpToDate(u16),
+    /// This volume has no quorum here (see `quorum.rs`).
+    NoQuorum(u16),
 }
 
 impl std::fmt::Display for PromoteError {
@@ -21,6 +23,7 @@ impl std::fmt::Display for PromoteError {
             PromoteError::NoUpToDate(v) => {
                 write!(f, "volume {v} has no up-to-date replica within reach")
             }
+            PromoteError::NoQuorum(v) => write!(f, "volume {v} has no quorum here"),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! (and, later, an events stream and metrics); tests and the simulator match on them,
 //! never on text. `Display` gives the operator's sentence.
 
+use super::quorum::QuorumCount;
 use super::run::PrimaryRun;
 use super::spec::NodeId;
 use crate::io::IoError;
@@ -83,6 +84,13 @@ pub enum Event {
         volume: u16,
         primary: NodeId,
         bytes: u64,
+    },
+    /// Volume `volume` gained or lost quorum (see `quorum.rs`): without it a Primary fails
+    /// or holds application I/O (`on-no-quorum`) and this node cannot be promoted.
+    QuorumChanged {
+        volume: u16,
+        quorate: bool,
+        count: QuorumCount,
     },
 }
 
@@ -189,6 +197,32 @@ impl fmt::Display for Event {
                 to: Role::Primary, ..
             } => write!(f, "promoted to Primary"),
             Event::RoleChanged { .. } => write!(f, "demoted to Secondary"),
+            Event::QuorumChanged {
+                volume,
+                quorate,
+                count: c,
+            } => {
+                let what = if *quorate { "has quorum" } else { "lost quorum" };
+                write!(
+                    f,
+                    "volume {volume}: {what}: {} of {} replicas reached ({} needed), {} up to date",
+                    c.votes(),
+                    c.voters,
+                    c.needed,
+                    c.up_to_date
+                )?;
+                if c.redundancy_needed > 0 {
+                    write!(f, " ({} needed)", c.redundancy_needed)?;
+                }
+                if c.tiebreakers > 0 {
+                    write!(
+                        f,
+                        ", {} of {} diskless tiebreakers",
+                        c.tiebreakers_reached, c.tiebreakers
+                    )?;
+                }
+                Ok(())
+            }
             Event::DiskChanged {
                 volume,
                 to,

@@ -50,6 +50,9 @@ pub(super) struct LocalVol {
     /// Restarted consistent and not UpToDate since: ranked against other such replicas
     /// when no Primary and no up-to-date replica is around (see `generation.rs`).
     pub(super) standing: Option<Standing>,
+    /// The volume had quorum as of the end of the last event (see `quorum.rs`): a
+    /// tiebreaker keeps a quorum, it does not give one.
+    pub(super) quorum_held: bool,
 }
 
 impl LocalVol {
@@ -89,6 +92,7 @@ impl LocalVol {
             written_ms: None,
             gen: GenIds::default(),
             standing: None,
+            quorum_held: false,
         }
     }
 

@@ -23,6 +23,9 @@ use tandem_wire::Errno;
 
 mod flushing;
 mod reading;
+mod suspended;
+
+use suspended::{Gate, Suspended};
 
 const EIO: u32 = Errno::Io.code();
 
@@ -39,6 +42,8 @@ pub(super) struct Requests {
     /// FLUSH requests waiting for the ids to change, with the number of volumes whose
     /// rotation they still wait for (see `Requests::flush_waits_for_ids`).
     pub(super) flushes_parked: HashMap<ReqId, usize>,
+    /// Requests held while their volume has no quorum (see `requests/suspended.rs`).
+    pub(super) suspended: Suspended,
 }
 
 impl Requests {
@@ -50,6 +55,7 @@ impl Requests {
             rotations: Rotations::new(volumes),
             settling: Settling::default(),
             flushes_parked: HashMap::default(),
+            suspended: Suspended::default(),
         }
     }
 
@@ -102,7 +108,11 @@ impl Requests {
 
     /// Application requests in flight.
     pub(super) fn in_flight(&self) -> usize {
-        self.writes.len() + self.reads.len() + self.barriers.requests() + self.flushes_parked.len()
+        self.writes.len()
+            + self.reads.len()
+            + self.barriers.requests()
+            + self.flushes_parked.len()
+            + self.suspended.len()
     }
 
     pub(super) fn submit_event(
@@ -111,6 +121,20 @@ impl Requests {
         req: ReqId,
         volume: u16,
         io: Io,
+        out: &mut Vec<RAction>,
+    ) {
+        self.submit_io(rep, req, volume, io, false, out);
+    }
+
+    /// `held`: the request was held without quorum (a write's payload retained under
+    /// `Token::App`) and goes on now.
+    fn submit_io(
+        &mut self,
+        rep: &mut Replicas,
+        req: ReqId,
+        volume: u16,
+        io: Io,
+        held: bool,
         out: &mut Vec<RAction>,
     ) {
         let complete = |result| RAction::Complete {
@@ -122,6 +146,29 @@ impl Requests {
             return out.push(complete(Err(IoError::ReadOnly)));
         }
         let v = volume as usize;
+        if !matches!(io, Io::Cache { .. }) {
+            match Gate::of(rep, v) {
+                Gate::Go => {}
+                Gate::Fail => return out.push(complete(Err(IoError::NoQuorum))),
+                Gate::Hold => {
+                    if matches!(io, Io::Write { .. }) && !held {
+                        out.push(RAction::Retain {
+                            from: DataRef::Request(req),
+                            key: Token::App(req),
+                        });
+                    }
+                    return self.suspended.arrive(req, volume, io);
+                }
+            }
+        }
+        let data = if held {
+            DataRef::Held {
+                key: Token::App(req),
+                at: 0,
+            }
+        } else {
+            DataRef::Request(req)
+        };
         match io {
             Io::Read { offset, len } => {
                 self.reads.begin(req, volume, offset, len);
@@ -142,7 +189,7 @@ impl Requests {
                 }
                 let (o, l) = (offset, u64::from(len));
                 if self.writes.must_wait(v, o, l) {
-                    if matches!(io, Io::Write { .. }) {
+                    if matches!(io, Io::Write { .. }) && !held {
                         out.push(RAction::Retain {
                             from: DataRef::Request(req),
                             key: Token::App(req),
@@ -150,7 +197,7 @@ impl Requests {
                     }
                     return self.writes.queue(v, req, io, o, l);
                 }
-                self.start_write(rep, req, volume, io, DataRef::Request(req), out);
+                self.start_write(rep, req, volume, io, data, out);
             }
         }
     }
@@ -306,10 +353,21 @@ impl Requests {
             .writes
             .get_mut(req)
             .expect("finishing an unknown write");
+        let v = w.volume as usize;
+        // Done on the replicas it reached: completed only with quorum (see
+        // `requests/suspended.rs`), and failed before it rotates any ids.
+        let result = match (result, Gate::of(rep, v)) {
+            (Ok(()), Gate::Hold) => {
+                self.writes.park(req);
+                return self.suspended.write_done(req, v);
+            }
+            (Ok(()), Gate::Fail) => Err(IoError::NoQuorum),
+            (r, _) => r,
+        };
+        let w = self.writes.get_mut(req).expect("checked above");
         let missed = w.missing.union(w.unflushed);
         if result.is_ok() && !w.rotated && w.landed() && !missed.is_empty() {
             w.rotated = true;
-            let v = w.volume as usize;
             if self.rotations.missed(rep, v, req, missed, out) == Missed::Waits {
                 return self.writes.park(req);
             }
@@ -339,9 +397,10 @@ impl Requests {
     ) {
         for req in released {
             if self.writes.contains(req) {
-                self.complete_write(rep, req, Ok(()), out);
+                // Rotated: `finish_write` completes it, if quorum allows.
+                self.finish_write(rep, req, Ok(()), out);
             } else {
-                self.flush_released(req, out);
+                self.flush_released(rep, req, out);
             }
         }
     }
@@ -475,6 +534,21 @@ impl Requests {
                         data: None,
                     });
                     continue;
+                }
+                match Gate::of(rep, v) {
+                    Gate::Go => {}
+                    Gate::Fail => {
+                        out.push(RAction::Complete {
+                            req: r,
+                            result: Err(IoError::NoQuorum),
+                            data: None,
+                        });
+                        continue;
+                    }
+                    Gate::Hold => {
+                        self.suspended.arrive(r, volume, io);
+                        continue;
+                    }
                 }
                 let data = DataRef::Held {
                     key: Token::App(r),

@@ -26,7 +26,7 @@ use super::requests::Requests;
 use super::resync::Resync;
 use super::role::AutoRole;
 use super::spec::{NodeId, ReplicaAtStart, ResourceSpec};
-use super::status::{PeerStatus, PeerVolumeStatus, Status, VolumeStatus};
+use super::status::{PeerStatus, PeerVolumeStatus, Status, VolumeQuorum, VolumeStatus};
 use crate::io::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{DiskState, Role};
 
@@ -86,6 +86,10 @@ impl Resource {
                 resync_pulled: vol.resync.as_ref().map(|r| r.pulled),
                 resync_source: vol.resync.as_ref().and_then(|r| r.source),
                 up_to_date_within_reach: self.rep.up_to_date_within_reach(v),
+                quorum: (!self.rep.spec.quorum.is_off()).then(|| VolumeQuorum {
+                    quorate: self.rep.has_quorum(v),
+                    count: self.rep.quorum_count(v),
+                }),
             });
         let peers = self.rep.peers.iter().map(|p| PeerStatus {
             id: p.id,
@@ -130,6 +134,10 @@ impl Resource {
         }
         if let Some(p) = self.rep.peers.primary() {
             return Err(PromoteError::PeerPrimary(p));
+        }
+        // Not even forced: the other side of a partition may have quorum and a Primary.
+        if let Some(v) = (0..self.rep.vols.len()).find(|&v| !self.rep.has_quorum(v)) {
+            return Err(PromoteError::NoQuorum(v as u16));
         }
         if force {
             for v in 0..self.rep.vols.len() {
@@ -266,6 +274,9 @@ impl Resource {
     /// What every event ends with: the auto-demotion a last request may allow, and the
     /// invariants (debug builds).
     fn after_event(&mut self, out: &mut Vec<RAction>) {
+        if self.rep.update_quorum(out) {
+            self.app.resume_suspended(&mut self.rep, out);
+        }
         while !self.rep.refused.is_empty() {
             for (volume, r) in std::mem::take(&mut self.rep.refused) {
                 let failed = Err(IoError::Os(EIO as i32));

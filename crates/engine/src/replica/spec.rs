@@ -33,6 +33,8 @@ pub struct ResourceSpec {
     /// Seeds the generation ids this node makes: random per start (the daemon), or from
     /// the simulator's seed; two starts must not share one.
     pub gi_seed: u64,
+    /// Whether a Primary needs a majority (or more) of the replicas to complete I/O.
+    pub quorum: super::quorum::QuorumSpec,
 }
 
 /// What the driver found of a volume's local replica when the node started. The engine

@@ -42,6 +42,14 @@ pub struct VolumeStatus {
     /// This replica or a connected peer's is UpToDate. When not, reads fail, writes fail
     /// (no up-to-date replica vouches for them) and a resync waits for one to return.
     pub up_to_date_within_reach: bool,
+    /// With quorum on: whether the volume has it, and the count (see `quorum.rs`).
+    pub quorum: Option<VolumeQuorum>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VolumeQuorum {
+    pub quorate: bool,
+    pub count: super::quorum::QuorumCount,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,8 +14,8 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
-    DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, PrimaryRun, Protocol, RAction,
-    ReplicaAtStart, Resource, ResourceSpec, Token, GI_HISTORY,
+    DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, PrimaryRun, Protocol, QuorumSpec,
+    RAction, ReplicaAtStart, Resource, ResourceSpec, Token, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 
@@ -101,6 +101,7 @@ pub struct Net {
     pub events: Vec<(NodeId, Event)>,
     diskless_primary: bool,
     protocol: Protocol,
+    quorum: QuorumSpec,
     now: u64,
 }
 
@@ -122,8 +123,19 @@ impl Net {
         Net::start(true, protocol)
     }
 
+    /// As `new` (or `diskless_primary`), with quorum settings `quorum`.
+    pub fn with_quorum(diskless_primary: bool, quorum: QuorumSpec) -> Net {
+        Net::start_with(diskless_primary, Protocol::C, quorum)
+    }
+
     fn start(diskless_primary: bool, protocol: Protocol) -> Net {
-        let mut net = Net::stopped(diskless_primary, protocol, |_| ReplicaAtStart::UpToDate);
+        Net::start_with(diskless_primary, protocol, QuorumSpec::OFF)
+    }
+
+    fn start_with(diskless_primary: bool, protocol: Protocol, quorum: QuorumSpec) -> Net {
+        let mut net = Net::stopped(diskless_primary, protocol, quorum, |_| {
+            ReplicaAtStart::UpToDate
+        });
         for (a, b) in [(0, 1), (0, 2), (1, 2)] {
             net.link_up(a, b);
         }
@@ -134,7 +146,9 @@ impl Net {
     /// Node 0 diskless, nodes 1 and 2 keeping the replicas `found` with generation ids
     /// `gens`: no link up and no Primary yet (see `promote`), as after a cluster crash.
     pub fn diskless_primary_with(found: [ReplicaAtStart; 2], gens: [GenIds; 2]) -> Net {
-        let mut net = Net::stopped(true, Protocol::C, |me| found[me as usize - 1]);
+        let mut net = Net::stopped(true, Protocol::C, QuorumSpec::OFF, |me| {
+            found[me as usize - 1]
+        });
         for n in [1, 2] {
             net.nodes[n]
                 .restore_generation(0, gens[n - 1], false)
@@ -147,6 +161,7 @@ impl Net {
     fn stopped(
         diskless_primary: bool,
         protocol: Protocol,
+        quorum: QuorumSpec,
         found: impl Fn(NodeId) -> ReplicaAtStart,
     ) -> Net {
         let nodes = (0..3)
@@ -156,7 +171,7 @@ impl Net {
                 } else {
                     found(me)
                 };
-                Resource::new(spec(me, diskless_primary, protocol, 0), vec![at])
+                Resource::new(spec(me, diskless_primary, protocol, quorum, 0), vec![at])
             })
             .collect();
         Net {
@@ -172,6 +187,7 @@ impl Net {
             events: Vec::new(),
             diskless_primary,
             protocol,
+            quorum,
             now: 0,
         }
     }
@@ -187,7 +203,13 @@ impl Net {
     /// Node `me`'s spec in this network, to restart it with.
     pub fn spec(&self, me: NodeId) -> ResourceSpec {
         let incarnation = self.stores[me as usize].incarnation;
-        spec(me, self.diskless_primary, self.protocol, incarnation)
+        spec(
+            me,
+            self.diskless_primary,
+            self.protocol,
+            self.quorum,
+            incarnation,
+        )
     }
 
     fn link(&mut self, from: NodeId, to: NodeId) -> &mut Link {
@@ -750,7 +772,13 @@ impl Net {
     }
 }
 
-fn spec(me: NodeId, diskless_primary: bool, protocol: Protocol, incarnation: u64) -> ResourceSpec {
+fn spec(
+    me: NodeId,
+    diskless_primary: bool,
+    protocol: Protocol,
+    quorum: QuorumSpec,
+    incarnation: u64,
+) -> ResourceSpec {
     ResourceSpec {
         me,
         nodes: (0..3)
@@ -765,6 +793,7 @@ fn spec(me: NodeId, diskless_primary: bool, protocol: Protocol, incarnation: u64
         resync_window: 4,
         resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
         gi_seed: (0x5eed_0000 + u64::from(me)) ^ (incarnation << 32),
+        quorum,
     }
 }
 

@@ -62,11 +62,7 @@ impl Requests {
                 w.unflushed = missed;
                 self.finish_write(rep, req, result, out);
             } else if !(ok && self.flush_waits_for_ids(rep, req, missed, out)) {
-                out.push(RAction::Complete {
-                    req,
-                    result,
-                    data: None,
-                });
+                self.complete_flush(rep, req, volume as usize, result, out);
             }
         }
     }
@@ -106,18 +102,21 @@ impl Requests {
 
     /// A rotation released `req`, a FLUSH waiting for the ids (see `flush_waits_for_ids`):
     /// it completes once every volume's ids changed.
-    pub(in crate::replica) fn flush_released(&mut self, req: ReqId, out: &mut Vec<RAction>) {
+    pub(in crate::replica) fn flush_released(
+        &mut self,
+        rep: &Replicas,
+        req: ReqId,
+        out: &mut Vec<RAction>,
+    ) {
         let Some(rotations) = self.flushes_parked.get_mut(&req) else {
             return;
         };
         *rotations -= 1;
         if *rotations == 0 {
             self.flushes_parked.remove(&req);
-            out.push(RAction::Complete {
-                req,
-                result: Ok(()),
-                data: None,
-            });
+            // It flushed every volume: each must have quorum.
+            let v = (0..rep.vols.len()).find(|&v| !rep.has_quorum(v));
+            self.complete_flush(rep, req, v.unwrap_or(0), Ok(()), out);
         }
     }
 

@@ -1,0 +1,193 @@
+//! Quorum (DRBD's `quorum` resource option): a Primary completes application I/O only while
+//! the replicas it reaches are a majority (or what the configuration asks for), so that two
+//! sides of a partition can never both acknowledge writes.
+//!
+//! Counted per volume, as DRBD does: the voters are the nodes that keep a replica of the
+//! volume; one reached (this node, or a connected peer) votes, up to date or not; nodes
+//! without a replica (diskless clients) are tiebreakers: with an even number of voters, a
+//! partition short of a majority by exactly one vote keeps its quorum if it reaches a
+//! majority of the tiebreakers, and only if it held quorum before (a partition that lost it
+//! cannot regain it through a tiebreaker, which may be the one the other half counted on).
+//! `quorum-minimum-redundancy` asks in addition for that many up-to-date replicas reached.
+//!
+//! Not yet modelled: DRBD's "last man standing" (nodes that left gracefully, known
+//! Outdated, drop out of the voters), since a node's clean stop is not yet told to its
+//! peers.
+
+use super::action::RAction;
+use super::event::Event;
+use super::local::LocalVol;
+use super::peer::Peer;
+use super::replicas::Replicas;
+use super::spec::ResourceSpec;
+use tandem_wire::packet::DiskState;
+
+/// How many votes (or up-to-date replicas) a partition needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Votes {
+    Off,
+    /// More than half of the voters.
+    Majority,
+    /// Every voter.
+    All,
+    /// At least this many.
+    Count(u8),
+}
+
+impl Votes {
+    fn needed(self, voters: u8) -> u8 {
+        match self {
+            Votes::Off => 0,
+            Votes::Majority => voters / 2 + 1,
+            Votes::All => voters,
+            Votes::Count(n) => n,
+        }
+    }
+}
+
+/// What a Primary does with application I/O while it has no quorum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnNoQuorum {
+    /// Fail it (EIO): new requests at once, writes in flight instead of completing.
+    IoError,
+    /// Hold it until quorum returns.
+    SuspendIo,
+}
+
+/// A resource's quorum settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuorumSpec {
+    pub quorum: Votes,
+    pub min_redundancy: Votes,
+    pub on_loss: OnNoQuorum,
+}
+
+impl QuorumSpec {
+    /// No quorum: a Primary goes on alone (DRBD's default, and tandem's for two nodes).
+    pub const OFF: QuorumSpec = QuorumSpec {
+        quorum: Votes::Off,
+        min_redundancy: Votes::Off,
+        on_loss: OnNoQuorum::IoError,
+    };
+
+    pub fn is_off(&self) -> bool {
+        self.quorum == Votes::Off && self.min_redundancy == Votes::Off
+    }
+}
+
+/// One volume's count as this node sees it now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuorumCount {
+    /// Nodes keeping a replica of the volume.
+    pub voters: u8,
+    /// Of those reached, up to date.
+    pub up_to_date: u8,
+    /// Of those reached, not up to date (being synced, or outdated).
+    pub present: u8,
+    /// Votes the partition needs.
+    pub needed: u8,
+    /// Up-to-date replicas it needs (`quorum-minimum-redundancy`).
+    pub redundancy_needed: u8,
+    /// Nodes without a replica of the volume, and how many of them are reached (this node
+    /// included).
+    pub tiebreakers: u8,
+    pub tiebreakers_reached: u8,
+}
+
+impl QuorumCount {
+    pub fn votes(&self) -> u8 {
+        self.up_to_date + self.present
+    }
+
+    /// With `held`: whether the partition held quorum until now (the tiebreaker rule).
+    pub fn quorate(&self, held: bool) -> bool {
+        let redundancy = self.up_to_date >= self.redundancy_needed;
+        let votes = self.votes() >= self.needed;
+        let tiebreak = held
+            && self.voters.is_multiple_of(2)
+            && self.votes() + 1 == self.needed
+            && self.tiebreakers_reached * 2 > self.tiebreakers;
+        redundancy && (votes || tiebreak)
+    }
+
+    /// Counts volume `v` from our replica and the peers'.
+    pub(super) fn of<'a>(
+        spec: &ResourceSpec,
+        vol: &LocalVol,
+        peers: impl Iterator<Item = &'a Peer>,
+        v: usize,
+    ) -> QuorumCount {
+        let mut c = QuorumCount {
+            voters: 0,
+            up_to_date: 0,
+            present: 0,
+            needed: 0,
+            redundancy_needed: 0,
+            tiebreakers: 0,
+            tiebreakers_reached: 0,
+        };
+        let vote = |c: &mut QuorumCount, disk: Option<DiskState>| match disk {
+            Some(DiskState::UpToDate) => c.up_to_date += 1,
+            Some(DiskState::Inconsistent | DiskState::Outdated) => c.present += 1,
+            // Detached: a replica that holds nothing anyone may count on.
+            Some(DiskState::Diskless) | None => {}
+        };
+        if vol.diskful {
+            c.voters += 1;
+            vote(&mut c, Some(vol.disk));
+        } else {
+            c.tiebreakers += 1;
+            c.tiebreakers_reached += 1;
+        }
+        for p in peers {
+            let pv = &p.vols[v];
+            if pv.diskful {
+                c.voters += 1;
+                if p.up {
+                    vote(&mut c, pv.disk);
+                }
+            } else {
+                c.tiebreakers += 1;
+                c.tiebreakers_reached += u8::from(p.up);
+            }
+        }
+        c.needed = spec.quorum.quorum.needed(c.voters);
+        c.redundancy_needed = spec.quorum.min_redundancy.needed(c.voters);
+        c
+    }
+}
+
+impl Replicas {
+    /// Volume `v`'s count now.
+    pub(super) fn quorum_count(&self, v: usize) -> QuorumCount {
+        QuorumCount::of(&self.spec, &self.vols[v], self.peers.iter(), v)
+    }
+
+    /// Whether volume `v` has quorum now (always, with quorum off).
+    pub(super) fn has_quorum(&self, v: usize) -> bool {
+        self.spec.quorum.is_off() || self.quorum_count(v).quorate(self.vols[v].quorum_held)
+    }
+
+    /// At the end of every event: records whether each volume has quorum, saying so when
+    /// that changed. Returns whether a volume regained it (held I/O may go on).
+    pub(super) fn update_quorum(&mut self, out: &mut Vec<RAction>) -> bool {
+        if self.spec.quorum.is_off() {
+            return false;
+        }
+        let mut regained = false;
+        for v in 0..self.vols.len() {
+            let count = self.quorum_count(v);
+            let now = count.quorate(self.vols[v].quorum_held);
+            if now != self.vols[v].quorum_held {
+                self.vols[v].quorum_held = now;
+                regained |= now;
+                out.push(RAction::Event(Event::QuorumChanged {
+                    volume: v as u16,
+                    quorate: now,
+                    count,
+                }));
+            }
+        }
+        regained
+    }
+}

@@ -1,0 +1,128 @@
+//! Application I/O of a Primary without quorum (see `quorum.rs`): failed, or held until
+//! quorum returns (`on-no-quorum`). The gate is asked where a request would start and
+//! where it would complete successfully: a write done on the replicas it reached while
+//! quorum was lost completes only if quorum is back, so the minority of a partition never
+//! acknowledges a write; one that fails instead never rotates the generation ids, and
+//! never counts as written apart from the replicas it missed.
+
+use super::Requests;
+use crate::io::{Io, IoError, ReqId};
+use crate::replica::action::RAction;
+use crate::replica::quorum::OnNoQuorum;
+use crate::replica::replicas::Replicas;
+
+/// What the quorum lets a request of volume `v` do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gate {
+    Go,
+    Fail,
+    Hold,
+}
+
+impl Gate {
+    pub(super) fn of(rep: &Replicas, v: usize) -> Gate {
+        if rep.has_quorum(v) {
+            Gate::Go
+        } else {
+            match rep.spec.quorum.on_loss {
+                OnNoQuorum::IoError => Gate::Fail,
+                OnNoQuorum::SuspendIo => Gate::Hold,
+            }
+        }
+    }
+}
+
+/// Requests held while their volume has no quorum.
+#[derive(Debug, Default)]
+pub(in crate::replica) struct Suspended {
+    /// Arrived without quorum, not started, in order (a write's payload retained under
+    /// `Token::App`).
+    arrived: Vec<(ReqId, u16, Io)>,
+    /// Writes done on the replicas they reached, to complete once quorum returns.
+    writes: Vec<(ReqId, usize)>,
+    /// FLUSH requests every replica answered, to complete once quorum returns.
+    flushes: Vec<(ReqId, usize)>,
+}
+
+impl Suspended {
+    /// Requests held that are not in the Primary's write set.
+    pub(super) fn len(&self) -> usize {
+        self.arrived.len() + self.flushes.len()
+    }
+
+    pub(super) fn arrive(&mut self, req: ReqId, volume: u16, io: Io) {
+        self.arrived.push((req, volume, io));
+    }
+
+    pub(super) fn write_done(&mut self, req: ReqId, v: usize) {
+        self.writes.push((req, v));
+    }
+
+    pub(super) fn flush_done(&mut self, req: ReqId, v: usize) {
+        self.flushes.push((req, v));
+    }
+}
+
+impl Requests {
+    /// Quorum returned for some volume: what was held there goes on, in the order it came.
+    pub(in crate::replica) fn resume_suspended(
+        &mut self,
+        rep: &mut Replicas,
+        out: &mut Vec<RAction>,
+    ) {
+        let (writes, flushes, arrived) = {
+            let s = &mut self.suspended;
+            let writes = std::mem::take(&mut s.writes);
+            let flushes = std::mem::take(&mut s.flushes);
+            let arrived = std::mem::take(&mut s.arrived);
+            (writes, flushes, arrived)
+        };
+        for (req, v) in writes {
+            if rep.has_quorum(v) {
+                self.writes.unpark(req);
+                self.finish_write(rep, req, Ok(()), out);
+            } else {
+                self.suspended.write_done(req, v);
+            }
+        }
+        for (req, v) in flushes {
+            if rep.has_quorum(v) {
+                out.push(RAction::Complete {
+                    req,
+                    result: Ok(()),
+                    data: None,
+                });
+            } else {
+                self.suspended.flush_done(req, v);
+            }
+        }
+        for (req, volume, io) in arrived {
+            if rep.has_quorum(volume as usize) {
+                self.submit_io(rep, req, volume, io, true, out);
+            } else {
+                self.suspended.arrive(req, volume, io);
+            }
+        }
+    }
+
+    /// A FLUSH answered by every replica completes, fails or waits, as the quorum says.
+    pub(super) fn complete_flush(
+        &mut self,
+        rep: &Replicas,
+        req: ReqId,
+        v: usize,
+        result: Result<(), IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        let result = match (result, Gate::of(rep, v)) {
+            (Ok(()), Gate::Hold) => return self.suspended.flush_done(req, v),
+            (Ok(()), Gate::Fail) => Err(IoError::NoQuorum),
+            (r, _) => r,
+        };
+        out.push(RAction::Complete {
+            req,
+            result,
+            data: None,
+        });
+    }
+}

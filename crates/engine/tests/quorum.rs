@@ -1,0 +1,181 @@
+//! Quorum: a Primary completes I/O only while it reaches a majority of the replicas (a
+//! diskless node breaking a tie for a partition that held quorum), fails or holds it
+//! otherwise, and a node without quorum cannot be promoted.
+
+mod common;
+
+use common::*;
+use tandem_engine::replica::{Event, OnNoQuorum, PromoteError, QuorumSpec, RAction, Role, Votes};
+use tandem_engine::{Io, IoError};
+
+fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
+    QuorumSpec {
+        quorum: Votes::Majority,
+        min_redundancy: Votes::Off,
+        on_loss,
+    }
+}
+
+/// Quorum changes node `n` reported, in order.
+fn quorum_changes(net: &Net, n: u8) -> Vec<bool> {
+    (net.events.iter())
+        .filter(|(m, _)| *m == n)
+        .filter_map(|(_, e)| match e {
+            Event::QuorumChanged { quorate, .. } => Some(*quorate),
+            _ => None,
+        })
+        .collect()
+}
+
+fn promote(net: &mut Net, n: u8) -> Result<(), PromoteError> {
+    let mut out = Vec::new();
+    let r = net.nodes[n as usize].promote(false, &mut out);
+    net.push(n, out);
+    net.run();
+    r
+}
+
+#[test]
+fn a_primary_cut_off_from_both_peers_fails_writes() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    assert_eq!(quorum_changes(&net, 0), vec![true]);
+    net.link_down(0, 1);
+    // Two of three: still a majority.
+    net.write(2, 4096, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    net.link_down(0, 2);
+    assert_eq!(quorum_changes(&net, 0), vec![true, false]);
+    net.write(3, 8192, 4096);
+    assert_eq!(net.answer(3), Some(Err(IoError::NoQuorum)));
+    net.submit(
+        4,
+        Io::Read {
+            offset: 0,
+            len: 4096,
+        },
+    );
+    assert_eq!(net.answer(4), Some(Err(IoError::NoQuorum)));
+    net.submit(5, Io::Flush);
+    assert_eq!(net.answer(5), Some(Err(IoError::NoQuorum)));
+    // The other two still make a majority: either may be promoted.
+    assert!(net.nodes[1].status().volumes[0].quorum.unwrap().quorate);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+}
+
+#[test]
+fn a_write_in_flight_when_quorum_is_lost_is_not_acknowledged() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    net.hold(0, 1);
+    net.hold(0, 2);
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), None);
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    // Written here only: acknowledged, the other side of the partition (which may
+    // promote a Primary and write) would never have it.
+    assert_eq!(net.answer(1), Some(Err(IoError::NoQuorum)));
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.assert_converges();
+}
+
+#[test]
+fn a_node_cut_off_from_both_peers_is_not_promoted() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    net.link_down(1, 0);
+    net.link_down(1, 2);
+    assert_eq!(quorum_changes(&net, 1), vec![true, false]);
+    assert_eq!(promote(&mut net, 1), Err(PromoteError::NoQuorum(0)));
+    assert_eq!(net.nodes[1].role(), Role::Secondary);
+    // Forcing does not help: the majority may have a Primary.
+    let mut out = Vec::new();
+    assert_eq!(
+        net.nodes[1].promote(true, &mut out),
+        Err(PromoteError::NoQuorum(0))
+    );
+    assert!(
+        !out.iter()
+            .any(|a| matches!(a, RAction::Event(Event::DiskChanged { .. }))),
+        "a refused promotion changes nothing: {out:?}"
+    );
+}
+
+#[test]
+fn a_diskless_tiebreaker_keeps_the_quorum_of_the_half_it_reaches() {
+    // Node 0 diskless and Primary, nodes 1 and 2 the two voters.
+    let mut net = Net::with_quorum(true, majority(OnNoQuorum::IoError));
+    net.link_down(0, 1);
+    // Node 0 reaches one voter of two and is the tiebreaker: it keeps quorum.
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    assert_eq!(quorum_changes(&net, 0), vec![true]);
+    // Node 1 still reaches node 2: two of two.
+    assert_eq!(quorum_changes(&net, 1), vec![true]);
+    // Now node 1 is alone: one of two and no tiebreaker. Node 2 has node 0.
+    net.link_down(1, 2);
+    assert_eq!(quorum_changes(&net, 1), vec![true, false]);
+    assert_eq!(quorum_changes(&net, 2), vec![true]);
+    net.write(2, 4096, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    assert_eq!(promote(&mut net, 1), Err(PromoteError::NoQuorum(0)));
+}
+
+#[test]
+fn a_tiebreaker_does_not_give_back_a_lost_quorum() {
+    let mut net = Net::with_quorum(true, majority(OnNoQuorum::IoError));
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    assert_eq!(quorum_changes(&net, 0), vec![true, false]);
+    // Back with one voter of two: the other may have gone on with another tiebreaker.
+    net.link_up(0, 1);
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), Some(Err(IoError::NoQuorum)));
+    assert_eq!(quorum_changes(&net, 0), vec![true, false]);
+    net.link_up(0, 2);
+    assert_eq!(quorum_changes(&net, 0), vec![true, false, true]);
+    net.write(2, 0, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    net.assert_converges();
+}
+
+#[test]
+fn suspend_io_holds_requests_until_quorum_returns() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
+    net.hold(0, 1);
+    net.hold(0, 2);
+    net.write(1, 0, 4096);
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    // Done here, in flight when quorum went: held, neither failed nor acknowledged.
+    assert_eq!(net.answer(1), None);
+    net.write(2, 4096, 4096);
+    net.submit(3, Io::Flush);
+    assert_eq!((net.answer(2), net.answer(3)), (None, None));
+    assert_eq!(net.nodes[0].app_in_flight(), 3);
+    net.link_up(0, 1);
+    assert_eq!(quorum_changes(&net, 0), vec![true, false, true]);
+    for req in 1..=3 {
+        assert_eq!(net.answer(req), Some(Ok(())), "request {req}");
+    }
+    net.link_up(0, 2);
+    net.assert_converges();
+    // Both writes are on every replica.
+    for n in 0..3 {
+        assert_eq!(net.block(n, 0)[0], 1, "node {n}");
+        assert_eq!(net.block(n, 1)[0], 2, "node {n}");
+    }
+}
+
+#[test]
+fn quorum_off_keeps_a_lone_primary_writing() {
+    let mut net = Net::new();
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    assert!(net.nodes[0].status().volumes[0].quorum.is_none());
+}
