@@ -185,6 +185,10 @@ pub struct Coverage {
     /// named since its id, or everything.
     pub older_listed_bitmap: u64,
     pub older_listed_full: u64,
+    /// Runs in which the Primary lost quorum, times it did, and requests it failed for it.
+    pub quorum_lost_runs: u64,
+    pub quorum_losses: u64,
+    pub failed_for_quorum: u64,
     pub unconverged: u64,
 }
 
@@ -224,6 +228,9 @@ impl Coverage {
         self.generation_changes += o.generation_changes as u64;
         self.older_listed_bitmap += o.older_listed_bitmap as u64;
         self.older_listed_full += o.older_listed_full as u64;
+        self.quorum_lost_runs += hit(o.quorum_losses);
+        self.quorum_losses += o.quorum_losses as u64;
+        self.failed_for_quorum += o.failed_for_quorum as u64;
         self.unconverged += u64::from(!o.converged);
     }
 }
@@ -295,7 +302,12 @@ impl std::fmt::Display for Coverage {
         )?;
         writeln!(
             f,
-            "  failover           not modelled (node 0 is the only Primary; comes with quorum)"
+            "  quorum             {:>7} runs in which the Primary lost it ({} times), {} requests failed for it",
+            self.quorum_lost_runs, self.quorum_losses, self.failed_for_quorum
+        )?;
+        writeln!(
+            f,
+            "  failover           not modelled (node 0 is the only Primary)"
         )?;
         writeln!(
             f,

@@ -3,7 +3,7 @@
 
 use crate::disk::SECTOR;
 use crate::Sim;
-use tandem_engine::replica::NodeId;
+use tandem_engine::replica::{NodeId, Protocol};
 use tandem_engine::ReqId;
 
 /// A write as the checker sees it.
@@ -40,6 +40,37 @@ pub(crate) struct ReadRec {
 }
 
 impl Sim {
+    /// With quorum on, a write acknowledged under protocol C is on a majority of the
+    /// replicas of its volume (one fewer when a diskless tiebreaker may have kept the
+    /// quorum of an even number): the side of a partition without it never acknowledges
+    /// one, so no two sides can.
+    pub(crate) fn check_majority(&self, w: &WriteRec) {
+        if self.sc.knobs.quorum.is_off() || self.sc.protocol != Protocol::C || w.zero {
+            return;
+        }
+        let v = w.volume as usize;
+        let voters: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.sc.replica(i, v))
+            .collect();
+        let tiebreakers = self.nodes.len() - voters.len();
+        let mut needed = voters.len() / 2 + 1;
+        if voters.len() % 2 == 0 && tiebreakers > 0 {
+            needed -= 1;
+        }
+        let holders = voters
+            .iter()
+            .filter(|&&i| w.applied_on & (1 << i) != 0)
+            .count();
+        assert!(
+            holders >= needed,
+            "seed {}: write {} of volume {v} acknowledged while on {holders} of {} replicas ({needed} needed)\n{}",
+            self.sc.seed,
+            w.stamp,
+            voters.len(),
+            self.tail_log(300)
+        );
+    }
+
     /// Stamps a replica of `volume` holds durably at `sector`, one per node keeping one.
     pub(crate) fn durable_at(
         &self,

@@ -133,6 +133,7 @@ impl Sim {
                 ..
             } => self.crash.proven_by_generation += 1,
             Event::GenerationChanged { .. } => self.crash.generation_changes += 1,
+            Event::QuorumChanged { quorate: false, .. } if node == 0 => self.quorum_losses += 1,
             Event::OlderPeerListed { since, .. } => match since {
                 Some(_) => self.crash.older_listed_bitmap += 1,
                 None => self.crash.older_listed_full += 1,

@@ -6,7 +6,8 @@ use crate::rng::Rng;
 use crate::{spec, Crash, Ev, Scenario, Sim};
 use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{
-    GenIds, NodeId, NotQuiet, QuorumSpec, ReplicaAtStart, Resource, ResyncRates, Role,
+    GenIds, NodeId, NotQuiet, OnNoQuorum, QuorumSpec, ReplicaAtStart, Resource, ResyncRates, Role,
+    Votes,
 };
 use tandem_engine::sync_plan::SyncPlan;
 
@@ -37,16 +38,23 @@ pub enum Family {
     /// The power-loss family with that crash: a node crashing loses power in 70% of the
     /// cases, and so what it did not fdatasync.
     PowerLossClusterCrash,
+    /// Overlapping faults (partitions of every shape, the Primary often cut off from all
+    /// its peers) with quorum on (a majority; `on-no-quorum` io-error or suspend-io, half
+    /// the runs each) and the engine's knobs drawn: a write is acknowledged only once it
+    /// is on a majority of the replicas (protocol C), nothing acknowledged is lost, and
+    /// every request held for quorum is answered once it returns.
+    Quorum,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Single,
         Family::Overlapping,
         Family::DiskErrors,
         Family::PowerLoss,
         Family::ClusterCrash,
         Family::PowerLossClusterCrash,
+        Family::Quorum,
     ];
 
     /// The run of `seed` in this family. The new families also draw the engine's knobs
@@ -65,6 +73,21 @@ impl Family {
                 }
                 // A stream of its own: the base family's draws stay as they are.
                 sc.crash = Some(Crash::draw(&mut Rng::new(seed ^ 0xc7a5_0001), sc.ops));
+            }
+            Family::Quorum => {
+                sc.overlapping_faults = true;
+                sc.knobs = Knobs::drawn(seed);
+                // A stream of its own.
+                let on_loss = if Rng::new(seed ^ 0x9a0_0001).chance(0.5) {
+                    OnNoQuorum::IoError
+                } else {
+                    OnNoQuorum::SuspendIo
+                };
+                sc.knobs.quorum = QuorumSpec {
+                    quorum: Votes::Majority,
+                    min_redundancy: Votes::Off,
+                    on_loss,
+                };
             }
             Family::DiskErrors | Family::PowerLoss => {
                 sc.knobs = Knobs::drawn(seed);
@@ -90,6 +113,7 @@ impl Family {
             Family::PowerLoss => "power-loss",
             Family::ClusterCrash => "cluster-crash",
             Family::PowerLossClusterCrash => "power-loss+cluster-crash",
+            Family::Quorum => "quorum",
         }
     }
 }

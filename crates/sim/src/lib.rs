@@ -46,8 +46,8 @@ use rng::Rng;
 use std::collections::{BTreeMap, BinaryHeap};
 use tandem_engine::driver::{DataStore, Inputs};
 use tandem_engine::replica::{
-    DataRef, DiskState, Msg, NodeId, Protocol, RAction, ReplicaAtStart, Resource, ResourceSpec,
-    Role, Token,
+    DataRef, DiskState, Msg, NodeId, PromoteError, Protocol, RAction, ReplicaAtStart, Resource,
+    ResourceSpec, Role, Token,
 };
 use tandem_engine::sync_plan::{SyncPlan, SyncStart};
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
@@ -186,6 +186,9 @@ impl Scenario {
 pub struct Outcome {
     pub completed: usize,
     pub failed: usize,
+    /// Of those, failed for want of quorum; and times the Primary lost quorum.
+    pub failed_for_quorum: usize,
+    pub quorum_losses: usize,
     pub resyncs: usize,
     /// Restarts that lost the node's disks (see [`Scenario::lose_disks`]).
     pub disks_lost: usize,
@@ -327,6 +330,9 @@ pub struct Sim {
     clock: u64,
     completed: usize,
     failed: usize,
+    /// Requests failed with `IoError::NoQuorum`, and times the Primary lost quorum.
+    failed_for_quorum: usize,
+    quorum_losses: usize,
     resyncs: usize,
     disks_lost: usize,
     /// The earliest tick queued (simulated µs).
@@ -477,6 +483,8 @@ impl Sim {
             clock: 0,
             completed: 0,
             failed: 0,
+            failed_for_quorum: 0,
+            quorum_losses: 0,
             resyncs: 0,
             disks_lost: 0,
             fault_rng: Rng::new(sc_seed ^ 0xd15c_fa17),
@@ -1006,7 +1014,18 @@ impl Sim {
             .remove(&req)
             .unwrap_or_else(|| panic!("{req:?} completed twice or never submitted"));
         self.note(format!("complete {req:?} {result:?}"));
-        if result.is_err() {
+        if result == Err(IoError::NoQuorum) {
+            // Failed for want of quorum: allowed only with quorum on (and then whatever
+            // replicas were reachable: the other side of a partition may have one).
+            assert!(
+                !self.sc.knobs.quorum.is_off(),
+                "seed {}: {req:?} failed for want of quorum with quorum off\n{}",
+                self.sc.seed,
+                self.tail_log(300)
+            );
+            self.failed += 1;
+            self.failed_for_quorum += 1;
+        } else if result.is_err() {
             self.failed += 1;
             // Failing is allowed only when no up-to-date replica of the request's volume was
             // within reach: UpToDate, connected since before the request was submitted
@@ -1069,6 +1088,7 @@ impl Sim {
                 w.ok = result.is_ok();
                 if w.ok {
                     let w = w.clone();
+                    self.check_majority(&w);
                     for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
                         self.model[w.volume as usize][s as usize] = (w.stamp, w.order);
                     }
@@ -1157,6 +1177,11 @@ impl Sim {
                 let mut out = Vec::new();
                 match self.nodes[0].engine.promote(false, &mut out) {
                     Ok(()) => {}
+                    // Quorum comes once enough links are up.
+                    Err(PromoteError::NoQuorum(_)) if self.now < 1_000_000 => {
+                        self.at(5_000, Ev::Promote);
+                        return true;
+                    }
                     // A new cluster is UpToDate once all its replicas have met.
                     Err(_) if self.sc.fresh_start && self.now < 1_000_000 => {
                         self.at(5_000, Ev::Promote);
@@ -1324,6 +1349,8 @@ impl Sim {
         Outcome {
             completed: self.completed,
             failed: self.failed,
+            failed_for_quorum: self.failed_for_quorum,
+            quorum_losses: self.quorum_losses,
             resyncs: self.resyncs,
             disks_lost: self.disks_lost,
             restarts: self.restarts,

@@ -55,6 +55,32 @@ fn overlapping_faults_lose_nothing_acknowledged() {
     }
 }
 
+/// Quorum on (a majority), overlapping faults: the Primary, often cut off from every peer,
+/// fails or holds its I/O; every write it acknowledges under protocol C is on a majority of
+/// the replicas (checked at each acknowledgement), and nothing acknowledged is lost.
+#[test]
+fn quorum_acknowledges_only_on_a_majority_and_loses_nothing() {
+    let count = seed_count();
+    match tandem_sim::run_family(0, count, Family::Quorum) {
+        Ok((stuck, cov)) => {
+            eprintln!("{cov}");
+            assert!(
+                cov.quorum_lost_runs * 10 >= count,
+                "too few quorum losses: {cov}"
+            );
+            assert!(
+                cov.failed_for_quorum > 0,
+                "nothing failed for quorum: {cov}"
+            );
+            assert!(
+                stuck.len() as u64 * 200 <= count,
+                "more than 0.5% of quorum runs never converged: {stuck:?}"
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// One node's disk fails, for good (every later write, read and fdatasync on it returns
 /// EIO) or at one write or one fdatasync only: the engine detaches the replicas the EIO
 /// was for (and issues no more reads or writes on them), the Primary goes on with the

@@ -354,14 +354,10 @@ impl Requests {
             .get_mut(req)
             .expect("finishing an unknown write");
         let v = w.volume as usize;
-        // Done on the replicas it reached: completed only with quorum (see
-        // `requests/suspended.rs`), and failed before it rotates any ids.
+        // Done on the replicas it reached, a minority: it fails, before it rotates any ids,
+        // under either policy (see `requests/suspended.rs`).
         let result = match (result, Gate::of(rep, v)) {
-            (Ok(()), Gate::Hold) => {
-                self.writes.park(req);
-                return self.suspended.write_done(req, v);
-            }
-            (Ok(()), Gate::Fail) => Err(IoError::NoQuorum),
+            (Ok(()), Gate::Hold | Gate::Fail) => Err(IoError::NoQuorum),
             (r, _) => r,
         };
         let w = self.writes.get_mut(req).expect("checked above");

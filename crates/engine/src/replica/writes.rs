@@ -296,13 +296,6 @@ impl Writes {
     }
 
     /// It waits for the generation ids to change; nothing else may finish it meanwhile.
-    /// Parked for quorum, it may finish now (see `requests/suspended.rs`).
-    pub(super) fn unpark(&mut self, req: ReqId) {
-        if let Some(w) = self.by_req.get_mut(&req) {
-            w.parked = false;
-        }
-    }
-
     pub(super) fn park(&mut self, req: ReqId) {
         if let Some(w) = self.by_req.get_mut(&req) {
             w.parked = true;
