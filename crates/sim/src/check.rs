@@ -54,7 +54,7 @@ impl Sim {
             .collect();
         let tiebreakers = self.nodes.len() - voters.len();
         let mut needed = voters.len() / 2 + 1;
-        if voters.len() % 2 == 0 && tiebreakers > 0 {
+        if voters.len().is_multiple_of(2) && tiebreakers > 0 {
             needed -= 1;
         }
         let holders = voters
