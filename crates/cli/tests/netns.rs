@@ -25,6 +25,7 @@ use common::cluster::*;
 use common::ext4::*;
 use common::netns::NetLab;
 use common::*;
+use tandem_frontend::nbd::wire::CMD_WRITE;
 
 const VOLUME_SIZE: u64 = 128 * MIB;
 const PORT: u16 = 7789;
@@ -896,4 +897,125 @@ fn a_resync_over_a_slow_link_under_steady_writes_finishes() {
     c.assert_replicas_identical();
     drop(c);
     drop(net);
+}
+
+/// The content a writer gives block `block` at its `seq`th write: a tag of both, repeated.
+fn tagged(writer: u8, seq: u64, block: u64) -> Vec<u8> {
+    let tag = (u64::from(writer) << 56) | (seq << 24) | block;
+    tag.to_le_bytes().repeat((BLOCK / 8) as usize)
+}
+
+/// Quorum (the default with three nodes): the diskless Primary gamma loses its cable under
+/// writes. It stops acknowledging (its writes fail with EIO once it notices), while alpha
+/// and beta, a majority, promote alpha and go on. Gamma's client leaves, gamma becomes
+/// Secondary, its cable comes back and it rejoins. A block-level check: every write either
+/// Primary acknowledged is read back through the new one (unless a later acknowledged write
+/// replaced it), no block holds a value never written, and the replicas end identical.
+#[test]
+fn the_primary_cut_off_stops_and_the_majority_goes_on() {
+    const TEST: &str = "netns::the_primary_cut_off_stops_and_the_majority_goes_on";
+    let Some(mut lab) = start(TEST, Without::Skip) else {
+        return;
+    };
+    let net = lab.net.as_ref().unwrap();
+    let c = &mut lab.c;
+    const BLOCKS: u64 = 256;
+    // Per block: every value written to it (acknowledged or not), and the last one
+    // acknowledged.
+    let mut written: Vec<Vec<Vec<u8>>> = vec![Vec::new(); BLOCKS as usize];
+    let mut acked: Vec<Option<Vec<u8>>> = vec![None; BLOCKS as usize];
+    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    let mut seq = 0u64;
+    let mut write = |nbd: &mut Nbd, writer: u8, block: u64| -> u32 {
+        seq += 1;
+        let data = tagged(writer, seq, block);
+        written[block as usize].push(data.clone());
+        let r = nbd.request(0, CMD_WRITE, block * BLOCK, BLOCK as u32, &data);
+        if r.error == 0 {
+            acked[block as usize] = Some(data);
+        }
+        r.error
+    };
+    for i in 0..64 {
+        assert_eq!(
+            write(&mut gamma, 1, i % BLOCKS),
+            0,
+            "write {i} before the cut"
+        );
+    }
+
+    net.cut(index_of("gamma"));
+    let cut_at = Instant::now();
+    // Gamma's writes now reach no replica: none is acknowledged; once gamma notices, they
+    // fail.
+    let mut i = 64;
+    let failed_after = loop {
+        let err = write(&mut gamma, 1, i % BLOCKS);
+        i += 1;
+        if err != 0 {
+            assert_eq!(err, 5, "gamma's write failed with errno {err}, not EIO");
+            break cut_at.elapsed();
+        }
+        assert!(
+            cut_at.elapsed() < Duration::from_millis(300),
+            "gamma acknowledged a write {:?} after its cable was cut",
+            cut_at.elapsed()
+        );
+    };
+    eprintln!("{TEST}: gamma's first failed write {failed_after:?} after the cut");
+    assert!(failed_after < DETECT_LIMIT, "{failed_after:?}");
+    for _ in 0..8 {
+        assert_eq!(write(&mut gamma, 1, i % BLOCKS), 5, "gamma without quorum");
+        i += 1;
+    }
+    let gamma_status = c.node("gamma").status();
+    let q = &arr_of(&gamma_status, "volumes")[0]["quorum"];
+    assert_eq!(q["quorate"], serde_json::Value::Bool(false), "gamma: {q}");
+
+    // The majority: alpha and beta lose gamma, alpha becomes Primary for a new client.
+    c.wait_for("alpha and beta without gamma", DETECT_LIMIT, |statuses| {
+        for me in ["alpha", "beta"] {
+            if connection(status_of(statuses, me), "gamma") == "Connected" {
+                return Err(format!("{me} still sees gamma"));
+            }
+        }
+        Ok(())
+    });
+    let mut alpha = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+    for j in 0..128 {
+        assert_eq!(
+            write(&mut alpha, 2, (j * 3) % BLOCKS),
+            0,
+            "alpha's write {j}"
+        );
+    }
+    assert_eq!(str_of(&c.node("alpha").status(), "role"), "Primary");
+
+    // Gamma's client leaves: gamma is Secondary again; its cable comes back.
+    drop(gamma);
+    c.wait_for(
+        "gamma Secondary",
+        Duration::from_secs(10),
+        |statuses| match str_of(status_of(statuses, "gamma"), "role") {
+            "Secondary" => Ok(()),
+            r => Err(format!("gamma is {r}")),
+        },
+    );
+    net.heal(index_of("gamma"));
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    for b in 0..BLOCKS {
+        let got = alpha.read(b * BLOCK, BLOCK as u32);
+        if let Some(want) = &acked[b as usize] {
+            assert_eq!(&got, want, "block {b}: not its last acknowledged write");
+        } else {
+            assert!(
+                got.iter().all(|&x| x == 0) || written[b as usize].contains(&got),
+                "block {b} holds a value never written"
+            );
+        }
+    }
+    drop(alpha);
+    lab.c.stop_all();
 }

@@ -191,3 +191,59 @@ fn quorum_off_keeps_a_lone_primary_writing() {
     assert_eq!(net.answer(1), Some(Ok(())));
     assert!(net.nodes[0].status().volumes[0].quorum.is_none());
 }
+
+/// Node 0, a diskless Primary, loses one voter and then the other with a write in flight
+/// (held on both links): the write fails, the majority promotes node 1 and writes on, and
+/// node 0, Secondary again, rejoins without a split brain: the failed write, which no
+/// replica may be said to lack by a node that kept no copy and had no quorum, is settled
+/// by the replicas themselves.
+#[test]
+fn a_diskless_primary_cut_off_rejoins_the_majority_that_went_on() {
+    let mut net = Net::with_quorum(true, majority(OnNoQuorum::IoError));
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.hold(0, 1);
+    net.hold(0, 2);
+    net.write(2, 4096, 4096);
+    // Its cable is cut: every node notices by its timers (node 0 both peers in one tick).
+    net.cut(0, 1);
+    net.cut(0, 2);
+    for _ in 0..40 {
+        net.tick(100);
+    }
+    assert!(matches!(net.answer(2), Some(Err(_))), "{:?}", net.answer(2));
+    assert_eq!(quorum_changes(&net, 0), vec![true, false]);
+    // Nodes 1 and 2 are the majority: node 1 becomes Primary and writes.
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    net.submit_on(
+        1,
+        3,
+        Io::Write {
+            offset: 8192,
+            len: 4096,
+            fua: false,
+        },
+    );
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    let mut out = Vec::new();
+    net.nodes[0].demote(&mut out).unwrap();
+    net.push(0, out);
+    net.run();
+    // The drops by the timers are done with: what follows must drop nothing.
+    net.dropped.clear();
+    net.link_up(0, 2);
+    net.link_up(0, 1);
+    assert!(
+        !(net.events.iter()).any(|(_, e)| matches!(e, Event::GenerationsDiverged { .. })),
+        "{:?}",
+        net.events
+    );
+    assert!(
+        net.dropped.is_empty(),
+        "connections dropped: {:?}",
+        net.dropped
+    );
+    // Converged (assert_converges compares the replicas of nodes 1 and 2).
+    net.assert_converges();
+    assert_eq!(net.block(1, 2)[0], 3);
+}

@@ -168,6 +168,31 @@ impl Replicas {
         self.spec.quorum.is_off() || self.quorum_count(v).quorate(self.vols[v].quorum_held)
     }
 
+    /// A diskless node demoted without quorum forgets what it claims its peers lack: it
+    /// holds no copy of those writes, a majority may have promoted another Primary and
+    /// written on since, and the replicas that may hold them settle them among themselves
+    /// (a Secondary marks the third parties a write missed; Secondaries that lose their
+    /// Primary compare its unsettled writes, `settle.rs`). Kept, they made a split brain of
+    /// its return (cli `the_primary_cut_off_stops_and_the_majority_goes_on`: a write in
+    /// flight when its cable was cut, failed, claimed the new Primary lacked it).
+    pub(super) fn forget_claims_without_quorum(&mut self) {
+        if self.spec.quorum.is_off() {
+            return;
+        }
+        for v in 0..self.vols.len() {
+            if self.vols[v].diskful || self.has_quorum(v) {
+                continue;
+            }
+            for p in self.peers.iter_mut() {
+                let pv = &mut p.vols[v];
+                pv.oos = pv.oos.cleared();
+                pv.unanswered = None;
+                pv.unconfirmed = None;
+                pv.wrote_apart = false;
+            }
+        }
+    }
+
     /// At the end of every event: records whether each volume has quorum, saying so when
     /// that changed. Returns whether a volume regained it (held I/O may go on).
     pub(super) fn update_quorum(&mut self, out: &mut Vec<RAction>) -> bool {

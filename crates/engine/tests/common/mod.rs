@@ -630,17 +630,22 @@ impl Net {
     /// The application submits `io` to the Primary; a write's bytes are `req as u8`, so
     /// that the replicas show which write they hold.
     pub fn submit(&mut self, req: u64, io: Io) {
+        self.submit_on(0, req, io);
+    }
+
+    /// As `submit`, to node `n` (a Primary after a failover).
+    pub fn submit_on(&mut self, n: NodeId, req: u64, io: Io) {
         let payload = match io {
             Io::Write { len, .. } => vec![req as u8; len as usize],
             _ => Vec::new(),
         };
         let mut out = Vec::new();
-        self.nodes[0].submit(ReqId(req), 0, io, &mut out);
+        self.nodes[n as usize].submit(ReqId(req), 0, io, &mut out);
         let inputs = Inputs {
             payload: Some((ReqId(req), &payload)),
             ..Inputs::default()
         };
-        self.queue_actions(0, out, inputs);
+        self.queue_actions(n, out, inputs);
         self.run();
     }
 
@@ -655,8 +660,13 @@ impl Net {
 
     /// How the Primary answered request `req`, if it did.
     pub fn answer(&self, req: u64) -> Option<Result<(), IoError>> {
+        self.answer_on(0, req)
+    }
+
+    /// How node `n` answered request `req`, if it did.
+    pub fn answer_on(&self, n: NodeId, req: u64) -> Option<Result<(), IoError>> {
         (self.done.iter())
-            .find(|&&(n, r, _)| n == 0 && r == ReqId(req))
+            .find(|&&(m, r, _)| m == n && r == ReqId(req))
             .map(|&(_, _, res)| res)
     }
 
