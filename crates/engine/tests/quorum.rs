@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use tandem_engine::replica::{Event, OnNoQuorum, PromoteError, QuorumSpec, RAction, Role, Votes};
+use tandem_engine::replica::{
+    DiskChange, Event, OnNoQuorum, PromoteError, QuorumSpec, RAction, Role, Votes,
+};
 use tandem_engine::{Io, IoError};
 
 fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
@@ -246,4 +248,77 @@ fn a_diskless_primary_cut_off_rejoins_the_majority_that_went_on() {
     // Converged (assert_converges compares the replicas of nodes 1 and 2).
     net.assert_converges();
     assert_eq!(net.block(1, 2)[0], 3);
+}
+
+/// As above with a diskful Primary: its failed write landed on its own replica only. The
+/// majority promotes node 1 and writes on; node 0, Secondary again, rejoins as the older
+/// replica and is synced from the new Primary, its failed write overwritten.
+#[test]
+fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    net.write(1, 0, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.hold(0, 1);
+    net.hold(0, 2);
+    net.write(2, 4096, 4096);
+    net.cut(0, 1);
+    net.cut(0, 2);
+    for _ in 0..40 {
+        net.tick(100);
+    }
+    assert!(matches!(net.answer(2), Some(Err(_))), "{:?}", net.answer(2));
+    assert_eq!(quorum_changes(&net, 0), vec![true, false]);
+    assert_eq!(
+        net.block(0, 1)[0],
+        2,
+        "the failed write is on node 0's replica"
+    );
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    net.submit_on(
+        1,
+        3,
+        Io::Write {
+            offset: 8192,
+            len: 4096,
+            fua: false,
+        },
+    );
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    let mut out = Vec::new();
+    net.nodes[0].demote(&mut out).unwrap();
+    net.push(0, out);
+    net.run();
+    net.dropped.clear();
+    let seen = net.events.len();
+    net.link_up(0, 2);
+    net.link_up(0, 1);
+    let diverged: Vec<_> = (net.events.iter())
+        .filter(|(_, e)| matches!(e, Event::GenerationsDiverged { .. }))
+        .collect();
+    assert!(diverged.is_empty(), "{diverged:?}");
+    assert!(
+        net.dropped.is_empty(),
+        "connections dropped: {:?}",
+        net.dropped
+    );
+    // It pulled its failed write back from the new Primary, as after a crash.
+    let lost = |e: &Event| {
+        matches!(
+            e,
+            Event::DiskChanged {
+                why: DiskChange::LostQuorum { bytes: 4096 },
+                ..
+            }
+        )
+    };
+    assert!(
+        (net.events.iter()).any(|(n, e)| *n == 0 && lost(e)),
+        "node 0 did not turn Outdated for its failed write: {:?}",
+        net.events
+    );
+    net.assert_converges();
+    for n in 0..3 {
+        assert_eq!(net.block(n, 1)[0], 0, "node {n}: the failed write");
+        assert_eq!(net.block(n, 2)[0], 3, "node {n}");
+    }
 }

@@ -132,6 +132,11 @@ pub enum DiskChange {
     /// (`current`; with the same ids, this one ranks first: it was Primary, stopped
     /// cleanly, or has the lowest node id). The others pull from it.
     ProvenByGeneration { current: u64 },
+    /// Demoted while the volume had no quorum: what we wrote as Primary since our peers
+    /// last had it may differ from what a majority promoted elsewhere wrote; the `bytes` of
+    /// it we claimed they lack are pulled back under the next Primary we meet, as after a
+    /// crash (see `quorum.rs`).
+    LostQuorum { bytes: u64 },
     /// Up to date with no Primary around, we met `peer`, whose generation ids are newer:
     /// it took writes we missed while cut off. It syncs us.
     OlderThan { peer: NodeId },
@@ -366,6 +371,11 @@ impl fmt::Display for DiskLine<'_> {
                     None => write!(f, "every node having met it and listed (none is Primary)"),
                 }
             }
+            DiskChange::LostQuorum { bytes } => write!(
+                f,
+                "demoted without quorum: Outdated; the {} KiB written as Primary that the peers may lack are pulled back under the next Primary (a majority may have written there since)",
+                bytes >> 10
+            ),
             DiskChange::NewCluster => write!(
                 f,
                 "every replica was created empty at its node's start (a new cluster): UpToDate without a sync"

@@ -15,7 +15,8 @@
 //! peers.
 
 use super::action::RAction;
-use super::event::Event;
+use super::bitmap::Bitmap;
+use super::event::{DiskChange, Event};
 use super::local::LocalVol;
 use super::peer::Peer;
 use super::replicas::Replicas;
@@ -168,28 +169,48 @@ impl Replicas {
         self.spec.quorum.is_off() || self.quorum_count(v).quorate(self.vols[v].quorum_held)
     }
 
-    /// A diskless node demoted without quorum forgets what it claims its peers lack: it
-    /// holds no copy of those writes, a majority may have promoted another Primary and
-    /// written on since, and the replicas that may hold them settle them among themselves
-    /// (a Secondary marks the third parties a write missed; Secondaries that lose their
-    /// Primary compare its unsettled writes, `settle.rs`). Kept, they made a split brain of
-    /// its return (cli `the_primary_cut_off_stops_and_the_majority_goes_on`: a write in
-    /// flight when its cable was cut, failed, claimed the new Primary lacked it).
-    pub(super) fn forget_claims_without_quorum(&mut self) {
+    /// A node demoted while a volume has no quorum forgets what it claims its peers lack
+    /// there: a majority may have promoted another Primary and written on since, and the
+    /// replicas that may hold those writes settle them among themselves (a Secondary marks
+    /// the third parties a write missed; Secondaries that lose their Primary compare its
+    /// unsettled writes, `settle.rs`). Kept, they made a split brain of its return (cli
+    /// `the_primary_cut_off_stops_and_the_majority_goes_on`: a write in flight when its
+    /// cable was cut, failed, claimed the new Primary lacked it). A replica it keeps may
+    /// hold such writes (failed ones, landed here only): it turns Outdated and unproven
+    /// and pulls those ranges back under the next Primary it meets, as a replica back from
+    /// a crash pulls its activity log's extents (`LocalVol::suspect`).
+    pub(super) fn left_without_quorum(&mut self, out: &mut Vec<RAction>) {
         if self.spec.quorum.is_off() {
             return;
         }
         for v in 0..self.vols.len() {
-            if self.vols[v].diskful || self.has_quorum(v) {
+            if self.has_quorum(v) {
                 continue;
             }
+            let mut claimed = Bitmap::new(self.vols[v].size);
             for p in self.peers.iter_mut() {
                 let pv = &mut p.vols[v];
+                if pv.diskful {
+                    claimed.union_with(&pv.oos);
+                }
                 pv.oos = pv.oos.cleared();
                 pv.unanswered = None;
                 pv.unconfirmed = None;
                 pv.wrote_apart = false;
             }
+            let vol = &mut self.vols[v];
+            if !vol.diskful || vol.disk != DiskState::UpToDate {
+                continue;
+            }
+            let bytes = claimed.count() * claimed.block_size();
+            vol.unproven = true;
+            vol.suspect = Some(claimed);
+            self.set_disk(
+                v,
+                DiskState::Outdated,
+                DiskChange::LostQuorum { bytes },
+                out,
+            );
         }
     }
 

@@ -230,7 +230,7 @@ impl Resource {
         if to == Role::Primary {
             self.app.rotations.promoted(&self.rep);
         } else {
-            self.rep.forget_claims_without_quorum();
+            self.rep.left_without_quorum(out);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
         let incarnation = self.rep.incarnation();
