@@ -289,7 +289,6 @@ fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
     net.push(0, out);
     net.run();
     net.dropped.clear();
-    let seen = net.events.len();
     net.link_up(0, 2);
     net.link_up(0, 1);
     let diverged: Vec<_> = (net.events.iter())
