@@ -913,8 +913,28 @@ fn tagged(writer: u8, seq: u64, block: u64) -> Vec<u8> {
 /// replaced it), no block holds a value never written, and the replicas end identical.
 #[test]
 fn the_primary_cut_off_stops_and_the_majority_goes_on() {
-    const TEST: &str = "netns::the_primary_cut_off_stops_and_the_majority_goes_on";
-    let Some(mut lab) = start(TEST, Without::Skip) else {
+    primary_cut_off(
+        "netns::the_primary_cut_off_stops_and_the_majority_goes_on",
+        "gamma",
+        "alpha",
+    );
+}
+
+/// The same with alpha, diskful, as the Primary cut off (beta and gamma, the tiebreaker,
+/// are the majority and promote beta): alpha's replica may hold the write in flight at the
+/// cut, which failed; Secondary again without quorum it turns Outdated and pulls that back
+/// from beta at its return.
+#[test]
+fn a_diskful_primary_cut_off_stops_and_the_majority_goes_on() {
+    primary_cut_off(
+        "netns::a_diskful_primary_cut_off_stops_and_the_majority_goes_on",
+        "alpha",
+        "beta",
+    );
+}
+
+fn primary_cut_off(test: &'static str, old: &'static str, new: &'static str) {
+    let Some(mut lab) = start(test, Without::Skip) else {
         return;
     };
     let net = lab.net.as_ref().unwrap();
@@ -924,7 +944,7 @@ fn the_primary_cut_off_stops_and_the_majority_goes_on() {
     // acknowledged.
     let mut written: Vec<Vec<Vec<u8>>> = vec![Vec::new(); BLOCKS as usize];
     let mut acked: Vec<Option<Vec<u8>>> = vec![None; BLOCKS as usize];
-    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    let mut first = Nbd::go(Conn::unix(&c.node(old).nbd), RESOURCE, false);
     let mut seq = 0u64;
     let mut write = |nbd: &mut Nbd, writer: u8, block: u64| -> u32 {
         seq += 1;
@@ -938,75 +958,86 @@ fn the_primary_cut_off_stops_and_the_majority_goes_on() {
     };
     for i in 0..64 {
         assert_eq!(
-            write(&mut gamma, 1, i % BLOCKS),
+            write(&mut first, 1, i % BLOCKS),
             0,
             "write {i} before the cut"
         );
     }
 
-    net.cut(index_of("gamma"));
+    net.cut(index_of(old));
     let cut_at = Instant::now();
-    // Gamma's writes now reach no replica: none is acknowledged; once gamma notices, they
-    // fail.
+    // The old Primary's writes now reach no other replica: none is acknowledged; once it
+    // notices, they fail.
     let mut i = 64;
     let failed_after = loop {
-        let err = write(&mut gamma, 1, i % BLOCKS);
+        let err = write(&mut first, 1, i % BLOCKS);
         i += 1;
         if err != 0 {
-            assert_eq!(err, 5, "gamma's write failed with errno {err}, not EIO");
+            assert_eq!(err, 5, "{old}'s write failed with errno {err}, not EIO");
             break cut_at.elapsed();
         }
         assert!(
             cut_at.elapsed() < Duration::from_millis(300),
-            "gamma acknowledged a write {:?} after its cable was cut",
+            "{old} acknowledged a write {:?} after its cable was cut",
             cut_at.elapsed()
         );
     };
-    eprintln!("{TEST}: gamma's first failed write {failed_after:?} after the cut");
+    eprintln!("{test}: {old}'s first failed write {failed_after:?} after the cut");
     assert!(failed_after < DETECT_LIMIT, "{failed_after:?}");
     for _ in 0..8 {
-        assert_eq!(write(&mut gamma, 1, i % BLOCKS), 5, "gamma without quorum");
+        assert_eq!(write(&mut first, 1, i % BLOCKS), 5, "{old} without quorum");
         i += 1;
     }
-    let gamma_status = c.node("gamma").status();
-    let q = &arr_of(&gamma_status, "volumes")[0]["quorum"];
-    assert_eq!(q["quorate"], serde_json::Value::Bool(false), "gamma: {q}");
+    let old_status = c.node(old).status();
+    let q = &arr_of(&old_status, "volumes")[0]["quorum"];
+    assert_eq!(q["quorate"], serde_json::Value::Bool(false), "{old}: {q}");
 
-    // The majority: alpha and beta lose gamma, alpha becomes Primary for a new client.
-    c.wait_for("alpha and beta without gamma", DETECT_LIMIT, |statuses| {
-        for me in ["alpha", "beta"] {
-            if connection(status_of(statuses, me), "gamma") == "Connected" {
-                return Err(format!("{me} still sees gamma"));
-            }
-        }
-        Ok(())
-    });
-    let mut alpha = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
-    for j in 0..128 {
-        assert_eq!(
-            write(&mut alpha, 2, (j * 3) % BLOCKS),
-            0,
-            "alpha's write {j}"
-        );
-    }
-    assert_eq!(str_of(&c.node("alpha").status(), "role"), "Primary");
-
-    // Gamma's client leaves: gamma is Secondary again; its cable comes back.
-    drop(gamma);
+    // The majority loses the old Primary and promotes `new` for a new client.
     c.wait_for(
-        "gamma Secondary",
-        Duration::from_secs(10),
-        |statuses| match str_of(status_of(statuses, "gamma"), "role") {
-            "Secondary" => Ok(()),
-            r => Err(format!("gamma is {r}")),
+        "the majority without the old Primary",
+        DETECT_LIMIT,
+        |statuses| {
+            for me in NODES.iter().map(|s| s.name).filter(|&n| n != old) {
+                if connection(status_of(statuses, me), old) == "Connected" {
+                    return Err(format!("{me} still sees {old}"));
+                }
+            }
+            Ok(())
         },
     );
-    net.heal(index_of("gamma"));
+    let mut second = Nbd::go(Conn::unix(&c.node(new).nbd), RESOURCE, false);
+    for j in 0..128 {
+        assert_eq!(
+            write(&mut second, 2, (j * 3) % BLOCKS),
+            0,
+            "{new}'s write {j}"
+        );
+    }
+    assert_eq!(str_of(&c.node(new).status(), "role"), "Primary");
+
+    // The old Primary's client leaves: it is Secondary again; its cable comes back.
+    drop(first);
+    c.wait_for(
+        "the old Primary Secondary",
+        Duration::from_secs(10),
+        |statuses| match str_of(status_of(statuses, old), "role") {
+            "Secondary" => Ok(()),
+            r => Err(format!("{old} is {r}")),
+        },
+    );
+    if c.node(old).disk.exists() {
+        let log = c.node(old).daemon.log();
+        assert!(
+            log.contains("demoted without quorum"),
+            "{old}'s replica did not turn Outdated at its demotion without quorum:\n{log}"
+        );
+    }
+    net.heal(index_of(old));
     c.wait_connected();
     c.wait_in_sync(SYNC_TIMEOUT);
     c.assert_replicas_identical();
     for b in 0..BLOCKS {
-        let got = alpha.read(b * BLOCK, BLOCK as u32);
+        let got = second.read(b * BLOCK, BLOCK as u32);
         if let Some(want) = &acked[b as usize] {
             assert_eq!(&got, want, "block {b}: not its last acknowledged write");
         } else {
@@ -1016,6 +1047,6 @@ fn the_primary_cut_off_stops_and_the_majority_goes_on() {
             );
         }
     }
-    drop(alpha);
+    drop(second);
     lab.c.stop_all();
 }
