@@ -29,8 +29,8 @@
 //! | `connect-interval` | `"1s"` | how often a peer that does not answer is dialed (both ends dial) |
 //! | `max-connect-interval` | `"10s"` | a peer that answers and refuses (StandAlone, wrong secret) is dialed at a doubling interval up to this; `>= connect-interval` |
 //! | `ping-interval` | `"1s"` | keepalive sent when the connection is idle |
-//! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection; `< ping-interval` |
-//! | `timeout` | `"6s"` | a replicated request not acknowledged in this time drops the connection; `> ping-timeout` |
+//! | `ping-timeout` | `"500ms"` | a ping not answered in this time drops the connection to or from the Primary while the peer owes no answer: a dead or cut-off peer is found within `ping-interval + ping-timeout`; `< ping-interval` |
+//! | `timeout` | `"6s"` | a replicated write not acknowledged in this time drops the connection; so does a ping not answered in this time from a peer that owes answers (writes, barriers, reads, resync requests: a busy peer, its disk slow or its process stalled, is not taken for a dead one) or on a link between two non-Primary nodes; `> ping-timeout` |
 //! | `max-buffer` | `"64M"` | per-peer bytes queued for sending before writers wait; `>= 1M` |
 //! | `resync-min-rate` | `"32M"` | bytes per second a resync starts at while the application writes to the volume, and never goes below (it always finishes); from there the controller steers it (see `resync-plan-ahead`); `"0"`: not held back |
 //! | `resync-max-rate` | `"0"` | bytes per second a resync never exceeds; `"0"`: unlimited (as fast as the link and disks go with 2 MiB in flight) |
@@ -227,9 +227,12 @@ pub struct NetConfig {
     pub max_connect_interval: Duration,
     /// Keepalive when idle.
     pub ping_interval: Duration,
-    /// A ping not answered in this time drops the connection.
+    /// A ping not answered in this time drops a connection to or from the Primary on
+    /// which the peer owes no answer.
     pub ping_timeout: Duration,
-    /// A replicated request not acknowledged in this time drops the connection.
+    /// A replicated write not acknowledged in this time drops the connection; so does a
+    /// ping not answered in this time from a peer that owes answers, or between two
+    /// non-Primary nodes (see the table above).
     pub timeout: Duration,
     /// Per-peer bytes queued for sending before writers wait (back-pressure).
     pub max_buffer: u64,

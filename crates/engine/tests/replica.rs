@@ -1555,6 +1555,12 @@ fn ticking_only_at_poll_timeout_fires_every_timer_on_time() {
     beta.tick(1000, &mut out);
     assert_eq!(beta.poll_timeout(), None, "no peer, nothing timed");
     beta.peer_up(0, &mut out);
+    // The peer is Primary: an idle link with it is judged by pings (see `busy_peer.rs`).
+    let role = Packet::Role {
+        role: Role::Primary,
+        incarnation: 1,
+    };
+    beta.packet(0, &role, &mut out);
     // spec: ping every 1000 ms of silence, answered within 500 ms.
     assert_eq!(beta.poll_timeout(), Some(2000));
     out.clear();

@@ -173,6 +173,10 @@ pub enum LinkLoss {
     WriteTimeout(u64),
     /// A ping was not answered within the ping timeout (ms).
     PingTimeout(u64),
+    /// A ping was not answered within the request timeout (ms): the peer was judged by
+    /// it rather than by the ping timeout, since it owed us answers (a busy peer may be
+    /// silent that long) or neither end of the link is Primary.
+    Silent(u64),
 }
 
 impl Event {
@@ -442,6 +446,11 @@ impl fmt::Display for LinkLoss {
                 write!(f, "a replicated write was not acknowledged within {ms} ms")
             }
             LinkLoss::PingTimeout(ms) => write!(f, "no answer to a ping within {ms} ms"),
+            LinkLoss::Silent(ms) => write!(
+                f,
+                "silent for {ms} ms (judged by the request timeout: it owed us answers, or \
+                 no Primary is on the link)"
+            ),
         }
     }
 }

@@ -146,6 +146,15 @@ impl Rotations {
         }
     }
 
+    /// A rotation waits for `peer`'s answer (its `GenAck`).
+    pub(super) fn awaits(&self, peer: NodeId) -> bool {
+        (self.vols.iter()).any(|vr| {
+            vr.running
+                .as_ref()
+                .is_some_and(|r| r.waiting.contains(peer))
+        })
+    }
+
     /// A peer's replica reported our current id.
     pub(super) fn holds(&mut self, v: usize, peer: NodeId) {
         self.vols[v].holders.insert(peer);

@@ -399,6 +399,24 @@ pub(super) fn out_of_sync(peer: NodeId, v: usize, offset: u64, len: u32) -> RAct
     }
 }
 
+/// How a silent peer is judged: whether a busy peer may be silent longer than a ping.
+///
+/// A peer that owes us answers (a replicated write, a barrier, a read, a resync request, a
+/// generation id) may be silent because its disk is slow or its process stalled: it is
+/// judged by the request timeout, not by the ping timeout (its ping may go unanswered
+/// that long), so a Secondary busy for less than `timeout` is not dropped. So is a link
+/// between two nodes neither of which is Primary: no application request waits on it,
+/// and what does is judged by the request timeout anyway. A link to or from the Primary
+/// that carries nothing owed is judged by pings: a dead or cut-off peer is found within
+/// `ping_interval + ping_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Judge {
+    /// A ping unanswered within the ping timeout drops the peer.
+    Ping,
+    /// A ping unanswered within the request timeout drops it.
+    Timeout,
+}
+
 /// What a peer's timers ask for.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Timer {
@@ -502,16 +520,39 @@ impl Peer {
         oldest
     }
 
-    pub(super) fn timer(&mut self, now_ms: u64, spec: &ResourceSpec) -> Timer {
+    /// Answers it owes us that this room knows of: replicated writes not confirmed
+    /// written, barriers, reads (the caller adds resync requests and generation ids).
+    pub(super) fn owes_answers(&self) -> bool {
+        !self.unacked.is_empty() || !self.barriers_out.is_empty() || !self.reads_out.is_empty()
+    }
+
+    /// When the ping outstanding (if any) is overdue, judged as `judge` says: its
+    /// timeout counts from the later of its sending and the last packet heard (a busy
+    /// peer may answer much else long after an old ping went, and a ping is answered in
+    /// order with what the peer sends).
+    fn ping_due(&self, spec: &ResourceSpec, judge: Judge) -> Option<u64> {
+        let wait = match judge {
+            Judge::Ping => spec.ping_timeout_ms,
+            Judge::Timeout => spec.timeout_ms.max(spec.ping_timeout_ms),
+        };
+        (self.ping_sent_ms).map(|t| t.max(self.last_rx_ms) + wait)
+    }
+
+    /// The peer's timers at `now_ms`, judged as `judge` says (see [`Judge`]): a write it
+    /// has not confirmed within the request timeout drops it (`WriteTimeout`); so does a
+    /// ping unanswered within the ping timeout (`PingTimeout`) or, for a peer judged by
+    /// the request timeout, within that (`Silent`). A ping goes after `ping_interval` of
+    /// silence either way.
+    pub(super) fn timer(&mut self, now_ms: u64, spec: &ResourceSpec, judge: Judge) -> Timer {
         let oldest = self.oldest_unacked_ms();
         if oldest.is_some_and(|t| now_ms.saturating_sub(t) > spec.timeout_ms) {
             return Timer::Drop(LinkLoss::WriteTimeout(spec.timeout_ms));
         }
-        if self
-            .ping_sent_ms
-            .is_some_and(|t| now_ms.saturating_sub(t) > spec.ping_timeout_ms)
-        {
-            return Timer::Drop(LinkLoss::PingTimeout(spec.ping_timeout_ms));
+        if self.ping_due(spec, judge).is_some_and(|due| now_ms > due) {
+            return Timer::Drop(match judge {
+                Judge::Ping => LinkLoss::PingTimeout(spec.ping_timeout_ms),
+                Judge::Timeout => LinkLoss::Silent(spec.timeout_ms.max(spec.ping_timeout_ms)),
+            });
         }
         if self.ping_sent_ms.is_none()
             && now_ms.saturating_sub(self.last_rx_ms) >= spec.ping_interval_ms
@@ -523,11 +564,15 @@ impl Peer {
         Timer::Quiet
     }
 
-    /// When [`timer`](Self::timer) next has something to do.
-    pub(super) fn next_timer(&self, spec: &ResourceSpec) -> impl Iterator<Item = u64> {
+    /// When [`timer`](Self::timer) next has something to do, judged as `judge` says.
+    pub(super) fn next_timer(
+        &self,
+        spec: &ResourceSpec,
+        judge: Judge,
+    ) -> impl Iterator<Item = u64> {
         let unacked = self.oldest_unacked_ms().map(|t| t + spec.timeout_ms + 1);
-        let ping = match self.ping_sent_ms {
-            Some(t) => t + spec.ping_timeout_ms + 1,
+        let ping = match self.ping_due(spec, judge) {
+            Some(due) => due + 1,
             None => self.last_rx_ms + spec.ping_interval_ms,
         };
         unacked.into_iter().chain(std::iter::once(ping))

@@ -20,7 +20,6 @@
 use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
 use super::event::{DiskChange, Event, LocalFailure, RoleChange};
 use super::msg::{Msg, Token};
-use super::peer::Timer;
 use super::replicas::Replicas;
 use super::requests::Requests;
 use super::resync::Resync;
@@ -33,6 +32,7 @@ use tandem_wire::packet::{DiskState, Role};
 mod invariants;
 mod links;
 mod packets;
+mod timers;
 
 const EIO: u32 = tandem_wire::Errno::Io.code();
 
@@ -433,73 +433,6 @@ impl Resource {
                 self.rep.release_applying(v, out);
                 self.rep.pump_resync(&mut self.app.barriers, volume, out);
             }
-        }
-    }
-
-    /// Advances the clock: keepalive pings and timeouts.
-    pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
-        self.tick_event(now_ms, out);
-        self.after_event(out);
-    }
-
-    /// Tells the engine the time without running its timers: a driver that ticks only at
-    /// [`Resource::poll_timeout`] keeps the clock current for the events in between (a
-    /// write's send time, a retry's deadline).
-    pub fn advance(&mut self, now_ms: u64) {
-        self.rep.now_ms = self.rep.now_ms.max(now_ms);
-    }
-
-    /// When the engine next needs [`Resource::tick`] (the clock `tick` is given), or `None`
-    /// while nothing is timed: a resync retry, a ping to send or one unanswered for too
-    /// long, a replicated write unacknowledged for too long. Drivers wake for it instead
-    /// of ticking at a fixed rate.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        let resyncs = self
-            .rep
-            .vols
-            .iter()
-            .filter_map(|v| v.resync.as_ref())
-            .flat_map(|r| {
-                let retry = (!r.refused.is_empty()).then_some(r.retry_at_ms);
-                retry.into_iter().chain(r.pace.wake_ms)
-            });
-        let peers = self
-            .rep
-            .peers
-            .up()
-            .flat_map(|p| p.next_timer(&self.rep.spec));
-        let settling = self.app.settling.next_timer();
-        resyncs.chain(peers).chain(settling).min()
-    }
-
-    fn tick_event(&mut self, now_ms: u64, out: &mut Vec<RAction>) {
-        self.rep.now_ms = now_ms;
-        for v in 0..self.rep.vols.len() {
-            let Some(rs) = self.rep.vols[v].resync.as_mut() else {
-                continue;
-            };
-            let retry = !rs.refused.is_empty() && now_ms >= rs.retry_at_ms;
-            if retry {
-                rs.refused.clear();
-            }
-            let paced = rs.pace.wake_ms.is_some_and(|w| now_ms >= w);
-            if retry || paced {
-                self.rep.pump_resync(&mut self.app.barriers, v as u16, out);
-            }
-        }
-        let mut drop = Vec::new();
-        for p in self.rep.peers.iter_mut().filter(|p| p.up) {
-            match p.timer(now_ms, &self.rep.spec) {
-                Timer::Quiet => {}
-                Timer::Ping => out.push(RAction::Send {
-                    peer: p.id,
-                    msg: Msg::Ping,
-                }),
-                Timer::Drop(reason) => drop.push((p.id, reason)),
-            }
-        }
-        for (peer, reason) in drop {
-            self.drop_peer(peer, reason, out);
         }
     }
 }

@@ -103,6 +103,8 @@ pub struct Net {
     protocol: Protocol,
     quorum: QuorumSpec,
     now: u64,
+    /// Nodes stopped (SIGSTOP): `tick` skips them, their links hold (see `freeze`).
+    frozen: [bool; 3],
 }
 
 impl Net {
@@ -189,6 +191,7 @@ impl Net {
             protocol,
             quorum,
             now: 0,
+            frozen: [false; 3],
         }
     }
 
@@ -617,9 +620,37 @@ impl Net {
         }
     }
 
+    /// Node `n` stops (SIGSTOP): nothing it would send goes out, what is sent to it waits,
+    /// its clock and timers stand still.
+    pub fn freeze(&mut self, n: NodeId) {
+        self.frozen[n as usize] = true;
+        for p in (0..3u8).filter(|&p| p != n) {
+            self.hold(n, p);
+            self.hold(p, n);
+        }
+    }
+
+    /// Node `n` goes on (SIGCONT) as the daemon does: its clock jumps to now, it reads
+    /// what arrived while it was stopped, then what it sends flows; its timers run at the
+    /// next `tick`.
+    pub fn thaw(&mut self, n: NodeId) {
+        self.frozen[n as usize] = false;
+        self.nodes[n as usize].advance(self.now);
+        for p in (0..3u8).filter(|&p| p != n) {
+            self.release(p, n);
+        }
+        for p in (0..3u8).filter(|&p| p != n) {
+            self.release(n, p);
+        }
+    }
+
+    /// Time passes: `ms` more, every node not frozen ticks.
     pub fn tick(&mut self, ms: u64) {
         self.now += ms;
         for n in 0..3u8 {
+            if self.frozen[n as usize] {
+                continue;
+            }
             let mut out = Vec::new();
             self.nodes[n as usize].tick(self.now, &mut out);
             self.queue_actions(n, out, Inputs::default());
