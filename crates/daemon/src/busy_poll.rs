@@ -77,7 +77,13 @@ impl Waiter {
     }
 }
 
-fn poll_once(poll: &mut Poll, events: &mut Events, timeout: Option<Duration>) -> io::Result<()> {
+/// One `epoll_wait`; an interrupted one (a signal, or the process stopped and continued)
+/// returns no events.
+pub fn poll_once(
+    poll: &mut Poll,
+    events: &mut Events,
+    timeout: Option<Duration>,
+) -> io::Result<()> {
     match poll.poll(events, timeout) {
         Err(e) if e.kind() == io::ErrorKind::Interrupted => {
             events.clear();

@@ -4,12 +4,12 @@
 
 use super::links::Attempt;
 use super::state::*;
-use crate::busy_poll::Waiter;
+use crate::busy_poll::{poll_once, Waiter};
 use crate::conn::Phase;
 use anyhow::{Context, Result};
 use mio::{Events, Interest, Token as MioToken};
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tandem_engine::replica::NotQuiet;
 use tracing::{debug, info, warn};
 
@@ -34,28 +34,15 @@ impl NodeReactor {
             };
             let handled = std::mem::take(&mut self.handled);
             waiter.wait_stretched(&mut self.poll, &mut events, Some(timeout), handled, stretch)?;
-            let mut active = Vec::new();
-            for ev in events.iter() {
-                match ev.token() {
-                    WAKER => self.worker_completions(),
-                    SIGNAL => self.begin_shutdown(),
-                    MioToken(k) => {
-                        if ev.is_writable() {
-                            if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
-                                pc.connecting = false;
-                            }
-                            self.mark_dirty(k);
-                        }
-                        if ev.is_readable() || ev.is_error() || ev.is_read_closed() {
-                            active.push(k);
-                        }
-                    }
-                }
-            }
-            for k in active {
-                self.on_readable(k);
-            }
+            self.advance_engines();
+            self.dispatch(&events);
             if Instant::now() >= wake {
+                // What arrived while this process could not run (stopped, or the wait
+                // interrupted by SIGCONT) is read before the timers judge the peers that
+                // sent it: a node back from a stall must not drop peers that spoke.
+                poll_once(&mut self.poll, &mut events, Some(Duration::ZERO))?;
+                self.advance_engines();
+                self.dispatch(&events);
                 self.next_tick = Instant::now() + TICK;
                 self.engine_wake = None;
                 self.tick();
@@ -93,6 +80,41 @@ impl NodeReactor {
                 info!("all requests finished and flushed; exiting");
                 return Ok(());
             }
+        }
+    }
+
+    /// Every engine's clock to now, before it handles what arrived: when a peer was last
+    /// heard, and when a write went, count from the moment it happened, not from the
+    /// last tick (a node back from a stall would judge its peers by a stale clock).
+    fn advance_engines(&mut self) {
+        let now = self.now_ms();
+        for r in &mut self.res {
+            r.engine.advance(now);
+        }
+    }
+
+    /// Hands what `events` says is ready to its room.
+    fn dispatch(&mut self, events: &Events) {
+        let mut active = Vec::new();
+        for ev in events.iter() {
+            match ev.token() {
+                WAKER => self.worker_completions(),
+                SIGNAL => self.begin_shutdown(),
+                MioToken(k) => {
+                    if ev.is_writable() {
+                        if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                            pc.connecting = false;
+                        }
+                        self.mark_dirty(k);
+                    }
+                    if ev.is_readable() || ev.is_error() || ev.is_read_closed() {
+                        active.push(k);
+                    }
+                }
+            }
+        }
+        for k in active {
+            self.on_readable(k);
         }
     }
 
