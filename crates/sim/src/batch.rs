@@ -57,21 +57,31 @@ pub fn run_seeds_with(from: u64, count: u64, overlapping: bool) -> Result<Vec<u6
 /// unconverged (checked for safety only) and the coverage reached, or the first failing
 /// seed's panic message.
 pub fn run_family(from: u64, count: u64, family: Family) -> Result<(Vec<u64>, Coverage), String> {
-    run_family_with(from, count, family, false)
+    run_family_with(from, count, family, Extra::default())
 }
 
-/// [`run_family`], with the checks of engine gaps not yet fixed if asked (see
-/// [`Scenario::pending_checks`](crate::Scenario::pending_checks)).
+/// What a batch adds to its family's scenarios.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extra {
+    /// The checks of engine gaps not yet fixed (see
+    /// [`Scenario::pending_checks`](crate::Scenario::pending_checks)).
+    pub pending_checks: bool,
+    /// Stalls of Secondaries among the faults (see
+    /// [`Scenario::stalls`](crate::Scenario::stalls)).
+    pub stalls: bool,
+}
+
+/// [`run_family`], with what `extra` adds.
 pub fn run_family_with(
     from: u64,
     count: u64,
     family: Family,
-    pending_checks: bool,
+    extra: Extra,
 ) -> Result<(Vec<u64>, Coverage), String> {
     let mut stuck = Vec::new();
     let mut cov = Coverage::default();
     for seed in from..from + count {
-        match run_one(seed, family, pending_checks) {
+        match run_one(seed, family, extra) {
             Ok(out) => {
                 cov.add(&out);
                 if !out.converged {
@@ -96,10 +106,10 @@ pub struct Batch {
 }
 
 /// [`run_family_with`], going on past failing seeds (to see how many fail, and how).
-pub fn run_family_keep_going(from: u64, count: u64, family: Family, pending_checks: bool) -> Batch {
+pub fn run_family_keep_going(from: u64, count: u64, family: Family, extra: Extra) -> Batch {
     let mut b = Batch::default();
     for seed in from..from + count {
-        match run_one(seed, family, pending_checks) {
+        match run_one(seed, family, extra) {
             Ok(out) => {
                 b.coverage.add(&out);
                 if !out.converged {
@@ -114,9 +124,12 @@ pub fn run_family_keep_going(from: u64, count: u64, family: Family, pending_chec
     b
 }
 
-fn run_one(seed: u64, family: Family, pending_checks: bool) -> Result<Outcome, String> {
+fn run_one(seed: u64, family: Family, extra: Extra) -> Result<Outcome, String> {
     let mut sc = family.scenario(seed);
-    sc.pending_checks = pending_checks;
+    sc.pending_checks = extra.pending_checks;
+    if extra.stalls {
+        sc = sc.with_stalls();
+    }
     std::panic::catch_unwind(|| Sim::new(sc).run()).map_err(|e| {
         e.downcast_ref::<String>()
             .cloned()
@@ -190,6 +203,14 @@ pub struct Coverage {
     pub quorum_losses: u64,
     pub failed_for_quorum: u64,
     pub unconverged: u64,
+    /// Runs with a stall, and what stalls did (see `stall.rs`).
+    pub stalled: u64,
+    pub stalls: u64,
+    pub short_stalls: u64,
+    pub stall_write_timeouts: u64,
+    pub stall_ping_timeouts: u64,
+    pub stall_silent: u64,
+    pub short_stall_drops: u64,
 }
 
 impl Coverage {
@@ -217,6 +238,13 @@ impl Coverage {
         self.planned_syncs += o.planned_syncs as u64;
         self.flushes_without_sync += o.flushes_without_sync as u64;
         self.cluster_crashes += hit(o.cluster_crashes);
+        self.stalled += hit(o.stalls.stalls);
+        self.stalls += o.stalls.stalls as u64;
+        self.short_stalls += o.stalls.short as u64;
+        self.stall_write_timeouts += o.stalls.write_timeouts as u64;
+        self.stall_ping_timeouts += o.stalls.ping_timeouts as u64;
+        self.stall_silent += o.stalls.silent as u64;
+        self.short_stall_drops += o.stalls.short_dropped as u64;
         self.primary_crashes += hit(o.primary_crashes);
         self.diskful_primary_crashes += u64::from(o.diskful_primary_crashed);
         self.abandoned += o.abandoned as u64;
@@ -309,6 +337,19 @@ impl std::fmt::Display for Coverage {
             f,
             "  failover           not modelled (node 0 is the only Primary)"
         )?;
+        if self.stalls > 0 {
+            writeln!(
+                f,
+                "  stalls             {:>7} runs, {} stalls ({} shorter than the request timeout); links to a stalled node dropped: {} write timeouts, {} ping timeouts, {} silent past the request timeout ({} in short stalls)",
+                self.stalled,
+                self.stalls,
+                self.short_stalls,
+                self.stall_write_timeouts,
+                self.stall_ping_timeouts,
+                self.stall_silent,
+                self.short_stall_drops
+            )?;
+        }
         writeln!(
             f,
             "  unconverged        {:>7} runs (checked for safety only)",

@@ -146,6 +146,7 @@ impl Sim {
     fn disconnect(&mut self, node: NodeId, peer: NodeId, reason: LinkLoss) {
         self.note(format!("node {node} drops {peer}: {reason}"));
         self.drops += 1;
+        self.count_stall_drop(peer, &reason);
         self.cut(node, peer, Some(node));
         let t = 50_000 + self.rng.below(50_000);
         self.at(

@@ -206,7 +206,14 @@ impl Sim {
         let n = self.nodes.len() as NodeId;
         let a = self.rng.below(u64::from(n)) as NodeId;
         let b = (a + 1 + self.rng.below(u64::from(n) - 1) as NodeId) % n;
-        if self.sc.disk_errors && !self.disk_fault && self.fault_rng.chance(0.3) {
+        if self.sc.stalls
+            && a != 0
+            && self.stalled(a).is_none()
+            && !self.node_failed(a as usize)
+            && self.stall_rng.chance(0.4)
+        {
+            self.stall(a);
+        } else if self.sc.disk_errors && !self.disk_fault && self.fault_rng.chance(0.3) {
             self.fail_disk();
         } else if self.sc.restarts
             && a != 0
@@ -237,6 +244,8 @@ impl Sim {
     pub(crate) fn restart(&mut self, node: NodeId) {
         self.note(format!("restart node {node}"));
         self.restarts += 1;
+        // kill -9 ends a stall too: the new process runs.
+        self.stalled_until[node as usize] = 0;
         // After a disk failed, a replica may be the last of its volume: losing what it
         // holds too would be a second failure at once, which loses data no engine can keep.
         let one_failure = !self.disk_fault;
@@ -495,7 +504,13 @@ impl Sim {
     pub(crate) fn rejoin(&mut self, node: NodeId) {
         for other in 0..self.nodes.len() as NodeId {
             if other != node && !self.links.get(&(node, other)).is_some_and(|l| l.up) {
-                self.connect(node.min(other), node.max(other));
+                let (a, b) = (node.min(other), node.max(other));
+                if self.stalled(other).is_some() {
+                    // Met once it runs again (see `stall.rs`).
+                    self.at(1, Ev::Heal { a, b });
+                } else {
+                    self.connect(a, b);
+                }
             }
         }
     }

@@ -32,10 +32,11 @@ mod disk_errors;
 mod driver;
 mod faults;
 mod rng;
+mod stall;
 
 pub use batch::{
     digest_family, digest_seeds, run_family, run_family_keep_going, run_family_with, run_seeds,
-    run_seeds_with, Batch, Coverage,
+    run_seeds_with, Batch, Coverage, Extra,
 };
 pub use crash::Crash;
 pub use faults::{Family, Knobs};
@@ -111,6 +112,9 @@ pub struct Scenario {
     /// A crash in the middle of the workload: of every node at once, or of the Primary
     /// alone (see [`Family::ClusterCrash`]).
     pub crash: Option<Crash>,
+    /// Faults may be stalls of a Secondary (SIGSTOP, then SIGCONT; see `stall.rs`). Off
+    /// in every family (`tandem-sim --stalls` turns it on), which keeps their schedules.
+    pub stalls: bool,
 }
 
 impl Scenario {
@@ -146,6 +150,7 @@ impl Scenario {
             pending_checks: false,
             knobs: Knobs::default(),
             crash: None,
+            stalls: false,
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
         let volumes = match r.below(10) {
@@ -237,6 +242,8 @@ pub struct Outcome {
     /// everything (`Event::OlderPeerListed`).
     pub older_listed_bitmap: usize,
     pub older_listed_full: usize,
+    /// What stalls did (see `stall.rs`).
+    pub(crate) stalls: stall::Stalls,
 }
 
 /// How long (simulated) an overlapping-fault run may stay unconverged after the workload
@@ -246,16 +253,35 @@ pub const STUCK_AFTER_US: u64 = 20_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
-    Deliver { from: NodeId, to: NodeId, conn: u64 },
-    DiskDone { node: NodeId, op: u64 },
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        conn: u64,
+    },
+    DiskDone {
+        node: NodeId,
+        op: u64,
+    },
     Tick,
     Workload,
     Fault,
-    Heal { a: NodeId, b: NodeId },
-    Restart { node: NodeId },
+    Heal {
+        a: NodeId,
+        b: NodeId,
+    },
+    Restart {
+        node: NodeId,
+    },
     Promote,
     Crash,
     Repromote,
+    /// A stopped node learns, once it runs again, that a connection dropped (see
+    /// `stall.rs`).
+    NoticeDown {
+        node: NodeId,
+        peer: NodeId,
+        conn: u64,
+    },
 }
 
 struct DiskOpState {
@@ -386,6 +412,12 @@ pub struct Sim {
     /// How many history lines are kept: every one under `TANDEM_SIM_FULL` (to read why a
     /// long run never converged), else the last few thousand.
     log_cap: usize,
+    /// Per node: until when (simulated µs) it is stopped, and whether that stall is
+    /// shorter than the request timeout; draws of the stalls; what they did.
+    stalled_until: Vec<u64>,
+    stall_short: Vec<bool>,
+    stall_rng: Rng,
+    stall_stats: stall::Stalls,
 }
 
 fn spec(sc: &Scenario, me: NodeId, incarnation: u64) -> ResourceSpec {
@@ -506,6 +538,10 @@ impl Sim {
             crash_starts: 0,
             suspect_bytes: 0,
             crash: crash::CrashState::new(sc_seed, crashes),
+            stalled_until: vec![0; n_nodes],
+            stall_short: vec![false; n_nodes],
+            stall_rng: Rng::new(sc_seed ^ 0x5a11_5a11),
+            stall_stats: Default::default(),
             flushes_done: Vec::new(),
             resync_reqs: 0,
             tick_at: None,
@@ -552,12 +588,14 @@ impl Sim {
         if self.quiet() {
             return;
         }
-        let Some(want) = self
-            .nodes
-            .iter()
-            .filter_map(|n| n.engine.poll_timeout())
+        // A stopped node's timers run once it goes on, after what waited for it.
+        let Some(want) = (0..self.nodes.len())
+            .filter_map(|i| match self.stalled(i as NodeId) {
+                Some(until) => Some(until + 1),
+                None => (self.nodes[i].engine.poll_timeout()).map(|ms| ms * 1000),
+            })
             .min()
-            .map(|ms| (ms * 1000).max(self.now + 1))
+            .map(|us| us.max(self.now + 1))
         else {
             return;
         };
@@ -624,17 +662,17 @@ impl Sim {
         if !self.links.get(&(a, b)).is_some_and(|l| l.up) {
             return;
         }
+        let mut conn = 0;
         for (x, y) in [(a, b), (b, a)] {
             let l = self.links.get_mut(&(x, y)).expect("link exists");
             l.up = false;
             l.queue.clear();
+            conn = l.conn;
         }
         self.note(format!("link {a}<->{b} cut"));
         for (x, y) in [(a, b), (b, a)] {
             if Some(x) != except {
-                let mut out = Vec::new();
-                self.nodes[x as usize].engine.peer_down(y, &mut out);
-                self.run_actions(x, out, &Inputs::default());
+                self.notice_down(x, y, conn);
             }
         }
     }
@@ -1150,6 +1188,9 @@ impl Sim {
         for n in &mut self.nodes {
             n.engine.advance(t / 1000);
         }
+        if self.sc.stalls && self.hold_for_stall(ev) {
+            return true;
+        }
         match ev {
             Ev::Deliver { from, to, conn } => self.deliver(from, to, conn),
             Ev::DiskDone { node, op } => self.disk_done(node, op),
@@ -1158,6 +1199,9 @@ impl Sim {
                     self.tick_at = None;
                 }
                 for i in 0..self.nodes.len() {
+                    if self.stalled(i as NodeId).is_some() {
+                        continue;
+                    }
                     let mut out = Vec::new();
                     self.nodes[i].engine.tick(self.now / 1000, &mut out);
                     self.run_actions(i as NodeId, out, &Inputs::default());
@@ -1173,6 +1217,7 @@ impl Sim {
             Ev::Restart { node } => self.rejoin(node),
             Ev::Crash => self.crash(),
             Ev::Repromote => self.repromote(),
+            Ev::NoticeDown { node, peer, conn } => self.notice_down(node, peer, conn),
             Ev::Promote => {
                 let mut out = Vec::new();
                 match self.nodes[0].engine.promote(false, &mut out) {
@@ -1327,6 +1372,8 @@ impl Sim {
                     .iter()
                     .filter(|(&(a, b), l)| a < b && !l.up)
                     .map(|(&k, _)| k)
+                    // A stopped node is met again once it runs (see `stall.rs`).
+                    .filter(|&(a, b)| self.stalled(a).is_none() && self.stalled(b).is_none())
                     .collect();
                 for (a, b) in cut {
                     self.connect(a, b);
@@ -1381,6 +1428,7 @@ impl Sim {
             generation_changes: self.crash.generation_changes,
             older_listed_bitmap: self.crash.older_listed_bitmap,
             older_listed_full: self.crash.older_listed_full,
+            stalls: self.stall_stats,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss |
-//! --quorum] [--cluster-crash] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
+//! --quorum] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
 //! of one fault family until one fails (exit 1, with the seed and its history) or all
 //! pass, then prints what the runs covered. A failing seed reruns identically: `tandem-sim
 //! <seed> 1 [family flags]`. Without a flag, single faults (links cut, secondaries
@@ -10,19 +10,21 @@
 //! or with `--power-loss`) crashes every node at once in the middle of the workload (in
 //! some runs the Primary alone): with no Primary left the replicas settle among
 //! themselves, then node 0 is promoted again. `--pending-checks` adds the checks of engine
-//! gaps not fixed yet (none now). `--keep-going` runs every seed and lists the failing ones (one line
-//! each) instead of stopping at the first. Runs that cannot converge (a known gap until
+//! gaps not fixed yet (none now). `--stalls` (any family but `--cluster-crash`) makes some
+//! faults stalls of a Secondary (SIGSTOP, then SIGCONT; timers scaled down, see
+//! `stall.rs`); `--digest` ignores it. `--keep-going` runs every seed and lists the
+//! failing ones (one line each) instead of stopping at the first. Runs that cannot converge (a known gap until
 //! persistent metadata) are checked for safety only and listed.
 
 use tandem_sim::Family;
 
-const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss | --quorum] [--cluster-crash] [--pending-checks] [--keep-going] [--digest]";
+const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss | --quorum] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]";
 
 fn main() {
     let mut family = Family::Single;
     let mut cluster_crash = false;
     let mut digest = false;
-    let mut pending = false;
+    let mut extra = tandem_sim::Extra::default();
     let mut keep_going = false;
     let mut args = Vec::new();
     for a in std::env::args().skip(1) {
@@ -32,7 +34,8 @@ fn main() {
             "--power-loss" => family = Family::PowerLoss,
             "--quorum" => family = Family::Quorum,
             "--cluster-crash" => cluster_crash = true,
-            "--pending-checks" => pending = true,
+            "--pending-checks" => extra.pending_checks = true,
+            "--stalls" => extra.stalls = true,
             "--keep-going" => keep_going = true,
             "--digest" => digest = true,
             _ => match a.parse::<u64>() {
@@ -40,6 +43,9 @@ fn main() {
                 Err(_) => fail(&format!("{a:?} is not a seed number or a flag")),
             },
         }
+    }
+    if cluster_crash && extra.stalls {
+        fail("--stalls does not combine with --cluster-crash");
     }
     if cluster_crash {
         family = match family {
@@ -59,7 +65,7 @@ fn main() {
     if keep_going {
         // One line per failing seed: each would otherwise print its history.
         std::panic::set_hook(Box::new(|_| {}));
-        let b = tandem_sim::run_family_keep_going(first, count, family, pending);
+        let b = tandem_sim::run_family_keep_going(first, count, family, extra);
         println!(
             "{count} {} seeds from {first} run in {:.1?}: {} passed, {} failed",
             family.name(),
@@ -77,7 +83,7 @@ fn main() {
         }
         return;
     }
-    match tandem_sim::run_family_with(first, count, family, pending) {
+    match tandem_sim::run_family_with(first, count, family, extra) {
         Ok((stuck, coverage)) => {
             println!(
                 "{count} {} seeds from {first} passed in {:.1?}",
