@@ -245,7 +245,7 @@ impl Sim {
         self.note(format!("restart node {node}"));
         self.restarts += 1;
         // kill -9 ends a stall too: the new process runs.
-        self.stalled_until[node as usize] = 0;
+        self.end_stall(node);
         // After a disk failed, a replica may be the last of its volume: losing what it
         // holds too would be a second failure at once, which loses data no engine can keep.
         let one_failure = !self.disk_fault;

@@ -1266,7 +1266,9 @@ impl Sim {
 
     /// All links up and every replica of every volume UpToDate, no known out-of-sync block.
     fn healthy(&self) -> bool {
-        self.links.values().all(|l| l.up)
+        // A stall is a failure until it ends (see `stall.rs`).
+        (0..self.nodes.len()).all(|i| self.stalled(i as NodeId).is_none())
+            && self.links.values().all(|l| l.up)
             && (0..self.nodes.len()).all(|i| {
                 let st = self.nodes[i].engine.status();
                 (0..self.sc.sizes.len()).all(|v| {

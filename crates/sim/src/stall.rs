@@ -66,6 +66,20 @@ impl Sim {
         self.note(format!("node {n} stalls for {ms} ms"));
     }
 
+    /// Node `n`'s stall ends early (it is killed or stopped): what it was to learn of its
+    /// dropped connections, it learns now, so a clean stop finds every peer gone.
+    pub(crate) fn end_stall(&mut self, n: NodeId) {
+        if self.stalled(n).is_none() {
+            return;
+        }
+        self.stalled_until[n as usize] = 0;
+        for y in (0..self.nodes.len() as NodeId).filter(|&y| y != n) {
+            if let Some(conn) = self.links.get(&(n, y)).filter(|l| !l.up).map(|l| l.conn) {
+                self.notice_down(n, y, conn);
+            }
+        }
+    }
+
     /// An event for a stopped node waits until it runs again (`true`: put back).
     pub(crate) fn hold_for_stall(&mut self, ev: Ev) -> bool {
         let node = match ev {
