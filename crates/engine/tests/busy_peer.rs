@@ -11,7 +11,7 @@
 mod common;
 
 use common::{Net, BLOCK};
-use tandem_engine::replica::{Event, LinkLoss, NodeId};
+use tandem_engine::replica::{Event, LinkLoss, Msg, NodeId};
 use tandem_engine::Io;
 
 /// Why node `n` dropped `peer`, every time it did.
@@ -74,6 +74,35 @@ fn a_secondary_stalled_with_a_barrier_outstanding_is_kept() {
     wait(&mut net, 3000);
     assert!(net.dropped.is_empty(), "{:?}", net.dropped);
     net.thaw(1);
+    net.tick(100);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.assert_converges();
+}
+
+/// And with a read outstanding (the diskless Primary reads from an up-to-date peer, the
+/// one round robin picks: that one is stalled; the other runs on).
+#[test]
+fn a_secondary_stalled_with_a_read_outstanding_is_kept() {
+    let mut net = Net::diskless_primary();
+    net.tick(100);
+    net.freeze(1);
+    net.freeze(2);
+    net.submit(
+        1,
+        Io::Read {
+            offset: 0,
+            len: BLOCK as u32,
+        },
+    );
+    let asked =
+        |net: &Net, n| (net.in_flight(0, n).iter()).any(|m| matches!(m, Msg::ReadReq { .. }));
+    let (busy, idle) = if asked(&net, 1) { (1, 2) } else { (2, 1) };
+    assert!(asked(&net, busy));
+    net.thaw(idle);
+    assert_eq!(net.answer(1), None, "the read waits for the stalled peer");
+    wait(&mut net, 3000);
+    assert!(net.dropped.is_empty(), "{:?}", net.dropped);
+    net.thaw(busy);
     net.tick(100);
     assert_eq!(net.answer(1), Some(Ok(())));
     net.assert_converges();
