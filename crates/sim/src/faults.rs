@@ -505,7 +505,7 @@ impl Sim {
         for other in 0..self.nodes.len() as NodeId {
             if other != node && !self.links.get(&(node, other)).is_some_and(|l| l.up) {
                 let (a, b) = (node.min(other), node.max(other));
-                if self.stalled(other).is_some() {
+                if self.stopped_or_resuming(other) {
                     // Met once it runs again (see `stall.rs`).
                     self.at(1, Ev::Heal { a, b });
                 } else {

@@ -635,6 +635,9 @@ impl Sim {
     }
 
     fn connect(&mut self, a: NodeId, b: NodeId) {
+        if self.sc.stalls {
+            self.old_links_down(a, b);
+        }
         let conn = self.next_conn;
         self.next_conn += 1;
         for (x, y) in [(a, b), (b, a)] {
@@ -1375,7 +1378,7 @@ impl Sim {
                     .filter(|(&(a, b), l)| a < b && !l.up)
                     .map(|(&k, _)| k)
                     // A stopped node is met again once it runs (see `stall.rs`).
-                    .filter(|&(a, b)| self.stalled(a).is_none() && self.stalled(b).is_none())
+                    .filter(|&(a, b)| !self.stopped_or_resuming(a) && !self.stopped_or_resuming(b))
                     .collect();
                 for (a, b) in cut {
                     self.connect(a, b);

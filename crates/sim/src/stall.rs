@@ -50,6 +50,13 @@ impl Sim {
         (until > self.now).then_some(until)
     }
 
+    /// Whether node `n` is stopped or goes on just now, with what waited for it not yet
+    /// handled: a link to it is not healed before it has learned the old one dropped.
+    pub(crate) fn stopped_or_resuming(&self, n: NodeId) -> bool {
+        let until = self.stalled_until[n as usize];
+        until != 0 && self.now <= until
+    }
+
     /// Stops node `n` for a drawn time.
     pub(crate) fn stall(&mut self, n: NodeId) {
         let timeout = self.sc.knobs.timeout_ms;
@@ -120,6 +127,17 @@ impl Sim {
             let mut out = Vec::new();
             self.nodes[x as usize].engine.peer_down(y, &mut out);
             self.run_actions(x, out, &tandem_engine::driver::Inputs::default());
+        }
+    }
+
+    /// Before `a` and `b` connect again, each learns that their last connection dropped, if
+    /// the news still waited for the end of a stall (as a daemon reads the old socket's
+    /// close before it binds the new one).
+    pub(crate) fn old_links_down(&mut self, a: NodeId, b: NodeId) {
+        for (x, y) in [(a, b), (b, a)] {
+            if let Some(conn) = self.links.get(&(x, y)).filter(|l| !l.up).map(|l| l.conn) {
+                self.notice_down(x, y, conn);
+            }
         }
     }
 
