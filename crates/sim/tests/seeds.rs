@@ -41,7 +41,7 @@ fn thousands_of_seeds() {
 /// Stalled Secondaries (`--stalls`: SIGSTOP, then SIGCONT) lose nothing acknowledged and
 /// converge; a stall shorter than the request timeout is rarely a drop (only an idle link
 /// to the Primary is judged by pings). With every link judged by pings (the rule of
-/// `peer::Judge` off), the 79 short stalls in the first 1,000 seeds cost 92 links (and no
+/// `peer::Judge` off), the 78 short stalls in the first 1,000 seeds cost 92 links (and no
 /// long one was dropped by the request timeout); with it, the 86 short stalls cost 1.
 #[test]
 fn stalled_secondaries_lose_nothing_and_short_stalls_are_kept() {
