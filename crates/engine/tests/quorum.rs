@@ -210,7 +210,8 @@ fn a_diskless_primary_cut_off_rejoins_the_majority_that_went_on() {
     // Its cable is cut: every node notices by its timers (node 0 both peers in one tick).
     net.cut(0, 1);
     net.cut(0, 2);
-    for _ in 0..40 {
+    // With a write outstanding, the peers are judged by the request timeout (6 s).
+    for _ in 0..80 {
         net.tick(100);
     }
     assert!(matches!(net.answer(2), Some(Err(_))), "{:?}", net.answer(2));
@@ -263,7 +264,8 @@ fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
     net.write(2, 4096, 4096);
     net.cut(0, 1);
     net.cut(0, 2);
-    for _ in 0..40 {
+    // With a write outstanding, the peers are judged by the request timeout (6 s).
+    for _ in 0..80 {
         net.tick(100);
     }
     assert!(matches!(net.answer(2), Some(Err(_))), "{:?}", net.answer(2));
