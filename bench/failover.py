@@ -31,8 +31,11 @@ try inherits a resync or a returning node from the one before. Scenarios:
 
 Measured per try (the clock starts just before the SIGKILL / the `ip link set down`):
   write    the first 4 KiB write completed through the new Primary (its reply received)
-  primary  the new node's `tandem status --json` first says role Primary (polled every
-           ~10 ms in a thread, alongside the attach loop)
+  primary  the new node's `tandem status --json` first says role Primary (polled in a
+           thread alongside the attach loop, each `tandem status` call a few ms and 10 ms
+           apart: an upper bound by one poll; the client whose write completed stays
+           attached until the poll saw Primary, as an application would, so the role is not
+           given back in between)
   attempts attaches until the write completed, and the errors met (EPERM, EIO, ...)
 
 Correctness, after every try: the whole volume is read back through the new Primary with the
@@ -388,7 +391,8 @@ def address_free(ip):
 
 def failover_probe(node, t0, tag):
     """Attaches to `node` and writes the probe block, attaching again after each failure,
-    until a write completes. Returns (seconds from t0, attempts, errors, probe data)."""
+    until a write completes. Returns (seconds from t0, attempts, errors, probe data, the
+    client, still attached: the application stays, and with it the Primary role)."""
     errors = {}
     attempts = 0
     deadline = t0 + GIVE_UP
@@ -399,9 +403,7 @@ def failover_probe(node, t0, tag):
         try:
             c = Nbd(node.sock, timeout=GIVE_UP)
             c.write(PROBE_OFF, data)
-            t = time.monotonic() - t0
-            c.close()
-            return t, attempts, errors, data
+            return time.monotonic() - t0, attempts, errors, data, c
         except NbdError as e:
             key = ERRNO.get(e.errno, str(e.errno))
         except (OSError, ConnectionError) as e:
@@ -498,9 +500,10 @@ def one_try(binary, scenario, t, tag):
             lab.cable(list(nodes).index(old_name), False)
         r["fault_s"] = time.monotonic() - t0
         poller.start()
-        r["write_s"], r["attempts"], r["errors"], probe = failover_probe(new, t0, wtag)
-        poller.join(GIVE_UP)
+        r["write_s"], r["attempts"], r["errors"], probe, app = failover_probe(new, t0, wtag)
+        poller.join(5)
         poller.stop_flag = True
+        app.close()
         r["primary_s"] = None if poller.at is None else poller.at - t0
         r["polls"] = poller.polls
         if how == "cut":
@@ -677,7 +680,8 @@ def main():
         f"again after every error, until a write completes. Times from just before the "
         f"SIGKILL (or `ip link set down`): **first write** = that write's reply received, "
         f"**Primary** = the new node's `tandem status --json` first says Primary (polled every "
-        f"~10 ms). Then the whole volume is read through the new Primary: every block the old "
+        f"~10 ms, each call a few ms: an upper bound by one poll; the probe's client stays "
+        f"attached until then). Then the whole volume is read through the new Primary: every block the old "
         f"Primary acknowledged holds its last acknowledged data (or the write in flight at the "
         f"fault), every other block zeroes, the probe block the probe.",
         "",
