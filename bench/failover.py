@@ -709,7 +709,7 @@ def main():
     lines += ["## Log lines per try (warnings, errors, promotions, quorum; last 40)", ""]
     for r in results:
         lines += [f"### {r['scenario']} try {r['try']}", "",
-                  f"new Primary's role at the end {r['new_role']}, quorum {r['new_quorum']}; "
+                  f"new Primary's role after the read-back client left {r['new_role']}, quorum {r['new_quorum']}; "
                   f"writer: {r['writes_total']} writes, stopped by `{r['writer_error']}` at "
                   f"{ms(r['writer_error_s'])} ms; {r['polls']} status polls.", "",
                   "```", *[l[:300] for l in r["log"]], "```", ""]
