@@ -194,102 +194,45 @@ fn quorum_off_keeps_a_lone_primary_writing() {
     assert!(net.nodes[0].status().volumes[0].quorum.is_none());
 }
 
-/// Node 0, a diskless Primary, loses one voter and then the other with a write in flight
-/// (held on both links): the write fails, the majority promotes node 1 and writes on, and
-/// node 0, Secondary again, rejoins without a split brain: the failed write, which no
-/// replica may be said to lack by a node that kept no copy and had no quorum, is settled
-/// by the replicas themselves.
-#[test]
-fn a_diskless_primary_cut_off_rejoins_the_majority_that_went_on() {
-    let mut net = Net::with_quorum(true, majority(OnNoQuorum::IoError));
+/// Node 0, Primary, is cut off from both peers with a write in flight (held on both
+/// links), which fails; the majority promotes node 1, which writes block 2; node 0, demoted,
+/// rejoins without a split brain. Returns the network, converged.
+fn cut_off_then_rejoin(diskless_primary: bool) -> Net {
+    let mut net = Net::with_quorum(diskless_primary, majority(OnNoQuorum::IoError));
     net.write(1, 0, 4096);
     assert_eq!(net.answer(1), Some(Ok(())));
     net.hold(0, 1);
     net.hold(0, 2);
     net.write(2, 4096, 4096);
-    // Its cable is cut: every node notices by its timers (node 0 both peers in one tick).
+    // Its cable is cut: every node notices by its timers (node 0 both peers in one tick;
+    // with a write outstanding, by the request timeout, 6 s).
     net.cut(0, 1);
     net.cut(0, 2);
-    // With a write outstanding, the peers are judged by the request timeout (6 s).
     for _ in 0..80 {
         net.tick(100);
     }
     assert!(matches!(net.answer(2), Some(Err(_))), "{:?}", net.answer(2));
     assert_eq!(quorum_changes(&net, 0), vec![true, false]);
-    // Nodes 1 and 2 are the majority: node 1 becomes Primary and writes.
+    if !diskless_primary {
+        assert_eq!(
+            net.block(0, 1)[0],
+            2,
+            "the failed write is on node 0's replica"
+        );
+    }
     assert_eq!(promote(&mut net, 1), Ok(()));
-    net.submit_on(
-        1,
-        3,
-        Io::Write {
-            offset: 8192,
-            len: 4096,
-            fua: false,
-        },
-    );
+    let write = Io::Write {
+        offset: 8192,
+        len: 4096,
+        fua: false,
+    };
+    net.submit_on(1, 3, write);
     assert_eq!(net.answer_on(1, 3), Some(Ok(())));
     let mut out = Vec::new();
     net.nodes[0].demote(&mut out).unwrap();
     net.push(0, out);
     net.run();
     // The drops by the timers are done with: what follows must drop nothing.
-    net.dropped.clear();
-    net.link_up(0, 2);
-    net.link_up(0, 1);
-    assert!(
-        !(net.events.iter()).any(|(_, e)| matches!(e, Event::GenerationsDiverged { .. })),
-        "{:?}",
-        net.events
-    );
-    assert!(
-        net.dropped.is_empty(),
-        "connections dropped: {:?}",
-        net.dropped
-    );
-    // Converged (assert_converges compares the replicas of nodes 1 and 2).
-    net.assert_converges();
-    assert_eq!(net.block(1, 2)[0], 3);
-}
-
-/// As above with a diskful Primary: its failed write landed on its own replica only. The
-/// majority promotes node 1 and writes on; node 0, Secondary again, rejoins as the older
-/// replica and is synced from the new Primary, its failed write overwritten.
-#[test]
-fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
-    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
-    net.write(1, 0, 4096);
-    assert_eq!(net.answer(1), Some(Ok(())));
-    net.hold(0, 1);
-    net.hold(0, 2);
-    net.write(2, 4096, 4096);
-    net.cut(0, 1);
-    net.cut(0, 2);
-    // With a write outstanding, the peers are judged by the request timeout (6 s).
-    for _ in 0..80 {
-        net.tick(100);
-    }
-    assert!(matches!(net.answer(2), Some(Err(_))), "{:?}", net.answer(2));
-    assert_eq!(quorum_changes(&net, 0), vec![true, false]);
-    assert_eq!(
-        net.block(0, 1)[0],
-        2,
-        "the failed write is on node 0's replica"
-    );
-    assert_eq!(promote(&mut net, 1), Ok(()));
-    net.submit_on(
-        1,
-        3,
-        Io::Write {
-            offset: 8192,
-            len: 4096,
-            fua: false,
-        },
-    );
-    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
-    let mut out = Vec::new();
-    net.nodes[0].demote(&mut out).unwrap();
-    net.push(0, out);
-    net.run();
     net.dropped.clear();
     net.link_up(0, 2);
     net.link_up(0, 1);
@@ -302,7 +245,24 @@ fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
         "connections dropped: {:?}",
         net.dropped
     );
-    // It pulled its failed write back from the new Primary, as after a crash.
+    // Converged (assert_converges compares the replicas of every diskful node).
+    net.assert_converges();
+    assert_eq!(net.block(1, 2)[0], 3);
+    net
+}
+
+/// A diskless Primary: the failed write, which no replica may be said to lack by a node
+/// that kept no copy and had no quorum, is settled by the replicas themselves.
+#[test]
+fn a_diskless_primary_cut_off_rejoins_the_majority_that_went_on() {
+    cut_off_then_rejoin(true);
+}
+
+/// A diskful Primary: its failed write landed on its own replica only. Demoted without
+/// quorum, it turns Outdated and pulls that back from the new Primary, as after a crash.
+#[test]
+fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
+    let net = cut_off_then_rejoin(false);
     let lost = |e: &Event| {
         matches!(
             e,
@@ -317,7 +277,6 @@ fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
         "node 0 did not turn Outdated for its failed write: {:?}",
         net.events
     );
-    net.assert_converges();
     for n in 0..3 {
         assert_eq!(net.block(n, 1)[0], 0, "node {n}: the failed write");
         assert_eq!(net.block(n, 2)[0], 3, "node {n}");
