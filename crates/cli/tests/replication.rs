@@ -1339,14 +1339,7 @@ fn secondary_is_refused_while_a_client_is_attached() {
 fn split_brain_is_reported_on_both_sides_and_not_retried() {
     const TEST: &str = "replication::split_brain_is_reported_on_both_sides_and_not_retried";
     // Without quorum the node cut off takes writes too (with it, see the next test).
-    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &quorum_off);
-    c.wait_in_sync(SYNC_TIMEOUT);
-    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
-    gamma.write(0, &[0x11; 4096]);
-    c.node("alpha")
-        .daemon
-        .admin(&["disconnect", RESOURCE])
-        .expect_success();
+    let (mut c, mut gamma) = alpha_disconnected(TEST, &quorum_off);
     c.wait_for("alpha cut off", Duration::from_secs(10), |statuses| {
         for (me, st) in statuses.iter().filter(|(n, _)| *n != "alpha") {
             let conn = peer_of(st, "alpha").map(|p| str_of(p, "connection"));
@@ -1441,6 +1434,20 @@ fn split_brain_is_reported_on_both_sides_and_not_retried() {
     );
 }
 
+/// Alpha, beta and gamma in sync, gamma's client has written block 0, and `tandem
+/// disconnect` on alpha has cut it off (the others may not have noticed yet).
+fn alpha_disconnected(test: &'static str, tweak: Tweak<'_>) -> (Cluster, Nbd) {
+    let mut c = Cluster::start(test, "C", &[ALPHA, BETA, GAMMA], tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    gamma.write(0, &[0x11; 4096]);
+    c.node("alpha")
+        .daemon
+        .admin(&["disconnect", RESOURCE])
+        .expect_success();
+    (c, gamma)
+}
+
 fn quorum_off(_node: &str, text: String) -> String {
     text.replacen("[resource]\n", "[resource]\nquorum = \"off\"\n", 1)
 }
@@ -1451,14 +1458,7 @@ fn quorum_off(_node: &str, text: String) -> String {
 #[test]
 fn a_node_cut_off_takes_no_writes_under_quorum() {
     const TEST: &str = "replication::a_node_cut_off_takes_no_writes_under_quorum";
-    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
-    c.wait_in_sync(SYNC_TIMEOUT);
-    let mut gamma = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
-    gamma.write(0, &[0x11; 4096]);
-    c.node("alpha")
-        .daemon
-        .admin(&["disconnect", RESOURCE])
-        .expect_success();
+    let (mut c, mut gamma) = alpha_disconnected(TEST, &no_tweak);
     c.wait_for(
         "alpha without quorum",
         Duration::from_secs(10),
