@@ -122,3 +122,34 @@ fn a_write_a_flush_made_durable_survives_a_crash_of_every_node_after_it() {
     assert_eq!(net.block(2, 3)[0], 1, "node 2 kept write 1");
     assert_eq!(net.block(1, 3)[0], 1, "node 1 pulled it back");
 }
+
+/// A replica back after a cut says UpToDate until the Primary's list reaches it, and the
+/// list waits for the writes in flight that missed it: the barrier of a FLUSH may reach
+/// it first. Its answer vouches only for what it holds, not for the write it missed while
+/// away, so when the replica that holds that write is gone too the FLUSH fails, not
+/// completes with the write durable nowhere (overlapping seed 286090154).
+#[test]
+fn a_replica_the_primary_knows_lacks_writes_does_not_answer_for_a_flush() {
+    let mut net = Net::diskless_primary();
+    net.link_down(1, 2);
+    net.link_down(0, 2);
+    // On node 1 only.
+    net.write(1, 3 * BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    assert_eq!((net.block(1, 3)[0], net.block(2, 3)[0]), (1, 0));
+    // Write 2 is in flight to node 1 alone (held) when node 2 returns: the list to node 2
+    // waits for it, and the FLUSH's barrier goes out first.
+    net.hold(0, 1);
+    net.write(2, 7 * BLOCK, 4096);
+    net.link_up(0, 2);
+    net.submit(3, Io::Flush);
+    let answered = net.delivered(2, 0, |m| matches!(m, Msg::BarrierAck { errno: 0, .. }));
+    assert_eq!(answered.len(), 1, "node 2 answered the barrier");
+    // Node 1, which holds write 1, goes with its page cache.
+    net.link_down(0, 1);
+    assert_ne!(
+        net.answer(3),
+        Some(Ok(())),
+        "the FLUSH completed though no replica that answered it holds write 1"
+    );
+}

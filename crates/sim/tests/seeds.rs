@@ -380,12 +380,15 @@ fn disk_errors_regressions() {
 /// restores the bitmaps its metadata kept). Seed 109066599: a write failed after its only
 /// target received and wrote it; nobody marked the replica that was away, which kept an
 /// older write there protected from resync data (a write some replica received now marks
-/// the replicas that never got it).
+/// the replicas that never got it). Seed 286090154: a FLUSH's barrier reached a replica
+/// back from a cut before the Primary's list did; it answered as UpToDate, and with the
+/// replica that held an earlier write gone, the FLUSH completed with that write durable
+/// nowhere (a replica the Primary knows lacks blocks now answers for no FLUSH).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
         31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754, 60017710, 60032299,
-        80045903, 80087183, 101022420, 109066599,
+        80045903, 80087183, 101022420, 109066599, 286090154,
     ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;

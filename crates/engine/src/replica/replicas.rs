@@ -287,12 +287,18 @@ impl Replicas {
     /// syncing: that one is flushed too, but may lack a write only a replica gone meanwhile
     /// had. So only a replica UpToDate now answers: a peer's state reaches us in order with
     /// its acknowledgement, and one that finished its resync first flushed all it pulled.
+    /// And only one we know lacks nothing: back after a cut, a replica says UpToDate until
+    /// our list reaches it, and flushed only what it holds (overlapping seed 286090154: the
+    /// replica that held a write had gone, the one back without it answered the barrier,
+    /// and the FLUSH completed with that write durable nowhere).
     pub(super) fn barrier_answers_for(&self, v: usize, local_ok: bool, peers_ok: NodeSet) -> bool {
         (local_ok && self.vols[v].up_to_date())
             || self.peers.up().any(|p| {
+                let pv = &p.vols[v];
                 peers_ok.contains(p.id)
-                    && p.vols[v].diskful
-                    && p.vols[v].disk == Some(DiskState::UpToDate)
+                    && pv.diskful
+                    && pv.disk == Some(DiskState::UpToDate)
+                    && pv.oos.count() == 0
             })
     }
 
