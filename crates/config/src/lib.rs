@@ -19,7 +19,7 @@
 //! | `shared-secret-file` | instead of `shared-secret`: a file holding it (relative paths are relative to the configuration file's directory; trailing newlines are removed; must not be empty) |
 //! | `quorum` | `"off"`, `"majority"`, `"all"` or a number of replicas: a Primary completes I/O only while it reaches that many of the nodes keeping a replica of each volume (itself included; with an even number, a partition one short that reaches most diskless nodes keeps a quorum it held); a node without it cannot be promoted. Default `"majority"` with three nodes or more, `"off"` with two |
 //! | `quorum-minimum-redundancy` | `"off"` (default), `"majority"`, `"all"` or a number: also that many *up-to-date* replicas reached |
-//! | `on-no-quorum` | `"io-error"` (default: a Primary without quorum fails I/O with EIO, including writes in flight, which are not acknowledged) or `"suspend-io"` (holds it until quorum returns) |
+//! | `on-no-quorum` | `"io-error"` (default: a Primary without quorum fails I/O with EIO, including writes in flight, which are not acknowledged) or `"suspend-io"` (requests that arrive without quorum wait and go on when it returns; writes in flight when it went, done on a minority, still fail) |
 //!
 //! Exactly one of `shared-secret` and `shared-secret-file` must be set.
 //!
