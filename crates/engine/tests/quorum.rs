@@ -282,3 +282,23 @@ fn a_diskful_primary_cut_off_rejoins_the_majority_that_went_on() {
         assert_eq!(net.block(n, 2)[0], 3, "node {n}");
     }
 }
+
+/// Connected to a majority is not enough: a write is acknowledged only once a majority of
+/// the replicas holds it. Node 2 comes back while a write sent to node 1 alone is in
+/// flight (it is never sent the write: it will pull it); node 1 then goes. Nodes 0 and 2
+/// are a majority, but only node 0 holds the write: it fails (quorum + stalls seed
+/// 303006807).
+#[test]
+fn a_write_held_by_fewer_than_a_majority_is_not_acknowledged() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    net.link_down(0, 2);
+    net.hold(0, 1);
+    net.write(1, 0, 4096);
+    net.link_up(0, 2);
+    assert_eq!(net.answer(1), None);
+    net.link_down(0, 1);
+    assert!(net.nodes[0].status().volumes[0].quorum.unwrap().quorate);
+    assert_eq!(net.answer(1), Some(Err(IoError::NoQuorum)));
+    net.link_up(0, 1);
+    net.assert_converges();
+}

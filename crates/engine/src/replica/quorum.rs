@@ -18,6 +18,7 @@ use super::action::RAction;
 use super::bitmap::Bitmap;
 use super::event::{DiskChange, Event};
 use super::local::LocalVol;
+use super::nodeset::NodeSet;
 use super::peer::Peer;
 use super::replicas::Replicas;
 use super::spec::ResourceSpec;
@@ -167,6 +168,27 @@ impl Replicas {
     /// Whether volume `v` has quorum now (always, with quorum off).
     pub(super) fn has_quorum(&self, v: usize) -> bool {
         self.spec.quorum.is_off() || self.quorum_count(v).quorate(self.vols[v].quorum_held)
+    }
+
+    /// Whether the replicas in `holders` (nodes whose replica of `v` took a write: wrote
+    /// it, or received it under protocol B, sent under A) are enough votes for a quorum
+    /// (a held one kept by a tiebreaker one vote short, as `QuorumCount::quorate`): a write
+    /// is acknowledged only then, so every majority that may promote another Primary
+    /// holds it. Being connected to a majority is not enough: a replica that connected
+    /// while the write was in flight was never sent it (quorum + stalls seed 303006807: a
+    /// write landed on the Primary alone, its one holder peer stalled and then cut off,
+    /// and the peer back meanwhile made the count while lacking it).
+    pub(super) fn quorum_holds(&self, v: usize, holders: NodeSet) -> bool {
+        if self.spec.quorum.is_off() {
+            return true;
+        }
+        let mut c = self.quorum_count(v);
+        let votes = (self.spec.nodes.iter())
+            .filter(|(id, keeps)| keeps[v] && holders.contains(*id))
+            .count() as u8;
+        c.up_to_date = votes;
+        c.present = 0;
+        c.quorate(self.vols[v].quorum_held)
     }
 
     /// A node demoted while a volume has no quorum forgets what it claims its peers lack

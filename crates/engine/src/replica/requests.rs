@@ -354,10 +354,17 @@ impl Requests {
             .get_mut(req)
             .expect("finishing an unknown write");
         let v = w.volume as usize;
-        // Done on the replicas it reached, a minority: it fails, before it rotates any ids,
-        // under either policy (see `requests/suspended.rs`).
+        // Done on the replicas it reached: without quorum, or on too few of them for one,
+        // it fails, before it rotates any ids, under either policy (see
+        // `requests/suspended.rs`, `Replicas::quorum_holds`).
+        let mut holders = w.peers_ok;
+        if w.local == Stage::Done(true) {
+            holders.insert(rep.spec.me);
+        }
+        let enough = rep.quorum_holds(v, holders);
         let result = match (result, Gate::of(rep, v)) {
             (Ok(()), Gate::Hold | Gate::Fail) => Err(IoError::NoQuorum),
+            (Ok(()), Gate::Go) if !enough => Err(IoError::NoQuorum),
             (r, _) => r,
         };
         let w = self.writes.get_mut(req).expect("checked above");
