@@ -34,7 +34,7 @@ pub(crate) struct Stalls {
 
 impl Scenario {
     /// This scenario with stalls among its faults, and timers scaled to them.
-    pub(crate) fn with_stalls(mut self) -> Scenario {
+    pub fn with_stalls(mut self) -> Scenario {
         self.stalls = true;
         self.knobs.ping_interval_ms = 20;
         self.knobs.ping_timeout_ms = 10;

@@ -112,6 +112,16 @@ fn quorum_acknowledges_only_on_a_majority_and_loses_nothing() {
     }
 }
 
+/// Quorum with stalls: seed 303006807 acknowledged a write held by the Primary alone,
+/// connected to a majority whose other member had come back while the write was in flight
+/// (now a write needs a majority of holders, `Replicas::quorum_holds`).
+#[test]
+fn quorum_regressions() {
+    for seed in [303006807, 303008199, 303019440, 303028187] {
+        Sim::new(Family::Quorum.scenario(seed).with_stalls()).run();
+    }
+}
+
 /// One node's disk fails, for good (every later write, read and fdatasync on it returns
 /// EIO) or at one write or one fdatasync only: the engine detaches the replicas the EIO
 /// was for (and issues no more reads or writes on them), the Primary goes on with the
