@@ -1092,13 +1092,17 @@ impl Sim {
                 Pending::Write { idx, .. } => Some((self.writes[idx].offset, self.writes[idx].len)),
                 _ => None,
             };
+            // A FLUSH vouches for every write before it: a replica the Primary knows lacks
+            // blocks answers for none (overlapping seed 286090154), so it may fail then.
+            let flush = matches!(p, Pending::Flush { .. });
             let told = |i: usize| {
                 let id = i as NodeId;
-                primary
-                    .peers
-                    .iter()
-                    .any(|p| p.id == id && p.volumes[v as usize].disk == Some(DiskState::UpToDate))
-                    && range.is_none_or(|(o, l)| self.nodes[0].engine.peer_current_for(id, v, o, l))
+                primary.peers.iter().any(|p| {
+                    let pv = &p.volumes[v as usize];
+                    p.id == id
+                        && pv.disk == Some(DiskState::UpToDate)
+                        && (!flush || pv.out_of_sync_bytes == 0)
+                }) && range.is_none_or(|(o, l)| self.nodes[0].engine.peer_current_for(id, v, o, l))
             };
             let reachable = (0..self.nodes.len()).any(|i| {
                 self.live_replica(i, v as usize)

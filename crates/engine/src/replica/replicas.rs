@@ -287,18 +287,30 @@ impl Replicas {
     /// syncing: that one is flushed too, but may lack a write only a replica gone meanwhile
     /// had. So only a replica UpToDate now answers: a peer's state reaches us in order with
     /// its acknowledgement, and one that finished its resync first flushed all it pulled.
-    /// And only one we know lacks nothing: back after a cut, a replica says UpToDate until
-    /// our list reaches it, and flushed only what it holds (overlapping seed 286090154: the
-    /// replica that held a write had gone, the one back without it answered the barrier,
-    /// and the FLUSH completed with that write durable nowhere).
-    pub(super) fn barrier_answers_for(&self, v: usize, local_ok: bool, peers_ok: NodeSet) -> bool {
+    /// And only one we know lacks none of what the barrier vouches for: for a FLUSH,
+    /// nothing at all (back after a cut, a replica says UpToDate until our list reaches
+    /// it, and flushed only what it holds: overlapping seed 286090154, the replica that
+    /// held a write had gone, the one back without it answered the barrier, and the FLUSH
+    /// completed with that write durable nowhere); for a FUA write (`range`), its own
+    /// blocks.
+    pub(super) fn barrier_answers_for(
+        &self,
+        v: usize,
+        local_ok: bool,
+        peers_ok: NodeSet,
+        range: Option<(u64, u64)>,
+    ) -> bool {
         (local_ok && self.vols[v].up_to_date())
             || self.peers.up().any(|p| {
                 let pv = &p.vols[v];
+                let lacks = match range {
+                    None => pv.oos.count() > 0,
+                    Some((offset, len)) => pv.oos.any_in(offset, len),
+                };
                 peers_ok.contains(p.id)
                     && pv.diskful
                     && pv.disk == Some(DiskState::UpToDate)
-                    && pv.oos.count() == 0
+                    && !lacks
             })
     }
 

@@ -52,7 +52,9 @@ impl Requests {
         };
         let missed = op.peers_asked.minus(op.peers_ok);
         for (req, volume) in op.waiters {
-            let ok = rep.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok);
+            // A FUA write vouches for itself only; a FLUSH for every write before it.
+            let range = (self.writes.get_mut(req)).map(|w| (w.offset, u64::from(w.len)));
+            let ok = rep.barrier_answers_for(volume as usize, op.local_ok, op.peers_ok, range);
             let result = if ok {
                 Ok(())
             } else {
