@@ -151,12 +151,7 @@ impl Requests {
                 Gate::Go => {}
                 Gate::Fail => return out.push(complete(Err(IoError::NoQuorum))),
                 Gate::Hold => {
-                    if matches!(io, Io::Write { .. }) && !held {
-                        out.push(RAction::Retain {
-                            from: DataRef::Request(req),
-                            key: Token::App(req),
-                        });
-                    }
+                    keep_payload(req, io, held, out);
                     return self.suspended.arrive(req, volume, io);
                 }
             }
@@ -189,12 +184,7 @@ impl Requests {
                 }
                 let (o, l) = (offset, u64::from(len));
                 if self.writes.must_wait(v, o, l) {
-                    if matches!(io, Io::Write { .. }) && !held {
-                        out.push(RAction::Retain {
-                            from: DataRef::Request(req),
-                            key: Token::App(req),
-                        });
-                    }
+                    keep_payload(req, io, held, out);
                     return self.writes.queue(v, req, io, o, l);
                 }
                 self.start_write(rep, req, volume, io, data, out);
@@ -357,14 +347,19 @@ impl Requests {
         // Done on the replicas it reached: without quorum, or on too few of them for one,
         // it fails, before it rotates any ids, under either policy (see
         // `requests/suspended.rs`, `Replicas::quorum_holds`).
-        let mut holders = w.peers_ok;
-        if w.local == Stage::Done(true) {
-            holders.insert(rep.spec.me);
-        }
-        let enough = rep.quorum_holds(v, holders);
         let result = match (result, Gate::of(rep, v)) {
             (Ok(()), Gate::Hold | Gate::Fail) => Err(IoError::NoQuorum),
-            (Ok(()), Gate::Go) if !enough => Err(IoError::NoQuorum),
+            (Ok(()), Gate::Go) => {
+                let mut holders = w.peers_ok;
+                if w.local == Stage::Done(true) {
+                    holders.insert(rep.spec.me);
+                }
+                if rep.quorum_holds(v, holders) {
+                    Ok(())
+                } else {
+                    Err(IoError::NoQuorum)
+                }
+            }
             (r, _) => r,
         };
         let w = self.writes.get_mut(req).expect("checked above");
@@ -738,4 +733,15 @@ fn references_for_failed(rep: &Replicas, v: usize, w: &AppWrite) -> NodeSet {
         }
     }
     references
+}
+
+/// A write that waits before it starts keeps its payload (under `Token::App`), unless it
+/// already did (`held`).
+fn keep_payload(req: ReqId, io: Io, held: bool, out: &mut Vec<RAction>) {
+    if matches!(io, Io::Write { .. }) && !held {
+        out.push(RAction::Retain {
+            from: DataRef::Request(req),
+            key: Token::App(req),
+        });
+    }
 }
