@@ -233,6 +233,7 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::PeerAck { .. } => "PeerAck",
         Packet::PrimaryLost { .. } => "PrimaryLost",
         Packet::InSync { .. } => "InSync",
+        Packet::Primaries { .. } => "Primaries",
         Packet::ReadReq { .. } => "ReadReq",
         Packet::ReadReply { .. } => "ReadReply",
         Packet::ResyncReq { .. } => "ResyncReq",

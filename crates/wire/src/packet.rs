@@ -107,6 +107,13 @@ pub enum Packet<'a> {
         role: Role,
         incarnation: u64,
     },
+    /// The Primaries the sender is connected to (bit n: node id n; the receiver's own bit
+    /// never set), sent after authentication and on every change: a node may not become
+    /// Primary while a peer follows another one it cannot see (an asymmetric partition),
+    /// and a Primary without quorum that learns of one steps down.
+    Primaries {
+        nodes: u32,
+    },
     /// The sender's view of one of its volumes; sent after authentication and on changes.
     /// `flags`: [`volume_flags`].
     Volume {
@@ -256,6 +263,7 @@ mod kind {
     pub const VOLUME: u16 = 5;
     pub const GENERATION: u16 = 6;
     pub const GEN_ACK: u16 = 7;
+    pub const PRIMARIES: u16 = 8;
     pub const WRITE: u16 = 10;
     pub const ZERO: u16 = 11;
     pub const RECV_ACK: u16 = 12;
@@ -317,6 +325,7 @@ impl Packet<'_> {
             Packet::PeerAck { .. } => PEER_ACK,
             Packet::PrimaryLost { .. } => PRIMARY_LOST,
             Packet::InSync { .. } => IN_SYNC,
+            Packet::Primaries { .. } => PRIMARIES,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
@@ -446,6 +455,7 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u16(volume);
             w.u8(node);
         }
+        Packet::Primaries { nodes } => w.u32(nodes),
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
             w.u32(errno);
@@ -638,6 +648,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             volume: r.u16()?,
             node: r.u8()?,
         },
+        PRIMARIES => Packet::Primaries { nodes: r.u32()? },
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
             errno: r.u32()?,
@@ -862,6 +873,7 @@ mod tests {
                 seq: 9,
             },
             Packet::InSync { volume: 1, node: 2 },
+            Packet::Primaries { nodes: 0b100 },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
             Packet::ReadReq {

@@ -22,7 +22,7 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..25,
+        0u8..26,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -164,6 +164,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             seq: f.a,
             missing: f.c,
         },
+        24 => Packet::Primaries { nodes: f.c },
         23 => Packet::PrimaryLost {
             primary: f.d as u8,
             incarnation: f.b,

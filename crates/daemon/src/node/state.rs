@@ -135,6 +135,11 @@ impl ResCtx {
         match e {
             PromoteError::PeerPrimary(id) => format!("node {} is Primary", self.peer_name(id)),
             PromoteError::NoUpToDate(_) => e.to_string(),
+            PromoteError::PrimaryBeyond { primary, via } => format!(
+                "node {} is Primary: {} follows it, and this node does not reach it (a partition?)",
+                self.peer_name(primary),
+                self.peer_name(via)
+            ),
             PromoteError::NoQuorum(v) => {
                 let status = self.engine.status();
                 match status.volumes.get(usize::from(v)).and_then(|s| s.quorum) {

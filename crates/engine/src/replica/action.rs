@@ -14,6 +14,9 @@ pub enum PromoteError {
     NoUpToDate(u16),
     /// This volume has no quorum here (see `quorum.rs`).
     NoQuorum(u16),
+    /// `via`, a connected peer, follows `primary`, a Primary this node does not reach
+    /// (see `primaries.rs`).
+    PrimaryBeyond { primary: NodeId, via: NodeId },
 }
 
 impl std::fmt::Display for PromoteError {
@@ -24,6 +27,9 @@ impl std::fmt::Display for PromoteError {
                 write!(f, "volume {v} has no up-to-date replica within reach")
             }
             PromoteError::NoQuorum(v) => write!(f, "volume {v} has no quorum here"),
+            PromoteError::PrimaryBeyond { primary, via } => {
+                write!(f, "node {primary} is Primary (node {via} follows it)")
+            }
         }
     }
 }

@@ -25,6 +25,9 @@ pub enum Event {
     },
     /// The connection to `peer` ended.
     PeerLost { peer: NodeId, reason: LinkLoss },
+    /// As Primary without quorum, we learnt that node `primary` is Primary with the
+    /// nodes we lack: we step down (see `primaries.rs`), failing our requests held and new.
+    YieldingTo { primary: NodeId },
     /// `peer` reconnected while its list of what we lack was still coming: we cannot know
     /// all we lack, so everything is pulled.
     ListCutOff { volume: u16, peer: NodeId },
@@ -102,6 +105,10 @@ pub enum RoleChange {
     ClientAttached,
     /// The last client of a node promoted for it left.
     LastClientLeft,
+    /// Without quorum, it stepped down for another Primary (see `primaries.rs`).
+    Yielded {
+        to: NodeId,
+    },
 }
 
 /// Why our replica's disk state changed.
@@ -205,7 +212,16 @@ impl fmt::Display for Event {
             Event::RoleChanged {
                 to: Role::Primary, ..
             } => write!(f, "promoted to Primary"),
+            Event::RoleChanged {
+                why: RoleChange::Yielded { to },
+                ..
+            } => write!(f, "demoted to Secondary: node {to} is Primary with a quorum"),
             Event::RoleChanged { .. } => write!(f, "demoted to Secondary"),
+            Event::YieldingTo { primary } => write!(
+                f,
+                "node {primary} is Primary and this Primary has no quorum without the nodes \
+                 following it: stepping down (held and new requests fail with EIO)"
+            ),
             Event::QuorumChanged {
                 volume,
                 quorate,
@@ -461,6 +477,12 @@ impl fmt::Display for LinkLoss {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProtocolError {
     BothPrimary,
+    /// The peer announced itself Primary while we follow another one (`first`).
+    SecondPrimary {
+        first: NodeId,
+    },
+    /// A `Primaries` report naming unknown nodes or the sender (the bits).
+    BadPrimaries(u32),
     WriteFromSecondary,
     WriteOutOfOrder {
         seq: u64,
@@ -516,6 +538,12 @@ impl fmt::Display for ProtocolError {
         use ProtocolError::*;
         match self {
             BothPrimary => write!(f, "both nodes are Primary"),
+            SecondPrimary { first } => write!(
+                f,
+                "it became Primary while this node follows node {first} as Primary \
+                 (a partition that only this node bridges?): refused"
+            ),
+            BadPrimaries(bits) => write!(f, "Primaries report {bits:#x} names unknown nodes"),
             WriteFromSecondary => write!(f, "replicated write from a node that is not Primary"),
             WriteOutOfOrder { seq, last } => write!(f, "write sequence {seq} not after {last}"),
             UnknownNode(id) => write!(f, "node {id} is not another node of the resource"),

@@ -33,6 +33,7 @@ mod pace;
 mod peer;
 mod persist;
 mod plan_ahead;
+mod primaries;
 mod pull;
 mod quorum;
 mod reads;

@@ -1,6 +1,7 @@
 //! What the engine sends to peers ([`Msg`]), how disk operations are named ([`Token`]) and
 //! where payload bytes are ([`DataRef`]): they never enter the engine.
 
+use super::nodeset::NodeSet;
 use super::spec::NodeId;
 use crate::io::ReqId;
 use tandem_wire::packet::{volume_flags, DiskState, GenIds, Packet, Role};
@@ -119,6 +120,10 @@ pub enum Msg {
         primary: NodeId,
         incarnation: u64,
         seq: u64,
+    },
+    /// The Primaries we follow (see `primaries.rs`).
+    Primaries {
+        nodes: NodeSet,
     },
     /// As Primary: node `node`'s replica of `volume` holds all our writes now.
     InSync {
@@ -284,6 +289,9 @@ impl Msg {
                 seq,
             },
             Msg::InSync { volume, node } => Packet::InSync { volume, node },
+            Msg::Primaries { nodes } => Packet::Primaries {
+                nodes: nodes.bits(),
+            },
             Msg::Barrier { id } => Packet::Barrier { id },
             Msg::BarrierAck { id, errno } => Packet::BarrierAck { id, errno },
             Msg::ReadReq {

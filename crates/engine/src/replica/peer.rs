@@ -220,6 +220,10 @@ pub(super) struct Peer {
     /// Its `Role` arrived on this connection: until then `role` and `incarnation` may be
     /// an earlier connection's (see `settle.rs`, `connected_to`).
     pub(super) role_heard: bool,
+    /// The Primaries it follows, as it told on this connection (see `primaries.rs`).
+    pub(super) primaries: NodeSet,
+    /// What we told it of ours on this connection (`None`: nothing yet).
+    pub(super) primaries_told: Option<NodeSet>,
     pub(super) vols: Vec<PeerVol>,
     // As sender: writes not yet confirmed written (the transfer log).
     pub(super) unacked: BTreeMap<u64, Unacked>,
@@ -453,6 +457,8 @@ impl Peer {
             role: Role::Secondary,
             incarnation: 0,
             role_heard: false,
+            primaries: NodeSet::EMPTY,
+            primaries_told: None,
             vols: diskful
                 .iter()
                 .zip(sizes)
@@ -481,6 +487,8 @@ impl Peer {
         self.rx_pending.clear();
         self.role = Role::Secondary;
         self.role_heard = false;
+        self.primaries = NodeSet::EMPTY;
+        self.primaries_told = None;
         self.last_rx_ms = now_ms;
         self.ping_sent_ms = None;
         self.pings = 0;
@@ -498,6 +506,8 @@ impl Peer {
         self.up = false;
         self.role = Role::Secondary;
         self.role_heard = false;
+        self.primaries = NodeSet::EMPTY;
+        self.primaries_told = None;
         let unacked = std::mem::take(&mut self.unacked);
         for pv in &mut self.vols {
             pv.connection_ended();

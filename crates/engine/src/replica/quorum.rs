@@ -112,12 +112,14 @@ impl QuorumCount {
         redundancy && (votes || tiebreak)
     }
 
-    /// Counts volume `v` from our replica and the peers'.
+    /// Counts volume `v` from our replica and the peers' (a peer's vote counts if
+    /// `reached` says so of it).
     pub(super) fn of<'a>(
         spec: &ResourceSpec,
         vol: &LocalVol,
         peers: impl Iterator<Item = &'a Peer>,
         v: usize,
+        reached: impl Fn(&Peer) -> bool,
     ) -> QuorumCount {
         let mut c = QuorumCount {
             voters: 0,
@@ -145,12 +147,12 @@ impl QuorumCount {
             let pv = &p.vols[v];
             if pv.diskful {
                 c.voters += 1;
-                if p.up {
+                if reached(p) {
                     vote(&mut c, pv.disk);
                 }
             } else {
                 c.tiebreakers += 1;
-                c.tiebreakers_reached += u8::from(p.up);
+                c.tiebreakers_reached += u8::from(reached(p));
             }
         }
         c.needed = spec.quorum.quorum.needed(c.voters);
@@ -162,7 +164,16 @@ impl QuorumCount {
 impl Replicas {
     /// Volume `v`'s count now.
     pub(super) fn quorum_count(&self, v: usize) -> QuorumCount {
-        QuorumCount::of(&self.spec, &self.vols[v], self.peers.iter(), v)
+        self.quorum_count_reaching(v, |p| p.up)
+    }
+
+    /// Volume `v`'s count if only the peers `reached` says of were connected.
+    pub(super) fn quorum_count_reaching(
+        &self,
+        v: usize,
+        reached: impl Fn(&Peer) -> bool,
+    ) -> QuorumCount {
+        QuorumCount::of(&self.spec, &self.vols[v], self.peers.iter(), v, reached)
     }
 
     /// Whether volume `v` has quorum now (always, with quorum off).

@@ -135,6 +135,9 @@ impl Resource {
         if let Some(p) = self.rep.peers.primary() {
             return Err(PromoteError::PeerPrimary(p));
         }
+        if let Some((primary, via)) = self.rep.primary_beyond() {
+            return Err(PromoteError::PrimaryBeyond { primary, via });
+        }
         // Not even forced: the other side of a partition may have quorum and a Primary.
         if let Some(v) = (0..self.rep.vols.len()).find(|&v| !self.rep.has_quorum(v)) {
             return Err(PromoteError::NoQuorum(v as u16));
@@ -279,6 +282,7 @@ impl Resource {
         if self.rep.update_quorum(out) {
             self.app.resume_suspended(&mut self.rep, out);
         }
+        self.step_down_if_yielding(out);
         while !self.rep.refused.is_empty() {
             for (volume, r) in std::mem::take(&mut self.rep.refused) {
                 let failed = Err(IoError::Os(EIO as i32));
@@ -311,7 +315,30 @@ impl Resource {
         }
         self.rep.answer_asked_lost(out);
         self.rep.check_writer(out);
+        self.rep.tell_primaries(out);
         self.debug_check();
+    }
+
+    /// A Primary without quorum that learnt of another one steps down (`primaries.rs`):
+    /// held requests fail at once, new ones and those in flight as they come and end, and
+    /// with none left it is Secondary.
+    fn step_down_if_yielding(&mut self, out: &mut Vec<RAction>) {
+        if let Some(other) = self.rep.yield_due() {
+            self.rep.start_yielding(other, out);
+        }
+        let Some(to) = self.rep.yielding else {
+            return;
+        };
+        if self.rep.role != Role::Primary {
+            self.rep.yielding = None;
+            return;
+        }
+        self.app.fail_suspended(out);
+        if self.app_in_flight() == 0 {
+            self.auto.clear();
+            self.rep.yielding = None;
+            self.set_role(Role::Secondary, RoleChange::Yielded { to }, out);
+        }
     }
 
     /// Ranges of `volume` written here from a Primary's writes not yet settled: what the

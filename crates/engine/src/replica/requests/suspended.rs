@@ -26,7 +26,10 @@ pub(super) enum Gate {
 
 impl Gate {
     pub(super) fn of(rep: &Replicas, v: usize) -> Gate {
-        if rep.has_quorum(v) {
+        if rep.yielding.is_some() {
+            // Stepping down for another Primary (`primaries.rs`): nothing more completes.
+            Gate::Fail
+        } else if rep.has_quorum(v) {
             Gate::Go
         } else {
             match rep.spec.quorum.on_loss {
@@ -88,6 +91,20 @@ impl Requests {
             } else {
                 self.suspended.arrive(req, volume, io);
             }
+        }
+    }
+
+    /// Stepping down for another Primary: every request held fails.
+    pub(in crate::replica) fn fail_suspended(&mut self, out: &mut Vec<RAction>) {
+        let flushes = std::mem::take(&mut self.suspended.flushes);
+        let arrived = std::mem::take(&mut self.suspended.arrived);
+        let failed = flushes.into_iter().map(|(req, _)| req);
+        for req in failed.chain(arrived.into_iter().map(|(req, _, _)| req)) {
+            out.push(RAction::Complete {
+                req,
+                result: Err(IoError::NoQuorum),
+                data: None,
+            });
         }
     }
 

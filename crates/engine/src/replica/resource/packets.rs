@@ -39,7 +39,15 @@ impl Resource {
         match *packet {
             Packet::Role { role, incarnation } => {
                 if role == Role::Primary && self.rep.role == Role::Primary {
+                    if self.rep.must_yield_to(peer) {
+                        self.rep.start_yielding(peer, out);
+                    }
                     return Err(ProtocolError::BothPrimary);
+                }
+                if role == Role::Primary {
+                    if let Some(first) = self.rep.second_primary(i) {
+                        return Err(ProtocolError::SecondPrimary { first });
+                    }
                 }
                 self.rep.peers[i].incarnation = incarnation;
                 self.rep.peers[i].role_heard = true;
@@ -149,6 +157,7 @@ impl Resource {
                     .on_primary_lost(i, (primary, incarnation), seq, out);
             }
             Packet::InSync { volume, node } => self.rep.on_in_sync(i, volume, node)?,
+            Packet::Primaries { nodes } => self.rep.on_primaries(i, NodeSet::from_bits(nodes))?,
             Packet::Ping => out.push(RAction::Send {
                 peer,
                 msg: Msg::PingAck,

@@ -1,0 +1,122 @@
+//! Who is Primary beyond the peers we reach. DRBD settles a promotion with a cluster-wide
+//! two-phase state change; tandem has every node tell each peer which Primaries it is
+//! connected to (`Msg::Primaries`, after its `Role` and on every change), and three rules
+//! use those reports:
+//!
+//! - A node does not become Primary while a peer follows another Primary it cannot reach
+//!   itself (an asymmetric partition: A and B cut apart, both still reaching C):
+//!   `PromoteError::PrimaryBeyond`.
+//! - A Secondary that follows a Primary refuses a second one (`ProtocolError::SecondPrimary`,
+//!   the link to the newcomer dropped): two promotions at once, each seeing no other
+//!   Primary, still leave every replica following one Primary, and the newcomer's writes
+//!   reach no replica of the first one's.
+//! - A Primary, with quorum on, that learns of another Primary (met directly, or followed
+//!   by a peer) and has no quorum without the nodes that follow that one, steps down
+//!   (`Replicas::yielding`): its held requests fail, new ones fail, and once nothing is in
+//!   flight it is Secondary (`RoleChange::Yielded`), converging from the new Primary as
+//!   any node demoted without quorum (`quorum.rs`, `left_without_quorum`). Without this,
+//!   an old Primary cut off with suspended I/O, back among a majority that went on, would
+//!   be refused by every peer and hold its clients' requests for ever.
+
+use super::action::RAction;
+use super::event::{Event, ProtocolError};
+use super::msg::Msg;
+use super::nodeset::NodeSet;
+use super::replicas::Replicas;
+use super::spec::NodeId;
+use tandem_wire::packet::Role;
+
+impl Replicas {
+    /// The connected peers that are Primary.
+    fn connected_primaries(&self) -> NodeSet {
+        let mut set = NodeSet::EMPTY;
+        for p in self.peers.up().filter(|p| p.role == Role::Primary) {
+            set.insert(p.id);
+        }
+        set
+    }
+
+    /// Tells every connected peer the Primaries we follow, when that changed since we last
+    /// told it on this connection (a peer is never told of itself).
+    pub(super) fn tell_primaries(&mut self, out: &mut Vec<RAction>) {
+        let primaries = self.connected_primaries();
+        for p in self.peers.iter_mut().filter(|p| p.up) {
+            let nodes = primaries.minus(NodeSet::one(p.id));
+            if p.primaries_told != Some(nodes) {
+                p.primaries_told = Some(nodes);
+                out.push(RAction::Send {
+                    peer: p.id,
+                    msg: Msg::Primaries { nodes },
+                });
+            }
+        }
+    }
+
+    /// Peer `i` follows these Primaries. Ids that are not nodes of the resource, or the
+    /// peer itself, break the protocol.
+    pub(super) fn on_primaries(&mut self, i: usize, nodes: NodeSet) -> Result<(), ProtocolError> {
+        let peer = self.peers[i].id;
+        let mut known = NodeSet::one(self.spec.me);
+        for (id, _) in &self.spec.nodes {
+            known.insert(*id);
+        }
+        if !nodes.is_subset(known) || nodes.contains(peer) {
+            return Err(ProtocolError::BadPrimaries(nodes.bits()));
+        }
+        self.peers[i].primaries = nodes;
+        Ok(())
+    }
+
+    /// A Primary some connected peer follows that we do not reach ourselves: the Primary
+    /// and the peer that follows it.
+    pub(super) fn primary_beyond(&self) -> Option<(NodeId, NodeId)> {
+        let me = self.spec.me;
+        self.peers.up().find_map(|p| {
+            let primary = (0..32).find(|&n| n != me && p.primaries.contains(n))?;
+            Some((primary, p.id))
+        })
+    }
+
+    /// Peer `i` announced itself Primary: another connected Primary we follow already.
+    pub(super) fn second_primary(&self, i: usize) -> Option<NodeId> {
+        let newcomer = self.peers[i].id;
+        (self.role != Role::Primary)
+            .then(|| self.connected_primaries().minus(NodeSet::one(newcomer)))
+            .and_then(|others| (0..32).find(|&n| others.contains(n)))
+    }
+
+    /// As Primary with quorum on, having learnt that `other` is Primary too: whether we
+    /// must step down, some volume having no quorum once `other` and the peers following
+    /// it are not counted (they vote for it, not for us).
+    pub(super) fn must_yield_to(&self, other: NodeId) -> bool {
+        if self.role != Role::Primary || self.spec.quorum.is_off() {
+            return false;
+        }
+        let theirs = |id: NodeId, follows: NodeSet| id == other || follows.contains(other);
+        (0..self.vols.len()).any(|v| {
+            let c = self.quorum_count_reaching(v, |p| p.up && !theirs(p.id, p.primaries));
+            !c.quorate(self.vols[v].quorum_held)
+        })
+    }
+
+    /// As Primary: the first other Primary a peer follows that we must step down for.
+    pub(super) fn yield_due(&self) -> Option<NodeId> {
+        if self.yielding.is_some() || self.role != Role::Primary {
+            return None;
+        }
+        let me = self.spec.me;
+        let mut others = NodeSet::EMPTY;
+        for p in self.peers.up() {
+            others = others.union(p.primaries.minus(NodeSet::one(me)));
+        }
+        (0..32).find(|&n| others.contains(n) && self.must_yield_to(n))
+    }
+
+    /// Starts stepping down for `other` (see the module's notes).
+    pub(super) fn start_yielding(&mut self, other: NodeId, out: &mut Vec<RAction>) {
+        if self.yielding.is_none() {
+            self.yielding = Some(other);
+            out.push(RAction::Event(Event::YieldingTo { primary: other }));
+        }
+    }
+}

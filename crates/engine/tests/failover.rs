@@ -1,0 +1,194 @@
+//! Failover among three nodes: one Primary at a time, even in partitions only one node
+//! bridges (see `replica/primaries.rs`): a node whose peer follows another Primary is not
+//! promoted, a Secondary refuses a second Primary, and a Primary without quorum that learns
+//! of the new one steps down, failing what it held, and converges from it.
+
+mod common;
+
+use common::*;
+use tandem_engine::replica::{
+    Event, LinkLoss, OnNoQuorum, PromoteError, ProtocolError, QuorumSpec, Role, RoleChange, Votes,
+};
+use tandem_engine::{Io, IoError};
+
+fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
+    QuorumSpec {
+        quorum: Votes::Majority,
+        min_redundancy: Votes::Off,
+        on_loss,
+    }
+}
+
+fn promote(net: &mut Net, n: u8) -> Result<(), PromoteError> {
+    let mut out = Vec::new();
+    let r = net.nodes[n as usize].promote(false, &mut out);
+    net.push(n, out);
+    net.run();
+    r
+}
+
+fn write_on(net: &mut Net, n: u8, req: u64, block: u64) {
+    let io = Io::Write {
+        offset: block * 4096,
+        len: 4096,
+        fua: false,
+    };
+    net.submit_on(n, req, io);
+}
+
+/// Why node `n` dropped its link to `peer`, if it did.
+fn drop_reason(net: &Net, n: u8, peer: u8) -> Option<LinkLoss> {
+    net.events.iter().rev().find_map(|(m, e)| match e {
+        Event::PeerLost { peer: p, reason } if *m == n && *p == peer => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+/// An asymmetric partition: nodes 0 (Primary) and 1 lose their link, both still reach
+/// node 2. Node 1 and node 2 are a majority, but node 2 follows node 0: promoting node 1
+/// would make two Primaries, each with a quorum through node 2.
+#[test]
+fn a_node_whose_peer_follows_another_primary_is_not_promoted() {
+    for diskless in [false, true] {
+        let mut net = Net::with_quorum(diskless, majority(OnNoQuorum::IoError));
+        net.link_down(0, 1);
+        assert!(net.nodes[1].status().volumes[0].quorum.unwrap().quorate);
+        assert_eq!(
+            promote(&mut net, 1),
+            Err(PromoteError::PrimaryBeyond { primary: 0, via: 2 })
+        );
+        let mut out = Vec::new();
+        let auto = net.nodes[1].client_attached(&mut out);
+        net.push(1, out);
+        net.run();
+        assert_eq!(net.nodes[1].role(), Role::Secondary, "{auto:?}");
+        // The Primary goes on with node 2.
+        write_on(&mut net, 0, 1, 3);
+        assert_eq!(net.answer(1), Some(Ok(())));
+        // Once node 2 no longer follows it, node 1 may be promoted.
+        net.link_down(0, 2);
+        assert_eq!(promote(&mut net, 1), Ok(()));
+        write_on(&mut net, 1, 2, 4);
+        assert_eq!(net.answer_on(1, 2), Some(Ok(())));
+    }
+}
+
+/// Two promotions that could not see each other (quorum off here, so that node 1 may be
+/// promoted alone): node 2, following node 0, refuses node 1 as a second Primary, and
+/// none of node 1's writes reaches it.
+#[test]
+fn a_secondary_refuses_a_second_primary() {
+    let mut net = Net::new();
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    write_on(&mut net, 1, 7, 5);
+    net.dropped.clear();
+    net.link_up(1, 2);
+    assert!(net.dropped.contains(&(2, 1)), "{:?}", net.dropped);
+    assert_eq!(
+        drop_reason(&net, 2, 1),
+        Some(LinkLoss::Misbehaved(ProtocolError::SecondPrimary {
+            first: 0
+        }))
+    );
+    assert_ne!(net.block(2, 5)[0], 7, "node 1's write reached node 2");
+}
+
+/// The old Primary, cut off with suspend-io, holds a write; the majority promotes node 1,
+/// which writes on. Back, node 0 meets node 1: it fails the held write (never written
+/// over the new Primary's data), becomes Secondary, and converges from node 1.
+#[test]
+fn a_suspended_primary_meeting_the_new_one_steps_down_and_fails_what_it_held() {
+    for diskless in [true, false] {
+        let mut net = Net::with_quorum(diskless, majority(OnNoQuorum::SuspendIo));
+        write_on(&mut net, 0, 1, 1);
+        assert_eq!(net.answer(1), Some(Ok(())));
+        net.link_down(0, 1);
+        net.link_down(0, 2);
+        write_on(&mut net, 0, 2, 2);
+        assert_eq!(net.answer(2), None, "held without quorum");
+        assert_eq!(promote(&mut net, 1), Ok(()));
+        write_on(&mut net, 1, 3, 2);
+        assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+        net.link_up(0, 1);
+        assert_eq!(net.answer(2), Some(Err(IoError::NoQuorum)));
+        assert_eq!(net.nodes[0].role(), Role::Secondary);
+        assert!(net.events.iter().any(|(n, e)| *n == 0
+            && matches!(
+                e,
+                Event::RoleChanged {
+                    why: RoleChange::Yielded { to: 1 },
+                    ..
+                }
+            )));
+        // The first meeting was dropped (both were Primary); the next one is not.
+        net.link_down(0, 1);
+        net.dropped.clear();
+        net.link_up(0, 1);
+        net.link_up(0, 2);
+        assert!(net.dropped.is_empty(), "{:?}", net.dropped);
+        net.assert_converges();
+        assert_eq!(net.block(1, 2)[0], 3);
+        assert_eq!(net.block(2, 2)[0], 3);
+        if !diskless {
+            assert_eq!(net.block(0, 2)[0], 3);
+        }
+    }
+}
+
+/// The same old Primary meets a Secondary that follows the new Primary first: that
+/// Secondary refuses it, and the old Primary, learning of the new one from its report,
+/// steps down too (it would otherwise hold its clients' requests for ever, refused by
+/// every peer).
+#[test]
+fn a_suspended_primary_steps_down_when_a_peer_follows_the_new_one() {
+    let mut net = Net::with_quorum(true, majority(OnNoQuorum::SuspendIo));
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    write_on(&mut net, 0, 2, 2);
+    assert_eq!(net.answer(2), None);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    write_on(&mut net, 1, 3, 2);
+    net.link_up(0, 2);
+    assert_eq!(
+        drop_reason(&net, 2, 0),
+        Some(LinkLoss::Misbehaved(ProtocolError::SecondPrimary {
+            first: 1
+        }))
+    );
+    assert_eq!(net.answer(2), Some(Err(IoError::NoQuorum)));
+    assert_eq!(net.nodes[0].role(), Role::Secondary);
+    net.link_down(0, 2);
+    net.dropped.clear();
+    net.link_up(0, 2);
+    net.link_up(0, 1);
+    assert!(net.dropped.is_empty(), "{:?}", net.dropped);
+    net.assert_converges();
+    assert_eq!(net.block(2, 2)[0], 3);
+}
+
+/// A Primary that keeps its quorum does not step down for one that has none (the other
+/// one does), and with quorum off neither does: two Primaries stay a split brain.
+#[test]
+fn only_a_primary_without_quorum_steps_down() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    net.link_up(0, 1);
+    assert_eq!(net.nodes[1].role(), Role::Primary);
+    assert_eq!(net.nodes[0].role(), Role::Secondary);
+
+    let mut net = Net::new();
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    net.link_up(0, 1);
+    assert_eq!(net.nodes[0].role(), Role::Primary);
+    assert_eq!(net.nodes[1].role(), Role::Primary);
+    assert_eq!(
+        drop_reason(&net, 0, 1),
+        Some(LinkLoss::Misbehaved(ProtocolError::BothPrimary))
+    );
+}
