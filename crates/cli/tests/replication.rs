@@ -1551,3 +1551,72 @@ fn malformed_control_requests_are_refused_and_the_daemon_goes_on() {
         "the CLI's status still works"
     );
 }
+
+/// Last man standing (DRBD's graceful departure): with alpha Primary, gamma then beta stop
+/// cleanly, each telling the others; alpha keeps its quorum alone and its writes complete.
+/// Back, both count again. Killed instead (nothing said), they still count: alpha alone
+/// has no quorum and fails the write, since they might be on the other side of a partition.
+#[test]
+fn nodes_stopped_cleanly_leave_the_last_one_with_quorum() {
+    const TEST: &str = "replication::nodes_stopped_cleanly_leave_the_last_one_with_quorum";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let alpha_nbd = c.node("alpha").nbd.clone();
+    let quorate = |c: &Cluster| {
+        let st = c.node("alpha").status();
+        arr_of(&st, "volumes")[0]["quorum"]["quorate"] == serde_json::Value::Bool(true)
+    };
+    {
+        let mut alpha = Nbd::go(Conn::unix(&alpha_nbd), RESOURCE, false);
+        alpha.write(0, &[0x11; 4096]);
+        for n in ["gamma", "beta"] {
+            c.node_mut(n).daemon.stop(Duration::from_secs(20));
+            c.wait_for("alpha sees it gone", Duration::from_secs(10), |statuses| {
+                let alpha = &statuses.iter().find(|(m, _)| *m == "alpha").unwrap().1;
+                match peer_of(alpha, n).map(|p| str_of(p, "connection")) {
+                    Some("Connected") => Err(format!("alpha still sees {n}")),
+                    _ => Ok(()),
+                }
+            });
+            assert!(quorate(&c), "alpha lost quorum when {n} stopped cleanly");
+        }
+        let r = alpha.request(0, CMD_WRITE, MIB, 4096, &[0xaa; 4096]);
+        assert_eq!(r.error, 0, "alpha alone: {}", r.describe());
+        alpha.flush();
+        let log = c.node("beta").daemon.log();
+        assert!(
+            log.contains("leaves cleanly"),
+            "beta's log does not say it left:\n{log}"
+        );
+    }
+    for n in ["beta", "gamma"] {
+        let node = c.node_mut(n);
+        node.daemon.restart();
+        node.daemon.wait_ready(READY_TIMEOUT);
+    }
+    c.wait_in_sync(SYNC_TIMEOUT);
+    assert_eq!(read_at(&c.node("beta").disk, MIB, 4096), vec![0xaa; 4096]);
+    let mut alpha = Nbd::go(Conn::unix(&alpha_nbd), RESOURCE, false);
+    for n in ["gamma", "beta"] {
+        c.node_mut(n).daemon.kill9();
+    }
+    c.wait_for(
+        "alpha without quorum",
+        Duration::from_secs(10),
+        |statuses| {
+            let alpha = &statuses.iter().find(|(n, _)| *n == "alpha").unwrap().1;
+            let q = &arr_of(alpha, "volumes")[0]["quorum"];
+            if q["quorate"] != serde_json::Value::Bool(false) {
+                return Err(format!("alpha's quorum: {q}"));
+            }
+            Ok(())
+        },
+    );
+    let r = alpha.request(0, CMD_WRITE, 2 * MIB, 4096, &[0xbb; 4096]);
+    assert_eq!(
+        r.error,
+        5,
+        "alpha alone after the others vanished (EIO expected): {}",
+        r.describe()
+    );
+}

@@ -160,6 +160,9 @@ pub struct QuorumStatus {
     pub reached: u8,
     pub needed: u8,
     pub up_to_date: u8,
+    /// Nodes that stopped cleanly, dropped from `voters` (last man standing).
+    #[serde(default)]
+    pub departed: u8,
 }
 
 /// A resync as `tandem status` shows it, on the target (its volume line and the source's

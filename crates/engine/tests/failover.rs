@@ -192,3 +192,52 @@ fn only_a_primary_without_quorum_steps_down() {
         Some(LinkLoss::Misbehaved(ProtocolError::BothPrimary))
     );
 }
+
+fn leave(net: &mut Net, n: u8) -> bool {
+    let mut out = Vec::new();
+    let told = net.nodes[n as usize].leave(&mut out);
+    net.push(n, out);
+    net.run();
+    told
+}
+
+fn quorate(net: &Net, n: u8) -> bool {
+    net.nodes[n as usize].status().volumes[0]
+        .quorum
+        .unwrap()
+        .quorate
+}
+
+/// Last man standing: the Secondaries stop cleanly one after the other, each telling the
+/// others; the Primary keeps its quorum down to itself, and writes on. A node that
+/// vanished instead (dead, cut off) still counts: it may be on the other side of a
+/// partition.
+#[test]
+fn secondaries_stopped_cleanly_drop_out_of_the_quorum_and_vanished_ones_do_not() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    assert!(!leave(&mut net, 0), "a Primary does not leave cleanly");
+    assert!(leave(&mut net, 2));
+    net.link_down(0, 2);
+    net.link_down(1, 2);
+    assert!(quorate(&net, 0));
+    assert!(leave(&mut net, 1));
+    net.link_down(0, 1);
+    assert!(quorate(&net, 0), "the last man standing lost quorum");
+    write_on(&mut net, 0, 1, 1);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    let count = net.nodes[0].status().volumes[0].quorum.unwrap().count;
+    assert_eq!((count.voters, count.departed), (1, 2));
+
+    // Node 1 is back, then cut off without a word: it counts again, and node 2, departed,
+    // no longer drops out (an absent voter's state is unknown).
+    net.link_up(0, 1);
+    assert!(quorate(&net, 0));
+    net.link_down(0, 1);
+    assert!(!quorate(&net, 0));
+    write_on(&mut net, 0, 2, 2);
+    assert_eq!(net.answer(2), Some(Err(IoError::NoQuorum)));
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.link_up(1, 2);
+    net.assert_converges();
+}

@@ -234,6 +234,7 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::PrimaryLost { .. } => "PrimaryLost",
         Packet::InSync { .. } => "InSync",
         Packet::Primaries { .. } => "Primaries",
+        Packet::Leaving => "Leaving",
         Packet::ReadReq { .. } => "ReadReq",
         Packet::ReadReply { .. } => "ReadReply",
         Packet::ResyncReq { .. } => "ResyncReq",

@@ -114,6 +114,9 @@ pub enum Packet<'a> {
     Primaries {
         nodes: u32,
     },
+    /// The sender, a Secondary, stops cleanly: its replicas are Outdated from now on, and
+    /// the receiver may drop it from the voters of its quorum (DRBD's last man standing).
+    Leaving,
     /// The sender's view of one of its volumes; sent after authentication and on changes.
     /// `flags`: [`volume_flags`].
     Volume {
@@ -264,6 +267,7 @@ mod kind {
     pub const GENERATION: u16 = 6;
     pub const GEN_ACK: u16 = 7;
     pub const PRIMARIES: u16 = 8;
+    pub const LEAVING: u16 = 9;
     pub const WRITE: u16 = 10;
     pub const ZERO: u16 = 11;
     pub const RECV_ACK: u16 = 12;
@@ -326,6 +330,7 @@ impl Packet<'_> {
             Packet::PrimaryLost { .. } => PRIMARY_LOST,
             Packet::InSync { .. } => IN_SYNC,
             Packet::Primaries { .. } => PRIMARIES,
+            Packet::Leaving => LEAVING,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
@@ -456,6 +461,7 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u8(node);
         }
         Packet::Primaries { nodes } => w.u32(nodes),
+        Packet::Leaving => {}
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
             w.u32(errno);
@@ -649,6 +655,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             node: r.u8()?,
         },
         PRIMARIES => Packet::Primaries { nodes: r.u32()? },
+        LEAVING => Packet::Leaving,
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
             errno: r.u32()?,
@@ -874,6 +881,7 @@ mod tests {
             },
             Packet::InSync { volume: 1, node: 2 },
             Packet::Primaries { nodes: 0b100 },
+            Packet::Leaving,
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
             Packet::ReadReq {

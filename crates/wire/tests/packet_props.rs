@@ -22,7 +22,7 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..26,
+        0u8..27,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -165,6 +165,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             missing: f.c,
         },
         24 => Packet::Primaries { nodes: f.c },
+        25 => Packet::Leaving,
         23 => Packet::PrimaryLost {
             primary: f.d as u8,
             incarnation: f.b,

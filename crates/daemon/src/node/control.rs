@@ -216,6 +216,7 @@ impl NodeReactor {
                             reached: q.count.votes(),
                             needed: q.count.needed,
                             up_to_date: q.count.up_to_date,
+                            departed: q.count.departed,
                         }),
                     })
                     .collect();

@@ -207,6 +207,18 @@ impl NodeReactor {
         if !open.is_empty() {
             info!("shutting down: letting every peer go");
         }
+        if !open.is_empty() && !self.left_peers {
+            // Before the connections close, so that the last sends carry it.
+            self.left_peers = true;
+            for r in 0..self.res.len() {
+                let mut actions = Vec::new();
+                if self.res[r].engine.leave(&mut actions) {
+                    info!(resource = %self.res[r].cfg.name,
+                        "telling the peers this node leaves cleanly: its replicas are Outdated until it is back, and a peer may count it out of its quorum");
+                }
+                self.run_actions(r, actions, Ctx::default());
+            }
+        }
         for k in open {
             if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
                 pc.dead = true;

@@ -127,6 +127,7 @@ impl NodeReactor {
             resume: Vec::new(),
             signal_rx,
             shutting_down: false,
+            left_peers: false,
             started: Instant::now(),
             next_tick: Instant::now(),
             engine_wake: None,

@@ -233,6 +233,8 @@ pub(super) struct NodeReactor {
     pub(super) resume: Vec<usize>,
     pub(super) signal_rx: mio::net::UnixStream,
     pub(super) shutting_down: bool,
+    /// The engines told their peers of a clean stop (`Resource::leave`).
+    pub(super) left_peers: bool,
     pub(super) started: Instant,
     /// Housekeeping (dialing, handshake deadlines) and the engines' timers run then...
     pub(super) next_tick: Instant,

@@ -246,6 +246,9 @@ impl fmt::Display for Event {
                         c.tiebreakers_reached, c.tiebreakers
                     )?;
                 }
+                if c.departed > 0 {
+                    write!(f, "; {} stopped cleanly and count no more", c.departed)?;
+                }
                 Ok(())
             }
             Event::DiskChanged {

@@ -170,6 +170,8 @@ pub enum Msg {
         len: u32,
     },
     Ping,
+    /// We stop cleanly, as a Secondary (see `quorum.rs`, last man standing).
+    Leaving,
     PingAck,
 }
 
@@ -350,6 +352,7 @@ impl Msg {
                 len,
             },
             Msg::Ping => Packet::Ping,
+            Msg::Leaving => Packet::Leaving,
             Msg::PingAck => Packet::PingAck,
         }
     }

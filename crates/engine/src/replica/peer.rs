@@ -224,6 +224,9 @@ pub(super) struct Peer {
     pub(super) primaries: NodeSet,
     /// What we told it of ours on this connection (`None`: nothing yet).
     pub(super) primaries_told: Option<NodeSet>,
+    /// It told us it stopped cleanly, its replicas Outdated (`Msg::Leaving`), and has not
+    /// connected since: a voter that may drop out of our quorum count (`quorum.rs`).
+    pub(super) departed: bool,
     pub(super) vols: Vec<PeerVol>,
     // As sender: writes not yet confirmed written (the transfer log).
     pub(super) unacked: BTreeMap<u64, Unacked>,
@@ -459,6 +462,7 @@ impl Peer {
             role_heard: false,
             primaries: NodeSet::EMPTY,
             primaries_told: None,
+            departed: false,
             vols: diskful
                 .iter()
                 .zip(sizes)
@@ -489,6 +493,7 @@ impl Peer {
         self.role_heard = false;
         self.primaries = NodeSet::EMPTY;
         self.primaries_told = None;
+        self.departed = false;
         self.last_rx_ms = now_ms;
         self.ping_sent_ms = None;
         self.pings = 0;

@@ -10,9 +10,12 @@
 //! cannot regain it through a tiebreaker, which may be the one the other half counted on).
 //! `quorum-minimum-redundancy` asks in addition for that many up-to-date replicas reached.
 //!
-//! Not yet modelled: DRBD's "last man standing" (nodes that left gracefully, known
-//! Outdated, drop out of the voters), since a node's clean stop is not yet told to its
-//! peers.
+//! DRBD's "last man standing": a Secondary that stops cleanly tells its peers
+//! (`Msg::Leaving`), its replicas Outdated from then on (they restart Outdated and are
+//! proven only by meeting the others); when every voter we do not reach left that way,
+//! they drop out of the voters. So stopping two of three nodes one after the other leaves
+//! the third with quorum, while a node that vanished (dead, cut off) still counts: it may
+//! be on the other side of a partition.
 
 use super::action::RAction;
 use super::bitmap::Bitmap;
@@ -94,6 +97,9 @@ pub struct QuorumCount {
     /// included).
     pub tiebreakers: u8,
     pub tiebreakers_reached: u8,
+    /// Voters not reached that left cleanly, dropped from `voters` because every voter
+    /// not reached did (last man standing).
+    pub departed: u8,
 }
 
 impl QuorumCount {
@@ -129,7 +135,9 @@ impl QuorumCount {
             redundancy_needed: 0,
             tiebreakers: 0,
             tiebreakers_reached: 0,
+            departed: 0,
         };
+        let mut vanished = 0;
         let vote = |c: &mut QuorumCount, disk: Option<DiskState>| match disk {
             Some(DiskState::UpToDate) => c.up_to_date += 1,
             Some(DiskState::Inconsistent | DiskState::Outdated) => c.present += 1,
@@ -149,11 +157,20 @@ impl QuorumCount {
                 c.voters += 1;
                 if reached(p) {
                     vote(&mut c, pv.disk);
+                } else if p.departed {
+                    c.departed += 1;
+                } else {
+                    vanished += 1;
                 }
             } else {
                 c.tiebreakers += 1;
                 c.tiebreakers_reached += u8::from(reached(p));
             }
+        }
+        if vanished == 0 {
+            c.voters -= c.departed;
+        } else {
+            c.departed = 0;
         }
         c.needed = spec.quorum.quorum.needed(c.voters);
         c.redundancy_needed = spec.quorum.min_redundancy.needed(c.voters);

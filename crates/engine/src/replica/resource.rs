@@ -246,6 +246,19 @@ impl Resource {
         );
     }
 
+    /// A clean stop, the application's requests answered: as a Secondary, tells every
+    /// connected peer that we leave and our replicas are Outdated from now on (DRBD's
+    /// graceful departure: they may drop us from their quorum count, `quorum.rs`). The
+    /// driver closes the connections after these sends. Returns whether it was told: a
+    /// Primary does not leave this way (its replica may be the only one holding writes).
+    pub fn leave(&mut self, out: &mut Vec<RAction>) -> bool {
+        if self.rep.role != Role::Secondary {
+            return false;
+        }
+        self.rep.peers.broadcast(Msg::Leaving, out);
+        true
+    }
+
     /// An application (NBD) client attached: the first one makes this node Primary when no
     /// other node is (DRBD's auto-promote).
     pub fn client_attached(&mut self, out: &mut Vec<RAction>) -> AutoPromote {

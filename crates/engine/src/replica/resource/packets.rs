@@ -158,6 +158,7 @@ impl Resource {
             }
             Packet::InSync { volume, node } => self.rep.on_in_sync(i, volume, node)?,
             Packet::Primaries { nodes } => self.rep.on_primaries(i, NodeSet::from_bits(nodes))?,
+            Packet::Leaving => self.rep.peers[i].departed = true,
             Packet::Ping => out.push(RAction::Send {
                 peer,
                 msg: Msg::PingAck,
