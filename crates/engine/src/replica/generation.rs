@@ -258,6 +258,13 @@ impl Rotations {
     /// received but not confirmed may already have completed (protocols A and B). If it
     /// was answering a rotation, it may have adopted that id before its answer was lost,
     /// so it stays a holder and another rotation follows.
+    ///
+    /// Not when the loss leaves the volume without quorum: from then on we acknowledge no
+    /// write (`requests/suspended.rs`), and every write acknowledged before is on a
+    /// majority that may promote another Primary, whose ids then descend from ours. A
+    /// rotation here made our ids diverge from that Primary's: a whole cluster restarted
+    /// afterwards saw a split brain where we had acknowledged nothing apart (engine test
+    /// `a_primary_losing_quorum_keeps_its_ids_and_a_restarted_cluster_sees_no_split_brain`).
     pub(super) fn peer_lost(
         &mut self,
         rep: &mut Replicas,
@@ -266,6 +273,7 @@ impl Rotations {
     ) -> Vec<ReqId> {
         let mut released = Vec::new();
         for v in 0..self.vols.len() {
+            let quorate = rep.has_quorum(v);
             let vr = &mut self.vols[v];
             if !vr.holders.contains(peer) {
                 continue;
@@ -273,9 +281,10 @@ impl Rotations {
             match vr.running.as_mut() {
                 Some(r) => {
                     r.waiting.remove(peer);
-                    vr.again = true;
+                    vr.again |= quorate;
                 }
-                None => self.start(rep, v, Vec::new(), out),
+                None if quorate => self.start(rep, v, Vec::new(), out),
+                None => {}
             }
             released.extend(self.finish_if_answered(rep, v, out));
         }
