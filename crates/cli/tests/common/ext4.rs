@@ -85,6 +85,18 @@ impl Nbdfuse {
     pub fn file(&self) -> PathBuf {
         self.mountpoint.join("disk")
     }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// SIGKILL to nbdfuse, for a client whose server died: the kernel aborts the FUSE
+    /// connection, so whatever still uses the file (a loop device, a filesystem on it) gets
+    /// errors at once instead of waiting on a dead export. The FUSE mount itself goes on drop.
+    pub fn abort(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Nbdfuse {
@@ -92,7 +104,9 @@ impl Drop for Nbdfuse {
         // The loop device lets go of the file asynchronously, so the first tries may find the
         // mount busy.
         for _ in 0..50 {
-            if cleanup(tool("fusermount3").arg("-u").arg(&self.mountpoint)) {
+            if !is_mounted(&self.mountpoint)
+                || cleanup(tool("fusermount3").arg("-u").arg(&self.mountpoint))
+            {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -100,6 +114,9 @@ impl Drop for Nbdfuse {
         if wait_timeout(&mut self.child, Duration::from_secs(10)).is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        // Still busy (a loop device that never let go): detach it lazily, never leave it.
+        if is_mounted(&self.mountpoint) {
             cleanup(tool("fusermount3").arg("-uz").arg(&self.mountpoint));
         }
         if std::thread::panicking() {
@@ -130,6 +147,18 @@ impl LoopDevice {
     }
 }
 
+impl LoopDevice {
+    /// True while the kernel still has this loop device bound to a file (a device detached
+    /// while in use is unbound only once its last user lets go).
+    pub fn bound(name: &str) -> bool {
+        let dev = name.trim_start_matches("/dev/");
+        Path::new("/sys/block")
+            .join(dev)
+            .join("loop/backing_file")
+            .exists()
+    }
+}
+
 impl AsRef<Path> for LoopDevice {
     fn as_ref(&self) -> &Path {
         Path::new(&self.0)
@@ -156,6 +185,33 @@ impl Mount {
         Mount(at)
     }
 
+    /// A read-only mount that replays no journal (`-o ro,noload`): looks at a replica's
+    /// backing file without writing to it.
+    pub fn read_only(dev: &LoopDevice, at: PathBuf) -> Mount {
+        fs::create_dir_all(&at).unwrap();
+        run(
+            tool("mount")
+                .args(["-t", "ext4", "-o", "ro,noload"])
+                .arg(&dev.0)
+                .arg(&at),
+            CMD_TIMEOUT,
+        )
+        .expect_success();
+        Mount(at)
+    }
+
+    /// Detaches the mount at once (`umount -l`), for a filesystem whose device is gone: the
+    /// kernel lets go of the device once nothing uses the filesystem any more.
+    pub fn detach(self) {
+        let lazily = cleanup(tool("umount").arg("-l").arg(&self.0));
+        assert!(
+            lazily || !is_mounted(&self.0),
+            "umount -l {} failed",
+            self.0.display()
+        );
+        std::mem::forget(self);
+    }
+
     /// Unmounts now, checking that it worked.
     pub fn unmount(self) {
         run(tool("umount").arg(&self.0), CMD_TIMEOUT).expect_success();
@@ -169,6 +225,18 @@ impl Drop for Mount {
             cleanup(tool("umount").arg("-l").arg(&self.0));
         }
     }
+}
+
+/// True if something is mounted at `path` (in this mount namespace).
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(table) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    // The fifth field is the mount point, with blanks escaped (`\040`); ours have none.
+    let want = path.to_string_lossy();
+    table
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
 }
 
 /// `mkfs.ext4 -q -F` on the device.
