@@ -7,7 +7,8 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{
-    Event, LinkLoss, OnNoQuorum, PromoteError, ProtocolError, QuorumSpec, Role, RoleChange, Votes,
+    DiskChange, DiskState, Event, LinkLoss, OnNoQuorum, PromoteError, ProtocolError, QuorumSpec,
+    Role, RoleChange, Votes,
 };
 use tandem_engine::{Io, IoError};
 
@@ -284,4 +285,83 @@ fn a_primary_losing_quorum_keeps_its_ids_and_a_restarted_cluster_sees_no_split_b
     assert!(diverged.is_empty(), "{diverged:?}");
     net.assert_converges();
     assert_eq!(net.block(0, 3)[0], 3);
+}
+
+/// Node 0 keeps no replica (a quorum tiebreaker); node 1 is made Primary, node 2 is the
+/// other replica.
+fn tiebreaker_net() -> Net {
+    let mut net = Net::with_quorum(true, majority(OnNoQuorum::IoError));
+    let mut out = Vec::new();
+    net.nodes[0].demote(&mut out).unwrap();
+    net.push(0, out);
+    net.run();
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    net
+}
+
+fn outdated_by_tiebreaker(net: &Net, n: u8) -> bool {
+    net.events.iter().any(|(m, e)| {
+        *m == n
+            && matches!(
+                e,
+                Event::DiskChanged {
+                    why: DiskChange::MissedWritesOfAPrimary { told_by: 0 },
+                    ..
+                }
+            )
+    })
+}
+
+/// The link between the two replicas breaks; the Primary keeps quorum through the
+/// tiebreaker and acknowledges writes node 2 lacks. The tiebreaker learnt that node 2 is
+/// behind before any of them was acknowledged and told it: when the Primary then dies,
+/// node 2 (with the tiebreaker, a quorum) cannot be promoted without those writes.
+#[test]
+fn a_tiebreaker_does_not_let_a_replica_that_missed_writes_be_promoted() {
+    let mut net = tiebreaker_net();
+    write_on(&mut net, 1, 1, 1);
+    assert_eq!(net.answer_on(1, 1), Some(Ok(())));
+    net.link_down(1, 2);
+    write_on(&mut net, 1, 2, 2);
+    assert_eq!(
+        net.answer_on(1, 2),
+        Some(Ok(())),
+        "quorum through the tiebreaker"
+    );
+    assert!(outdated_by_tiebreaker(&net, 2));
+    assert_eq!(net.disk(2), DiskState::Outdated);
+    // The Primary dies.
+    net.link_down(0, 1);
+    assert!(quorate(&net, 2), "node 2 and the tiebreaker are a quorum");
+    assert_eq!(promote(&mut net, 2), Err(PromoteError::NoUpToDate(0)));
+    // Back, the Primary's lists bring node 2 up to date, and the tiebreaker forgets it:
+    // a later reconnection tells it nothing.
+    net.link_up(0, 1);
+    net.link_up(1, 2);
+    net.assert_converges();
+    assert_eq!(net.block(2, 2)[0], 2);
+    net.events.clear();
+    net.link_down(0, 2);
+    net.link_up(0, 2);
+    assert!(!outdated_by_tiebreaker(&net, 2));
+    assert_eq!(net.disk(2), DiskState::UpToDate);
+}
+
+/// The Primary is cut off from both: it notices the other replica's loss first, while
+/// its link to the tiebreaker is dead but not yet judged so. Its rotation waits for the
+/// tiebreaker, so the write it takes meanwhile is never acknowledged, and fails once the
+/// tiebreaker's loss is noticed; node 2, told nothing, may be promoted and loses nothing.
+#[test]
+fn a_primary_acknowledges_nothing_through_a_tiebreaker_it_cannot_reach() {
+    let mut net = tiebreaker_net();
+    net.cut(0, 1);
+    net.link_down(1, 2);
+    write_on(&mut net, 1, 2, 2);
+    assert_eq!(net.answer_on(1, 2), None, "acknowledged on node 1 alone");
+    net.notice_down(1, 0);
+    net.notice_down(0, 1);
+    net.run();
+    assert_eq!(net.answer_on(1, 2), Some(Err(IoError::NoQuorum)));
+    assert!(!outdated_by_tiebreaker(&net, 2));
+    assert_eq!(promote(&mut net, 2), Ok(()));
 }

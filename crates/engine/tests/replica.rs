@@ -86,6 +86,7 @@ fn a_second_primary_is_refused() {
     let mut n = node(1);
     let mut out = Vec::new();
     n.peer_up(0, &mut out);
+    n.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     n.packet(
         0,
         &Packet::Role {
@@ -101,6 +102,7 @@ fn a_second_primary_is_refused() {
     let mut p = node(0);
     let mut out = Vec::new();
     p.peer_up(1, &mut out);
+    p.packet(1, &Packet::Primaries { nodes: 0 }, &mut out);
     p.packet(
         1,
         &Packet::Volume {
@@ -158,6 +160,7 @@ fn a_write_beyond_the_volume_is_a_protocol_error() {
     let mut n = node(1);
     let mut out = Vec::new();
     n.peer_up(0, &mut out);
+    n.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     n.packet(
         0,
         &Packet::Role {
@@ -221,6 +224,7 @@ fn a_diskless_node_cannot_promote_without_an_up_to_date_peer() {
         PromoteError::NoUpToDate(0)
     );
     n.peer_up(1, &mut out);
+    n.packet(1, &Packet::Primaries { nodes: 0 }, &mut out);
     n.packet(
         1,
         &Packet::Volume {
@@ -250,6 +254,7 @@ fn protocol_c_completes_only_after_every_peer_wrote() {
     let mut p = node(0);
     let mut out = Vec::new();
     p.peer_up(1, &mut out);
+    p.packet(1, &Packet::Primaries { nodes: 0 }, &mut out);
     p.packet(
         1,
         &Packet::Volume {
@@ -364,6 +369,7 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
     let mut p = Resource::new(spec, vec![ReplicaAtStart::UpToDate, ReplicaAtStart::None]);
     let mut out = Vec::new();
     p.peer_up(1, &mut out);
+    p.packet(1, &Packet::Primaries { nodes: 0 }, &mut out);
     for volume in 0..2 {
         p.packet(
             1,
@@ -413,6 +419,7 @@ fn diskless_primary() -> Resource {
     let mut out = Vec::new();
     for peer in [0, 1] {
         p.peer_up(peer, &mut out);
+        p.packet(peer, &Packet::Primaries { nodes: 0 }, &mut out);
         p.packet(
             peer,
             &Packet::Volume {
@@ -633,6 +640,7 @@ fn connect(a: (u8, &mut Resource), b: (u8, &mut Resource)) {
 /// An Outdated one restarted without metadata (unproven).
 fn meets(n: &mut Resource, peer: u8, disk: DiskState, out: &mut Vec<RAction>) {
     n.peer_up(peer, out);
+    n.packet(peer, &Packet::Primaries { nodes: 0 }, out);
     let flags = if disk == DiskState::Outdated {
         tandem_wire::packet::volume_flags::UNPROVEN
     } else {
@@ -659,6 +667,7 @@ fn meets(n: &mut Resource, peer: u8, disk: DiskState, out: &mut Vec<RAction>) {
 /// Node 0 connects to `n` as an up-to-date Primary with nothing to list.
 fn primary_meets(n: &mut Resource, out: &mut Vec<RAction>) {
     n.peer_up(0, out);
+    n.packet(0, &Packet::Primaries { nodes: 0 }, out);
     n.packet(
         0,
         &Packet::Role {
@@ -1113,6 +1122,7 @@ fn sync_holding_flushes(
 /// The diskless Primary (node 2) connects to `n` and says what it is; its list follows.
 fn diskless_primary_connects(n: &mut Resource, out: &mut Vec<RAction>) {
     n.peer_up(2, out);
+    n.packet(2, &Packet::Primaries { nodes: 0 }, out);
     n.packet(
         2,
         &Packet::Role {
@@ -1327,6 +1337,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
     let mut out = Vec::new();
     beta.tick(0, &mut out);
     beta.peer_up(0, &mut out);
+    beta.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     beta.packet(
         0,
         &Packet::Volume {
@@ -1646,6 +1657,7 @@ fn clients_promote_and_the_last_one_leaving_demotes_once_its_requests_are_answer
     // Another node is Primary: a client attaching changes nothing.
     let mut m = node(1);
     m.peer_up(0, &mut out);
+    m.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     m.packet(
         0,
         &Packet::Role {
@@ -1708,6 +1720,7 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
     p.promote(false, &mut out).unwrap();
     out.clear();
     p.peer_up(1, &mut out);
+    p.packet(1, &Packet::Primaries { nodes: 0 }, &mut out);
     p.packet(1, &volume(0), &mut out);
     assert_eq!(listed(&out, 1), vec![]);
 
@@ -1968,6 +1981,7 @@ fn a_new_cluster_met_again_over_a_second_connection_lists_nothing() {
     };
     let mut out = Vec::new();
     beta.peer_up(0, &mut out);
+    beta.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     beta.packet(0, &created(DiskState::Inconsistent), &mut out);
     assert_eq!(
         beta.status().volumes[0].disk,
@@ -1977,6 +1991,7 @@ fn a_new_cluster_met_again_over_a_second_connection_lists_nothing() {
     beta.peer_down(0, &mut out);
     out.clear();
     beta.peer_up(0, &mut out);
+    beta.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     beta.packet(0, &created(DiskState::Inconsistent), &mut out);
     let listed: u64 = out
         .iter()
@@ -2754,6 +2769,7 @@ fn a_secondary_adopts_new_ids_only_when_up_to_date_under_the_primary() {
     let mut beta = started(1, ReplicaAtStart::UpToDate);
     let mut out = Vec::new();
     beta.peer_up(0, &mut out);
+    beta.packet(0, &Packet::Primaries { nodes: 0 }, &mut out);
     beta.packet(
         0,
         &Packet::Role {

@@ -1229,8 +1229,11 @@ impl Sim {
                 let mut out = Vec::new();
                 match self.nodes[0].engine.promote(false, &mut out) {
                     Ok(()) => {}
-                    // Quorum comes once enough links are up.
-                    Err(PromoteError::NoQuorum(_)) if self.now < 1_000_000 => {
+                    // Quorum comes once enough links are up; a peer just connected says
+                    // which Primary it follows a moment later.
+                    Err(PromoteError::NoQuorum(_) | PromoteError::PeerUnheard(_))
+                        if self.now < 1_000_000 =>
+                    {
                         self.at(5_000, Ev::Promote);
                         return true;
                     }

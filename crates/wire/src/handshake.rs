@@ -235,6 +235,8 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::InSync { .. } => "InSync",
         Packet::Primaries { .. } => "Primaries",
         Packet::Leaving => "Leaving",
+        Packet::VotersBehind { .. } => "VotersBehind",
+        Packet::Outdated { .. } => "Outdated",
         Packet::ReadReq { .. } => "ReadReq",
         Packet::ReadReply { .. } => "ReadReply",
         Packet::ResyncReq { .. } => "ResyncReq",

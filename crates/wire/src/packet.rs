@@ -114,6 +114,21 @@ pub enum Packet<'a> {
     Primaries {
         nodes: u32,
     },
+    /// From the Primary, rotating `volume`'s generation id to `gi`, to a node keeping no
+    /// replica of it (a quorum tiebreaker): the voters in `nodes` (bit n: node id n) are not
+    /// connected to the Primary and may lack the writes this id covers. The receiver
+    /// counts them out of date, tells them so (`Outdated`), and answers with `GenAck`.
+    VotersBehind {
+        volume: u16,
+        gi: u64,
+        nodes: u32,
+    },
+    /// The receiver's replica of `volume` missed writes a Primary acknowledged (a
+    /// tiebreaker that vouched for that Primary says so): it is Outdated until it meets
+    /// that Primary or a replica holding them.
+    Outdated {
+        volume: u16,
+    },
     /// The sender, a Secondary, stops cleanly: its replicas are Outdated from now on, and
     /// the receiver may drop it from the voters of its quorum (DRBD's last man standing).
     Leaving,
@@ -268,6 +283,8 @@ mod kind {
     pub const GEN_ACK: u16 = 7;
     pub const PRIMARIES: u16 = 8;
     pub const LEAVING: u16 = 9;
+    pub const VOTERS_BEHIND: u16 = 25;
+    pub const OUTDATED: u16 = 26;
     pub const WRITE: u16 = 10;
     pub const ZERO: u16 = 11;
     pub const RECV_ACK: u16 = 12;
@@ -331,6 +348,8 @@ impl Packet<'_> {
             Packet::InSync { .. } => IN_SYNC,
             Packet::Primaries { .. } => PRIMARIES,
             Packet::Leaving => LEAVING,
+            Packet::VotersBehind { .. } => VOTERS_BEHIND,
+            Packet::Outdated { .. } => OUTDATED,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
@@ -462,6 +481,12 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
         }
         Packet::Primaries { nodes } => w.u32(nodes),
         Packet::Leaving => {}
+        Packet::VotersBehind { volume, gi, nodes } => {
+            w.u16(volume);
+            w.u64(gi);
+            w.u32(nodes);
+        }
+        Packet::Outdated { volume } => w.u16(volume),
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
             w.u32(errno);
@@ -656,6 +681,12 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         },
         PRIMARIES => Packet::Primaries { nodes: r.u32()? },
         LEAVING => Packet::Leaving,
+        VOTERS_BEHIND => Packet::VotersBehind {
+            volume: r.u16()?,
+            gi: r.u64()?,
+            nodes: r.u32()?,
+        },
+        OUTDATED => Packet::Outdated { volume: r.u16()? },
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
             errno: r.u32()?,
@@ -882,6 +913,12 @@ mod tests {
             Packet::InSync { volume: 1, node: 2 },
             Packet::Primaries { nodes: 0b100 },
             Packet::Leaving,
+            Packet::VotersBehind {
+                volume: 1,
+                gi: 7,
+                nodes: 0b10,
+            },
+            Packet::Outdated { volume: 1 },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
             Packet::ReadReq {

@@ -22,7 +22,7 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..27,
+        0u8..29,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -166,6 +166,12 @@ fn packet(f: &Fields) -> Packet<'_> {
         },
         24 => Packet::Primaries { nodes: f.c },
         25 => Packet::Leaving,
+        26 => Packet::VotersBehind {
+            volume: f.d,
+            gi: f.a,
+            nodes: f.c,
+        },
+        27 => Packet::Outdated { volume: f.d },
         23 => Packet::PrimaryLost {
             primary: f.d as u8,
             incarnation: f.b,

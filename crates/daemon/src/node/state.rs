@@ -135,6 +135,10 @@ impl ResCtx {
         match e {
             PromoteError::PeerPrimary(id) => format!("node {} is Primary", self.peer_name(id)),
             PromoteError::NoUpToDate(_) => e.to_string(),
+            PromoteError::PeerUnheard(peer) => format!(
+                "{} just connected and has not yet said which Primary it follows; try again",
+                self.peer_name(peer)
+            ),
             PromoteError::PrimaryBeyond { primary, via } => format!(
                 "node {} is Primary: {} follows it, and this node does not reach it (a partition?)",
                 self.peer_name(primary),

@@ -17,6 +17,8 @@ pub enum PromoteError {
     /// `via`, a connected peer, follows `primary`, a Primary this node does not reach
     /// (see `primaries.rs`).
     PrimaryBeyond { primary: NodeId, via: NodeId },
+    /// `peer` just connected and has not yet said which Primary it follows (a moment).
+    PeerUnheard(NodeId),
 }
 
 impl std::fmt::Display for PromoteError {
@@ -30,6 +32,10 @@ impl std::fmt::Display for PromoteError {
             PromoteError::PrimaryBeyond { primary, via } => {
                 write!(f, "node {primary} is Primary (node {via} follows it)")
             }
+            PromoteError::PeerUnheard(peer) => write!(
+                f,
+                "node {peer} just connected and has not yet said which Primary it follows; try again"
+            ),
         }
     }
 }

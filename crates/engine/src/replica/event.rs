@@ -124,6 +124,9 @@ pub enum DiskChange {
     MissedWrite { peer: NodeId },
     /// A peer's list after a connect names writes we lack.
     Behind { peer: NodeId },
+    /// A quorum tiebreaker (`told_by`) says a Primary acknowledged writes we missed while
+    /// it kept quorum through that tiebreaker (see `tiebreak.rs`).
+    MissedWritesOfAPrimary { told_by: NodeId },
     /// Every replica was created empty at its node's start and all have met.
     NewCluster,
     /// Back from a crash: the `bytes` its activity log names (where it may differ from
@@ -386,6 +389,12 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::Behind { peer } => {
                 write!(f, "node {peer} lists writes we lack; resync needed")
             }
+            DiskChange::MissedWritesOfAPrimary { told_by } => write!(
+                f,
+                "node {told_by}, a quorum tiebreaker, says a Primary acknowledged writes \
+                 this replica missed: Outdated until it meets that Primary or a replica \
+                 holding them (no promotion here meanwhile, unless forced)"
+            ),
             DiskChange::CrashedExtents { primary, bytes } => {
                 let kib = bytes >> 10;
                 write!(f, "back from a crash; pulling the {kib} KiB its activity log names, ")?;
@@ -486,6 +495,8 @@ pub enum ProtocolError {
     },
     /// A `Primaries` report naming unknown nodes or the sender (the bits).
     BadPrimaries(u32),
+    /// `VotersBehind` from a node that is not Primary.
+    VotersBehindFromSecondary,
     WriteFromSecondary,
     WriteOutOfOrder {
         seq: u64,
@@ -547,6 +558,7 @@ impl fmt::Display for ProtocolError {
                  (a partition that only this node bridges?): refused"
             ),
             BadPrimaries(bits) => write!(f, "Primaries report {bits:#x} names unknown nodes"),
+            VotersBehindFromSecondary => write!(f, "voters-behind notice from a Secondary"),
             WriteFromSecondary => write!(f, "replicated write from a node that is not Primary"),
             WriteOutOfOrder { seq, last } => write!(f, "write sequence {seq} not after {last}"),
             UnknownNode(id) => write!(f, "node {id} is not another node of the resource"),

@@ -223,6 +223,8 @@ impl Rotations {
         }
         // Until they answer, any of them may adopt it.
         vr.holders = vr.holders.union(waiting);
+        // And the tiebreakers learn which voters are away (`tiebreak.rs`).
+        waiting = waiting.union(rep.tell_tiebreakers(v, gi, out));
         vr.running = Some(Rotation {
             gi,
             waiting,
@@ -275,15 +277,14 @@ impl Rotations {
         for v in 0..self.vols.len() {
             let quorate = rep.has_quorum(v);
             let vr = &mut self.vols[v];
-            if !vr.holders.contains(peer) {
-                continue;
-            }
+            // A tiebreaker a rotation waits for holds no id.
+            let holder = vr.holders.contains(peer);
             match vr.running.as_mut() {
                 Some(r) => {
                     r.waiting.remove(peer);
-                    vr.again |= quorate;
+                    vr.again |= holder && quorate;
                 }
-                None if quorate => self.start(rep, v, Vec::new(), out),
+                None if holder && quorate => self.start(rep, v, Vec::new(), out),
                 None => {}
             }
             released.extend(self.finish_if_answered(rep, v, out));

@@ -53,6 +53,8 @@ pub(super) struct LocalVol {
     /// The volume had quorum as of the end of the last event (see `quorum.rs`): a
     /// tiebreaker keeps a quorum, it does not give one.
     pub(super) quorum_held: bool,
+    /// As a tiebreaker: voters that missed writes of the Primary we vouch for (`tiebreak.rs`).
+    pub(super) voters_behind: super::tiebreak::VotersBehind,
 }
 
 impl LocalVol {
@@ -93,6 +95,7 @@ impl LocalVol {
             gen: GenIds::default(),
             standing: None,
             quorum_held: false,
+            voters_behind: Default::default(),
         }
     }
 

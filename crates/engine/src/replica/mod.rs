@@ -49,6 +49,7 @@ mod spec;
 mod standing;
 mod status;
 mod sync;
+mod tiebreak;
 mod writer;
 mod writes;
 

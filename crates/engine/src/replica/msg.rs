@@ -172,6 +172,16 @@ pub enum Msg {
     Ping,
     /// We stop cleanly, as a Secondary (see `quorum.rs`, last man standing).
     Leaving,
+    /// As Primary rotating `volume`'s id to `gi`, to a tiebreaker (see `tiebreak.rs`).
+    VotersBehind {
+        volume: u16,
+        gi: u64,
+        nodes: NodeSet,
+    },
+    /// As a tiebreaker: the receiver's replica of `volume` missed writes (`tiebreak.rs`).
+    Outdated {
+        volume: u16,
+    },
     PingAck,
 }
 
@@ -353,6 +363,12 @@ impl Msg {
             },
             Msg::Ping => Packet::Ping,
             Msg::Leaving => Packet::Leaving,
+            Msg::VotersBehind { volume, gi, nodes } => Packet::VotersBehind {
+                volume,
+                gi,
+                nodes: nodes.bits(),
+            },
+            Msg::Outdated { volume } => Packet::Outdated { volume },
             Msg::PingAck => Packet::PingAck,
         }
     }

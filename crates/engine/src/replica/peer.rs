@@ -224,6 +224,8 @@ pub(super) struct Peer {
     pub(super) primaries: NodeSet,
     /// What we told it of ours on this connection (`None`: nothing yet).
     pub(super) primaries_told: Option<NodeSet>,
+    /// Its first `Primaries` report on this connection arrived.
+    pub(super) primaries_heard: bool,
     /// It told us it stopped cleanly, its replicas Outdated (`Msg::Leaving`), and has not
     /// connected since: a voter that may drop out of our quorum count (`quorum.rs`).
     pub(super) departed: bool,
@@ -462,6 +464,7 @@ impl Peer {
             role_heard: false,
             primaries: NodeSet::EMPTY,
             primaries_told: None,
+            primaries_heard: false,
             departed: false,
             vols: diskful
                 .iter()
@@ -493,6 +496,7 @@ impl Peer {
         self.role_heard = false;
         self.primaries = NodeSet::EMPTY;
         self.primaries_told = None;
+        self.primaries_heard = false;
         self.departed = false;
         self.last_rx_ms = now_ms;
         self.ping_sent_ms = None;
@@ -513,6 +517,7 @@ impl Peer {
         self.role_heard = false;
         self.primaries = NodeSet::EMPTY;
         self.primaries_told = None;
+        self.primaries_heard = false;
         let unacked = std::mem::take(&mut self.unacked);
         for pv in &mut self.vols {
             pv.connection_ended();

@@ -64,7 +64,14 @@ impl Replicas {
             return Err(ProtocolError::BadPrimaries(nodes.bits()));
         }
         self.peers[i].primaries = nodes;
+        self.peers[i].primaries_heard = true;
         Ok(())
+    }
+
+    /// A connected peer that has not yet said which Primaries it follows (it does right
+    /// after connecting, after any `Outdated` notice it has for us: `tiebreak.rs`).
+    pub(super) fn peer_unheard(&self) -> Option<NodeId> {
+        self.peers.up().find(|p| !p.primaries_heard).map(|p| p.id)
     }
 
     /// A Primary some connected peer follows that we do not reach ourselves: the Primary

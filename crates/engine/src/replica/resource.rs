@@ -135,6 +135,9 @@ impl Resource {
         if let Some(p) = self.rep.peers.primary() {
             return Err(PromoteError::PeerPrimary(p));
         }
+        if let Some(peer) = self.rep.peer_unheard() {
+            return Err(PromoteError::PeerUnheard(peer));
+        }
         if let Some((primary, via)) = self.rep.primary_beyond() {
             return Err(PromoteError::PrimaryBeyond { primary, via });
         }

@@ -42,6 +42,8 @@ impl Resource {
                 msg: self.rep.volume_msg(i, v),
             });
         }
+        // Before our `Primaries` report (end of this event), which promotion waits for.
+        self.rep.tell_outdated_on_connect(i, out);
     }
 
     /// The connection to `peer` is gone (closed, failed, timed out or dropped by us).

@@ -159,6 +159,15 @@ impl Resource {
             Packet::InSync { volume, node } => self.rep.on_in_sync(i, volume, node)?,
             Packet::Primaries { nodes } => self.rep.on_primaries(i, NodeSet::from_bits(nodes))?,
             Packet::Leaving => self.rep.peers[i].departed = true,
+            Packet::VotersBehind { volume, gi, nodes } => {
+                let v = self.rep.check_volume(volume)?;
+                self.rep
+                    .on_voters_behind(i, v, gi, NodeSet::from_bits(nodes), out)?;
+            }
+            Packet::Outdated { volume } => {
+                let v = self.rep.check_volume(volume)?;
+                self.rep.on_outdated(i, v, out);
+            }
             Packet::Ping => out.push(RAction::Send {
                 peer,
                 msg: Msg::PingAck,
@@ -287,6 +296,7 @@ impl Resource {
         }
         // A new state may end a list, or offer a source to pull from.
         self.rep.pump_resync(&mut self.app.barriers, volume, out);
+        self.rep.forget_caught_up(i, v);
         Ok(())
     }
 }
