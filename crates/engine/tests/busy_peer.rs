@@ -178,3 +178,27 @@ fn a_silent_primary_is_dropped_by_the_ping_timeout() {
     assert_eq!(losses(&net, 2, 0), [LinkLoss::PingTimeout(500)]);
     assert!(losses(&net, 1, 2).is_empty() && losses(&net, 2, 1).is_empty());
 }
+
+/// The driver's transport statistics tell a stopped process from a dead host: node 1 owes
+/// the Primary a write; while its host acknowledges what is sent (silence short of the
+/// ping timeout) it is kept, however long the stall; once its host has acknowledged
+/// nothing for the ping timeout it is dropped (`LinkLoss::Unreachable`), well before the
+/// request timeout, and the write completes on node 2.
+#[test]
+fn a_peer_whose_host_acknowledges_nothing_is_dropped_within_the_ping_timeout() {
+    let mut net = Net::diskless_primary();
+    net.tick(100);
+    net.freeze(1);
+    net.write(1, 0, BLOCK as u32);
+    let mut out = Vec::new();
+    net.nodes[0].transport_silent(1, 499, &mut out);
+    net.push(0, out);
+    net.run();
+    assert!(net.dropped.is_empty(), "{:?}", net.dropped);
+    let mut out = Vec::new();
+    net.nodes[0].transport_silent(1, 500, &mut out);
+    net.push(0, out);
+    net.run();
+    assert_eq!(losses(&net, 0, 1), vec![LinkLoss::Unreachable(500)]);
+    assert_eq!(net.answer(1), Some(Ok(())));
+}

@@ -290,6 +290,7 @@ impl NodeReactor {
             self.sample_resyncs(now);
         }
         self.al_unsynced_due();
+        self.check_transports();
         self.dial();
         // Handshakes (NBD or peer) that never finish.
         let now = Instant::now();

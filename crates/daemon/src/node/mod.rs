@@ -18,6 +18,7 @@ mod peers;
 mod progress;
 mod setup;
 mod state;
+mod transport;
 mod unsynced;
 
 pub use metadata::{create_md, dump_md, invalidate};

@@ -36,6 +36,8 @@ pub struct PeerConn {
     pub deadline: Option<std::time::Instant>,
     /// Why the socket failed before a session began (for the dialer's status line).
     pub failure: Option<String>,
+    /// Whether the peer's host acknowledges what we send (see `transport.rs`).
+    pub acks: super::transport::AckWatch,
 }
 
 const INITIAL_IN: usize = 256 << 10;
@@ -71,6 +73,7 @@ impl PeerConn {
             dirty: true,
             connecting: dialed.is_some(),
             deadline: Some(deadline),
+            acks: Default::default(),
         }
     }
 

@@ -187,6 +187,10 @@ pub enum LinkLoss {
     /// it rather than by the ping timeout, since it owed us answers (a busy peer may be
     /// silent that long) or neither end of the link is Primary.
     Silent(u64),
+    /// The peer's host acknowledged none of the bytes we had sent it for this long (ms,
+    /// the driver's transport statistics; see `Resource::transport_silent`): dead, or the
+    /// network between us cut, whatever it owed us.
+    Unreachable(u64),
 }
 
 impl Event {
@@ -478,6 +482,11 @@ impl fmt::Display for LinkLoss {
                 f,
                 "silent for {ms} ms (judged by the request timeout: it owed us answers, or \
                  no Primary is on the link)"
+            ),
+            LinkLoss::Unreachable(ms) => write!(
+                f,
+                "its host acknowledged nothing we sent for {ms} ms (dead, or the network \
+                 between us cut)"
             ),
         }
     }

@@ -3,8 +3,10 @@
 
 use super::Resource;
 use crate::replica::action::RAction;
+use crate::replica::event::LinkLoss;
 use crate::replica::msg::Msg;
 use crate::replica::peer::{Judge, Timer};
+use crate::replica::spec::NodeId;
 use tandem_wire::packet::Role;
 
 impl Resource {
@@ -40,6 +42,25 @@ impl Resource {
             .flat_map(|i| self.rep.peers[i].next_timer(&self.rep.spec, self.judge(i)));
         let settling = self.app.settling.next_timer();
         resyncs.chain(peers).chain(settling).min()
+    }
+
+    /// The driver's word on `peer`'s transport: bytes we sent it have been in flight for
+    /// `ms` with none acknowledged by its host (Linux `TCP_INFO`). A peer that owes us
+    /// answers is judged by the request timeout (`judge`), since its process may be busy
+    /// or stopped; but a stopped process's kernel still acknowledges what arrives, so a
+    /// host that acknowledges nothing for the ping timeout is gone (dead, or the network
+    /// cut) and is dropped then: a cut cable is found within ping-interval + ping-timeout
+    /// even while a write waits for the peer.
+    pub fn transport_silent(&mut self, peer: NodeId, ms: u64, out: &mut Vec<RAction>) {
+        let up = self
+            .rep
+            .peers
+            .index(peer)
+            .is_some_and(|i| self.rep.peers[i].up);
+        if up && ms >= self.rep.spec.ping_timeout_ms {
+            self.drop_peer(peer, LinkLoss::Unreachable(ms), out);
+            self.after_event(out);
+        }
     }
 
     /// How peer `i`'s silence is judged: by the request timeout while it owes us an
