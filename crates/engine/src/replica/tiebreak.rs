@@ -105,8 +105,13 @@ impl Replicas {
         let nodes = nodes.minus(NodeSet::one(self.spec.me));
         for n in (0..32).filter(|&n| nodes.contains(n)) {
             self.vols[v].voters_behind.mark(n, gi);
+            // It may have caught up already (its report overtook this notice).
+            if let Some(j) = self.peers.index(n).filter(|&j| self.peers[j].up) {
+                self.forget_caught_up(j, v);
+            }
         }
-        for p in self.peers.up().filter(|p| nodes.contains(p.id)) {
+        let behind = &self.vols[v].voters_behind;
+        for p in (self.peers.up()).filter(|p| nodes.contains(p.id) && behind.contains(p.id)) {
             let msg = Msg::Outdated { volume: v as u16 };
             out.push(RAction::Send { peer: p.id, msg });
         }
