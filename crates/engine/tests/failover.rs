@@ -365,3 +365,31 @@ fn a_primary_acknowledges_nothing_through_a_tiebreaker_it_cannot_reach() {
     assert!(!outdated_by_tiebreaker(&net, 2));
     assert_eq!(promote(&mut net, 2), Ok(()));
 }
+
+/// A client attaching just as a peer connects, before that peer said which Primary it
+/// follows, is refused for a moment only: the promotion goes through once it has.
+#[test]
+fn a_client_attaching_as_a_peer_connects_is_promoted_once_the_peer_has_spoken() {
+    let mut net = Net::new();
+    let mut out = Vec::new();
+    net.nodes[0].demote(&mut out).unwrap();
+    net.push(0, out);
+    net.run();
+    net.link_down(1, 2);
+    net.hold(2, 1);
+    net.link_up(1, 2);
+    let mut out = Vec::new();
+    let auto = net.nodes[1].client_attached(&mut out);
+    net.push(1, out);
+    net.run();
+    assert_eq!(
+        auto,
+        tandem_engine::replica::AutoPromote::Refused(PromoteError::PeerUnheard(2))
+    );
+    assert_eq!(net.nodes[1].role(), Role::Secondary);
+    net.release(2, 1);
+    net.run();
+    assert_eq!(net.nodes[1].role(), Role::Primary);
+    write_on(&mut net, 1, 1, 1);
+    assert_eq!(net.answer_on(1, 1), Some(Ok(())));
+}

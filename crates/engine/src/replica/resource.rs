@@ -276,7 +276,12 @@ impl Resource {
                 self.auto.promoted();
                 AutoPromote::Promoted
             }
-            Err(e) => AutoPromote::Refused(e),
+            Err(e) => {
+                if matches!(e, PromoteError::PeerUnheard(_)) {
+                    self.auto.retry_later();
+                }
+                AutoPromote::Refused(e)
+            }
         }
     }
 
@@ -299,6 +304,16 @@ impl Resource {
             self.app.resume_suspended(&mut self.rep, out);
         }
         self.step_down_if_yielding(out);
+        if self.rep.peer_unheard().is_none() && self.auto.take_retry() {
+            let retried = self.rep.role == Role::Secondary && self.rep.peers.primary().is_none();
+            if retried
+                && self
+                    .promote_for(RoleChange::ClientAttached, false, out)
+                    .is_ok()
+            {
+                self.auto.promoted();
+            }
+        }
         while !self.rep.refused.is_empty() {
             for (volume, r) in std::mem::take(&mut self.rep.refused) {
                 let failed = Err(IoError::Os(EIO as i32));

@@ -8,6 +8,9 @@ pub(super) struct AutoRole {
     clients: usize,
     /// Primary because a client attached (not by the administrator's word).
     promoted: bool,
+    /// A client's promotion was refused only because a peer that just connected had not
+    /// yet said which Primary it follows: tried again once it has.
+    retry: bool,
 }
 
 impl AutoRole {
@@ -31,6 +34,16 @@ impl AutoRole {
     /// The role was set by other means (the administrator, a forced demotion).
     pub(super) fn clear(&mut self) {
         self.promoted = false;
+        self.retry = false;
+    }
+
+    pub(super) fn retry_later(&mut self) {
+        self.retry = true;
+    }
+
+    /// Whether a promotion refused for a moment is to be tried again now (once).
+    pub(super) fn take_retry(&mut self) -> bool {
+        std::mem::take(&mut self.retry) && self.clients > 0
     }
 
     /// No client is left on a node promoted for its clients.
