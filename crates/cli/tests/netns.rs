@@ -1361,3 +1361,75 @@ fn primary_cut_off(test: &'static str, old: &'static str, new: &'static str) {
     drop(second);
     lab.c.stop_all();
 }
+
+/// Waits until `me` no longer sees `peer` connected.
+fn wait_apart(c: &mut Cluster, me: &'static str, peer: &'static str) {
+    c.wait_for("the link gone", Duration::from_secs(10), |statuses| {
+        let st = &statuses.iter().find(|(n, _)| *n == me).unwrap().1;
+        match connection(st, peer).as_str() {
+            "Connected" => Err(format!("{me} still sees {peer} connected")),
+            _ => Ok(()),
+        }
+    });
+}
+
+/// An asymmetric partition (issue 15): alpha, Primary, and beta lose each other while
+/// both still reach gamma, the diskless tiebreaker. Alpha keeps quorum through gamma and
+/// goes on writing; gamma, vouching for alpha, tells beta it is behind (Outdated); beta is
+/// not promoted while gamma follows alpha, nor once alpha died (its writes exist only on
+/// alpha); alpha back, beta catches up from it and the replicas end identical.
+#[test]
+fn an_asymmetric_partition_keeps_one_primary_and_the_replica_left_behind_is_not_promoted() {
+    const TEST: &str = "netns::an_asymmetric_partition_keeps_one_primary_and_the_replica_left_behind_is_not_promoted";
+    let Some(mut lab) = start(TEST, Without::Skip) else {
+        return;
+    };
+    let net = lab.net.take().expect("namespaces");
+    let c = &mut lab.c;
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let mut alpha = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+    alpha.write(0, &[0x11; 4096]);
+    alpha.flush();
+
+    net.cut_between(index_of("alpha"), index_of("beta"));
+    wait_apart(c, "alpha", "beta");
+    wait_apart(c, "beta", "alpha");
+    let r = alpha.request(0, CMD_WRITE, MIB, 4096, &[0x22; 4096]);
+    assert_eq!(r.error, 0, "alpha, with gamma's tiebreak: {}", r.describe());
+    alpha.flush();
+    c.wait_for("beta Outdated", Duration::from_secs(10), |statuses| {
+        let beta = &statuses.iter().find(|(n, _)| *n == "beta").unwrap().1;
+        match str_of(&arr_of(beta, "volumes")[0], "disk") {
+            "Outdated" => Ok(()),
+            d => Err(format!("beta is {d}")),
+        }
+    });
+    let log = c.node("beta").daemon.log();
+    assert!(log.contains("quorum tiebreaker"), "beta's log:\n{log}");
+    let refused = c.node("beta").daemon.admin(&["primary", RESOURCE]);
+    assert!(
+        !refused.success() && refused.stderr.contains("follows it"),
+        "tandem primary on beta while gamma follows alpha: {}",
+        refused.describe()
+    );
+
+    // Alpha dies: beta and gamma are a quorum, but beta lacks alpha's last write.
+    c.node_mut("alpha").daemon.kill9();
+    drop(alpha);
+    wait_apart(c, "gamma", "alpha");
+    let refused = c.node("beta").daemon.admin(&["primary", RESOURCE]);
+    assert!(
+        !refused.success() && refused.stderr.contains("no up-to-date replica"),
+        "tandem primary on beta after alpha died: {}",
+        refused.describe()
+    );
+
+    net.heal_between(index_of("alpha"), index_of("beta"));
+    let alpha = c.node_mut("alpha");
+    alpha.daemon.restart();
+    alpha.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    assert_eq!(read_at(&c.node("beta").disk, MIB, 4096), vec![0x22; 4096]);
+    c.stop_all();
+    c.assert_replicas_identical();
+}

@@ -156,6 +156,50 @@ impl NetLab {
         }
     }
 
+    /// Cuts nodes `i` and `j` apart while each keeps its cable (an asymmetric partition):
+    /// each namespace routes the other's address into a blackhole, so what either sends
+    /// the other goes nowhere, and nobody is told (TCP retransmits into the void).
+    #[track_caller]
+    pub fn cut_between(&self, i: usize, j: usize) {
+        for (from, to) in [(i, j), (j, i)] {
+            let dst = format!("{}/32", self.nodes[to].ip);
+            if let Err(e) = ip(&[
+                "-n",
+                &self.nodes[from].netns,
+                "route",
+                "add",
+                "blackhole",
+                &dst,
+            ]) {
+                panic!(
+                    "cutting {} from {}: {e}",
+                    self.nodes[from].netns, self.nodes[to].netns
+                );
+            }
+        }
+    }
+
+    /// Undoes [`NetLab::cut_between`].
+    #[track_caller]
+    pub fn heal_between(&self, i: usize, j: usize) {
+        for (from, to) in [(i, j), (j, i)] {
+            let dst = format!("{}/32", self.nodes[to].ip);
+            if let Err(e) = ip(&[
+                "-n",
+                &self.nodes[from].netns,
+                "route",
+                "del",
+                "blackhole",
+                &dst,
+            ]) {
+                panic!(
+                    "healing {} and {}: {e}",
+                    self.nodes[from].netns, self.nodes[to].netns
+                );
+            }
+        }
+    }
+
     /// Limits what reaches node `i` over its cable to `rate` (tc's words: `200mbit`);
     /// `None` lifts the limit.
     #[track_caller]

@@ -54,7 +54,12 @@ impl Replicas {
 
     /// Peer `i` follows these Primaries. Ids that are not nodes of the resource, or the
     /// peer itself, break the protocol.
-    pub(super) fn on_primaries(&mut self, i: usize, nodes: NodeSet) -> Result<(), ProtocolError> {
+    pub(super) fn on_primaries(
+        &mut self,
+        i: usize,
+        nodes: NodeSet,
+        out: &mut Vec<RAction>,
+    ) -> Result<(), ProtocolError> {
         let peer = self.peers[i].id;
         let mut known = NodeSet::one(self.spec.me);
         for (id, _) in &self.spec.nodes {
@@ -65,6 +70,10 @@ impl Replicas {
         }
         self.peers[i].primaries = nodes;
         self.peers[i].primaries_heard = true;
+        if nodes.is_empty() {
+            // It follows no Primary now: a notice it set aside under one applies.
+            self.tell_outdated_on_connect(i, out);
+        }
         Ok(())
     }
 

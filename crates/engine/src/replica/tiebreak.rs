@@ -13,9 +13,9 @@
 //!   and answers (`GenAck`). So no write those voters miss is acknowledged before the
 //!   tiebreakers know; one unreachable makes the rotation wait until its link is judged
 //!   dead, and then the Primary has no quorum left.
-//! - A tiebreaker tells each recorded voter it reaches, at once and on every new
-//!   connection (before its `Primaries` report, which promotion waits for), that its
-//!   replica is Outdated (`Outdated`). A voter told so while no Primary is connected to it
+//! - A tiebreaker tells each recorded voter it reaches, at once, on every new connection
+//!   (before its `Primaries` report, which promotion waits for) and whenever that voter
+//!   reports following no Primary, that its replica is Outdated (`Outdated`). A voter told so while no Primary is connected to it
 //!   turns Outdated (a connected Primary's lists say what it lacks instead), and can be
 //!   promoted only after it met that Primary or a replica holding its writes.
 //! - The tiebreaker forgets a voter once it reports itself up to date with the id of that
@@ -125,7 +125,9 @@ impl Replicas {
         Ok(())
     }
 
-    /// A new connection to peer `i`: if we count it behind, it is told first.
+    /// A new connection to peer `i`, or its report that it follows no Primary any more
+    /// (a notice that came while it did was set aside, `on_outdated`): if we count it
+    /// behind, it is told.
     pub(super) fn tell_outdated_on_connect(&self, i: usize, out: &mut Vec<RAction>) {
         let peer = self.peers[i].id;
         for (v, vol) in self.vols.iter().enumerate() {

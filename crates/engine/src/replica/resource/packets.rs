@@ -157,7 +157,9 @@ impl Resource {
                     .on_primary_lost(i, (primary, incarnation), seq, out);
             }
             Packet::InSync { volume, node } => self.rep.on_in_sync(i, volume, node)?,
-            Packet::Primaries { nodes } => self.rep.on_primaries(i, NodeSet::from_bits(nodes))?,
+            Packet::Primaries { nodes } => {
+                self.rep.on_primaries(i, NodeSet::from_bits(nodes), out)?
+            }
             Packet::Leaving => self.rep.peers[i].departed = true,
             Packet::VotersBehind { volume, gi, nodes } => {
                 let v = self.rep.check_volume(volume)?;
