@@ -20,6 +20,9 @@
 //! | `quorum` | `"off"`, `"majority"`, `"all"` or a number of replicas: a Primary completes I/O only while it reaches that many of the nodes keeping a replica of each volume (itself included; with an even number, a partition one short that reaches most diskless nodes keeps a quorum it held); a node without it cannot be promoted. Default `"majority"` with three nodes or more, `"off"` with two |
 //! | `quorum-minimum-redundancy` | `"off"` (default), `"majority"`, `"all"` or a number: also that many *up-to-date* replicas reached |
 //! | `on-no-quorum` | `"io-error"` (default: a Primary without quorum fails I/O with EIO, including writes in flight, which are not acknowledged) or `"suspend-io"` (requests that arrive without quorum wait and go on when it returns; writes in flight when it went, done on a minority, still fail) |
+//! | `after-sb-0pri` | split brain found with neither node Primary (DRBD's names): `"disconnect"` (default: both keep their data, the connection stops until an administrator acts), `"discard-younger-primary"` (the node that was not Primary when the two lost each other discards its changes), `"discard-older-primary"` (the one that was Primary then discards), both falling back to `discard-least-changes` when neither or both were; `"discard-zero-changes"` (a node that changed nothing discards; both changed: disconnect), `"discard-least-changes"` (the node with fewer changed blocks discards; a tie keeps the lower node-id's data) |
+//! | `after-sb-1pri` | split brain with one node Primary: `"disconnect"` (default), `"consensus"` (the `after-sb-0pri` verdict if it discards the Secondary's changes, else disconnect), `"discard-secondary"` (the Secondary discards its changes) |
+//! | `after-sb-2pri` | split brain with both Primary: `"disconnect"`, the only value (a Primary's data is never discarded) |
 //!
 //! Exactly one of `shared-secret` and `shared-secret-file` must be set.
 //!
@@ -120,6 +123,8 @@ pub struct ResourceConfig {
     pub nodes: Vec<NodeConfig>,
     /// Quorum: `quorum`, `quorum-minimum-redundancy`, `on-no-quorum`.
     pub quorum: QuorumConfig,
+    /// `after-sb-0pri`, `after-sb-1pri`, `after-sb-2pri`.
+    pub after_sb: AfterSplitBrain,
     /// The file this configuration was read from.
     pub path: PathBuf,
 }
@@ -159,6 +164,41 @@ pub struct QuorumConfig {
     pub on_no_quorum: OnNoQuorum,
 }
 
+/// `after-sb-0pri`: a split brain found while neither node is Primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterSb0Pri {
+    #[default]
+    Disconnect,
+    DiscardYoungerPrimary,
+    DiscardOlderPrimary,
+    DiscardZeroChanges,
+    DiscardLeastChanges,
+}
+
+/// `after-sb-1pri`: a split brain found while one of the two nodes is Primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterSb1Pri {
+    #[default]
+    Disconnect,
+    Consensus,
+    DiscardSecondary,
+}
+
+/// `after-sb-2pri`: both Primary. Only `disconnect` (a Primary never discards its data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AfterSb2Pri {
+    #[default]
+    Disconnect,
+}
+
+/// The after-split-brain policies (see the `[resource]` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AfterSplitBrain {
+    pub zero: AfterSb0Pri,
+    pub one: AfterSb1Pri,
+    pub two: AfterSb2Pri,
+}
+
 /// Redacts the secret.
 impl fmt::Debug for ResourceConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -173,6 +213,7 @@ impl fmt::Debug for ResourceConfig {
             .field("volumes", &self.volumes)
             .field("nodes", &self.nodes)
             .field("quorum", &self.quorum)
+            .field("after_sb", &self.after_sb)
             .field("path", &self.path)
             .finish()
     }

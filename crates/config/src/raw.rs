@@ -28,6 +28,9 @@ pub(crate) struct RawResource {
     pub quorum: Option<Scalar>,
     pub quorum_minimum_redundancy: Option<Scalar>,
     pub on_no_quorum: Option<String>,
+    pub after_sb_0pri: Option<String>,
+    pub after_sb_1pri: Option<String>,
+    pub after_sb_2pri: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

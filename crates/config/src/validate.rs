@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use crate::raw::{RawFile, RawNet, RawNode, RawResource, Scalar};
 use crate::{
-    parse_duration, parse_size, ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume,
-    OnNoQuorum, Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes,
+    parse_duration, parse_size, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain,
+    ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume, OnNoQuorum, Protocol, QuorumConfig,
+    ResourceConfig, VolumeConfig, Votes,
 };
 
 /// Limits, also documented in the crate docs.
@@ -164,6 +165,7 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
     }
 
     let quorum = quorum_config(&cx, &resource, &nodes, volumes.len())?;
+    let after_sb = after_sb(&cx, &resource)?;
     Ok(ResourceConfig {
         name: resource.name,
         protocol,
@@ -172,7 +174,67 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
         volumes,
         nodes,
         quorum,
+        after_sb,
         path: path.to_owned(),
+    })
+}
+
+/// `after-sb-0pri`, `after-sb-1pri`, `after-sb-2pri`: DRBD's names, each `disconnect` by
+/// default (tandem implements the policies that discard a replica's changes and resync it;
+/// DRBD's handler-calling ones have no meaning without handlers).
+fn after_sb(cx: &Ctx, r: &RawResource) -> Result<AfterSplitBrain, ConfigError> {
+    fn pick<T: Copy + Default>(
+        cx: &Ctx,
+        key: &str,
+        value: &Option<String>,
+        known: &[(&str, T)],
+    ) -> Result<T, ConfigError> {
+        let Some(v) = value else {
+            return Ok(T::default());
+        };
+        known
+            .iter()
+            .find(|(name, _)| name == v)
+            .map(|&(_, t)| t)
+            .ok_or_else(|| {
+                let names: Vec<String> = known.iter().map(|(n, _)| format!("{n:?}")).collect();
+                cx.err(
+                    format!("resource.{key}"),
+                    format!("{v:?} is not a policy; expected {}", names.join(", ")),
+                )
+            })
+    }
+    use AfterSb0Pri as Z;
+    use AfterSb1Pri as O;
+    Ok(AfterSplitBrain {
+        zero: pick(
+            cx,
+            "after-sb-0pri",
+            &r.after_sb_0pri,
+            &[
+                ("disconnect", Z::Disconnect),
+                ("discard-younger-primary", Z::DiscardYoungerPrimary),
+                ("discard-older-primary", Z::DiscardOlderPrimary),
+                ("discard-zero-changes", Z::DiscardZeroChanges),
+                ("discard-least-changes", Z::DiscardLeastChanges),
+            ],
+        )?,
+        one: pick(
+            cx,
+            "after-sb-1pri",
+            &r.after_sb_1pri,
+            &[
+                ("disconnect", O::Disconnect),
+                ("consensus", O::Consensus),
+                ("discard-secondary", O::DiscardSecondary),
+            ],
+        )?,
+        two: pick(
+            cx,
+            "after-sb-2pri",
+            &r.after_sb_2pri,
+            &[("disconnect", AfterSb2Pri::Disconnect)],
+        )?,
     })
 }
 

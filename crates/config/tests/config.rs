@@ -3,8 +3,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tandem_config::{
-    load, load_dir, parse, ConfigError, Endpoint, MetaDisk, NetConfig, NodeConfig, NodeVolume,
-    OnNoQuorum, Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
+    load, load_dir, parse, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain, ConfigError,
+    Endpoint, MetaDisk, NetConfig, NodeConfig, NodeVolume, OnNoQuorum, Protocol, QuorumConfig,
+    ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
 };
 
 const EXAMPLE: &str = include_str!("../example/r0.toml");
@@ -221,6 +222,7 @@ fn example_parses_to_expected_structure() {
                 ],
             },
         ],
+        after_sb: AfterSplitBrain::default(),
         path: PathBuf::from("/etc/tandem/r0.toml"),
     };
     assert_eq!(cfg, expected);
@@ -1327,4 +1329,81 @@ fn quorum_settings_parse_and_bad_ones_are_named() {
         "resource.on-no-quorum",
         "quorum is off",
     );
+}
+
+#[test]
+fn after_split_brain_policies_parse_and_default_to_disconnect() {
+    let cfg = parse_r0(&generated(2)).unwrap();
+    assert_eq!(cfg.after_sb, AfterSplitBrain::default());
+    assert_eq!(cfg.after_sb.zero, AfterSb0Pri::Disconnect);
+    assert_eq!(cfg.after_sb.one, AfterSb1Pri::Disconnect);
+    let zero = [
+        ("disconnect", AfterSb0Pri::Disconnect),
+        (
+            "discard-younger-primary",
+            AfterSb0Pri::DiscardYoungerPrimary,
+        ),
+        ("discard-older-primary", AfterSb0Pri::DiscardOlderPrimary),
+        ("discard-zero-changes", AfterSb0Pri::DiscardZeroChanges),
+        ("discard-least-changes", AfterSb0Pri::DiscardLeastChanges),
+    ];
+    for (name, want) in zero {
+        let text = edit_in(
+            &generated(2),
+            "[resource]\n",
+            &format!("[resource]\nafter-sb-0pri = \"{name}\"\n"),
+        );
+        assert_eq!(parse_r0(&text).unwrap().after_sb.zero, want, "{name}");
+    }
+    let one = [
+        ("disconnect", AfterSb1Pri::Disconnect),
+        ("consensus", AfterSb1Pri::Consensus),
+        ("discard-secondary", AfterSb1Pri::DiscardSecondary),
+    ];
+    for (name, want) in one {
+        let text = edit_in(
+            &generated(2),
+            "[resource]\n",
+            &format!("[resource]\nafter-sb-1pri = \"{name}\"\n"),
+        );
+        assert_eq!(parse_r0(&text).unwrap().after_sb.one, want, "{name}");
+    }
+    let text = edit_in(
+        &generated(2),
+        "[resource]\n",
+        "[resource]\nafter-sb-2pri = \"disconnect\"\n",
+    );
+    assert_eq!(
+        parse_r0(&text).unwrap().after_sb.two,
+        AfterSb2Pri::Disconnect
+    );
+}
+
+#[test]
+fn after_split_brain_policies_reject_unknown_values_naming_the_key() {
+    for (key, bad, fragment) in [
+        (
+            "after-sb-0pri",
+            "discard-secondary",
+            "\"discard-least-changes\"",
+        ),
+        (
+            "after-sb-1pri",
+            "discard-least-changes",
+            "\"discard-secondary\"",
+        ),
+        (
+            "after-sb-2pri",
+            "discard-secondary",
+            "expected \"disconnect\"",
+        ),
+        ("after-sb-0pri", "Disconnect", "is not a policy"),
+    ] {
+        let text = edit_in(
+            &generated(2),
+            "[resource]\n",
+            &format!("[resource]\n{key} = \"{bad}\"\n"),
+        );
+        assert_invalid(&text, &format!("resource.{key}"), fragment);
+    }
 }
