@@ -57,6 +57,22 @@ pub mod volume_flags {
         CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT | CONTENDER | WAS_PRIMARY | MET_BEFORE;
 }
 
+/// Flags of a [`Packet::SplitBrain`] report: the facts about its sender that the
+/// after-split-brain policies decide from (both sides decide from both reports).
+pub mod split_brain_flags {
+    /// The sender is Primary now.
+    pub const PRIMARY: u8 = 1 << 0;
+    /// The sender was Primary when its previous connection to the receiver ended (DRBD's
+    /// "older Primary": Primary before the split; one promoted apart is the younger).
+    pub const WAS_PRIMARY: u8 = 1 << 1;
+    /// The sender's administrator asked it to discard its data at the next split brain
+    /// with the receiver (`tandem connect --discard-my-data`).
+    pub const DISCARD_MY_DATA: u8 = 1 << 2;
+    /// The sender keeps no replica of the volume: it has nothing to discard.
+    pub const DISKLESS: u8 = 1 << 3;
+    pub const ALL: u8 = PRIMARY | WAS_PRIMARY | DISCARD_MY_DATA | DISKLESS;
+}
+
 /// How many earlier generation ids travel with the current one (as many as the metadata
 /// keeps).
 pub const GI_HISTORY: usize = 8;
@@ -257,14 +273,17 @@ pub enum Packet<'a> {
     },
     Ping,
     PingAck,
-    /// The sender found that its replica of `volume` and the receiver's diverged: each
-    /// has writes the other lacks (`mine` blocks the sender has, `yours` the receiver
-    /// has, 4 KiB each). It stops replicating with the receiver until an administrator
-    /// acts; the receiver should too.
+    /// The sender's split-brain report on `volume`: it found that its replica and the
+    /// receiver's diverged (each has writes the other lacks), or answers the receiver's
+    /// report. `mine`: blocks (4 KiB) the sender changed that the receiver lacks; `yours`:
+    /// blocks the receiver listed as lacking, as far as the sender heard; `flags`: the
+    /// sender's facts ([`split_brain_flags`]). One report per connection and volume each
+    /// way; with both, each side applies the same after-split-brain policy.
     SplitBrain {
         volume: u16,
         mine: u64,
         yours: u64,
+        flags: u8,
     },
     /// The sender gives up on the connection for this reason.
     Error {
@@ -539,10 +558,12 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             volume,
             mine,
             yours,
+            flags,
         } => {
             w.u16(volume);
             w.u64(mine);
             w.u64(yours);
+            w.u8(flags);
         }
         Packet::Error { code, message } => {
             w.u32(code);
@@ -726,6 +747,10 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             volume: r.u16()?,
             mine: r.u64()?,
             yours: r.u64()?,
+            flags: match r.u8()? {
+                f if f & !split_brain_flags::ALL == 0 => f,
+                _ => return Err(r.bad("unknown split-brain flags")),
+            },
         },
         ERROR => Packet::Error {
             code: r.u32()?,
@@ -956,6 +981,7 @@ mod tests {
                 volume: 1,
                 mine: 3,
                 yours: 70000,
+                flags: split_brain_flags::WAS_PRIMARY | split_brain_flags::DISCARD_MY_DATA,
             },
             Packet::Error {
                 code: 1,
@@ -1060,6 +1086,21 @@ mod tests {
         assert!(
             matches!(decode(&b), Err(WireError::Malformed { .. })),
             "trailing bytes"
+        );
+        let mut b = Vec::new();
+        encode(
+            &Packet::SplitBrain {
+                volume: 0,
+                mine: 1,
+                yours: 2,
+                flags: split_brain_flags::ALL,
+            },
+            &mut b,
+        );
+        *b.last_mut().unwrap() = 1 << 7;
+        assert!(
+            matches!(decode(&b), Err(WireError::Malformed { .. })),
+            "unknown split-brain flags"
         );
     }
 

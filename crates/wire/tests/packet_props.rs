@@ -4,7 +4,9 @@
 //! frame is an error or a different valid packet, never a panic.
 
 use proptest::prelude::*;
-use tandem_wire::packet::{volume_flags, write_flags, DiskState, GenIds, Role, GI_HISTORY};
+use tandem_wire::packet::{
+    split_brain_flags, volume_flags, write_flags, DiskState, GenIds, Role, GI_HISTORY,
+};
 use tandem_wire::{decode, encode, Decoded, Packet};
 
 /// The fields a packet is built from (packets borrow their payload).
@@ -146,6 +148,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             volume: f.d,
             mine: f.a,
             yours: f.b,
+            flags: (f.flags as u8) & split_brain_flags::ALL,
         },
         18 => Packet::Error {
             code: f.c,
