@@ -157,6 +157,8 @@ pub struct SplitBrain {
     pub mine: u64,
     pub theirs: u64,
     pub reported: bool,
+    /// Why no after-split-brain policy resolved it.
+    pub why: crate::replica::Unresolved,
 }
 
 /// Carries out `actions` in order. Never nests: what an inline completion sets off waits
@@ -197,12 +199,14 @@ pub fn execute<D: Driver>(d: &mut D, actions: Vec<RAction>, inputs: &Inputs<'_>)
                 mine,
                 theirs,
                 reported,
+                why,
             } => d.split_brain(SplitBrain {
                 peer,
                 volume,
                 mine,
                 theirs,
                 reported,
+                why,
             }),
             RAction::Event(e) => d.event(e),
         }

@@ -23,6 +23,7 @@ fn spec(me: u8) -> ResourceSpec {
         resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
         gi_seed: 0x5eed_0000 + u64::from(me),
         quorum: tandem_engine::replica::QuorumSpec::OFF,
+        after_sb: Default::default(),
     }
 }
 

@@ -442,6 +442,8 @@ fn spec(sc: &Scenario, me: NodeId, incarnation: u64) -> ResourceSpec {
             ^ (u64::from(me) << 56)
             ^ incarnation.wrapping_mul(0x9e37_79b9),
         quorum: sc.knobs.quorum,
+        // The simulator makes no split brain (one Primary at a time): the default.
+        after_sb: Default::default(),
     }
 }
 

@@ -137,6 +137,8 @@ pub enum RAction {
         mine: u64,
         theirs: u64,
         reported: bool,
+        /// Why no policy resolved it.
+        why: super::split_brain::Unresolved,
     },
     /// Something happened that the world may want to know (see [`Event::is_detail`]).
     Event(Event),

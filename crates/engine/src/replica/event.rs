@@ -52,6 +52,17 @@ pub enum Event {
     /// new current generation id. The driver must make it durable (the metadata) before it
     /// carries out the actions that follow this event.
     GenerationChanged { volume: u16, from: u64, to: u64 },
+    /// A split brain on `volume` with `peer` was resolved by `policy`: `victim` (this node
+    /// or the peer) discards its `discarded_blocks` changed blocks and pulls
+    /// `pulled_blocks` (its changes and the survivor's) from the survivor.
+    SplitBrainResolved {
+        peer: NodeId,
+        volume: u16,
+        policy: super::split_brain::SbPolicy,
+        victim: NodeId,
+        discarded_blocks: u64,
+        pulled_blocks: u64,
+    },
     /// Our replica of `volume` and `peer`'s both restarted, and each changed apart from
     /// the other since their last common generation: a split brain (the connection stops).
     GenerationsDiverged {
@@ -150,6 +161,9 @@ pub enum DiskChange {
     /// Up to date with no Primary around, we met `peer`, whose generation ids are newer:
     /// it took writes we missed while cut off. It syncs us.
     OlderThan { peer: NodeId },
+    /// A split brain with `survivor` was resolved with this node as victim: its changes
+    /// are discarded, pulled back from the survivor with the survivor's.
+    DiscardedAfterSplitBrain { survivor: NodeId },
     /// A resync finished, after pulling `bytes` from `source`.
     Synced {
         source: Option<NodeId>,
@@ -303,6 +317,30 @@ impl fmt::Display for Event {
                 offset,
                 len,
             } => write!(f, "volume {volume}: write {offset}+{len} failed"),
+            Event::SplitBrainResolved {
+                peer,
+                volume,
+                policy,
+                victim,
+                discarded_blocks,
+                pulled_blocks,
+            } if victim == peer => write!(
+                f,
+                "volume {volume}: split brain with node {peer} resolved by {policy}: node {peer}'s {discarded_blocks} changed blocks ({} KiB) discarded, it pulls {pulled_blocks} blocks from this node",
+                discarded_blocks * 4
+            ),
+            Event::SplitBrainResolved {
+                peer,
+                volume,
+                policy,
+                discarded_blocks,
+                pulled_blocks,
+                ..
+            } => write!(
+                f,
+                "volume {volume}: split brain with node {peer} resolved by {policy}: this node's {discarded_blocks} changed blocks ({} KiB) discarded, pulling {pulled_blocks} blocks from node {peer}",
+                discarded_blocks * 4
+            ),
             Event::GenerationsDiverged {
                 volume,
                 peer,
@@ -423,6 +461,10 @@ impl fmt::Display for DiskLine<'_> {
             DiskChange::Proven { by: None } => write!(
                 f,
                 "back from a clean restart; every node keeping a replica has met and listed what we lack (nothing): UpToDate"
+            ),
+            DiskChange::DiscardedAfterSplitBrain { survivor } => write!(
+                f,
+                "split brain with node {survivor} resolved against this node: its changes are discarded and pulled back from node {survivor}"
             ),
             DiskChange::OlderThan { peer } => write!(
                 f,

@@ -13,7 +13,8 @@
 //! out-of-sync lists and who syncs whom, `pull` a sync target's pulling (`resync`, `pace`),
 //! `settle` the peer acks (`acks`), `writer` the Primary's run a crash may trust,
 //! `generation` and `standing` the ids and the contest, `persist` what a restart keeps,
-//! `bitmap_gi` from which id a peer's bitmap counts; `local`, `peer`, `event`, `msg`,
+//! `bitmap_gi` from which id a peer's bitmap counts, `split_brain` the after-split-brain
+//! policies and their verdict; `local`, `peer`, `event`, `msg`,
 //! `action`, `spec`, `status`, `nodeset`, `bitmap`, `overlap` and `run` hold the types.
 
 mod acks;
@@ -46,6 +47,7 @@ mod role;
 mod run;
 mod settle;
 mod spec;
+mod split_brain;
 mod standing;
 mod status;
 mod sync;
@@ -66,5 +68,9 @@ pub use quorum::{OnNoQuorum, QuorumCount, QuorumSpec, Votes};
 pub use resource::Resource;
 pub use run::PrimaryRun;
 pub use spec::{NodeId, Protocol, ReplicaAtStart, ResourceSpec};
+pub use split_brain::{
+    decide as decide_split_brain, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain,
+    DiscardMyDataError, Report as SplitBrainReport, SbPolicy, Unresolved, Verdict,
+};
 pub use status::{PeerStatus, PeerVolumeStatus, Repl, Status, VolumeQuorum, VolumeStatus};
 pub use tandem_wire::packet::{DiskState, Role};

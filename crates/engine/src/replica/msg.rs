@@ -81,6 +81,7 @@ pub enum Msg {
         volume: u16,
         mine: u64,
         yours: u64,
+        flags: u8,
     },
     Write {
         volume: u16,
@@ -251,10 +252,12 @@ impl Msg {
                 volume,
                 mine,
                 yours,
+                flags,
             } => Packet::SplitBrain {
                 volume,
                 mine,
                 yours,
+                flags,
             },
             Msg::Write {
                 volume,

@@ -62,9 +62,12 @@ pub(super) struct PeerVol {
     /// It said it wrote as Primary while apart from us ([`volume_flags::WROTE_APART`]).
     pub(super) peer_wrote_apart: bool,
     /// Blocks its list says we lack while we hold writes it lacks and one of us wrote as
-    /// Primary apart from the other: counted, not pulled, until its list ends (then it is
-    /// a split brain).
+    /// Primary apart from the other: recorded (in `sb`), not pulled, until its list ends
+    /// (then it is a split brain); their count.
     pub(super) claimed: u64,
+    /// A split brain with it on this connection: the blocks it claimed, the reports and
+    /// the verdict (see `split_brain.rs`).
+    pub(super) sb: Option<Box<super::split_brain::SbConn>>,
     /// Its generation ids, as it last told them (this connection or an earlier one).
     pub(super) gen: GenIds,
     /// The id from which `oos` names all it may lack of ours, if any (see `bitmap_gi.rs`).
@@ -251,6 +254,15 @@ pub(super) struct Peer {
     /// `n` follows everything we sent before ping `n`).
     pub(super) pings: u64,
     pub(super) pongs: u64,
+    /// We were Primary when the last connection to it ended (DRBD's older Primary in a
+    /// split brain found at the next one).
+    pub(super) primary_at_loss: bool,
+    /// The administrator asked us to discard our data at the next split brain with it
+    /// (`tandem connect --discard-my-data`): spent by that connection's verdict, or by
+    /// the end of the first connection that follows.
+    pub(super) discard_my_data: bool,
+    /// `discard_my_data` was set before this connection came up.
+    pub(super) discard_armed: bool,
 }
 
 impl PeerVol {
@@ -270,6 +282,7 @@ impl PeerVol {
             wrote_apart: false,
             peer_wrote_apart: false,
             claimed: 0,
+            sb: None,
             gen: GenIds::default(),
             bitmap_gi: None,
             standing: None,
@@ -350,7 +363,8 @@ impl PeerVol {
     /// The peer's list of what we lack ended. If both of us wrote as Primary apart from
     /// the other, that is a split brain: the blocks each side lacks (ours, theirs).
     pub(super) fn list_ended(&mut self) -> Result<(), (u64, u64)> {
-        if self.claimed > 0 || (self.wrote_apart && self.peer_wrote_apart) {
+        let decided = self.sb.as_ref().is_some_and(|sb| sb.verdict.is_some());
+        if !decided && (self.claimed > 0 || (self.wrote_apart && self.peer_wrote_apart)) {
             // Ours: the blocks we know it lacks, as DRBD counts them for its
             // discard-least-changes policy (each side's bits set in its bitmap for the
             // other, sent at the handshake: `drbd_send_uuids` puts
@@ -484,6 +498,9 @@ impl Peer {
             ping_sent_ms: None,
             pings: 0,
             pongs: 0,
+            primary_at_loss: false,
+            discard_my_data: false,
+            discard_armed: false,
         }
     }
 
@@ -503,10 +520,12 @@ impl Peer {
         self.pings = 0;
         self.pongs = 0;
         self.rx_last_seq = 0;
+        self.discard_armed = self.discard_my_data;
         for pv in &mut self.vols {
             pv.connection_ended();
             pv.peer_wrote_apart = false;
             pv.claimed = 0;
+            pv.sb = None;
         }
     }
 
@@ -521,6 +540,11 @@ impl Peer {
         let unacked = std::mem::take(&mut self.unacked);
         for pv in &mut self.vols {
             pv.connection_ended();
+        }
+        if self.discard_armed {
+            // It was meant for the connection that just ended.
+            self.discard_my_data = false;
+            self.discard_armed = false;
         }
         self.barriers_in.clear();
         Orphans {

@@ -352,8 +352,16 @@ impl Replicas {
             .and_then(|s| self.peers.get(s))
             .filter(|p| p.up && p.vols[v].disk == Some(DiskState::UpToDate))
             .map(|p| p.vols[v].gen);
+        if let Some(survivor) = rs.after_split_brain {
+            self.split_brain_pulled(v, survivor);
+        }
+        // The victim of a split brain holds the survivor's data where either changed, and
+        // what both held before elsewhere: the survivor's (if it was our source).
+        let survivor_source = rs.after_split_brain.is_some() && rs.after_split_brain == rs.source;
         match source_gen {
-            Some(gen) if all_met_no_primary => self.adopt_gen(v, gen, out),
+            Some(gen) if all_met_no_primary || (survivor_source && !under_primary) => {
+                self.adopt_gen(v, gen, out)
+            }
             _ => self.adopt_from_primary(v, out),
         }
         self.offer_to_outdated(v, out);

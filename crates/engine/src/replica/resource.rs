@@ -25,6 +25,7 @@ use super::requests::Requests;
 use super::resync::Resync;
 use super::role::AutoRole;
 use super::spec::{NodeId, ReplicaAtStart, ResourceSpec};
+use super::split_brain::DiscardMyDataError;
 use super::status::{PeerStatus, PeerVolumeStatus, Status, VolumeQuorum, VolumeStatus};
 use crate::io::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{DiskState, Role};
@@ -187,6 +188,23 @@ impl Resource {
         self.rep.invalidate(v, out);
         self.rep.pump_resync(&mut self.app.barriers, volume, out);
         self.after_event(out);
+        Ok(())
+    }
+
+    /// The after-split-brain policies from now on (a configuration change).
+    pub fn set_after_split_brain(&mut self, p: super::split_brain::AfterSplitBrain) {
+        self.rep.spec.after_sb = p;
+    }
+
+    /// `tandem connect --discard-my-data`: the next split brain found with `peer` (on the
+    /// next connection to it) makes this node the victim whatever the policies. Refused
+    /// on a Primary: a Primary never discards its data.
+    pub fn discard_my_data(&mut self, peer: NodeId) -> Result<(), DiscardMyDataError> {
+        if self.rep.role == Role::Primary {
+            return Err(DiscardMyDataError::Primary);
+        }
+        let i = (self.rep.peers.index(peer)).ok_or(DiscardMyDataError::UnknownPeer(peer))?;
+        self.rep.peers[i].discard_my_data = true;
         Ok(())
     }
 

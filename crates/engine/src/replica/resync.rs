@@ -53,6 +53,9 @@ pub(super) struct Resync {
     /// when its live notice began this resync: outside `to_pull`, we hold every write it
     /// completed (see `Replicas::current_but_for`).
     pub(super) current_under: Option<(NodeId, u32)>,
+    /// A split brain's verdict made us its victim and this the pull of what we discard
+    /// from the survivor: at its end we take the survivor's generation ids.
+    pub(super) after_split_brain: Option<NodeId>,
 }
 
 impl Resync {
@@ -89,6 +92,7 @@ impl Resync {
             named: Bitmap::new(size),
             pace: Default::default(),
             current_under: None,
+            after_split_brain: None,
         }
     }
 

@@ -35,6 +35,8 @@ pub struct ResourceSpec {
     pub gi_seed: u64,
     /// Whether a Primary needs a majority (or more) of the replicas to complete I/O.
     pub quorum: super::quorum::QuorumSpec,
+    /// What a split brain found with a peer does (see `split_brain.rs`).
+    pub after_sb: super::split_brain::AfterSplitBrain,
 }
 
 /// What the driver found of a volume's local replica when the node started. The engine

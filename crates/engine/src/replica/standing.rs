@@ -84,22 +84,7 @@ impl Replicas {
                     mine: self.vols[v].gen.current,
                     theirs: pv.gen.current,
                 }));
-                let mine = pv.oos.count();
-                out.push(RAction::Send {
-                    peer,
-                    msg: Msg::SplitBrain {
-                        volume,
-                        mine,
-                        yours: 0,
-                    },
-                });
-                out.push(RAction::SplitBrain {
-                    peer,
-                    volume,
-                    mine,
-                    theirs: 0,
-                    reported: false,
-                });
+                self.split_brain_diverged(i, v, out);
                 true
             }
             Rank::Below => {

@@ -263,20 +263,9 @@ impl Replicas {
             .vols
             .get_mut(v)
             .ok_or(ProtocolError::UnknownVolume(volume))?;
-        if let Err((mine, theirs)) = pv.list_ended() {
-            let msg = Msg::SplitBrain {
-                volume,
-                mine,
-                yours: theirs,
-            };
-            out.push(RAction::Send { peer, msg });
-            out.push(RAction::SplitBrain {
-                peer,
-                volume,
-                mine,
-                theirs,
-                reported: false,
-            });
+        if pv.list_ended().is_err() {
+            // Each side reports; both decide from both reports (see `split_brain.rs`).
+            self.split_brain_found(b, i, v, out);
             return Ok(());
         }
         if let Some(rs) = self.vols[v].resync.as_mut() {
@@ -392,6 +381,9 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let v = self.check_range(volume, offset, u64::from(len))?;
+        if self.split_brain_claim(i, v, offset, len, out) {
+            return Ok(());
+        }
         if self.claim_void(i, v) {
             // We outrank it: it pulls what it claims from us.
             return Ok(());
@@ -452,7 +444,7 @@ impl Replicas {
                 // Each has writes the other lacks, and one of us made them as Primary
                 // apart from the other: two Primaries. Count what it lists; at the end of
                 // its list, stop (see `SplitBrain`).
-                pv.claimed += u64::from(len).div_ceil(BLOCK);
+                self.record_claim(i, v, offset, len);
                 return Ok(());
             }
             if newer {

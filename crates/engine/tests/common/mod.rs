@@ -14,8 +14,9 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
-    DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, PrimaryRun, Protocol, QuorumSpec,
-    RAction, ReplicaAtStart, Resource, ResourceSpec, Token, GI_HISTORY,
+    AfterSplitBrain, DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, PrimaryRun,
+    Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource, ResourceSpec, Token, Unresolved,
+    GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 
@@ -99,9 +100,14 @@ pub struct Net {
     /// Application completions: (node, request, result).
     pub done: Vec<(NodeId, ReqId, Result<(), IoError>)>,
     pub events: Vec<(NodeId, Event)>,
+    /// Split brains left unresolved (`RAction::SplitBrain`): (node, peer, why). The link
+    /// is cut, as a driver stops the connection.
+    pub split_brains: Vec<(NodeId, NodeId, Unresolved)>,
     diskless_primary: bool,
     protocol: Protocol,
     quorum: QuorumSpec,
+    /// The after-split-brain policies every node runs with.
+    pub after_sb: AfterSplitBrain,
     now: u64,
     /// Nodes stopped (SIGSTOP): `tick` skips them, their links hold (see `freeze`).
     frozen: [bool; 3],
@@ -187,9 +193,11 @@ impl Net {
             dropped: Vec::new(),
             done: Vec::new(),
             events: Vec::new(),
+            split_brains: Vec::new(),
             diskless_primary,
             protocol,
             quorum,
+            after_sb: AfterSplitBrain::default(),
             now: 0,
             frozen: [false; 3],
         }
@@ -203,16 +211,27 @@ impl Net {
         self.run();
     }
 
+    /// Every node runs with the after-split-brain policies `p` from now on.
+    pub fn set_after_sb(&mut self, p: AfterSplitBrain) {
+        self.after_sb = p;
+        for n in &mut self.nodes {
+            n.set_after_split_brain(p);
+        }
+    }
+
     /// Node `me`'s spec in this network, to restart it with.
     pub fn spec(&self, me: NodeId) -> ResourceSpec {
         let incarnation = self.stores[me as usize].incarnation;
-        spec(
-            me,
-            self.diskless_primary,
-            self.protocol,
-            self.quorum,
-            incarnation,
-        )
+        ResourceSpec {
+            after_sb: self.after_sb,
+            ..spec(
+                me,
+                self.diskless_primary,
+                self.protocol,
+                self.quorum,
+                incarnation,
+            )
+        }
     }
 
     fn link(&mut self, from: NodeId, to: NodeId) -> &mut Link {
@@ -541,6 +560,12 @@ impl Net {
                 RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
                 RAction::Disconnect { peer, .. } => self.dropped.push((n, peer)),
                 RAction::Event(e) => self.events.push((n, e)),
+                RAction::SplitBrain { peer, why, .. } => {
+                    self.split_brains.push((n, peer, why));
+                    self.cut(n, peer);
+                    self.notice_down(n, peer);
+                    self.notice_down(peer, n);
+                }
                 _ => {}
             }
         }
@@ -835,6 +860,7 @@ fn spec(
         resync_rates: tandem_engine::replica::ResyncRates::UNLIMITED,
         gi_seed: (0x5eed_0000 + u64::from(me)) ^ (incarnation << 32),
         quorum,
+        after_sb: AfterSplitBrain::default(),
     }
 }
 

@@ -29,6 +29,7 @@ impl Resource {
         let window = self.rep.spec.resync_window;
         for (v, vol) in self.rep.vols.iter().enumerate() {
             vol.check(window).map_err(|e| format!("volume {v}: {e}"))?;
+            self.rep.check_split_brain(v)?;
         }
         for p in self.rep.peers.iter() {
             p.check(&self.rep.spec.sizes)

@@ -62,6 +62,8 @@ impl Resource {
             return;
         };
         self.rep.primary_lost(i, out);
+        self.rep.peers[i].primary_at_loss = self.rep.role == Role::Primary;
+        self.rep.split_brain_unsettled(i, out);
         let in_sync = self.rep.in_sync_at_disconnect(i);
         let orphans = self.rep.peers[i].disconnected();
         let now = self.rep.now_ms;

@@ -183,18 +183,15 @@ impl Resource {
             Packet::SplitBrain {
                 volume,
                 mine,
-                yours,
+                yours: _,
+                flags,
             } => {
                 if volume as usize >= self.rep.vols.len() {
                     return Err(ProtocolError::UnknownVolume(volume));
                 }
-                out.push(RAction::SplitBrain {
-                    peer,
-                    volume,
-                    mine: yours,
-                    theirs: mine,
-                    reported: true,
-                });
+                let b = &mut self.app.barriers;
+                self.rep
+                    .on_split_brain_report(b, i, volume as usize, mine, flags, out);
             }
             Packet::Error { code, message } => {
                 return Err(ProtocolError::PeerReported {
