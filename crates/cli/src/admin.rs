@@ -112,6 +112,9 @@ pub fn human(resources: &[ResourceStatus]) -> String {
                 }
                 out += "\n";
             }
+            if let Some(sb) = &p.split_brain_resolved {
+                out += &format!("    last split brain: {sb}\n");
+            }
             for pv in &p.volumes {
                 out += &format!(
                     "    volume:{} peer-disk:{} replication:{} out-of-sync:{} KiB",

@@ -62,6 +62,11 @@ enum Cmd {
     Connect {
         resource: String,
         peer: Option<String>,
+        /// The next split brain found with the peer (every peer, without one) discards
+        /// this node's changes: they are pulled back from the peer (DRBD's
+        /// `--discard-my-data`). Refused on a Primary: demote first.
+        #[arg(long)]
+        discard_my_data: bool,
         #[command(flatten)]
         control: ControlArg,
     },
@@ -250,8 +255,16 @@ fn main() {
         Cmd::Connect {
             resource,
             peer,
+            discard_my_data,
             control,
-        } => admin::verb(&control.control, Request::Connect { resource, peer }),
+        } => admin::verb(
+            &control.control,
+            Request::Connect {
+                resource,
+                peer,
+                discard_my_data,
+            },
+        ),
         Cmd::Disconnect {
             resource,
             peer,

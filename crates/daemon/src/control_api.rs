@@ -29,6 +29,10 @@ pub enum Request {
         resource: String,
         #[serde(default)]
         peer: Option<String>,
+        /// The next split brain found with it (them) discards this node's changes
+        /// (DRBD's `connect --discard-my-data`); refused on a Primary.
+        #[serde(default)]
+        discard_my_data: bool,
     },
     Disconnect {
         resource: String,
@@ -192,6 +196,9 @@ pub struct PeerStatus {
     pub unacked: usize,
     pub last_error: Option<String>,
     pub split_brain: Option<String>,
+    /// The last split brain with it that a policy (or `--discard-my-data`) resolved.
+    #[serde(default)]
+    pub split_brain_resolved: Option<String>,
     pub volumes: Vec<PeerVolumeStatus>,
 }
 

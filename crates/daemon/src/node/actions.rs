@@ -497,8 +497,7 @@ impl Driver for ResourceDriver<'_> {
 
     fn split_brain(&mut self, f: SplitBrain) {
         let r = self.r;
-        self.node
-            .split_brain(r, f.peer, f.volume, f.mine, f.theirs, f.reported);
+        self.node.split_brain(r, f);
     }
 
     fn event(&mut self, e: Event) {
@@ -512,6 +511,9 @@ impl Driver for ResourceDriver<'_> {
         ) {
             // Before any write that follows in these actions.
             self.node.al_state_changed(self.r);
+        }
+        if let Event::SplitBrainResolved { .. } = e {
+            return self.node.split_brain_resolved(self.r, &e);
         }
         let name = &self.node.res[self.r].cfg.name;
         if e.is_detail() {

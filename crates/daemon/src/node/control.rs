@@ -85,16 +85,36 @@ impl NodeReactor {
                 }
             }
             Request::Connect { .. } | Request::Up { .. } => {
-                for s in self.res[r]
-                    .peers
-                    .iter_mut()
+                let discard = matches!(
+                    req,
+                    Request::Connect {
+                        discard_my_data: true,
+                        ..
+                    }
+                );
+                let res = &mut self.res[r];
+                let ids: Vec<tandem_engine::replica::NodeId> = (res.peers.iter())
                     .filter(|s| peer_name.as_ref().is_none_or(|p| *p == s.name))
-                {
-                    s.wanted = true;
-                    s.split_brain = None;
-                    s.link.dial_now(std::time::Instant::now());
+                    .map(|s| s.id)
+                    .collect();
+                // Refused whole (nothing reconnected) if it cannot be honoured.
+                let refused = discard
+                    .then(|| {
+                        ids.iter()
+                            .find_map(|&id| res.engine.discard_my_data(id).err())
+                    })
+                    .flatten();
+                match refused {
+                    Some(e) => Err(format!("--discard-my-data refused: {e}")),
+                    None => {
+                        for s in res.peers.iter_mut().filter(|s| ids.contains(&s.id)) {
+                            s.wanted = true;
+                            s.split_brain = None;
+                            s.link.dial_now(std::time::Instant::now());
+                        }
+                        Ok(())
+                    }
                 }
-                Ok(())
             }
             Request::Disconnect { .. } | Request::Down { .. } => {
                 let keys: Vec<usize> = self.res[r]
@@ -299,6 +319,7 @@ fn peer_status(res: &ResCtx, slot: &PeerSlot, ps: Option<&EnginePeer>) -> PeerSt
         unacked: ps.map(|p| p.unacked).unwrap_or(0),
         last_error: slot.last_error.clone(),
         split_brain: slot.split_brain.clone(),
+        split_brain_resolved: slot.split_brain_resolved.clone(),
         volumes,
     }
 }

@@ -10,7 +10,8 @@ use crate::listener::Stream;
 use mio::{Interest, Token as MioToken};
 use std::io;
 use std::time::Instant;
-use tandem_engine::replica::NodeId;
+use tandem_engine::driver::SplitBrain;
+use tandem_engine::replica::{Event, NodeId};
 use tandem_wire::handshake::{
     HandshakeConfig, HandshakeError, HandshakeStep as PeerStep, PeerHandshake,
 };
@@ -432,33 +433,29 @@ impl NodeReactor {
         }
     }
 
-    /// Stops replicating with a peer whose replica diverged from ours, once: logged, shown
-    /// in status, not redialled (nor accepted) until an administrator runs `tandem connect`.
-    pub(super) fn split_brain(
-        &mut self,
-        r: usize,
-        peer: NodeId,
-        volume: u16,
-        mine: u64,
-        theirs: u64,
-        reported: bool,
-    ) {
+    /// Stops replicating with a peer whose replica diverged from ours when no
+    /// after-split-brain policy resolved it, once: logged, shown in status, not redialled
+    /// (nor accepted) until an administrator runs `tandem connect`.
+    pub(super) fn split_brain(&mut self, r: usize, f: SplitBrain) {
         let res = &mut self.res[r];
-        let name = res.peer_name(peer);
-        let number = res.cfg.volumes[volume as usize].number;
-        let Some(slot) = res.peers.iter_mut().find(|p| p.id == peer) else {
+        let name = res.peer_name(f.peer);
+        let number = res.cfg.volumes[f.volume as usize].number;
+        let Some(slot) = res.peers.iter_mut().find(|p| p.id == f.peer) else {
             return;
         };
         if slot.split_brain.is_none() {
             let reason = format!(
-                "split brain on volume {number}: both nodes were Primary while apart; this node has {mine} blocks ({} KiB) {} lacks, it has {theirs} blocks ({} KiB) this node lacks{}",
-                mine * 4,
+                "split brain on volume {number}: both nodes were Primary while apart; this node has {} blocks ({} KiB) {} lacks, it has {} blocks ({} KiB) this node lacks{}; not resolved: {}",
+                f.mine,
+                f.mine * 4,
                 slot.name,
-                theirs * 4,
-                if reported { " (found by the peer)" } else { "" }
+                f.theirs,
+                f.theirs * 4,
+                if f.reported { " (found by the peer)" } else { "" },
+                f.why,
             );
             error!(resource = %res.cfg.name, peer = %name,
-                "{reason}. Replication with it stopped until an administrator discards one side's writes (README: Split brain)");
+                "{reason}. Replication with it stopped until an administrator discards one side's writes (`tandem connect {} {} --discard-my-data` on that side; README: Split brain)", res.cfg.name, slot.name);
             slot.split_brain = Some(reason.clone());
             slot.last_error = Some(reason);
         }
@@ -469,5 +466,45 @@ impl NodeReactor {
             }
             self.mark_dirty(k);
         }
+    }
+
+    /// A split brain with a peer was resolved (see `Event::SplitBrainResolved`): said once
+    /// at WARN, naming the side whose changes are discarded, and kept for status.
+    pub(super) fn split_brain_resolved(&mut self, r: usize, e: &Event) {
+        let Event::SplitBrainResolved {
+            peer,
+            volume,
+            policy,
+            victim,
+            discarded_blocks,
+            pulled_blocks,
+        } = *e
+        else {
+            return;
+        };
+        let res = &mut self.res[r];
+        let me = res.me;
+        let number = res.cfg.volumes[volume as usize].number;
+        let Some(slot) = res.peers.iter_mut().find(|p| p.id == peer) else {
+            return;
+        };
+        let kib = discarded_blocks * 4;
+        let what = if victim == me {
+            format!(
+                "this node's {discarded_blocks} changed blocks ({kib} KiB) discarded, pulling {pulled_blocks} blocks from {}",
+                slot.name
+            )
+        } else {
+            format!(
+                "{}'s {discarded_blocks} changed blocks ({kib} KiB) discarded, it pulls {pulled_blocks} blocks from this node",
+                slot.name
+            )
+        };
+        let line = format!(
+            "split brain on volume {number} with {} resolved by {policy}: {what}",
+            slot.name
+        );
+        warn!(resource = %res.cfg.name, peer = %slot.name, "{line}");
+        slot.split_brain_resolved = Some(line);
     }
 }

@@ -18,7 +18,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tandem_config::{Endpoint, NodeConfig, ResourceConfig};
-use tandem_engine::replica::{NodeId, Protocol, ReplicaAtStart, Resource, ResourceSpec};
+use tandem_engine::replica::{
+    AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain, NodeId, Protocol, ReplicaAtStart,
+    Resource, ResourceSpec,
+};
 use tandem_engine::sync_plan::{FlushPattern, SyncPlan};
 use tandem_frontend::nbd::{BlockSizes, ExportInfo};
 use tracing::{error, info};
@@ -56,6 +59,29 @@ pub(super) fn spec_of(cfg: &ResourceConfig, me: NodeId, gi_seed: u64) -> Resourc
         },
         gi_seed,
         quorum: quorum_of(cfg),
+        after_sb: after_sb_of(cfg),
+    }
+}
+
+/// The configuration's after-split-brain policies, as the engine's.
+fn after_sb_of(cfg: &ResourceConfig) -> AfterSplitBrain {
+    use tandem_config::{AfterSb0Pri as C0, AfterSb1Pri as C1, AfterSb2Pri as C2};
+    AfterSplitBrain {
+        zero: match cfg.after_sb.zero {
+            C0::Disconnect => AfterSb0Pri::Disconnect,
+            C0::DiscardYoungerPrimary => AfterSb0Pri::DiscardYoungerPrimary,
+            C0::DiscardOlderPrimary => AfterSb0Pri::DiscardOlderPrimary,
+            C0::DiscardZeroChanges => AfterSb0Pri::DiscardZeroChanges,
+            C0::DiscardLeastChanges => AfterSb0Pri::DiscardLeastChanges,
+        },
+        one: match cfg.after_sb.one {
+            C1::Disconnect => AfterSb1Pri::Disconnect,
+            C1::Consensus => AfterSb1Pri::Consensus,
+            C1::DiscardSecondary => AfterSb1Pri::DiscardSecondary,
+        },
+        two: match cfg.after_sb.two {
+            C2::Disconnect => AfterSb2Pri::Disconnect,
+        },
     }
 }
 
@@ -300,6 +326,7 @@ fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
             link: Link::new(net.connect_interval, net.max_connect_interval, now),
             wanted: true,
             split_brain: None,
+            split_brain_resolved: None,
             last_error: None,
         })
         .collect()

@@ -54,6 +54,8 @@ pub(super) struct PeerSlot {
     /// Our replicas diverged (two Primaries while apart): not reconnected (`wanted` is
     /// off) until `tandem connect`; what happened, for status.
     pub(super) split_brain: Option<String>,
+    /// The last split brain with it that was resolved (policy, victim, blocks), for status.
+    pub(super) split_brain_resolved: Option<String>,
 }
 
 pub(super) struct ResCtx {
