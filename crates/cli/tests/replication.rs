@@ -1612,4 +1612,207 @@ fn nodes_stopped_cleanly_leave_the_last_one_with_quorum() {
         "alpha alone after the others vanished (EIO expected): {}",
         r.describe()
     );
+/// `[resource]` policies for the split-brain tests (two nodes: quorum is off by default).
+fn after_sb_least_and_secondary(_node: &str, text: String) -> String {
+    text.replacen(
+        "[resource]\n",
+        "[resource]\nafter-sb-0pri = \"discard-least-changes\"\nafter-sb-1pri = \"discard-secondary\"\n",
+        1,
+    )
+}
+
+/// Both roles Secondary (the clients gone, auto-demoted).
+fn wait_secondary(c: &mut Cluster) {
+    c.wait_for("both Secondary", Duration::from_secs(10), |statuses| {
+        for (me, st) in statuses {
+            if str_of(st, "role") != "Secondary" {
+                return Err(format!("{me} is {}", str_of(st, "role")));
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Alpha cut off from beta (`tandem disconnect` on alpha), both seeing it.
+fn cut_alpha(c: &mut Cluster) {
+    c.node("alpha")
+        .daemon
+        .admin(&["disconnect", RESOURCE])
+        .expect_success();
+    c.wait_for("alpha cut off", Duration::from_secs(10), |statuses| {
+        for (me, st) in statuses {
+            let other = if *me == "alpha" { "beta" } else { "alpha" };
+            let conn = peer_of(st, other).map(|p| str_of(p, "connection"));
+            if conn == Some("Connected") {
+                return Err(format!("{me} still sees {other} connected"));
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Writes `data` at `offset` through `node`'s NBD export (it auto-promotes), then closes.
+fn write_through(c: &Cluster, node: &str, offset: u64, data: &[u8]) {
+    let mut nbd = Nbd::go(Conn::unix(&c.node(node).nbd), RESOURCE, false);
+    nbd.write(offset, data);
+    nbd.flush();
+}
+
+/// Issue 15: split brain made with two nodes (quorum off) and healed under
+/// after-sb-0pri = discard-least-changes: beta, with fewer changed blocks, discards them
+/// (pulls them and alpha's back from alpha), says so once at WARN in its log and in its
+/// status; the connection stays, the replicas end identical with alpha's data. Then the
+/// same with beta still Primary (its client open) under after-sb-1pri =
+/// discard-secondary: alpha, the Secondary, discards although it changed more.
+#[test]
+fn split_brain_is_resolved_by_the_configured_policies() {
+    const TEST: &str = "replication::split_brain_is_resolved_by_the_configured_policies";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &after_sb_least_and_secondary);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    write_through(&c, "alpha", 0, &[0x11; 4096]);
+    wait_secondary(&mut c);
+    cut_alpha(&mut c);
+    write_through(&c, "alpha", MIB, &[0xaa; 8192]);
+    write_through(&c, "beta", 2 * MIB, &[0xbb; 4096]);
+    wait_secondary(&mut c);
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", RESOURCE])
+        .expect_success();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let beta_disk = &c.node("beta").disk;
+    assert_eq!(read_at(beta_disk, MIB, 8192), vec![0xaa; 8192]);
+    assert_eq!(
+        read_at(beta_disk, 2 * MIB, 4096),
+        vec![0; 4096],
+        "beta's discarded write"
+    );
+    let want =
+        "split brain on volume 0 with alpha resolved by after-sb-0pri=discard-least-changes: \
+                this node's 1 changed blocks (4 KiB) discarded, pulling 3 blocks from alpha";
+    let log = c.node("beta").daemon.log();
+    assert_eq!(log.matches(want).count(), 1, "beta's log:\n{log}");
+    assert!(log.contains("WARN"), "at WARN:\n{log}");
+    let alpha_log = c.node("alpha").daemon.log();
+    assert!(
+        alpha_log.contains("beta's 1 changed blocks (4 KiB) discarded"),
+        "alpha's log:\n{alpha_log}"
+    );
+    let st = c.node("beta").status();
+    let p = peer_of(&st, "alpha").unwrap();
+    assert_eq!(str_of(p, "connection"), "Connected");
+    assert!(
+        str_of(p, "split_brain_resolved").contains("this node's 1 changed blocks"),
+        "{st}"
+    );
+    let text = c.node("beta").daemon.admin(&["status"]);
+    assert!(
+        text.stdout.contains("last split brain:") && text.stdout.contains("discard-least-changes"),
+        "{}",
+        text.stdout
+    );
+
+    // One Primary: beta keeps its client (Primary) when they meet.
+    cut_alpha(&mut c);
+    write_through(&c, "alpha", 3 * MIB, &[0xa2; 8192]);
+    wait_secondary(&mut c);
+    let mut beta = Nbd::go(Conn::unix(&c.node("beta").nbd), RESOURCE, false);
+    beta.write(4 * MIB, &[0xb2; 4096]);
+    beta.flush();
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", RESOURCE])
+        .expect_success();
+    let alpha_said = wait_log_line(
+        c.node("alpha"),
+        &[&[
+            "after-sb-1pri=discard-secondary",
+            "this node's 2 changed blocks (8 KiB) discarded",
+        ]],
+        Duration::from_secs(15),
+    );
+    assert!(alpha_said, "alpha's log:\n{}", c.node("alpha").daemon.log());
+    beta.write(5 * MIB, &[0xb3; 4096]);
+    beta.flush();
+    drop(beta);
+    wait_secondary(&mut c);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let alpha_disk = &c.node("alpha").disk;
+    assert_eq!(
+        read_at(alpha_disk, 3 * MIB, 8192),
+        vec![0; 8192],
+        "alpha's discarded writes"
+    );
+    assert_eq!(read_at(alpha_disk, 4 * MIB, 4096), vec![0xb2; 4096]);
+    assert_eq!(read_at(alpha_disk, 5 * MIB, 4096), vec![0xb3; 4096]);
+}
+
+/// The manual path: with the default policies the split brain stops both sides; `tandem
+/// connect r0 --discard-my-data` is refused on a Primary, and on beta (Secondary) makes it
+/// the victim at the next meeting, once alpha connects too.
+#[test]
+fn discard_my_data_resolves_a_split_brain_by_hand() {
+    const TEST: &str = "replication::discard_my_data_resolves_a_split_brain_by_hand";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    cut_alpha(&mut c);
+    write_through(&c, "alpha", MIB, &[0xaa; 4096]);
+    write_through(&c, "beta", 2 * MIB, &[0xbb; 8192]);
+    wait_secondary(&mut c);
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", RESOURCE])
+        .expect_success();
+    c.wait_for("split brain seen", Duration::from_secs(15), |statuses| {
+        for (me, st) in statuses {
+            let other = if *me == "alpha" { "beta" } else { "alpha" };
+            let p = peer_of(st, other).ok_or_else(|| format!("{me}: no peer {other}"))?;
+            if str_of(p, "connection") != "SplitBrain" {
+                return Err(format!("{me} sees {other} {}", str_of(p, "connection")));
+            }
+        }
+        Ok(())
+    });
+    // Refused on a Primary.
+    let mut beta = Nbd::go(Conn::unix(&c.node("beta").nbd), RESOURCE, false);
+    let refused = c
+        .node("beta")
+        .daemon
+        .admin(&["connect", RESOURCE, "alpha", "--discard-my-data"]);
+    assert!(
+        !refused.success() && refused.describe().contains("demote first"),
+        "{}",
+        refused.describe()
+    );
+    drop(beta);
+    wait_secondary(&mut c);
+    c.node("beta")
+        .daemon
+        .admin(&["connect", RESOURCE, "alpha", "--discard-my-data"])
+        .expect_success();
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", RESOURCE, "beta"])
+        .expect_success();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+    let beta_disk = &c.node("beta").disk;
+    assert_eq!(read_at(beta_disk, MIB, 4096), vec![0xaa; 4096]);
+    assert_eq!(
+        read_at(beta_disk, 2 * MIB, 8192),
+        vec![0; 8192],
+        "beta's discarded writes"
+    );
+    let log = c.node("beta").daemon.log();
+    assert!(
+        log.contains(
+            "resolved by --discard-my-data: this node's 2 changed blocks (8 KiB) discarded"
+        ),
+        "beta's log:\n{log}"
+    );
+    beta = Nbd::go(Conn::unix(&c.node("beta").nbd), RESOURCE, false);
+    beta.write(0, &[0x33; 4096]);
+    beta.flush();
 }
