@@ -135,6 +135,9 @@ fn meet_and_resolve(mut net: Net, a: &Apart, victim: NodeId, policy: SbPolicy) -
     // The victim pulled exactly those blocks, from the survivor; the survivor nothing.
     assert_eq!(net.pulled_blocks(victim, survivor), union);
     assert!(net.pulled(survivor, victim).is_empty());
+    // The survivor marked the victim as lacking both sides' changes (its list named its
+    // own; the victim's were told after the verdict).
+    assert_eq!(net.listed_blocks(survivor, victim), union);
     for n in [0, 1] {
         assert_eq!(net.disk(n), DiskState::UpToDate, "node {n}");
     }
