@@ -70,7 +70,10 @@ pub mod split_brain_flags {
     pub const DISCARD_MY_DATA: u8 = 1 << 2;
     /// The sender keeps no replica of the volume: it has nothing to discard.
     pub const DISKLESS: u8 = 1 << 3;
-    pub const ALL: u8 = PRIMARY | WAS_PRIMARY | DISCARD_MY_DATA | DISKLESS;
+    /// The sender's replica is not UpToDate (being synced): it cannot be the survivor,
+    /// whose data the victim pulls.
+    pub const NOT_UP_TO_DATE: u8 = 1 << 4;
+    pub const ALL: u8 = PRIMARY | WAS_PRIMARY | DISCARD_MY_DATA | DISKLESS | NOT_UP_TO_DATE;
 }
 
 /// How many earlier generation ids travel with the current one (as many as the metadata

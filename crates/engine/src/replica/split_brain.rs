@@ -101,6 +101,9 @@ pub struct Report {
     pub discard_my_data: bool,
     /// It keeps no replica: nothing to discard, never a victim.
     pub diskless: bool,
+    /// Its replica is UpToDate: only then can it be the survivor (the victim pulls from
+    /// it; one being synced may be pulling from the other side itself).
+    pub up_to_date: bool,
 }
 
 impl Report {
@@ -111,6 +114,7 @@ impl Report {
             (self.was_primary, split_brain_flags::WAS_PRIMARY),
             (self.discard_my_data, split_brain_flags::DISCARD_MY_DATA),
             (self.diskless, split_brain_flags::DISKLESS),
+            (!self.up_to_date, split_brain_flags::NOT_UP_TO_DATE),
         ] {
             if on {
                 f |= bit;
@@ -127,6 +131,7 @@ impl Report {
             was_primary: flags & split_brain_flags::WAS_PRIMARY != 0,
             discard_my_data: flags & split_brain_flags::DISCARD_MY_DATA != 0,
             diskless: flags & split_brain_flags::DISKLESS != 0,
+            up_to_date: flags & split_brain_flags::NOT_UP_TO_DATE == 0,
         }
     }
 }
@@ -156,6 +161,8 @@ pub enum Unresolved {
     VictimPrimary { victim: NodeId, policy: SbPolicy },
     /// The policy named a node keeping no replica: it has nothing to discard.
     VictimDiskless { victim: NodeId, policy: SbPolicy },
+    /// The policy named a survivor whose replica is not UpToDate: nothing to pull from.
+    SurvivorNotUpToDate { survivor: NodeId, policy: SbPolicy },
     /// Both replicas restarted and their generation ids diverged: found before any list,
     /// not resolved automatically.
     GenerationsDiverged,
@@ -195,6 +202,11 @@ pub fn decide(a: &Report, b: &Report, p: &AfterSplitBrain) -> Verdict {
     }
     if v.diskless {
         return Verdict::Disconnect(Unresolved::VictimDiskless { victim, policy });
+    }
+    let s = if victim == lo.node { hi } else { lo };
+    if !s.up_to_date {
+        let survivor = s.node;
+        return Verdict::Disconnect(Unresolved::SurvivorNotUpToDate { survivor, policy });
     }
     Verdict::Discard { victim, policy }
 }
@@ -314,6 +326,7 @@ impl Replicas {
             was_primary: p.primary_at_loss,
             discard_my_data: p.discard_my_data,
             diskless: !self.vols[v].diskful,
+            up_to_date: self.vols[v].disk == DiskState::UpToDate,
         }
     }
 
@@ -472,7 +485,8 @@ impl Replicas {
         pull.union_with(&sb.claimed);
         sb.claimed = Bitmap::new(size);
         sb.pulling = true;
-        let list_ended = sb.list_ended;
+        // Its list may have ended and been taken as usual (we had not found a conflict).
+        let list_ended = sb.list_ended || pv.listed;
         pv.served = None;
         pv.wrote_apart = false;
         pv.peer_wrote_apart = false;
@@ -523,7 +537,7 @@ impl Replicas {
         let pv = &mut self.peers[i].vols[v];
         let sb = pv.sb.as_mut().expect("split brain state");
         let victims = std::mem::replace(&mut sb.claimed, Bitmap::new(size));
-        let list_ended = sb.list_ended;
+        let list_ended = sb.list_ended || pv.listed;
         let mut pull = pv.oos.clone();
         pull.union_with(&victims);
         pv.wrote_apart = false;
@@ -687,6 +701,10 @@ impl fmt::Display for Unresolved {
                 f,
                 "{policy} would discard node {victim}'s changes, but it keeps no replica"
             ),
+            Unresolved::SurvivorNotUpToDate { survivor, policy } => write!(
+                f,
+                "{policy} would keep node {survivor}'s data, but its replica is not UpToDate"
+            ),
             Unresolved::NoVerdict => f.write_str(
                 "the connection ended before the peer's split-brain report came",
             ),
@@ -709,6 +727,7 @@ mod tests {
             was_primary: false,
             discard_my_data: false,
             diskless: false,
+            up_to_date: true,
         }
     }
 
@@ -836,5 +855,27 @@ mod tests {
             both(diskless, r(1, 1), zero(AfterSb0Pri::DiscardZeroChanges)),
             Verdict::Disconnect(Unresolved::VictimDiskless { victim: 0, .. })
         ));
+        // Nothing to pull from a survivor being synced itself.
+        let syncing = Report {
+            up_to_date: false,
+            ..r(0, 5)
+        };
+        assert!(matches!(
+            both(syncing, r(1, 1), zero(AfterSb0Pri::DiscardLeastChanges)),
+            Verdict::Disconnect(Unresolved::SurvivorNotUpToDate { survivor: 0, .. })
+        ));
+        let syncing = Report {
+            up_to_date: false,
+            ..r(0, 0)
+        };
+        assert_eq!(
+            victim(both(
+                syncing,
+                r(1, 1),
+                zero(AfterSb0Pri::DiscardLeastChanges)
+            )),
+            Some(0),
+            "a victim being synced is fine"
+        );
     }
 }
