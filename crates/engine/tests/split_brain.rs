@@ -11,6 +11,7 @@ use common::{Net, BLOCK};
 use tandem_engine::replica::{
     AfterSb0Pri, AfterSb1Pri, AfterSplitBrain, DiskState, Event, NodeId, SbPolicy, Unresolved,
 };
+use tandem_engine::replica::Msg;
 use tandem_engine::Io;
 
 /// How the two sides meet.
@@ -148,6 +149,12 @@ fn meet_and_resolve(mut net: Net, a: &Apart, victim: NodeId, policy: SbPolicy) -
     assert_eq!(net.claims(0, 1), 0);
     assert_eq!(net.claims(1, 0), 0);
     assert!(net.dropped.is_empty(), "{:?}", net.dropped);
+    // Its data is the survivor's: so are its ids (a later restart of both is no split
+    // brain by generation ids).
+    assert_eq!(
+        net.nodes[victim as usize].generation(0),
+        net.nodes[survivor as usize].generation(0)
+    );
     // Node 2 back: every replica the same.
     net.link_up(0, 2);
     net.link_up(1, 2);
@@ -405,4 +412,29 @@ fn discard_my_data_is_spent_by_the_next_connection() {
         whys.contains(&Unresolved::Policy { primaries: 0 }),
         "{whys:?}"
     );
+}
+
+/// The victim's link drops while its pull is under way (the survivor's replies held): at
+/// the next connection neither finds a split brain again, and the victim finishes its pull
+/// from the survivor.
+#[test]
+fn a_victim_cut_off_during_its_pull_finishes_it_at_the_next_connection() {
+    let mut net = before_meeting(LEAST, &THREE_ONE);
+    let survivor_data: Vec<Vec<u8>> = (0..16).map(|b| net.block(0, b).to_vec()).collect();
+    net.hold_at(0, 1, |m| matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(0, 1);
+    assert_eq!(resolved(&net, 1).len(), 1, "{:?}", net.events);
+    assert_eq!(net.disk(1), DiskState::Inconsistent);
+    net.link_down(0, 1);
+    net.link_up(0, 1);
+    settle(&mut net);
+    assert!(net.split_brains.is_empty(), "{:?}", net.split_brains);
+    assert_eq!(resolved(&net, 1).len(), 1, "no second split brain");
+    assert_eq!(net.disk(1), DiskState::UpToDate);
+    for (b, want) in survivor_data.iter().enumerate() {
+        assert_eq!(net.block(1, b as u64), &want[..], "block {b}");
+    }
+    net.link_up(0, 2);
+    net.link_up(1, 2);
+    net.assert_converges();
 }
