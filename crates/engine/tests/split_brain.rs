@@ -9,9 +9,8 @@ mod common;
 
 use common::{Net, BLOCK};
 use tandem_engine::replica::{
-    AfterSb0Pri, AfterSb1Pri, AfterSplitBrain, DiskState, Event, NodeId, SbPolicy, Unresolved,
+    AfterSb0Pri, AfterSb1Pri, AfterSplitBrain, DiskState, Event, Msg, NodeId, SbPolicy, Unresolved,
 };
-use tandem_engine::replica::Msg;
 use tandem_engine::Io;
 
 /// How the two sides meet.
