@@ -1612,6 +1612,8 @@ fn nodes_stopped_cleanly_leave_the_last_one_with_quorum() {
         "alpha alone after the others vanished (EIO expected): {}",
         r.describe()
     );
+}
+
 /// `[resource]` policies for the split-brain tests (two nodes: quorum is off by default).
 fn after_sb_least_and_secondary(_node: &str, text: String) -> String {
     text.replacen(
