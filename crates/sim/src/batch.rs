@@ -202,6 +202,33 @@ pub struct Coverage {
     pub quorum_lost_runs: u64,
     pub quorum_losses: u64,
     pub failed_for_quorum: u64,
+    /// Failover (see `failover.rs`): runs with a failover, promotions after the first,
+    /// attempts refused (another Primary connected, no up-to-date replica in reach, no
+    /// quorum, a Primary beyond a peer), attempts by a node that merely could not see a
+    /// healthy Primary (and those promoted), promotions by a client attaching.
+    pub failover_runs: u64,
+    pub failovers: u64,
+    pub refused_peer_primary: u64,
+    pub refused_no_up_to_date: u64,
+    pub refused_no_quorum: u64,
+    pub refused_primary_beyond: u64,
+    pub spurious: u64,
+    pub spurious_promoted: u64,
+    pub auto_promotions: u64,
+    /// Its faults: one link cut (two nodes apart, both reaching the third), a node cut
+    /// off (the Primary), every link cut, kills of the Primary, restarts of a Secondary.
+    pub asymmetric: u64,
+    pub isolated: u64,
+    pub isolated_primary: u64,
+    pub all_cut: u64,
+    pub primary_kills: u64,
+    pub secondary_restarts: u64,
+    /// Old Primaries that stepped down for a new one, that the manager demoted; links an
+    /// engine dropped; writes acknowledged by a Primary after a failover.
+    pub yielded: u64,
+    pub demoted: u64,
+    pub failover_drops: u64,
+    pub acked_after_failover: u64,
     pub unconverged: u64,
     /// Runs with a stall, and what stalls did (see `stall.rs`).
     pub stalled: u64,
@@ -214,6 +241,14 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// Promotions refused, every reason.
+    pub fn refusals(&self) -> u64 {
+        self.refused_peer_primary
+            + self.refused_no_up_to_date
+            + self.refused_no_quorum
+            + self.refused_primary_beyond
+    }
+
     fn add(&mut self, o: &Outcome) {
         let hit = |n: usize| u64::from(n > 0);
         self.seeds += 1;
@@ -259,6 +294,26 @@ impl Coverage {
         self.quorum_lost_runs += hit(o.quorum_losses);
         self.quorum_losses += o.quorum_losses as u64;
         self.failed_for_quorum += o.failed_for_quorum as u64;
+        let f = &o.failover;
+        self.failover_runs += hit(f.failovers);
+        self.failovers += f.failovers as u64;
+        self.refused_peer_primary += f.refused_peer_primary as u64;
+        self.refused_no_up_to_date += f.refused_no_up_to_date as u64;
+        self.refused_no_quorum += f.refused_no_quorum as u64;
+        self.refused_primary_beyond += f.refused_primary_beyond as u64;
+        self.spurious += f.spurious as u64;
+        self.spurious_promoted += f.spurious_promoted as u64;
+        self.auto_promotions += f.auto_promotions as u64;
+        self.asymmetric += f.asymmetric as u64;
+        self.isolated += f.isolated as u64;
+        self.isolated_primary += f.isolated_primary as u64;
+        self.all_cut += f.all_cut as u64;
+        self.primary_kills += f.kills as u64;
+        self.secondary_restarts += f.secondary_restarts as u64;
+        self.yielded += f.yielded as u64;
+        self.demoted += f.demoted as u64;
+        self.failover_drops += f.drops as u64;
+        self.acked_after_failover += f.acked_after_failover as u64;
         self.unconverged += u64::from(!o.converged);
     }
 }
@@ -333,10 +388,41 @@ impl std::fmt::Display for Coverage {
             "  quorum             {:>7} runs in which the Primary lost it ({} times), {} requests failed for it",
             self.quorum_lost_runs, self.quorum_losses, self.failed_for_quorum
         )?;
-        writeln!(
-            f,
-            "  failover           not modelled (node 0 is the only Primary)"
-        )?;
+        if self.failovers + self.refusals() > 0 {
+            writeln!(
+                f,
+                "  failover           {:>7} runs, {} failovers ({} by a client attaching); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer; {} attempts by a node not seeing a fit Primary ({} promoted)",
+                self.failover_runs,
+                self.failovers,
+                self.auto_promotions,
+                self.refused_peer_primary,
+                self.refused_no_up_to_date,
+                self.refused_no_quorum,
+                self.refused_primary_beyond,
+                self.spurious,
+                self.spurious_promoted
+            )?;
+            writeln!(
+                f,
+                "  failover faults    {} asymmetric partitions (one link), {} nodes cut off ({} the Primary), {} all links cut, {} Primaries killed, {} Secondaries restarted",
+                self.asymmetric,
+                self.isolated,
+                self.isolated_primary,
+                self.all_cut,
+                self.primary_kills,
+                self.secondary_restarts
+            )?;
+            writeln!(
+                f,
+                "  after failover     {} old Primaries stepped down by themselves, {} demoted by the manager; {} links dropped by an engine; {} writes acknowledged by a later Primary",
+                self.yielded, self.demoted, self.failover_drops, self.acked_after_failover
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  failover           not in this family (node 0 is the only Primary)"
+            )?;
+        }
         if self.stalls > 0 {
             writeln!(
                 f,

@@ -29,6 +29,11 @@ pub(crate) struct WriteRec {
     pub(crate) zero: bool,
     pub(crate) fua: bool,
     pub(crate) submitted: u64,
+    /// The clock when it was submitted: a write completed (`order`) at or before it was
+    /// over by then (see `failover.rs`, the history check of reads).
+    pub(crate) submit_order: u64,
+    /// The node that answered it (a Primary).
+    pub(crate) acked_by: Option<NodeId>,
 }
 
 pub(crate) struct ReadRec {
@@ -165,7 +170,11 @@ impl Sim {
     pub(crate) fn check_read(&self, r: &ReadRec) {
         for (k, &got) in r.stamps.iter().enumerate() {
             let at = r.offset + k as u64 * SECTOR;
-            let allowed = self.allowed_at(r.volume, at, r.submitted);
+            let allowed = if self.sc.failover {
+                self.allowed_in_history(r.volume, at, r.submitted)
+            } else {
+                self.allowed_at(r.volume, at, r.submitted)
+            };
             assert!(
                 allowed.contains(&got),
                 "seed {}: read {:?} of volume {} sector {at} returned stamp {got}, allowed {allowed:?}\n{:?}\n{}",

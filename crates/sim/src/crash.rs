@@ -124,7 +124,7 @@ struct KeptVolume {
     peers: Vec<KeptBitmap>,
 }
 
-struct KeptNode {
+pub(crate) struct KeptNode {
     was_primary: bool,
     /// The Primary's run it took writes from (see `Sim::restart`); none after a power
     /// loss (another boot: the daemon does not trust it then).
@@ -179,8 +179,8 @@ impl Sim {
         let clean: Vec<bool> = (0..n)
             .map(|i| i != 0 && !power[i] && self.sc.any_replica(i) && self.crash.rng.chance(0.4))
             .collect();
-        self.mark_lossy(true, power.contains(&true));
-        self.abandon_requests();
+        self.mark_lossy(0, true, power.contains(&true));
+        self.abandon_requests(None);
         for l in self.links.values_mut() {
             l.up = false;
             l.queue.clear();
@@ -223,8 +223,8 @@ impl Sim {
         if power {
             kept.writer = None;
         }
-        self.mark_lossy(false, power);
-        self.abandon_requests();
+        self.mark_lossy(0, false, power);
+        self.abandon_requests(None);
         for other in 1..self.nodes.len() as NodeId {
             self.cut(0, other, Some(0));
         }
@@ -294,7 +294,7 @@ impl Sim {
     /// Reads answered before the crash, checked against what was acknowledged then (a
     /// write the crash may take counts as in flight afterwards, which would let these
     /// pass with less).
-    fn check_reads_so_far(&self) {
+    pub(crate) fn check_reads_so_far(&self) {
         for r in &self.reads {
             self.check_read(r);
         }
@@ -303,7 +303,7 @@ impl Sim {
     /// What node `i`'s metadata says at this instant. The daemon writes the consistent
     /// flag, the generation ids, the Primary flag and the bitmaps' ids before the actions
     /// that follow their change, and a bitmap page when its extent leaves the activity log.
-    fn kept_at_crash(&self, i: usize) -> KeptNode {
+    pub(crate) fn kept_at_crash(&self, i: usize) -> KeptNode {
         let n = &self.nodes[i];
         let vols = (0..self.sc.sizes.len())
             .map(|v| {
@@ -367,11 +367,14 @@ impl Sim {
         // (the engine's peer acks, `RAction::Settled`), or compared with the other
         // replicas once that Primary is lost.
         ranges.extend(n.engine.unsettled_writes(v as u16));
-        if i == 0 {
-            for p in self.pending.values() {
+        if i == 0 || self.sc.failover {
+            for (req, p) in &self.pending {
+                if self.req_node.get(req) != Some(&(i as NodeId)) {
+                    continue;
+                }
                 if let Pending::Write { idx, .. } = p {
                     let w = &self.writes[*idx];
-                    if w.volume as usize == v && w.applied_on & 1 != 0 {
+                    if w.volume as usize == v && w.applied_on & (1 << i) != 0 {
                         ranges.push((w.offset, w.len));
                     }
                 }
@@ -394,15 +397,19 @@ impl Sim {
     /// allows whether or not the link dropped first). The Primary alone: under
     /// protocol A, those a peer still connected had not written (maybe not received); with
     /// its power lost, those not durable that no peer still connected had written.
-    fn mark_lossy(&mut self, every_node: bool, power_lost: bool) {
+    pub(crate) fn mark_lossy(&mut self, node: NodeId, every_node: bool, power_lost: bool) {
         let two_failures = self.sc.overlapping_faults || self.any_failed();
         for k in 0..self.writes.len() {
             let w = &self.writes[k];
             if !w.ok || w.completed.is_none() {
                 continue;
             }
-            let primary_keeps = self.sc.replica(0, w.volume as usize);
-            let unwritten = self.unwritten_on_a_peer(w);
+            // With failover, only the writes the crashed Primary acknowledged.
+            if self.sc.failover && w.acked_by != Some(node) {
+                continue;
+            }
+            let primary_keeps = self.sc.replica(node as usize, w.volume as usize);
+            let unwritten = self.unwritten_on_a_peer(node, w);
             let lossy = if every_node {
                 let unwritten_anywhere =
                     w.sent.iter().any(|&(to, _)| w.applied_on & (1 << to) == 0);
@@ -413,7 +420,7 @@ impl Sim {
                     && ((self.sc.protocol == Protocol::A && unwritten)
                         || (power_lost
                             && !self.durable_promised(w, two_failures)
-                            && !self.written_on_a_peer(w)))
+                            && !self.written_on_a_peer(node, w)))
             };
             if lossy {
                 self.note(format!(
@@ -427,22 +434,22 @@ impl Sim {
     }
 
     /// Some peer still connected on the connection it was sent on has not written it.
-    fn unwritten_on_a_peer(&self, w: &WriteRec) -> bool {
+    fn unwritten_on_a_peer(&self, node: NodeId, w: &WriteRec) -> bool {
         w.sent
             .iter()
-            .any(|&(to, conn)| w.applied_on & (1 << to) == 0 && self.still_on(to, conn))
+            .any(|&(to, conn)| w.applied_on & (1 << to) == 0 && self.still_on(node, to, conn))
     }
 
     /// Some peer still connected on the connection it was sent on has written it.
-    fn written_on_a_peer(&self, w: &WriteRec) -> bool {
+    fn written_on_a_peer(&self, node: NodeId, w: &WriteRec) -> bool {
         w.sent
             .iter()
-            .any(|&(to, conn)| w.applied_on & (1 << to) != 0 && self.still_on(to, conn))
+            .any(|&(to, conn)| w.applied_on & (1 << to) != 0 && self.still_on(node, to, conn))
     }
 
-    fn still_on(&self, peer: NodeId, conn: u64) -> bool {
+    fn still_on(&self, node: NodeId, peer: NodeId, conn: u64) -> bool {
         self.links
-            .get(&(0, peer))
+            .get(&(node, peer))
             .is_some_and(|l| l.up && l.conn == conn)
     }
 
@@ -458,8 +465,15 @@ impl Sim {
 
     /// The application sees no answer to what was in flight: a write among them may have
     /// landed anywhere, or nowhere.
-    fn abandon_requests(&mut self) {
-        for (req, p) in std::mem::take(&mut self.pending) {
+    /// Those of node `only` alone, if given.
+    pub(crate) fn abandon_requests(&mut self, only: Option<NodeId>) {
+        let all = std::mem::take(&mut self.pending);
+        for (req, p) in all {
+            if only.is_some_and(|n| self.req_node.get(&req) != Some(&n)) {
+                self.pending.insert(req, p);
+                continue;
+            }
+            self.req_node.remove(&req);
             self.crash.abandoned += 1;
             self.note(format!("{req:?} abandoned (no answer)"));
             if let Pending::Write { idx, .. } = p {
@@ -483,7 +497,7 @@ impl Sim {
 
     /// A new engine for a crashed node, from what its metadata kept (as `tandem node`
     /// restores it); its links come up later.
-    fn start_after_crash(&mut self, node: NodeId, kept: KeptNode) {
+    pub(crate) fn start_after_crash(&mut self, node: NodeId, kept: KeptNode) {
         let i = node as usize;
         self.new_process(node, false);
         let n = &mut self.nodes[i];
@@ -523,8 +537,8 @@ impl Sim {
     }
 
     /// The Primary sent a write to `to`: which peers may hold it is known at a crash.
-    pub(crate) fn sent_write(&mut self, to: NodeId, msg: &Msg, payload: Option<&[u8]>) {
-        let Some(conn) = self.links.get(&(0, to)).map(|l| l.conn) else {
+    pub(crate) fn sent_write(&mut self, from: NodeId, to: NodeId, msg: &Msg, payload: Option<&[u8]>) {
+        let Some(conn) = self.links.get(&(from, to)).map(|l| l.conn) else {
             return;
         };
         let w = match *msg {

@@ -4,7 +4,9 @@
 
 use crate::{DiskOpState, Ev, Sim};
 use tandem_engine::driver::{execute, DataStore, DiskRequest, Driver, Inputs, SplitBrain};
-use tandem_engine::replica::{DataRef, DiskChange, Event, LinkLoss, Msg, NodeId, RAction};
+use tandem_engine::replica::{
+    DataRef, DiskChange, Event, LinkLoss, Msg, NodeId, RAction, RoleChange,
+};
 use tandem_engine::sync_plan::FlushPlan;
 use tandem_engine::{DiskKind, IoError, ReqId};
 
@@ -133,7 +135,14 @@ impl Sim {
                 ..
             } => self.crash.proven_by_generation += 1,
             Event::GenerationChanged { .. } => self.crash.generation_changes += 1,
-            Event::QuorumChanged { quorate: false, .. } if node == 0 => self.quorum_losses += 1,
+            Event::QuorumChanged { quorate: false, .. } if node == self.primary => {
+                self.quorum_losses += 1
+            }
+            Event::YieldingTo { .. } => self.fo.yielding(node),
+            Event::RoleChanged {
+                why: RoleChange::Yielded { .. },
+                ..
+            } => self.fo.stats.yielded += 1,
             Event::OlderPeerListed { since, .. } => match since {
                 Some(_) => self.crash.older_listed_bitmap += 1,
                 None => self.crash.older_listed_full += 1,
@@ -148,6 +157,9 @@ impl Sim {
         self.drops += 1;
         self.count_stall_drop(peer, &reason);
         self.cut(node, peer, Some(node));
+        if self.sc.failover {
+            self.fo.stats.drops += 1;
+        }
         let t = 50_000 + self.rng.below(50_000);
         self.at(
             t,
@@ -194,7 +206,7 @@ impl Driver for NodeDriver<'_> {
         self.sim.disconnect(self.node, peer, reason);
     }
 
-    // Only node 0 is ever Primary: no two Primaries, so no split brain.
+    // With quorum on (failover), no two Primaries write apart: no split brain either.
     // The simulator asks the engine what a crash finds held (`Resource::unsettled_writes`).
     fn settled(&mut self, _peer: NodeId, _conn: u32, _upto: u64) {}
 
@@ -203,7 +215,7 @@ impl Driver for NodeDriver<'_> {
 
     fn split_brain(&mut self, found: SplitBrain) {
         panic!(
-            "seed {}: node {} reports a split brain with node {} on volume {}, but only node 0 was ever Primary\n{}",
+            "seed {}: node {} reports a split brain with node {} on volume {}, but no two Primaries wrote apart\n{}",
             self.sim.sc.seed,
             self.node,
             found.peer,

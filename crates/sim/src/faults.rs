@@ -6,8 +6,8 @@ use crate::rng::Rng;
 use crate::{spec, Crash, Ev, Scenario, Sim};
 use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{
-    GenIds, NodeId, NotQuiet, OnNoQuorum, QuorumSpec, ReplicaAtStart, Resource, ResyncRates, Role,
-    Votes,
+    GenIds, NodeId, NotQuiet, OnNoQuorum, Protocol, QuorumSpec, ReplicaAtStart, Resource,
+    ResyncRates, Role, Votes,
 };
 use tandem_engine::sync_plan::SyncPlan;
 
@@ -44,10 +44,21 @@ pub enum Family {
     /// is on a majority of the replicas (protocol C), nothing acknowledged is lost, and
     /// every request held for quorum is answered once it returns.
     Quorum,
+    /// The quorum family on three nodes (node 0 diskful or a diskless client), with any
+    /// node becoming Primary: partitions of every shape (asymmetric ones too: two nodes
+    /// cut apart, both still reaching the third), kills of the Primary (kill -9, back
+    /// later), the Primary cut off from everyone, Secondaries restarted; a cluster
+    /// manager that, when the Primary is dead or has lost quorum (or, now and then, when
+    /// a node merely cannot see it), detaches its clients and promotes another node,
+    /// refusals counted (`failover.rs`). Checked against one history across Primaries:
+    /// no acknowledged write lost, reads never older than a write acknowledged before
+    /// they began, and writes acknowledged by two Primaries ordered by their tenures
+    /// (`history.rs`). Protocol C, or B in a quarter of the runs.
+    Failover,
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Single,
         Family::Overlapping,
         Family::DiskErrors,
@@ -55,6 +66,7 @@ impl Family {
         Family::ClusterCrash,
         Family::PowerLossClusterCrash,
         Family::Quorum,
+        Family::Failover,
     ];
 
     /// The run of `seed` in this family. The new families also draw the engine's knobs
@@ -89,6 +101,26 @@ impl Family {
                     on_loss,
                 };
             }
+            Family::Failover => {
+                sc = Family::Quorum.scenario(seed);
+                // Streams of their own.
+                let mut r = Rng::new(seed ^ 0xfa11_0e55);
+                sc.failover = true;
+                sc.faults = true;
+                sc.restarts = true;
+                sc.lose_disks = false;
+                sc.protocol = if r.chance(0.25) {
+                    Protocol::B
+                } else {
+                    Protocol::C
+                };
+                // Three nodes: two cannot fail over with a majority.
+                if sc.diskful.len() == 2 {
+                    sc.diskful.push(true);
+                    sc.no_replica.clear();
+                }
+                sc.ops = 400;
+            }
             Family::DiskErrors | Family::PowerLoss => {
                 sc.knobs = Knobs::drawn(seed);
                 if self == Family::DiskErrors {
@@ -114,6 +146,7 @@ impl Family {
             Family::ClusterCrash => "cluster-crash",
             Family::PowerLossClusterCrash => "power-loss+cluster-crash",
             Family::Quorum => "quorum",
+            Family::Failover => "failover",
         }
     }
 }
@@ -198,6 +231,10 @@ pub(crate) struct KeptVolume {
 
 impl Sim {
     pub(crate) fn fault(&mut self) {
+        if self.sc.failover {
+            self.failover_fault();
+            return;
+        }
         if !self.sc.overlapping_faults && !self.healthy() {
             // One failure at a time: the next waits until the last one has healed.
             self.at(5_000, Ev::Fault);
@@ -503,7 +540,11 @@ impl Sim {
 
     pub(crate) fn rejoin(&mut self, node: NodeId) {
         for other in 0..self.nodes.len() as NodeId {
-            if other != node && !self.links.get(&(node, other)).is_some_and(|l| l.up) {
+            if other != node
+                && !self.links.get(&(node, other)).is_some_and(|l| l.up)
+                // A killed node dials once its process is back (`failover.rs`).
+                && !self.fo.dead(other, self.now)
+            {
                 let (a, b) = (node.min(other), node.max(other));
                 if self.stopped_or_resuming(other) {
                     // Met once it runs again (see `stall.rs`).

@@ -30,7 +30,9 @@ mod crash;
 mod disk;
 mod disk_errors;
 mod driver;
+mod failover;
 mod faults;
+mod history;
 mod rng;
 mod stall;
 
@@ -115,6 +117,10 @@ pub struct Scenario {
     /// Faults may be stalls of a Secondary (SIGSTOP, then SIGCONT; see `stall.rs`). Off
     /// in every family (`tandem-sim --stalls` turns it on), which keeps their schedules.
     pub stalls: bool,
+    /// Any node may become Primary: partitions of every shape, kills of the Primary, and
+    /// a cluster manager that fails over to another node (see [`Family::Failover`] and
+    /// `failover.rs`). Off in every other family: node 0 stays the only Primary there.
+    pub failover: bool,
 }
 
 impl Scenario {
@@ -151,6 +157,7 @@ impl Scenario {
             knobs: Knobs::default(),
             crash: None,
             stalls: false,
+            failover: false,
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
         let volumes = match r.below(10) {
@@ -244,6 +251,8 @@ pub struct Outcome {
     pub older_listed_full: usize,
     /// What stalls did (see `stall.rs`).
     pub(crate) stalls: stall::Stalls,
+    /// What failovers did (see `failover.rs`).
+    pub(crate) failover: failover::FailoverStats,
 }
 
 /// How long (simulated) an overlapping-fault run may stay unconverged after the workload
@@ -282,6 +291,9 @@ enum Ev {
         peer: NodeId,
         conn: u64,
     },
+    /// The cluster manager looks at the Primary, and fails over (see `failover.rs`).
+    Manage,
+    Failover,
 }
 
 struct DiskOpState {
@@ -343,6 +355,12 @@ pub struct Sim {
     nodes: Vec<Node>,
     links: BTreeMap<(NodeId, NodeId), Link>,
     pending: BTreeMap<ReqId, Pending>,
+    /// The node each pending request was submitted to (always node 0 but with failover).
+    req_node: BTreeMap<ReqId, NodeId>,
+    /// The node the workload runs through: node 0 but with failover.
+    primary: NodeId,
+    /// Failover: the cluster manager, the Primaries' tenures (see `failover.rs`).
+    fo: failover::FailoverState,
     writes: Vec<WriteRec>,
     /// Reads, checked at the end when it is known which writes reached a replica.
     reads: Vec<ReadRec>,
@@ -507,6 +525,9 @@ impl Sim {
             nodes,
             links: BTreeMap::new(),
             pending: BTreeMap::new(),
+            req_node: BTreeMap::new(),
+            primary: 0,
+            fo: failover::FailoverState::new(sc_seed, n_nodes),
             writes: Vec::new(),
             reads: Vec::new(),
             model: Vec::new(),
@@ -703,8 +724,8 @@ impl Sim {
             } => Some(self.resolve(from, d, inputs, len as usize)),
             _ => None,
         };
-        if from == 0 {
-            self.sent_write(to, &msg, payload.as_deref());
+        if from == 0 || self.sc.failover {
+            self.sent_write(from, to, &msg, payload.as_deref());
         }
         let packet = msg.to_packet(|_, _| payload.as_deref().unwrap_or(&[]));
         tandem_wire::encode(&packet, &mut buf);
@@ -911,7 +932,9 @@ impl Sim {
             return;
         }
         while self.issued < self.sc.ops && self.pending.len() < self.sc.max_in_flight {
-            if self.nodes[0].engine.role() != Role::Primary {
+            if self.nodes[self.primary as usize].engine.role() != Role::Primary
+                || !self.fo.attached
+            {
                 break;
             }
             let req = ReqId(self.next_req);
@@ -949,6 +972,8 @@ impl Sim {
                     zero: false,
                     fua,
                     submitted: self.now,
+                    submit_order: 0,
+                    acked_by: None,
                 });
                 self.pending.insert(
                     req,
@@ -977,6 +1002,8 @@ impl Sim {
                     zero: true,
                     fua: false,
                     submitted: self.now,
+                    submit_order: 0,
+                    acked_by: None,
                 });
                 self.pending.insert(
                     req,
@@ -1027,14 +1054,23 @@ impl Sim {
                 );
                 Io::Flush
             };
-            self.note(format!("submit {req:?} volume {volume} {io:?}"));
+            let p = self.primary;
+            if self.sc.failover {
+                self.note(format!("submit {req:?} to node {p} volume {volume} {io:?}"));
+            } else {
+                self.note(format!("submit {req:?} volume {volume} {io:?}"));
+            }
+            self.req_node.insert(req, p);
+            if let Some(Pending::Write { idx, .. }) = self.pending.get(&req) {
+                self.writes[*idx].submit_order = self.clock;
+            }
             let mut out = Vec::new();
-            self.nodes[0].engine.submit(req, volume, io, &mut out);
+            self.nodes[p as usize].engine.submit(req, volume, io, &mut out);
             let inputs = Inputs {
                 incoming: None,
                 payload: payload.as_deref().map(|p| (req, p)),
             };
-            self.run_actions(0, out, &inputs);
+            self.run_actions(p, out, &inputs);
         }
         self.crash_when_due();
         if self.issued < self.sc.ops {
@@ -1051,11 +1087,17 @@ impl Sim {
         data: Option<DataRef>,
         inputs: &Inputs<'_>,
     ) {
-        assert_eq!(node, 0, "only the Primary completes application requests");
         let p = self
             .pending
             .remove(&req)
             .unwrap_or_else(|| panic!("{req:?} completed twice or never submitted"));
+        let to = self.req_node.remove(&req);
+        assert_eq!(
+            to,
+            Some(node),
+            "seed {}: {req:?} completed by node {node}, submitted to {to:?}",
+            self.sc.seed
+        );
         self.note(format!("complete {req:?} {result:?}"));
         if result == Err(IoError::NoQuorum) {
             // Failed for want of quorum: allowed only with quorum on (and then whatever
@@ -1089,7 +1131,7 @@ impl Sim {
                     volume, submitted, ..
                 } => (volume, submitted),
             };
-            let primary = self.nodes[0].engine.status();
+            let primary = self.nodes[node as usize].engine.status();
             let range = match p {
                 Pending::Write { idx, .. } => Some((self.writes[idx].offset, self.writes[idx].len)),
                 _ => None,
@@ -1104,20 +1146,26 @@ impl Sim {
                     p.id == id
                         && pv.disk == Some(DiskState::UpToDate)
                         && (!flush || pv.out_of_sync_bytes == 0)
-                }) && range.is_none_or(|(o, l)| self.nodes[0].engine.peer_current_for(id, v, o, l))
+                }) && range.is_none_or(|(o, l)| {
+                    self.nodes[node as usize]
+                        .engine
+                        .peer_current_for(id, v, o, l)
+                })
             };
             let reachable = (0..self.nodes.len()).any(|i| {
                 self.live_replica(i, v as usize)
-                    && (i == 0
+                    && (i == node as usize
                         || (self
                             .links
-                            .get(&(0, i as NodeId))
+                            .get(&(node, i as NodeId))
                             .is_some_and(|l| l.up && l.since <= submitted)
                             && told(i)))
                     && self.nodes[i].engine.disk(v) == DiskState::UpToDate
             });
+            // A Primary stepping down for another fails what it held (`primaries.rs`).
+            let yielded = self.fo.yielded(node);
             assert!(
-                !reachable || matches!(p, Pending::Read { .. }),
+                !reachable || yielded || matches!(p, Pending::Read { .. }),
                 "seed {}: {req:?} failed with {result:?} while an up-to-date replica was reachable\n{}",
                 self.sc.seed,
                 self.tail_log(300)
@@ -1133,9 +1181,11 @@ impl Sim {
                 w.completed = Some(self.now);
                 w.order = order;
                 w.ok = result.is_ok();
+                w.acked_by = Some(node);
                 if w.ok {
                     let w = w.clone();
                     self.check_majority(&w);
+                    self.check_tenures(node, &w);
                     for s in (w.offset / SECTOR)..((w.offset + w.len) / SECTOR) {
                         self.model[w.volume as usize][s as usize] = (w.stamp, w.order);
                     }
@@ -1151,7 +1201,7 @@ impl Sim {
                 submitted,
             } => {
                 if result.is_ok() {
-                    let bytes = self.resolve(0, data.expect("read data"), inputs, len as usize);
+                    let bytes = self.resolve(node, data.expect("read data"), inputs, len as usize);
                     let stamps = bytes.chunks(SECTOR as usize).map(stamp_of).collect();
                     self.clock += 1;
                     self.reads.push(ReadRec {
@@ -1219,7 +1269,10 @@ impl Sim {
             Ev::Workload => self.workload(),
             Ev::Fault => self.fault(),
             Ev::Heal { a, b } => {
-                if !self.links.get(&(a, b)).is_some_and(|l| l.up) {
+                if !self.links.get(&(a, b)).is_some_and(|l| l.up)
+                    && !self.fo.dead(a, t)
+                    && !self.fo.dead(b, t)
+                {
                     self.connect(a, b);
                 }
             }
@@ -1227,6 +1280,8 @@ impl Sim {
             Ev::Crash => self.crash(),
             Ev::Repromote => self.repromote(),
             Ev::NoticeDown { node, peer, conn } => self.notice_down(node, peer, conn),
+            Ev::Manage => self.manage(),
+            Ev::Failover => self.failover(),
             Ev::Promote => {
                 let mut out = Vec::new();
                 match self.nodes[0].engine.promote(false, &mut out) {
@@ -1252,6 +1307,9 @@ impl Sim {
                 }
                 self.run_actions(0, out, &Inputs::default());
                 self.at(1, Ev::Workload);
+                if self.sc.failover {
+                    self.first_tenure();
+                }
                 if self.sc.fresh_start && (self.sc.faults || self.sc.restarts) {
                     let t = 1_000 + self.rng.below(20_000);
                     self.at(t, Ev::Fault);
@@ -1388,6 +1446,8 @@ impl Sim {
                     .map(|(&k, _)| k)
                     // A stopped node is met again once it runs (see `stall.rs`).
                     .filter(|&(a, b)| !self.stopped_or_resuming(a) && !self.stopped_or_resuming(b))
+                    // A killed node dials once its process is back (`failover.rs`).
+                    .filter(|&(a, b)| !self.fo.dead(a, self.now) && !self.fo.dead(b, self.now))
                     .collect();
                 for (a, b) in cut {
                     self.connect(a, b);
@@ -1443,6 +1503,7 @@ impl Sim {
             older_listed_bitmap: self.crash.older_listed_bitmap,
             older_listed_full: self.crash.older_listed_full,
             stalls: self.stall_stats,
+            failover: self.fo.stats,
         }
     }
 }

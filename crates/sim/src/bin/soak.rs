@@ -1,12 +1,13 @@
 //! `tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss |
-//! --quorum] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
+//! --quorum | --failover] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
 //! of one fault family until one fails (exit 1, with the seed and its history) or all
 //! pass, then prints what the runs covered. A failing seed reruns identically: `tandem-sim
 //! <seed> 1 [family flags]`. Without a flag, single faults (links cut, secondaries
 //! restarted, one at a time); `--overlapping` injects faults while earlier ones still heal;
 //! `--disk-errors` fails one node's disk (for good, or one write or fdatasync);
 //! `--power-loss` makes restarts lose what was not fdatasync'ed; `--quorum` runs overlapping faults
-//! with quorum on; `--cluster-crash` (alone,
+//! with quorum on; `--failover` runs partitions of every shape and kills of the Primary
+//! on three nodes with quorum on, a cluster manager promoting another node; `--cluster-crash` (alone,
 //! or with `--power-loss`) crashes every node at once in the middle of the workload (in
 //! some runs the Primary alone): with no Primary left the replicas settle among
 //! themselves, then node 0 is promoted again. `--pending-checks` adds the checks of engine
@@ -18,7 +19,7 @@
 
 use tandem_sim::Family;
 
-const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss | --quorum] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]";
+const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss | --quorum | --failover] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]";
 
 fn main() {
     let mut family = Family::Single;
@@ -33,6 +34,7 @@ fn main() {
             "--disk-errors" => family = Family::DiskErrors,
             "--power-loss" => family = Family::PowerLoss,
             "--quorum" => family = Family::Quorum,
+            "--failover" => family = Family::Failover,
             "--cluster-crash" => cluster_crash = true,
             "--pending-checks" => extra.pending_checks = true,
             "--stalls" => extra.stalls = true,
