@@ -346,14 +346,14 @@ impl Sim {
     pub(crate) fn failover_fault(&mut self) {
         let roll = self.fo.rng.below(100);
         let p = self.primary;
-        if roll < 25 {
+        if roll < 35 {
             let target = (0..self.nodes.len() as NodeId)
                 .find(|&n| n == p && self.alive(n) && self.role(n) == Role::Primary);
             match target {
                 Some(n) => self.kill(n),
                 None => self.partition(),
             }
-        } else if roll < 35 {
+        } else if roll < 45 {
             let n = self.fo.rng.below(self.nodes.len() as u64) as NodeId;
             if self.alive(n) && self.role(n) == Role::Secondary {
                 self.fo.stats.secondary_restarts += 1;
@@ -366,7 +366,7 @@ impl Sim {
             self.partition();
         }
         if self.issued < self.sc.ops {
-            let t = 3_000 + self.fo.rng.below(30_000);
+            let t = 2_000 + self.fo.rng.below(18_000);
             self.at(t, Ev::Fault);
         }
     }
