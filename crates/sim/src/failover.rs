@@ -25,6 +25,11 @@ use crate::{Ev, Sim};
 use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{AutoPromote, NodeId, PromoteError, Role};
 
+/// Faults a run injects at most: then every cut heals and the cluster must settle, and
+/// a node be promoted within [`crate::STUCK_AFTER_US`] (restarts that leave no replica
+/// up to date, faults without end, would keep every promotion refused for ever).
+const MAX_FAULTS: usize = 40;
+
 /// What failovers did in one run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FailoverStats {
@@ -77,6 +82,11 @@ pub(crate) struct FailoverState {
     /// A failover is scheduled; it is a node's that merely cannot see the Primary.
     scheduled: bool,
     spurious: bool,
+    /// Faults injected; when the last one came (none after [`MAX_FAULTS`]).
+    faults: usize,
+    faults_over: Option<u64>,
+    /// When the workload's polling chain runs next (one chain only).
+    pub(crate) next_poll: Option<u64>,
     pub(crate) tenures: Vec<Tenure>,
     /// Per node: its tenure, while Primary.
     pub(crate) tenure_of: Vec<Option<usize>>,
@@ -94,6 +104,9 @@ impl FailoverState {
             demote_wanted: vec![false; nodes],
             scheduled: false,
             spurious: false,
+            faults: 0,
+            faults_over: None,
+            next_poll: None,
             tenures: Vec::new(),
             tenure_of: vec![None; nodes],
             stats: FailoverStats::default(),
@@ -307,6 +320,17 @@ impl Sim {
             self.fo.attached = true;
             self.at(1, Ev::Workload);
         } else {
+            // The last fault healed within 80 ms (a restart within 200 ms).
+            let over = self.fo.faults_over.is_some_and(|t| self.now - t > crate::STUCK_AFTER_US);
+            if over {
+                let status: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
+                panic!(
+                    "seed {}: no node promoted within {} s of the last fault\n{status:#?}\n{}",
+                    self.sc.seed,
+                    crate::STUCK_AFTER_US / 1_000_000,
+                    self.tail_log(300)
+                );
+            }
             self.fo.scheduled = true;
             let d = 5_000 + self.fo.rng.below(15_000);
             self.at(d, Ev::Failover);
@@ -365,9 +389,12 @@ impl Sim {
         } else {
             self.partition();
         }
-        if self.issued < self.sc.ops {
+        self.fo.faults += 1;
+        if self.issued < self.sc.ops && self.fo.faults < MAX_FAULTS {
             let t = 2_000 + self.fo.rng.below(18_000);
             self.at(t, Ev::Fault);
+        } else {
+            self.fo.faults_over = Some(self.now);
         }
     }
 

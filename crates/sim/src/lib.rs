@@ -1073,7 +1073,18 @@ impl Sim {
             self.run_actions(p, out, &inputs);
         }
         self.crash_when_due();
-        if self.issued < self.sc.ops {
+        if self.sc.failover {
+            // One polling chain (every completion also calls: with no Primary for long,
+            // a chain per call would pile up).
+            if self.fo.next_poll.is_some_and(|t| t <= self.now) {
+                self.fo.next_poll = None;
+            }
+            if self.issued < self.sc.ops && self.fo.next_poll.is_none() {
+                let d = 10 + self.rng.below(100);
+                self.fo.next_poll = Some(self.now + d);
+                self.at(d, Ev::Workload);
+            }
+        } else if self.issued < self.sc.ops {
             let d = 10 + self.rng.below(100);
             self.at(d, Ev::Workload);
         }
@@ -1430,9 +1441,13 @@ impl Sim {
             }
             if self.events >= limit {
                 let status: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
+                // A timer that stays due (an engine asking for a tick it does nothing
+                // with) shows as a poll timeout at or before now.
+                let timers: Vec<_> = self.nodes.iter().map(|n| n.engine.poll_timeout()).collect();
                 panic!(
-                    "seed {}: no quiescence after {limit} events\n{:?}\n{status:#?}\n{}",
+                    "seed {}: no quiescence after {limit} events (now {} ms, engines' next timers {timers:?} ms)\n{:?}\n{status:#?}\n{}",
                     self.sc.seed,
+                    self.now / 1000,
                     self.sc,
                     self.tail_log(if self.trace { 1_000_000 } else { 60 })
                 );
