@@ -537,7 +537,13 @@ impl Sim {
     }
 
     /// The Primary sent a write to `to`: which peers may hold it is known at a crash.
-    pub(crate) fn sent_write(&mut self, from: NodeId, to: NodeId, msg: &Msg, payload: Option<&[u8]>) {
+    pub(crate) fn sent_write(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        msg: &Msg,
+        payload: Option<&[u8]>,
+    ) {
         let Some(conn) = self.links.get(&(from, to)).map(|l| l.conn) else {
             return;
         };

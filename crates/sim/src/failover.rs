@@ -270,9 +270,9 @@ impl Sim {
             let result = if auto {
                 match e.client_attached(&mut out) {
                     AutoPromote::Promoted => Ok(()),
-                    AutoPromote::Unchanged => Err(PromoteError::PeerPrimary(
-                        e.peer_primary().unwrap_or(c),
-                    )),
+                    AutoPromote::Unchanged => {
+                        Err(PromoteError::PeerPrimary(e.peer_primary().unwrap_or(c)))
+                    }
                     AutoPromote::Refused(e) => Err(e),
                 }
             } else {
@@ -321,7 +321,10 @@ impl Sim {
             self.at(1, Ev::Workload);
         } else {
             // The last fault healed within 80 ms (a restart within 200 ms).
-            let over = self.fo.faults_over.is_some_and(|t| self.now - t > crate::STUCK_AFTER_US);
+            let over = self
+                .fo
+                .faults_over
+                .is_some_and(|t| self.now - t > crate::STUCK_AFTER_US);
             if over {
                 let status: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
                 panic!(

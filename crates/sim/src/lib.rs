@@ -932,8 +932,7 @@ impl Sim {
             return;
         }
         while self.issued < self.sc.ops && self.pending.len() < self.sc.max_in_flight {
-            if self.nodes[self.primary as usize].engine.role() != Role::Primary
-                || !self.fo.attached
+            if self.nodes[self.primary as usize].engine.role() != Role::Primary || !self.fo.attached
             {
                 break;
             }
@@ -1065,7 +1064,9 @@ impl Sim {
                 self.writes[*idx].submit_order = self.clock;
             }
             let mut out = Vec::new();
-            self.nodes[p as usize].engine.submit(req, volume, io, &mut out);
+            self.nodes[p as usize]
+                .engine
+                .submit(req, volume, io, &mut out);
             let inputs = Inputs {
                 incoming: None,
                 payload: payload.as_deref().map(|p| (req, p)),
