@@ -229,6 +229,9 @@ pub struct Coverage {
     pub demoted: u64,
     pub failover_drops: u64,
     pub acked_after_failover: u64,
+    /// Runs left with no replica of some volume up to date, no node promotable: the
+    /// workload ended early (checked for safety only).
+    pub failover_gave_up: u64,
     pub unconverged: u64,
     /// Runs with a stall, and what stalls did (see `stall.rs`).
     pub stalled: u64,
@@ -314,6 +317,7 @@ impl Coverage {
         self.demoted += f.demoted as u64;
         self.failover_drops += f.drops as u64;
         self.acked_after_failover += f.acked_after_failover as u64;
+        self.failover_gave_up += u64::from(f.gave_up);
         self.unconverged += u64::from(!o.converged);
     }
 }
@@ -414,8 +418,12 @@ impl std::fmt::Display for Coverage {
             )?;
             writeln!(
                 f,
-                "  after failover     {} old Primaries stepped down by themselves, {} demoted by the manager; {} links dropped by an engine; {} writes acknowledged by a later Primary",
-                self.yielded, self.demoted, self.failover_drops, self.acked_after_failover
+                "  after failover     {} old Primaries stepped down by themselves, {} demoted by the manager; {} links dropped by an engine; {} writes acknowledged by a later Primary; {} runs left with no replica up to date (workload ended early)",
+                self.yielded,
+                self.demoted,
+                self.failover_drops,
+                self.acked_after_failover,
+                self.failover_gave_up
             )?;
         } else {
             writeln!(

@@ -62,6 +62,9 @@ pub(crate) struct FailoverStats {
     pub(crate) drops: usize,
     /// Writes acknowledged by a Primary other than the first.
     pub(crate) acked_after_failover: usize,
+    /// No replica of some volume was left up to date: no node could be promoted, and the
+    /// workload ended early.
+    pub(crate) gave_up: bool,
 }
 
 /// The cluster manager's state and the Primaries' tenures.
@@ -325,6 +328,19 @@ impl Sim {
                 .fo
                 .faults_over
                 .is_some_and(|t| self.now - t > crate::STUCK_AFTER_US);
+            if over && self.no_up_to_date_replica() {
+                // Kills and restarts left no replica of some volume provably current: only
+                // an administrator (`promote --force`) can choose one. As in the other
+                // families, the run ends here and is checked for safety only.
+                self.note(format!(
+                    "manager: no replica up to date anywhere {} s after the last fault; the workload ends ({} requests never issued)",
+                    crate::STUCK_AFTER_US / 1_000_000,
+                    self.sc.ops - self.issued
+                ));
+                self.fo.stats.gave_up = true;
+                self.issued = self.sc.ops;
+                return;
+            }
             if over {
                 let status: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
                 panic!(

@@ -1338,7 +1338,7 @@ impl Sim {
 
     /// Some volume has no UpToDate replica on any node: until persistent metadata proves
     /// which one is current, nothing can converge it.
-    fn no_up_to_date_replica(&self) -> bool {
+    pub(crate) fn no_up_to_date_replica(&self) -> bool {
         let st: Vec<_> = self.nodes.iter().map(|n| n.engine.status()).collect();
         (0..self.sc.sizes.len()).any(|v| {
             (0..self.nodes.len())
