@@ -21,8 +21,11 @@
 //! always gives the same run. Fault families ([`Family`], `faults.rs`): single failures,
 //! overlapping ones, a disk failing with EIO (for good, or one write or fdatasync), power
 //! losses (unsynced writes kept, lost or torn per 4 KiB block), crashes of every node at
-//! once or of the Primary alone (`crash.rs`); see `docs/ARCHITECTURE.md` for what each must
-//! keep. [`Scenario::pending_checks`] adds the checks of engine gaps not closed yet.
+//! once or of the Primary alone (`crash.rs`), and failover (`failover.rs`: partitions of
+//! every shape, kills of the Primary, a cluster manager promoting another node, checked
+//! against one history across Primaries in `history.rs`); see `docs/ARCHITECTURE.md` for
+//! what each must keep. [`Scenario::pending_checks`] adds the checks of engine gaps not
+//! closed yet.
 
 mod batch;
 mod check;
@@ -61,7 +64,8 @@ use tandem_wire::packet::{Decoded, Packet};
 pub struct Scenario {
     pub seed: u64,
     pub protocol: Protocol,
-    /// Node 0 is the Primary; `diskful[i]` says whether node i keeps replicas.
+    /// Node 0 is the first Primary (the only one but with [`Scenario::failover`]);
+    /// `diskful[i]` says whether node i keeps replicas.
     pub diskful: Vec<bool>,
     /// The volumes' sizes (multiples of 4 KiB, at least 16 KiB); volume numbers 0, 1, ...
     pub sizes: Vec<u64>,
