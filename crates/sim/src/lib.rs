@@ -1315,6 +1315,12 @@ impl Sim {
                         self.at(5_000, Ev::Promote);
                         return true;
                     }
+                    // The failover family's faults may come first (restarted replicas
+                    // settle among themselves once they meet again).
+                    Err(_) if self.sc.failover && self.now < STUCK_AFTER_US => {
+                        self.at(5_000, Ev::Promote);
+                        return true;
+                    }
                     Err(e) => panic!(
                         "seed {}: node 0 cannot promote at start: {e:?}\n{}",
                         self.sc.seed,
