@@ -212,6 +212,8 @@ pub struct Coverage {
     pub refused_no_up_to_date: u64,
     pub refused_no_quorum: u64,
     pub refused_primary_beyond: u64,
+    /// ... and for a peer just connected that has not said which Primary it follows.
+    pub refused_peer_unheard: u64,
     pub spurious: u64,
     pub spurious_promoted: u64,
     pub auto_promotions: u64,
@@ -250,6 +252,7 @@ impl Coverage {
             + self.refused_no_up_to_date
             + self.refused_no_quorum
             + self.refused_primary_beyond
+            + self.refused_peer_unheard
     }
 
     fn add(&mut self, o: &Outcome) {
@@ -304,6 +307,7 @@ impl Coverage {
         self.refused_no_up_to_date += f.refused_no_up_to_date as u64;
         self.refused_no_quorum += f.refused_no_quorum as u64;
         self.refused_primary_beyond += f.refused_primary_beyond as u64;
+        self.refused_peer_unheard += f.refused_peer_unheard as u64;
         self.spurious += f.spurious as u64;
         self.spurious_promoted += f.spurious_promoted as u64;
         self.auto_promotions += f.auto_promotions as u64;
@@ -395,7 +399,7 @@ impl std::fmt::Display for Coverage {
         if self.failovers + self.refusals() > 0 {
             writeln!(
                 f,
-                "  failover           {:>7} runs, {} failovers ({} by a client attaching); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer; {} attempts by a node not seeing a fit Primary ({} promoted)",
+                "  failover           {:>7} runs, {} failovers ({} by a client attaching); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer, {} a peer not heard yet; {} attempts by a node not seeing a fit Primary ({} promoted)",
                 self.failover_runs,
                 self.failovers,
                 self.auto_promotions,
@@ -403,6 +407,7 @@ impl std::fmt::Display for Coverage {
                 self.refused_no_up_to_date,
                 self.refused_no_quorum,
                 self.refused_primary_beyond,
+                self.refused_peer_unheard,
                 self.spurious,
                 self.spurious_promoted
             )?;

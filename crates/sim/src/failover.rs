@@ -39,6 +39,7 @@ pub(crate) struct FailoverStats {
     pub(crate) refused_no_up_to_date: usize,
     pub(crate) refused_no_quorum: usize,
     pub(crate) refused_primary_beyond: usize,
+    pub(crate) refused_peer_unheard: usize,
     /// Attempts by a node that merely could not see a fit Primary, and those that
     /// succeeded (the Primary had lost quorum meanwhile).
     pub(crate) spurious: usize,
@@ -305,6 +306,7 @@ impl Sim {
                         PromoteError::NoUpToDate(_) => s.refused_no_up_to_date += 1,
                         PromoteError::NoQuorum(_) => s.refused_no_quorum += 1,
                         PromoteError::PrimaryBeyond { .. } => s.refused_primary_beyond += 1,
+                        PromoteError::PeerUnheard(_) => s.refused_peer_unheard += 1,
                     }
                     if auto {
                         // The client goes away again.
