@@ -707,16 +707,7 @@ fn size_mismatch(test: &'static str, both_ends: bool) {
         }
         thread::sleep(Duration::from_millis(50));
     }
-    c.wait_for("disconnected", Duration::from_secs(5), |statuses| {
-        for (me, st) in statuses {
-            let other = if *me == "alpha" { "beta" } else { "alpha" };
-            let conn = peer_of(st, other).map(|p| str_of(p, "connection"));
-            if conn == Some("Connected") {
-                return Err(format!("{me} sees {other} Connected"));
-            }
-        }
-        Ok(())
-    });
+    wait_alpha_and_beta_apart(&mut c);
 
     let small: &[&str] = &["134217728", "128M", "128 MiB", "131072 KiB"];
     let large: &[&str] = &["268435456", "256M", "256 MiB", "262144 KiB"];
@@ -1641,16 +1632,25 @@ fn cut_alpha(c: &mut Cluster) {
         .daemon
         .admin(&["disconnect", RESOURCE])
         .expect_success();
-    c.wait_for("alpha cut off", Duration::from_secs(10), |statuses| {
-        for (me, st) in statuses {
-            let other = if *me == "alpha" { "beta" } else { "alpha" };
-            let conn = peer_of(st, other).map(|p| str_of(p, "connection"));
-            if conn == Some("Connected") {
-                return Err(format!("{me} still sees {other} connected"));
+    wait_alpha_and_beta_apart(c);
+}
+
+/// Two nodes, alpha and beta: until neither sees the other connected.
+fn wait_alpha_and_beta_apart(c: &mut Cluster) {
+    c.wait_for(
+        "alpha and beta apart",
+        Duration::from_secs(10),
+        |statuses| {
+            for (me, st) in statuses {
+                let other = if *me == "alpha" { "beta" } else { "alpha" };
+                let conn = peer_of(st, other).map(|p| str_of(p, "connection"));
+                if conn == Some("Connected") {
+                    return Err(format!("{me} still sees {other} connected"));
+                }
             }
-        }
-        Ok(())
-    });
+            Ok(())
+        },
+    );
 }
 
 /// Writes `data` at `offset` through `node`'s NBD export (it auto-promotes), then closes.

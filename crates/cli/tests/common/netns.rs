@@ -161,41 +161,21 @@ impl NetLab {
     /// the other goes nowhere, and nobody is told (TCP retransmits into the void).
     #[track_caller]
     pub fn cut_between(&self, i: usize, j: usize) {
-        for (from, to) in [(i, j), (j, i)] {
-            let dst = format!("{}/32", self.nodes[to].ip);
-            if let Err(e) = ip(&[
-                "-n",
-                &self.nodes[from].netns,
-                "route",
-                "add",
-                "blackhole",
-                &dst,
-            ]) {
-                panic!(
-                    "cutting {} from {}: {e}",
-                    self.nodes[from].netns, self.nodes[to].netns
-                );
-            }
-        }
+        self.blackhole(i, j, "add");
     }
 
     /// Undoes [`NetLab::cut_between`].
     #[track_caller]
     pub fn heal_between(&self, i: usize, j: usize) {
+        self.blackhole(i, j, "del");
+    }
+
+    #[track_caller]
+    fn blackhole(&self, i: usize, j: usize, verb: &str) {
         for (from, to) in [(i, j), (j, i)] {
-            let dst = format!("{}/32", self.nodes[to].ip);
-            if let Err(e) = ip(&[
-                "-n",
-                &self.nodes[from].netns,
-                "route",
-                "del",
-                "blackhole",
-                &dst,
-            ]) {
-                panic!(
-                    "healing {} and {}: {e}",
-                    self.nodes[from].netns, self.nodes[to].netns
-                );
+            let (ns, dst) = (&self.nodes[from].netns, format!("{}/32", self.nodes[to].ip));
+            if let Err(e) = ip(&["-n", ns, "route", verb, "blackhole", &dst]) {
+                panic!("route {verb} blackhole {dst} in {ns}: {e}");
             }
         }
     }
