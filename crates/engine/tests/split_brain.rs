@@ -437,3 +437,20 @@ fn a_victim_cut_off_during_its_pull_finishes_it_at_the_next_connection() {
     net.link_up(1, 2);
     net.assert_converges();
 }
+
+/// A connection that ends before the peer's lists did (both nodes dialed at once and one
+/// connection replaced the other: the fresh-clone run of the cli test) does not spend
+/// `--discard-my-data`: the next connection's split brain still makes this node the victim.
+#[test]
+fn discard_my_data_survives_a_connection_that_ended_before_its_lists() {
+    let mut net = before_meeting(AfterSplitBrain::default(), &THREE_ONE);
+    net.nodes[0].discard_my_data(1).unwrap();
+    net.hold(1, 0);
+    net.link_up(0, 1);
+    net.link_down(0, 1);
+    assert!(resolved(&net, 0).is_empty());
+    net.link_up(0, 1);
+    settle(&mut net);
+    let r = resolved(&net, 0);
+    assert_eq!(r.len(), 1, "{:?}", net.split_brains);
+}

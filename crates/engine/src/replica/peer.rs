@@ -259,7 +259,7 @@ pub(super) struct Peer {
     pub(super) primary_at_loss: bool,
     /// The administrator asked us to discard our data at the next split brain with it
     /// (`tandem connect --discard-my-data`): spent by that connection's verdict, or by
-    /// the end of the first connection that follows.
+    /// the end of the first connection that follows on which every list ended.
     pub(super) discard_my_data: bool,
     /// `discard_my_data` was set before this connection came up.
     pub(super) discard_armed: bool,
@@ -538,11 +538,14 @@ impl Peer {
         self.primaries_told = None;
         self.primaries_heard = false;
         let unacked = std::mem::take(&mut self.unacked);
+        // Its lists all ended on this connection without a split brain: the flag was meant
+        // for it. One that ended sooner (a second connection replaced at once when both
+        // nodes dialed: the fresh-clone run of the cli test) leaves the flag for the next.
+        let settled = self.vols.iter().all(|pv| pv.listed || !pv.diskful);
         for pv in &mut self.vols {
             pv.connection_ended();
         }
-        if self.discard_armed {
-            // It was meant for the connection that just ended.
+        if self.discard_armed && settled {
             self.discard_my_data = false;
             self.discard_armed = false;
         }
