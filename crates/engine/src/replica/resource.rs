@@ -322,7 +322,9 @@ impl Resource {
             self.app.resume_suspended(&mut self.rep, out);
         }
         self.step_down_if_yielding(out);
-        if self.rep.peer_unheard().is_none() && self.auto.take_retry() {
+        // The flag first: this runs at the end of every event, I/O included.
+        if self.auto.retry_pending() && self.rep.peer_unheard().is_none() && self.auto.take_retry()
+        {
             let retried = self.rep.role == Role::Secondary && self.rep.peers.primary().is_none();
             if retried
                 && self

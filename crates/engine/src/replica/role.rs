@@ -41,7 +41,12 @@ impl AutoRole {
         self.retry = true;
     }
 
-    /// Whether a promotion refused for a moment is to be tried again now (once).
+    /// A promotion refused for a moment waits to be tried again.
+    pub(super) fn retry_pending(&self) -> bool {
+        self.retry
+    }
+
+    /// Whether that promotion is to be tried now (once).
     pub(super) fn take_retry(&mut self) -> bool {
         std::mem::take(&mut self.retry) && self.clients > 0
     }

@@ -103,7 +103,7 @@ impl Replicas {
             return Err(ProtocolError::VotersBehindFromSecondary);
         }
         let nodes = nodes.minus(NodeSet::one(self.spec.me));
-        for n in (0..32).filter(|&n| nodes.contains(n)) {
+        for n in nodes.iter() {
             self.vols[v].voters_behind.mark(n, gi);
             // It may have caught up already (its report overtook this notice).
             if let Some(j) = self.peers.index(n).filter(|&j| self.peers[j].up) {
