@@ -2405,6 +2405,45 @@ fn a_paced_resync_asks_as_time_allows_and_finishes() {
     assert!(now >= 1_400, "1 MiB at 640 KiB/s cannot end at {now} ms");
 }
 
+/// A paced resync whose source went away asks for no wake-up it would do nothing with:
+/// the timer was left at the time the budget allowed the next request, in the past once
+/// that passed, and a driver polled without end (the simulator's failover seed 1231: a
+/// tick every microsecond for seconds; the daemon's reactor would spin a core).
+#[test]
+fn a_paced_resync_without_a_source_asks_for_no_wake_up() {
+    let mut alpha = node(0);
+    let mut out = Vec::new();
+    alpha.promote(false, &mut out).unwrap();
+    let mut beta = Resource::new(
+        ResourceSpec {
+            resync_rates: tandem_engine::replica::ResyncRates {
+                min: 0,
+                max: 640 << 10,
+                ..tandem_engine::replica::ResyncRates::UNLIMITED
+            },
+            ..spec(1)
+        },
+        vec![ReplicaAtStart::Existing],
+    );
+    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
+    alpha.peer_up(1, &mut up_a);
+    beta.peer_up(0, &mut up_b);
+    exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    let wake = beta
+        .poll_timeout()
+        .expect("a paced resync asks to be woken");
+    let mut t = Vec::new();
+    beta.peer_down(0, &mut t);
+    let now = wake + 1_000;
+    beta.tick(now, &mut t);
+    assert_ne!(beta.disk(0), DiskState::UpToDate);
+    assert!(
+        beta.poll_timeout().is_none_or(|at| at > now),
+        "woken at {:?} ms, at or before now ({now} ms), with no source to pull from",
+        beta.poll_timeout()
+    );
+}
+
 /// Under load (the Primary's writes arrive) a resync is held to `resync-min-rate`.
 #[test]
 fn a_resync_under_replicated_writes_is_held_to_the_minimum_rate() {

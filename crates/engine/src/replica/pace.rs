@@ -165,6 +165,13 @@ impl Pace {
         self.arrived = self.arrived.saturating_add(len);
     }
 
+    /// No request waits for the budget (until [`Pace::allows`] says otherwise): the wake-up
+    /// it asked for is moot. Left set once the source went away, it stayed in the past
+    /// and a driver was woken without end (failover seed 1231).
+    pub(super) fn nothing_waits(&mut self) {
+        self.wake_ms = None;
+    }
+
     /// Whether a request of up to `len` bytes may go now; if not, when to ask again.
     pub(super) fn allows(&mut self, now_ms: u64, len: u64) -> bool {
         if self.rate == 0 || self.budget >= len {

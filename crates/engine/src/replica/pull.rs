@@ -167,6 +167,7 @@ impl Replicas {
         let in_flight = rs.outstanding.values().map(|&(_, l)| u64::from(l)).sum();
         rs.pace
             .refill(now, self.spec.resync_rates, loaded, chunk, in_flight);
+        rs.pace.nothing_waits();
         while let Some(src) = rs
             .source
             .filter(|&s| Some(s) == source && rs.outstanding.len() < window)
