@@ -1818,3 +1818,98 @@ fn discard_my_data_resolves_a_split_brain_by_hand() {
     beta.write(0, &[0x33; 4096]);
     beta.flush();
 }
+
+/// CPU time (user + system, in clock ticks) a process has used so far.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start after its ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// A paced resync whose source dies leaves its target idle. The engine's wake-up for the
+/// next paced request stayed set once the source was gone: in the past, so the daemon's
+/// loop ticked without pause and kept a core busy until a source came back (found by the
+/// simulator's failover family, seeds 1231, 2588 and 3175).
+#[test]
+fn a_paced_resync_whose_source_died_leaves_its_target_idle() {
+    const TEST: &str = "replication::a_paced_resync_whose_source_died_leaves_its_target_idle";
+    let paced = |_: &str, text: String| {
+        let rates = "[net]\nresync-min-rate = \"1M\"\nresync-max-rate = \"1M\"\n";
+        text.replacen("[net]\n", rates, 1)
+    };
+    if !require_tools(TEST, &["qemu-io"]) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &paced);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    // Data, so the replica created empty below is not a new cluster's.
+    let mut cmd = tool("qemu-io");
+    cmd.args([
+        "-f",
+        "raw",
+        &c.node("alpha").uri(),
+        "-c",
+        "write -P 0x5a 0 16M",
+    ]);
+    let r = run(&mut cmd, Duration::from_secs(60));
+    assert!(r.success(), "write through alpha: {}", r.describe());
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    std::fs::remove_file(&beta.disk).unwrap();
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    // Synced in full at 1 MiB/s: it takes minutes, and each request waits for the budget.
+    assert!(
+        wait_log_line(
+            c.node("beta"),
+            &[&["synced in full"]],
+            Duration::from_secs(5)
+        ),
+        "beta's log does not say it is synced in full:\n{}",
+        c.node("beta").daemon.log()
+    );
+    thread::sleep(Duration::from_millis(1500));
+    let st = c.node("beta").status();
+    let disk = str_of(&arr_of(&st, "volumes")[0], "disk").to_string();
+    assert_eq!(
+        disk,
+        "Inconsistent",
+        "beta is not being synced: {st:?}\n{}",
+        c.node("beta").daemon.log()
+    );
+    c.node_mut("alpha").daemon.kill9();
+    let beta = c.node("beta");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let st = beta.status();
+            peer_of(&st, "alpha").is_some_and(|p| str_of(p, "connection") != "Connected")
+        }),
+        "beta never noticed alpha's death: {:?}\n{}",
+        beta.status(),
+        beta.daemon.log()
+    );
+    let pid = beta.daemon.pid().expect("beta runs");
+    let hz = 100; // USER_HZ on Linux
+    let before = cpu_ticks(pid);
+    let t = Instant::now();
+    thread::sleep(Duration::from_secs(3));
+    let used = (cpu_ticks(pid) - before) as f64 / hz as f64;
+    let share = used / t.elapsed().as_secs_f64();
+    eprintln!(
+        "{TEST}: beta used {used:.2} s of CPU in 3 s with no sync source ({:.0} %)",
+        share * 100.0
+    );
+    assert!(
+        share < 0.3,
+        "beta kept {:.0} % of a core busy while its resync had no source",
+        share * 100.0
+    );
+    let st = beta.status();
+    let disk = str_of(&arr_of(&st, "volumes")[0], "disk").to_string();
+    assert_ne!(disk, "UpToDate", "beta cannot be synced without alpha");
+    c.stop_all();
+}
