@@ -255,10 +255,14 @@ fn secondaries_stopped_cleanly_drop_out_of_the_quorum_and_vanished_ones_do_not()
 fn a_primary_losing_quorum_keeps_its_ids_and_a_restarted_cluster_sees_no_split_brain() {
     let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
     write_on(&mut net, 0, 1, 1);
+    let acked = *net.nodes[0].generation(0).unwrap();
     net.link_down(0, 1);
     let before = *net.nodes[0].generation(0).unwrap();
+    assert_eq!(*net.nodes[2].generation(0).unwrap(), before);
     net.link_down(0, 2);
-    assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    // No rotation at the loss; and without quorum the ids go back to those write 1 was
+    // acknowledged under (`Rotations::hold_back`): older than node 2's, never apart.
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), acked);
     write_on(&mut net, 0, 2, 2);
     assert_eq!(net.answer(2), Some(Err(IoError::NoQuorum)));
     assert_eq!(promote(&mut net, 1), Ok(()));
@@ -285,6 +289,81 @@ fn a_primary_losing_quorum_keeps_its_ids_and_a_restarted_cluster_sees_no_split_b
     assert!(diverged.is_empty(), "{diverged:?}");
     net.assert_converges();
     assert_eq!(net.block(0, 3)[0], 3);
+}
+
+/// The same, both links dropping in one instant (failover seeds 86, 163, 175, 204): the
+/// first loss still leaves node 0 quorate, so its ids rotate, and the second takes the
+/// quorum before node 2 could adopt them. Node 0 acknowledged nothing under them: without
+/// quorum it sets them back to those of its last acknowledged write
+/// (`Event::GenerationSetBack`), and the whole cluster, restarted after node 1 wrote on as
+/// Primary, sees node 0 older instead of a split brain. Before, the rotated ids diverged
+/// from node 1's (`GenerationsDiverged` on both of node 0's connections).
+#[test]
+fn a_primary_losing_both_peers_at_once_sets_its_ids_back_and_no_split_brain_is_seen() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    write_on(&mut net, 0, 1, 1);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    let before = *net.nodes[0].generation(0).unwrap();
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    let rotated = (net.events.iter()).any(|(n, e)| {
+        *n == 0 && matches!(e, Event::GenerationChanged { from, .. } if *from == before.current)
+    });
+    assert!(rotated, "the first loss, with quorum, rotates the ids");
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    write_on(&mut net, 0, 2, 2);
+    assert_eq!(net.answer_on(0, 2), Some(Err(IoError::NoQuorum)));
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    write_on(&mut net, 1, 3, 3);
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    let mut out = Vec::new();
+    net.nodes[1].demote(&mut out).unwrap();
+    net.push(1, out);
+    net.run();
+    net.link_down(1, 2);
+    net.crash(0, &[(8192, 4096)]);
+    for n in [1, 2] {
+        net.crash(n, &[(4096, 4096), (12288, 4096)]);
+    }
+    net.events.clear();
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.link_up(1, 2);
+    let diverged: Vec<_> = (net.events.iter())
+        .filter(|(_, e)| matches!(e, Event::GenerationsDiverged { .. }))
+        .collect();
+    assert!(diverged.is_empty(), "{diverged:?}");
+    net.assert_converges();
+    assert_eq!(net.block(0, 3)[0], 3);
+}
+
+/// Quorum back before any other Primary: node 0 takes up the ids it had rotated to (a
+/// replica that adopted them while it had them stays older, not apart) and tells its
+/// peers, which adopt them as a rotation's.
+#[test]
+fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    write_on(&mut net, 0, 1, 1);
+    let before = *net.nodes[0].generation(0).unwrap();
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    net.link_up(0, 2);
+    let after = *net.nodes[0].generation(0).unwrap();
+    assert_ne!(after, before);
+    assert_eq!(after.history[0], before.current);
+    write_on(&mut net, 0, 2, 2);
+    assert_eq!(net.answer_on(0, 2), Some(Ok(())));
+    net.run();
+    // Node 2 holds the ids node 0 wrote on under: they descend from those taken up again.
+    let g2 = *net.nodes[2].generation(0).unwrap();
+    assert_eq!(g2, *net.nodes[0].generation(0).unwrap());
+    assert!(g2.current == after.current || g2.history.contains(&after.current));
+    net.link_up(0, 1);
+    net.assert_converges();
 }
 
 /// Node 0 keeps no replica (a quorum tiebreaker); node 1 is made Primary, node 2 is the

@@ -506,6 +506,7 @@ impl Driver for ResourceDriver<'_> {
             Event::DiskChanged { .. }
                 | Event::RoleChanged { .. }
                 | Event::GenerationChanged { .. }
+                | Event::GenerationSetBack { .. }
                 | Event::WriterChanged { .. }
                 | Event::BitmapGiChanged { .. }
         ) {

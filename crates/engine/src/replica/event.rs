@@ -52,6 +52,16 @@ pub enum Event {
     /// new current generation id. The driver must make it durable (the metadata) before it
     /// carries out the actions that follow this event.
     GenerationChanged { volume: u16, from: u64, to: u64 },
+    /// A Primary without quorum set the ids of `volume` back to those it last acknowledged
+    /// a request under (`restored: false`; it acknowledged nothing under `from`), or, its
+    /// quorum back, forward again to those it had rotated to (`restored: true`). Made
+    /// durable like [`Event::GenerationChanged`].
+    GenerationSetBack {
+        volume: u16,
+        from: u64,
+        to: u64,
+        restored: bool,
+    },
     /// A split brain on `volume` with `peer` was resolved by `policy`: `victim` (this node
     /// or the peer) discards its `discarded_blocks` changed blocks and pulls
     /// `pulled_blocks` (its changes and the survivor's) from the survivor.
@@ -389,6 +399,24 @@ impl fmt::Display for Event {
             Event::GenerationChanged { volume, from, to } => write!(
                 f,
                 "volume {volume}: generation {from:016x} -> {to:016x} (a replica missed a write)"
+            ),
+            Event::GenerationSetBack {
+                volume,
+                from,
+                to,
+                restored: false,
+            } => write!(
+                f,
+                "volume {volume}: generation {from:016x} -> {to:016x} (set back: no quorum, and nothing acknowledged since)"
+            ),
+            Event::GenerationSetBack {
+                volume,
+                from,
+                to,
+                restored: true,
+            } => write!(
+                f,
+                "volume {volume}: generation {from:016x} -> {to:016x} (taken up again: quorum back)"
             ),
             Event::WriterChanged { run: Some(r) } => write!(
                 f,

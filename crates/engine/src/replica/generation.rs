@@ -101,6 +101,12 @@ struct VolRotation {
     queued: Vec<ReqId>,
     /// A holder was lost while a rotation ran: another one follows.
     again: bool,
+    /// Our ids when we last acknowledged a request of the volume (or were promoted): every
+    /// rotation since made an id no completed request of ours needed.
+    acked: GenIds,
+    /// While we are without quorum with ids set back to `acked`: the ids we rotated to,
+    /// taken up again by the next rotation or when quorum returns (`hold_back`).
+    set_back: Option<GenIds>,
 }
 
 #[derive(Debug)]
@@ -110,6 +116,24 @@ struct Rotation {
     waiting: NodeSet,
     /// Writes completed once it is done.
     parked: Vec<ReqId>,
+}
+
+/// Our ids of volume `v`, set back or taken up again, to every connected diskful peer: one
+/// up to date under us adopts them as it does a rotation's (seed 109: a replica that
+/// adopted the ids set back from our `Volume` as quorum returned kept them while we wrote
+/// on under those taken up again, and the next Primary's rotation from them diverged from
+/// ours). Its `GenAck` answers no rotation and is ignored.
+fn tell_gen(rep: &Replicas, v: usize, out: &mut Vec<RAction>) {
+    let gen = rep.vols[v].gen;
+    for p in rep.peers.up().filter(|p| p.vols[v].diskful) {
+        out.push(RAction::Send {
+            peer: p.id,
+            msg: Msg::Generation {
+                volume: v as u16,
+                gen,
+            },
+        });
+    }
 }
 
 /// What a write that missed some replicas must do before it completes.
@@ -137,7 +161,10 @@ impl Rotations {
     /// This node became Primary: any diskful node may hold the current id.
     pub(super) fn promoted(&mut self, rep: &Replicas) {
         for (v, vr) in self.vols.iter_mut().enumerate() {
-            *vr = VolRotation::default();
+            *vr = VolRotation {
+                acked: rep.vols[v].gen,
+                ..VolRotation::default()
+            };
             for (id, keeps) in &rep.spec.nodes {
                 if keeps[v] {
                     vr.holders.insert(*id);
@@ -199,7 +226,10 @@ impl Rotations {
         let gi = rep.next_gi();
         let vol = &mut rep.vols[v];
         let from = vol.gen.current;
-        vol.gen = rotated(&vol.gen, gi);
+        // Set back without quorum (`hold_back`): the new id follows the ones we had
+        // rotated to, so a replica that adopted one of those is older, not apart.
+        let base = self.vols[v].set_back.take().unwrap_or(vol.gen);
+        vol.gen = rotated(&base, gi);
         let gen = vol.gen;
         let volume = v as u16;
         out.push(RAction::Event(Event::GenerationChanged {
@@ -315,6 +345,92 @@ impl Rotations {
             }
             vr.again = false;
             self.start(rep, v, queued, out);
+        }
+    }
+
+    /// A request of volume `v` (a write, or a FLUSH: every volume) was acknowledged under
+    /// our current ids.
+    pub(super) fn acked(&mut self, rep: &Replicas, v: Option<usize>) {
+        for (u, vr) in self.vols.iter_mut().enumerate() {
+            if v.is_none_or(|v| v == u) {
+                vr.acked = rep.vols[u].gen;
+            }
+        }
+    }
+
+    /// This node is Secondary now: ids set back stay so (it acknowledged nothing under
+    /// the ones it had rotated to), and are not taken up again.
+    pub(super) fn demoted(&mut self) {
+        for vr in &mut self.vols {
+            vr.set_back = None;
+        }
+    }
+
+    /// At the end of every event, as Primary. A volume without quorum, no rotation
+    /// running or queued, whose ids moved on since we last acknowledged a request there,
+    /// sets them back to those (`Event::GenerationSetBack`, persisted like a rotation): we
+    /// acknowledge nothing without quorum, so the ids rotated to since name no write of
+    /// ours, and no peer may hold them but as adopted. Kept, they diverged from those of
+    /// the Primary the majority promotes next, and a whole cluster meeting again saw a
+    /// split brain where we had acknowledged nothing apart (failover seeds 86, 163, 175,
+    /// 204: the first loss rotated the ids with quorum, the second, in the same instant,
+    /// took it before any peer adopted them; seed 109: a FLUSH parked behind a rotation
+    /// rotated them again after quorum was gone). DRBD marks such ids instead
+    /// (`UUID_FLAG_PRIMARY_LOST_QUORUM`); set back, they need no mark on the wire or in
+    /// the metadata, and every rule that compares ids sees us as older than the replicas
+    /// that went on. The rotation's purpose holds: a replica that missed a write we
+    /// completed is older than `acked`, since the write completed under those ids or
+    /// later ones we keep.
+    ///
+    /// Quorum back, the ids rotated to are taken up again, unless a connected peer's
+    /// diverged from them (another Primary wrote on from an older id): a replica that
+    /// adopted one of them while we had it stays older than us rather than apart.
+    pub(super) fn hold_back(&mut self, rep: &mut Replicas, out: &mut Vec<RAction>) {
+        for (v, vr) in self.vols.iter_mut().enumerate() {
+            let vol = &rep.vols[v];
+            let (from, volume) = (vol.gen.current, v as u16);
+            if rep.has_quorum(v) {
+                let Some(ahead) = vr.set_back.take() else {
+                    continue;
+                };
+                let diverged = (rep.peers.up())
+                    .filter(|p| p.vols[v].diskful)
+                    .any(|p| lineage(&ahead, &p.vols[v].gen) == Lineage::Diverged);
+                if diverged || ahead == vol.gen {
+                    continue;
+                }
+                rep.vols[v].gen = ahead;
+                out.push(RAction::Event(Event::GenerationSetBack {
+                    volume,
+                    from,
+                    to: ahead.current,
+                    restored: true,
+                }));
+                tell_gen(rep, v, out);
+                continue;
+            }
+            if vr.running.is_some() || !vr.queued.is_empty() || vol.gen == vr.acked {
+                continue;
+            }
+            if vr.set_back.is_none() {
+                vr.set_back = Some(vol.gen);
+            }
+            // Any diskful node may hold the ids set back to (a holder lost since they
+            // were current among them): a write that misses one waits for a rotation,
+            // whether or not quorum back takes up the others.
+            for (id, keeps) in &rep.spec.nodes {
+                if keeps[v] {
+                    vr.holders.insert(*id);
+                }
+            }
+            rep.vols[v].gen = vr.acked;
+            out.push(RAction::Event(Event::GenerationSetBack {
+                volume,
+                from,
+                to: vr.acked.current,
+                restored: false,
+            }));
+            tell_gen(rep, v, out);
         }
     }
 

@@ -490,6 +490,9 @@ impl Requests {
                 rep.send_list(i, v, out);
             }
         }
+        if result.is_ok() {
+            self.rotations.acked(rep, Some(v));
+        }
         if result.is_err() {
             let (volume, offset, len) = (w.volume, w.offset, w.len);
             out.push(RAction::Event(Event::WriteFailed {

@@ -254,6 +254,7 @@ impl Resource {
         if to == Role::Primary {
             self.app.rotations.promoted(&self.rep);
         } else {
+            self.app.rotations.demoted();
             self.rep.left_without_quorum(out);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
@@ -318,7 +319,12 @@ impl Resource {
     /// What every event ends with: the auto-demotion a last request may allow, and the
     /// invariants (debug builds).
     fn after_event(&mut self, out: &mut Vec<RAction>) {
-        if self.rep.update_quorum(out) {
+        let regained = self.rep.update_quorum(out);
+        if self.rep.role == Role::Primary && !self.rep.spec.quorum.is_off() {
+            // Before held requests go on: they complete under the ids taken up again.
+            self.app.rotations.hold_back(&mut self.rep, out);
+        }
+        if regained {
             self.app.resume_suspended(&mut self.rep, out);
         }
         self.step_down_if_yielding(out);

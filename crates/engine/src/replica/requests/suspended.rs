@@ -76,6 +76,7 @@ impl Requests {
         let arrived = std::mem::take(&mut self.suspended.arrived);
         for (req, v) in flushes {
             if rep.has_quorum(v) {
+                self.rotations.acked(rep, None);
                 out.push(RAction::Complete {
                     req,
                     result: Ok(()),
@@ -122,6 +123,9 @@ impl Requests {
             (Ok(()), Gate::Fail) => Err(IoError::NoQuorum),
             (r, _) => r,
         };
+        if result.is_ok() {
+            self.rotations.acked(rep, None);
+        }
         out.push(RAction::Complete {
             req,
             result,
