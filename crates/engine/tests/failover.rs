@@ -366,6 +366,29 @@ fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
     net.assert_converges();
 }
 
+/// Ids a write was acknowledged under are never set back: node 0 loses node 1 (its ids
+/// rotate, node 2 adopts them), acknowledges write 2 with node 2 under them, then loses
+/// quorum: its ids stay those write 2 completed under, newer than node 1's, which missed
+/// it (the rotation's purpose; a Primary that wrote apart stays apart by its ids).
+#[test]
+fn a_primary_losing_quorum_keeps_the_ids_it_acknowledged_a_write_under() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    write_on(&mut net, 0, 1, 1);
+    let first = *net.nodes[0].generation(0).unwrap();
+    net.link_down(0, 1);
+    let rotated = *net.nodes[0].generation(0).unwrap();
+    assert_ne!(rotated, first);
+    write_on(&mut net, 0, 2, 2);
+    assert_eq!(net.answer_on(0, 2), Some(Ok(())));
+    net.link_down(0, 2);
+    let kept = *net.nodes[0].generation(0).unwrap();
+    assert!(kept == rotated || kept.history.contains(&rotated.current));
+    let set_back =
+        (net.events.iter()).any(|(n, e)| *n == 0 && matches!(e, Event::GenerationSetBack { .. }));
+    assert!(!set_back);
+    assert_eq!(*net.nodes[1].generation(0).unwrap(), first);
+}
+
 /// Node 0 keeps no replica (a quorum tiebreaker); node 1 is made Primary, node 2 is the
 /// other replica.
 fn tiebreaker_net() -> Net {
