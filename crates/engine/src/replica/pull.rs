@@ -368,6 +368,22 @@ impl Replicas {
         self.offer_to_outdated(v, out);
     }
 
+    /// The Primary whose writes made sectors of our resyncs fresh is gone (see
+    /// `Resync::writer_gone`).
+    /// `writer`: the peer that was Primary (its ids are the ones it wrote under), or
+    /// `None` for our own tenure.
+    pub(super) fn fresh_writer_gone(&mut self, writer: Option<usize>) {
+        for v in 0..self.vols.len() {
+            let gen = match writer {
+                Some(i) => self.peers[i].vols[v].gen.current,
+                None => self.vols[v].gen.current,
+            };
+            if let Some(rs) = self.vols[v].resync.as_mut() {
+                rs.writer_gone(gen);
+            }
+        }
+    }
+
     /// The administrator threw our replica of `v` away: everything is pulled again.
     pub(super) fn invalidate(&mut self, v: usize, out: &mut Vec<RAction>) {
         let vol = &mut self.vols[v];

@@ -154,8 +154,7 @@ impl Replicas {
         self.data_arrives(v, out);
         let mut emptied = false;
         if let Some(rs) = self.vols[v].resync.as_mut() {
-            rs.fresh.set_range(offset, u64::from(len));
-            emptied = rs.written_whole(offset, u64::from(len));
+            emptied = rs.wrote(offset, u64::from(len));
         }
         let p = &mut self.peers[i];
         if !p.vols[v].listed {

@@ -224,8 +224,7 @@ impl Requests {
             // pulling its activity log's extents, the Primary wrote into one, and the
             // reply, read on the peer before the write reached it, landed after it.
             if let Some(rs) = rep.vols[v].resync.as_mut() {
-                rs.fresh.set_range(shape.offset, u64::from(shape.len));
-                if rs.written_whole(shape.offset, u64::from(shape.len)) {
+                if rs.wrote(shape.offset, u64::from(shape.len)) {
                     rep.pump_resync(&mut self.barriers, volume, out);
                 }
             }

@@ -255,6 +255,8 @@ impl Resource {
             self.app.rotations.promoted(&self.rep);
         } else {
             self.app.rotations.demoted();
+            // Our tenure's writes end here: what they made fresh in a resync is orphaned.
+            self.rep.fresh_writer_gone(None);
             self.rep.left_without_quorum(out);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));

@@ -2,6 +2,7 @@
 //! sectors the application wrote meanwhile, and how it waits when no peer can serve.
 
 use super::bitmap::{Bitmap, BLOCK};
+use super::generation::GenIds;
 use super::spec::NodeId;
 use std::collections::BTreeMap;
 
@@ -24,6 +25,14 @@ pub(super) struct Resync {
     /// replicated to us): current here, so resync data (possibly read before that write
     /// reached the source) must not overwrite them.
     pub(super) fresh: Bitmap,
+    /// Fresh sectors whose writer is gone: the Primary that wrote them here lost its
+    /// connection to us, or our own tenure as Primary ended (`writer_gone`). No later
+    /// write of that run can come, and one that was not acknowledged may be on no other
+    /// replica: a list naming the range after that may void their protection (`listed`).
+    pub(super) fresh_orphan: Option<Bitmap>,
+    /// The current id of each writer of `fresh_orphan` when it went: a list voids the
+    /// orphans' protection only from a lister whose lineage holds them all.
+    pub(super) orphan_gens: Vec<u64>,
     /// Peers that started listing what we lack and have not ended their list: until they
     /// do, we do not know all we lack.
     pub(super) lists_open: Vec<NodeId>,
@@ -81,6 +90,8 @@ impl Resync {
             outstanding: BTreeMap::new(),
             writes_pending: 0,
             fresh: Bitmap::with_block(size, SECTOR),
+            fresh_orphan: None,
+            orphan_gens: Vec::new(),
             lists_open: Vec::new(),
             finishing: false,
             refused: Vec::new(),
@@ -193,7 +204,9 @@ impl Resync {
 
     /// A peer lists this range as lacking here (`live`: a write we missed on a running
     /// connection, not a list after a connect). `protect`: the lister is the Primary,
-    /// with the ranges it wrote here on this connection before its list.
+    /// with the ranges it wrote here on this connection before its list. `claimed`: what
+    /// we claim the lister lacks; `lister_gen`: its generation ids.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn listed(
         &mut self,
         lister: NodeId,
@@ -201,8 +214,13 @@ impl Resync {
         len: u64,
         live: bool,
         protect: Option<&[(u64, u64)]>,
+        claimed: Option<&Bitmap>,
+        lister_gen: Option<&GenIds>,
     ) {
         self.live &= live;
+        if let (None, false, Some(gen)) = (protect, live, lister_gen) {
+            self.orphan_listed(offset, len, claimed, gen);
+        }
         if !self.lists_open.contains(&lister) {
             self.lists_open.push(lister);
         }
@@ -226,6 +244,69 @@ impl Resync {
         self.to_pull.set_range(offset, len);
         self.named.set_range(offset, len);
         self.cursor = self.cursor.min(offset / BLOCK);
+    }
+
+    /// The application wrote `offset..+len` here during the resync: its sectors are fresh
+    /// (see `written_whole` for what that returns).
+    pub(super) fn wrote(&mut self, offset: u64, len: u64) -> bool {
+        self.fresh.set_range(offset, len);
+        if let Some(orphan) = self.fresh_orphan.as_mut() {
+            orphan.clear_range(offset, len);
+        }
+        self.written_whole(offset, len)
+    }
+
+    /// The writer of our fresh sectors is gone (the Primary's connection to us ended, or
+    /// our tenure as Primary), its current id then `gen`: they are orphans, protected
+    /// until a list from a replica holding that id names them (`orphan_listed`).
+    pub(super) fn writer_gone(&mut self, gen: u64) {
+        if self.fresh.count() == 0 {
+            return;
+        }
+        if !self.orphan_gens.contains(&gen) {
+            self.orphan_gens.push(gen);
+        }
+        let fresh = &self.fresh;
+        self.fresh_orphan
+            .get_or_insert_with(|| fresh.cleared())
+            .union_with(fresh);
+    }
+
+    /// A peer lists this range after a connect (not a live notice), not as the Primary,
+    /// and its ids are those every writer of our orphaned fresh sectors had when it went,
+    /// or newer ones (`gen`): those sectors are no longer newer than what the lister
+    /// serves. That writer completes nothing more; a write of it that missed the lister
+    /// and succeeded rotated the writer's ids first (the rotation waits for our `GenAck`
+    /// while we are connected, so we heard the newer id), leaving the lister's older; one
+    /// that failed may be on us alone (either content is right, but the replicas must
+    /// agree: the lister's is the range's now). Not where we claim the lister lacks the
+    /// block (`claimed`): it is behind there. Kept, they outlived the resync and the
+    /// replicas stayed different (failover seeds 124, 132, 162, 223, 294: a write of a
+    /// Primary killed or demoted before it answered landed on a sync target, and the
+    /// replica that later won the contest, which lacked it, listed the range; the target
+    /// took every other sector of the block from it and kept the dead Primary's). Why the
+    /// ids: with a rule that also listed more to older peers, failover seed 262 lost an
+    /// acknowledged write held by the dead Primary and the sync target alone, listed by a
+    /// replica current with ids older than that Primary's.
+    fn orphan_listed(&mut self, offset: u64, len: u64, claimed: Option<&Bitmap>, gen: &GenIds) {
+        let holds = |gi: u64| gi == 0 || gi == gen.current || gen.history.contains(&gi);
+        if !self.orphan_gens.iter().all(|&gi| holds(gi)) {
+            return;
+        }
+        let Some(orphan) = self.fresh_orphan.as_mut() else {
+            return;
+        };
+        let end = (offset + len).div_ceil(SECTOR);
+        let mut from = offset / SECTOR;
+        while let Some(s) = orphan.next_set(from).filter(|&s| s < end) {
+            from = s + 1;
+            let at = s * SECTOR;
+            if claimed.is_some_and(|c| c.is_set(at / c.block_size())) {
+                continue;
+            }
+            self.fresh.clear_range(at, SECTOR);
+            orphan.clear_range(at, SECTOR);
+        }
     }
 
     /// The application wrote `offset..+len` here during the resync (fresh sectors): a

@@ -754,13 +754,16 @@ impl Replicas {
             .get(lister)
             .filter(|p| p.role == Role::Primary)
             .map(|p| p.vols[v].written_before_list.as_slice());
+        // What we claim the lister lacks: it is behind there, our fresh sectors stay.
+        let claimed = self.peers.get(lister).map(|p| &p.vols[v].oos);
+        let lister_gen = self.peers.get(lister).map(|p| &p.vols[v].gen);
         let vol = &mut self.vols[v];
         let rs = vol.resync.get_or_insert_with(|| {
             let mut rs = Resync::new(vol.size, live);
             rs.current_under = current_under;
             rs
         });
-        rs.listed(lister, offset, len, live, protect);
+        rs.listed(lister, offset, len, live, protect, claimed, lister_gen);
     }
 
     /// A Secondary whose resync began with the live notice of the connected Primary (same

@@ -61,6 +61,10 @@ impl Resource {
         let Some(i) = self.rep.peers.index(peer).filter(|&i| self.rep.peers[i].up) else {
             return;
         };
+        if self.rep.peers[i].role == Role::Primary {
+            // Its writes to us end here: what they made fresh in a resync is orphaned.
+            self.rep.fresh_writer_gone(Some(i));
+        }
         self.rep.primary_lost(i, out);
         self.rep.peers[i].primary_at_loss = self.rep.role == Role::Primary;
         self.rep.split_brain_unsettled(i, out);
