@@ -495,3 +495,51 @@ fn a_client_attaching_as_a_peer_connects_is_promoted_once_the_peer_has_spoken() 
     write_on(&mut net, 1, 1, 1);
     assert_eq!(net.answer_on(1, 1), Some(Ok(())));
 }
+
+/// An old Primary, once superseded, completes none of what it held (failover soak seed
+/// 320013211): node 0, Primary, is cut off from both peers and holds write 2 (suspend-io);
+/// node 1 is promoted with node 2 and writes nothing yet; node 1 is cut off from node 2,
+/// and node 2 meets node 0 again. Node 2 follows no Primary then, and node 0 and node 2
+/// are a majority: node 0 completed write 2 after node 1's tenure began, under the
+/// application node 1 had started for. Node 1's promotion with node 0 away gives node 1
+/// new ids at once (DRBD makes them at the first write), which node 2 adopts: node 0
+/// meets newer data, steps down and fails what it held.
+#[test]
+fn a_superseded_primary_completes_nothing_it_held() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
+    write_on(&mut net, 0, 1, 1);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    write_on(&mut net, 0, 2, 2);
+    net.run();
+    assert_eq!(net.answer_on(0, 2), None, "held without quorum");
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    let g1 = *net.nodes[1].generation(0).unwrap();
+    assert_eq!(
+        *net.nodes[2].generation(0).unwrap(),
+        g1,
+        "node 2 adopted node 1's ids"
+    );
+    net.link_lost(1, 2);
+    net.run();
+    net.link_up(0, 2);
+    net.run();
+    assert_eq!(
+        net.answer_on(0, 2),
+        Some(Err(IoError::NoQuorum)),
+        "node 0 completed a write it held after node 1's tenure began"
+    );
+    assert_ne!(net.nodes[0].role(), Role::Primary);
+    // Node 1 wrote on; everyone meets again on node 1's data (write 2 failed: a block
+    // may show it or not, the same on every replica).
+    write_on(&mut net, 1, 3, 3);
+    net.link_up(1, 2);
+    net.link_up(0, 1);
+    net.run();
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    net.assert_converges();
+    assert_eq!(net.block(2, 3)[0], 3);
+    assert_eq!(net.block(2, 1)[0], 1);
+}

@@ -2929,6 +2929,8 @@ fn diskless_primary_b(peers: &[u8]) -> Resource {
         meets(&mut p, peer, DiskState::UpToDate, &mut out);
     }
     p.promote(false, &mut out).unwrap();
+    // Promoted with node 1 away (`peers` without it): the ids changed, node 0 adopts them.
+    adopt_new_ids(&mut p, &mut out);
     p
 }
 

@@ -138,9 +138,9 @@ impl Sim {
             Event::QuorumChanged { quorate: false, .. } if node == self.primary => {
                 self.quorum_losses += 1
             }
-            Event::YieldingTo { .. } => self.fo.yielding(node),
+            Event::YieldingTo { .. } | Event::Superseded { .. } => self.fo.yielding(node),
             Event::RoleChanged {
-                why: RoleChange::Yielded { .. },
+                why: RoleChange::Yielded { .. } | RoleChange::Superseded { .. },
                 ..
             } => self.fo.stats.yielded += 1,
             Event::OlderPeerListed { since, .. } => match since {

@@ -28,6 +28,15 @@ pub enum Event {
     /// As Primary without quorum, we learnt that node `primary` is Primary with the
     /// nodes we lack: we step down (see `primaries.rs`), failing our requests held and new.
     YieldingTo { primary: NodeId },
+    /// As Primary: `peer`'s replica of `volume` is newer by its ids (`theirs` descends
+    /// from our `ours`): another Primary was promoted and went on without us. We step down
+    /// as for [`Event::YieldingTo`]: held and new requests fail, then Secondary.
+    Superseded {
+        peer: NodeId,
+        volume: u16,
+        ours: u64,
+        theirs: u64,
+    },
     /// `peer` reconnected while its list of what we lack was still coming: we cannot know
     /// all we lack, so everything is pulled.
     ListCutOff { volume: u16, peer: NodeId },
@@ -129,6 +138,11 @@ pub enum RoleChange {
     /// Without quorum, it stepped down for another Primary (see `primaries.rs`).
     Yielded {
         to: NodeId,
+    },
+    /// It stepped down for `peer`, whose replica is newer by its ids: another Primary
+    /// went on without us.
+    Superseded {
+        peer: NodeId,
     },
 }
 
@@ -247,7 +261,25 @@ impl fmt::Display for Event {
                 why: RoleChange::Yielded { to },
                 ..
             } => write!(f, "demoted to Secondary: node {to} is Primary with a quorum"),
+            Event::RoleChanged {
+                why: RoleChange::Superseded { peer },
+                ..
+            } => write!(
+                f,
+                "demoted to Secondary: node {peer} holds newer data, written under another Primary"
+            ),
             Event::RoleChanged { .. } => write!(f, "demoted to Secondary"),
+            Event::Superseded {
+                peer,
+                volume,
+                ours,
+                theirs,
+            } => write!(
+                f,
+                "volume {volume}: node {peer} holds newer data (generation {theirs:016x}, ours \
+                 {ours:016x}): another Primary went on without this one; stepping down (held \
+                 and new requests fail with EIO)"
+            ),
             Event::YieldingTo { primary } => write!(
                 f,
                 "node {primary} is Primary and this Primary has no quorum without the nodes \

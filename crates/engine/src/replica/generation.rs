@@ -21,6 +21,7 @@ use super::nodeset::NodeSet;
 use super::replicas::Replicas;
 use super::spec::NodeId;
 use crate::io::ReqId;
+use tandem_wire::packet::{DiskState, Role};
 pub use tandem_wire::packet::{GenIds, GI_HISTORY};
 
 /// How two replicas' ids relate.
@@ -171,6 +172,61 @@ impl Rotations {
                 }
             }
         }
+    }
+
+    /// Right after our promotion was told to the peers: with a diskful node away, the ids
+    /// change at once (DRBD makes a new current UUID at the first write after such a
+    /// promotion). The replicas with us adopt them, so an old Primary cut off with
+    /// requests held, meeting one of them again, finds newer data there and steps down
+    /// (`superseded`) instead of completing what it held under the application we were
+    /// promoted for (failover soak seed 320013211: node 2, following no Primary by then,
+    /// gave it back its quorum, and it synced node 2 from itself).
+    pub(super) fn rotate_if_away(&mut self, rep: &mut Replicas, out: &mut Vec<RAction>) {
+        for v in 0..self.vols.len() {
+            let me = rep.spec.me;
+            let away = (rep.spec.nodes.iter()).any(|(id, keeps)| {
+                keeps[v] && *id != me && !rep.peers.get(*id).is_some_and(|p| p.up)
+            });
+            if away && self.vols[v].running.is_none() {
+                self.start(rep, v, Vec::new(), out);
+                let released = self.finish_if_answered(rep, v, out);
+                debug_assert!(released.is_empty());
+            }
+        }
+    }
+
+    /// As Primary with quorum on: a connected peer whose replica of a volume shows that
+    /// another Primary was promoted and went on without us (its promotion changed the ids,
+    /// `rotate_if_away`), so we must not complete what we held, nor serve data older than
+    /// theirs. Either its ids are newer than those of our up-to-date replica (and than the
+    /// ids we set aside without quorum, `hold_back`, which a replica may have adopted from
+    /// us), or they diverged from ours and we have no quorum without it: its vote went to
+    /// that other Primary (failover seed 398: node 0, cut off with writes held, met node 1,
+    /// which had followed node 2 since, and completed them with node 1 as its quorum).
+    pub(super) fn superseded(&self, rep: &Replicas) -> Option<(NodeId, u16)> {
+        if rep.role != Role::Primary || rep.spec.quorum.is_off() {
+            return None;
+        }
+        (0..self.vols.len()).find_map(|v| {
+            let vol = &rep.vols[v];
+            if !vol.diskful || vol.disk != DiskState::UpToDate {
+                return None;
+            }
+            let ahead = self.vols[v].set_back.unwrap_or(vol.gen);
+            let went_on = |p: &super::peer::Peer| {
+                let g = &p.vols[v].gen;
+                match (lineage(&vol.gen, g), lineage(&ahead, g)) {
+                    (Lineage::Older, Lineage::Older | Lineage::Diverged) => true,
+                    (Lineage::Diverged, Lineage::Diverged) => !rep
+                        .quorum_count_reaching(v, |q| q.up && q.id != p.id)
+                        .quorate(vol.quorum_held),
+                    _ => false,
+                }
+            };
+            (rep.peers.up())
+                .find(|p| p.vols[v].diskful && went_on(p))
+                .map(|p| (p.id, v as u16))
+        })
     }
 
     /// A rotation waits for `peer`'s answer (its `GenAck`).

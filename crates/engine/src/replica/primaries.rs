@@ -26,6 +26,16 @@ use super::replicas::Replicas;
 use super::spec::NodeId;
 use tandem_wire::packet::Role;
 
+/// Why a Primary steps down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StepDown {
+    /// Another Primary, with the nodes following it, holds the quorum.
+    Yield(NodeId),
+    /// A connected peer's replica of `volume` is newer by its ids than ours: another
+    /// Primary went on without us (`Rotations::superseded`).
+    Superseded { peer: NodeId, volume: u16 },
+}
+
 impl Replicas {
     /// The connected peers that are Primary.
     fn connected_primaries(&self) -> NodeSet {
@@ -132,11 +142,24 @@ impl Replicas {
         others.iter().find(|&n| self.must_yield_to(n))
     }
 
-    /// Starts stepping down for `other` (see the module's notes).
-    pub(super) fn start_yielding(&mut self, other: NodeId, out: &mut Vec<RAction>) {
-        if self.yielding.is_none() {
-            self.yielding = Some(other);
-            out.push(RAction::Event(Event::YieldingTo { primary: other }));
+    /// Starts stepping down (see the module's notes).
+    pub(super) fn start_yielding(&mut self, why: StepDown, out: &mut Vec<RAction>) {
+        if self.yielding.is_some() {
+            return;
         }
+        self.yielding = Some(why);
+        out.push(RAction::Event(match why {
+            StepDown::Yield(primary) => Event::YieldingTo { primary },
+            StepDown::Superseded { peer, volume } => {
+                let v = volume as usize;
+                let theirs = self.peers.get(peer).map_or(0, |p| p.vols[v].gen.current);
+                Event::Superseded {
+                    peer,
+                    volume,
+                    ours: self.vols[v].gen.current,
+                    theirs,
+                }
+            }
+        }));
     }
 }

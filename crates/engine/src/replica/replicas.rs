@@ -15,7 +15,7 @@ use super::local::LocalVol;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
 use super::peer::{Peer, Peers};
-use super::spec::{NodeId, ReplicaAtStart, ResourceSpec};
+use super::spec::{ReplicaAtStart, ResourceSpec};
 use tandem_wire::packet::{DiskState, Role};
 
 #[derive(Debug)]
@@ -42,8 +42,8 @@ pub(super) struct Replicas {
     pub(super) lost_asked: Vec<super::acks::LostAsked>,
     /// Whose writes we take, as the metadata records (see `writer.rs`).
     pub(super) writer: super::run::Writer,
-    /// As Primary: stepping down for this other Primary (see `primaries.rs`).
-    pub(super) yielding: Option<NodeId>,
+    /// As Primary: stepping down, and for what (see `primaries.rs`).
+    pub(super) yielding: Option<super::primaries::StepDown>,
 }
 
 impl Replicas {

@@ -20,6 +20,7 @@
 use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
 use super::event::{DiskChange, Event, LocalFailure, RoleChange};
 use super::msg::{Msg, Token};
+use super::primaries::StepDown;
 use super::replicas::Replicas;
 use super::requests::Requests;
 use super::resync::Resync;
@@ -268,6 +269,9 @@ impl Resource {
             },
             out,
         );
+        if to == Role::Primary {
+            self.app.rotations.rotate_if_away(&mut self.rep, out);
+        }
     }
 
     /// A clean stop, the application's requests answered: as a Secondary, tells every
@@ -383,9 +387,12 @@ impl Resource {
     /// with none left it is Secondary.
     fn step_down_if_yielding(&mut self, out: &mut Vec<RAction>) {
         if let Some(other) = self.rep.yield_due() {
-            self.rep.start_yielding(other, out);
+            self.rep.start_yielding(StepDown::Yield(other), out);
+        } else if let Some((peer, volume)) = self.app.rotations.superseded(&self.rep) {
+            self.rep
+                .start_yielding(StepDown::Superseded { peer, volume }, out);
         }
-        let Some(to) = self.rep.yielding else {
+        let Some(why) = self.rep.yielding else {
             return;
         };
         if self.rep.role != Role::Primary {
@@ -396,7 +403,11 @@ impl Resource {
         if self.app_in_flight() == 0 {
             self.auto.clear();
             self.rep.yielding = None;
-            self.set_role(Role::Secondary, RoleChange::Yielded { to }, out);
+            let why = match why {
+                StepDown::Yield(to) => RoleChange::Yielded { to },
+                StepDown::Superseded { peer, .. } => RoleChange::Superseded { peer },
+            };
+            self.set_role(Role::Secondary, why, out);
         }
     }
 

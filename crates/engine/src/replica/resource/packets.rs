@@ -6,6 +6,7 @@ use crate::replica::action::RAction;
 use crate::replica::event::{LinkLoss, ProtocolError};
 use crate::replica::msg::Msg;
 use crate::replica::nodeset::NodeSet;
+use crate::replica::primaries::StepDown;
 use crate::replica::spec::NodeId;
 use tandem_wire::packet::{volume_flags, DiskState, Packet, Role};
 
@@ -40,7 +41,7 @@ impl Resource {
             Packet::Role { role, incarnation } => {
                 if role == Role::Primary && self.rep.role == Role::Primary {
                     if self.rep.must_yield_to(peer) {
-                        self.rep.start_yielding(peer, out);
+                        self.rep.start_yielding(StepDown::Yield(peer), out);
                     }
                     return Err(ProtocolError::BothPrimary);
                 }
