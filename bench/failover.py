@@ -57,20 +57,20 @@ KEEP_WORKDIR (0; 1 keeps each try's directory with the daemons' logs), WORKDIR_P
 temp dir). Writes bench/results/failover-YYYYMMDD-HHMMSS.md.
 """
 
-import json
 import os
 import re
-import shlex
 import shutil
-import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab as shared  # noqa: E402 - bench/lab.py, next to this script
+from lab import Node, address_free, busy_processes, wait  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIES = int(os.environ.get("TRIES", "10"))
@@ -91,7 +91,6 @@ PING_TIMEOUT = 0.5                # the default [net] ping-timeout
 PING_INTERVAL = 1.0               # the default [net] ping-interval
 TARGET = PING_TIMEOUT + 0.5
 GIVE_UP = 30.0                    # a failover not done by then fails the try
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # scenario -> (old Primary, new Primary, how the old one goes)
 PLAN = {
@@ -248,78 +247,7 @@ class Writer(threading.Thread):
 # ---------------------------------------------------------------- the cluster
 
 def config(addresses, home):
-    text = '[resource]\nname = "r0"\nprotocol = "C"\nshared-secret = "failover"\n'
-    text += f'\n[[volume]]\nnumber = 0\nsize = "{SIZE_MB}M"\n'
-    for i, (name, diskful) in enumerate(NODES):
-        disk = f"{home}/{name}/r0.img" if diskful else "none"
-        text += (
-            f'\n[[node]]\nname = "{name}"\nnode-id = {i}\naddress = "{addresses[i]}:{PORT}"\n'
-            f'  [[node.volume]]\n  number = 0\n  disk = "{disk}"\n'
-            f'  nbd = ["unix:{home}/{name}/nbd.sock"]\n'
-        )
-    return text
-
-
-class Node:
-    def __init__(self, binary, home, name, netns):
-        self.binary, self.name, self.netns = binary, name, netns
-        self.dir = f"{home}/{name}"
-        self.ctl = f"{self.dir}/ctl"
-        self.sock = f"{self.dir}/nbd.sock"
-        self.log = f"{self.dir}/node.log"
-        self.proc = None
-
-    def start(self):
-        cmd = [self.binary, "node", "--name", self.name, "--config-dir", f"{self.dir}/cfg",
-               "--control", self.ctl]
-        if self.netns:
-            cmd = ["ip", "netns", "exec", self.netns] + cmd
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def status(self):
-        try:
-            r = subprocess.run([self.binary, "status", "--json", "--control", self.ctl],
-                               capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            return None
-        if r.returncode != 0:
-            return None
-        try:
-            return json.loads(r.stdout)[0]
-        except (json.JSONDecodeError, IndexError, KeyError):
-            return None
-
-    def lines(self):
-        try:
-            with open(self.log, "rb") as f:
-                return ANSI.sub("", f.read().decode(errors="replace")).splitlines()
-        except OSError:
-            return []
-
-
-def wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return time.monotonic()
-        time.sleep(0.02)
-    raise RuntimeError(f"not {what} within {timeout:.0f} s")
+    return shared.config(NODES, addresses, PORT, home, "failover", SIZE_MB)
 
 
 def in_sync(nodes):
@@ -339,52 +267,9 @@ def in_sync(nodes):
     return True
 
 
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True)
-
-
-class Lab:
+def make_lab(tag):
     """One namespace per node, cabled to a bridge in a hub namespace (as bench/rejoin.py)."""
-
-    def __init__(self, tag):
-        self.hub = f"tfo-{tag}-hub"
-        self.ns = [f"tfo-{tag}-{i}" for i in range(len(NODES))]
-        self.ports = [f"tfo{tag}p{i}" for i in range(len(NODES))]
-        self.ips = [f"10.252.{tag % 250}.{i + 1}" for i in range(len(NODES))]
-        try:
-            sh("ip", "netns", "add", self.hub)
-            sh("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
-            sh("ip", "-n", self.hub, "link", "set", "br0", "up")
-            for ns, port, ip in zip(self.ns, self.ports, self.ips):
-                sh("ip", "netns", "add", ns)
-                sh("ip", "-n", ns, "link", "set", "lo", "up")
-                sh("ip", "-n", self.hub, "link", "add", port, "type", "veth", "peer", "name",
-                   "eth0", "netns", ns)
-                sh("ip", "-n", self.hub, "link", "set", port, "master", "br0", "up")
-                sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-                sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        except BaseException:
-            self.close()
-            raise
-
-    def cable(self, i, up):
-        sh("ip", "-n", self.hub, "link", "set", self.ports[i], "up" if up else "down")
-
-    def close(self):
-        for ns in self.ns + [self.hub]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-def address_free(ip):
-    s = socket.socket()
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((ip, PORT))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+    return shared.Lab(tag, "tfo", "10.252", len(NODES))
 
 
 # ---------------------------------------------------------------- one try
@@ -464,15 +349,13 @@ def verify(node, writer, probe):
 def one_try(binary, scenario, t, tag):
     old_name, new_name, how = PLAN[scenario]
     home = tempfile.mkdtemp(prefix=f"tandem-failover-{scenario}-", dir=WORKDIR_PARENT)
-    lab = Lab(tag) if how == "cut" else None
+    lab = make_lab(tag) if how == "cut" else None
     addresses = lab.ips if lab else IPS
     text = config(addresses, home)
     nodes = {}
     for i, (name, _) in enumerate(NODES):
-        os.makedirs(f"{home}/{name}/cfg")
-        with open(f"{home}/{name}/cfg/r0.toml", "w") as f:
-            f.write(text)
         nodes[name] = Node(binary, home, name, lab.ns[i] if lab else None)
+        nodes[name].configure(text)
     writer = None
     r = {"scenario": scenario, "try": t, "old": old_name, "new": new_name, "problems": []}
     try:
@@ -540,29 +423,6 @@ def one_try(binary, scenario, t, tag):
 
 # ---------------------------------------------------------------- report
 
-def machine():
-    def out(*cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            return "?"
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-    except OSError:
-        pass
-    return cpu, out("nproc"), out("uname", "-r")
-
-
-def busy_processes():
-    out = subprocess.run(["ps", "-eo", "pid,pcpu,etime,comm", "--sort=-pcpu", "--no-headers"],
-                         capture_output=True, text=True).stdout.splitlines()
-    return [" ".join(l.split()[1:]) for l in out[:6]
-            if len(l.split()) > 3 and int(l.split()[0]) != os.getpid()
-            and float(l.split()[1]) >= 20]
-
-
 def ms(x):
     return "–" if x is None else f"{x * 1000:.0f}"
 
@@ -594,8 +454,7 @@ def summary(scenario, rs):
 
 
 def main():
-    binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
-                             os.environ.get("TANDEM_BIN", os.path.join(REPO, "target/release/tandem")))
+    binary = shared.tandem_binary(REPO)
     if not os.access(binary, os.X_OK):
         sys.exit(f"no tandem binary at {binary} (build it: cargo build --release -p tandem-cli)")
     for s in SCENARIOS:
@@ -607,7 +466,7 @@ def main():
         if s not in scenarios:
             say(f"skipping {s}: needs root and iproute2")
     if any(PLAN[s][2] == "kill" for s in scenarios):
-        busy = [ip for ip in IPS if not address_free(ip)]
+        busy = [ip for ip in IPS if not address_free(ip, PORT)]
         if busy:
             sys.exit(f"{PORT} is in use on {busy}: set TANDEM_IPS / TANDEM_PORT")
     started = time.time()
@@ -639,15 +498,9 @@ def main():
     load1 = os.getloadavg()
     busy1 = busy_processes()
 
-    cpu, ncpu, kernel = machine()
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip() or "?"
-    built = os.environ.get("TANDEM_REV") or (
-        f"repo {rev} (the binary's own source is not checked: set TANDEM_REV)")
-    env = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in
-                   ("TRIES", "SCENARIOS", "WARMUP", "TANDEM_PORT", "TANDEM_IPS", "KEEP_WORKDIR",
-                    "TANDEM_REV") if k in os.environ)
+    built = shared.built_from(REPO)
+    env = shared.user_env(("TRIES", "SCENARIOS", "WARMUP", "TANDEM_PORT", "TANDEM_IPS",
+                           "KEEP_WORKDIR", "TANDEM_REV"))
     command = f"{env + ' ' if env else ''}bench/failover.py {binary}"
     head = ["| scenario | try | first write ms | Primary ms | attaches | errors before | "
             "writes before the fault | read back |"
@@ -663,13 +516,9 @@ def main():
         "",
         f"Command (cwd `{REPO}`): `{command}`",
         "",
-        f"`{binary}` ({version}; built "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(os.path.getmtime(binary)))} from "
-        f"{built}); {cpu}, {ncpu} CPUs, kernel {kernel}. Load average {load0[0]:.2f} at the "
-        f"start, {load1[0]:.2f} at the end; the script took {took / 60:.1f} min.",
+        shared.run_line(binary, built, load0, load1, took),
         "",
-        "Other busy processes at the start: " + ("; ".join(f"`{b}`" for b in busy0) or "none")
-        + ". At the end: " + ("; ".join(f"`{b}`" for b in busy1) or "none") + ".",
+        shared.busy_line(busy0, busy1),
         "",
         f"Every try: a fresh cluster (alpha, beta diskful, gamma diskless; protocol C; default "
         f"[net] and quorum = majority; a {SIZE_MB} MiB volume; {IPS[0]}–"
@@ -713,11 +562,7 @@ def main():
                   f"writer: {r['writes_total']} writes, stopped by `{r['writer_error']}` at "
                   f"{ms(r['writer_error_s'])} ms; {r['polls']} status polls.", "",
                   "```", *[l[:300] for l in r["log"]], "```", ""]
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    out = os.path.join(RESULTS_DIR, time.strftime("failover-%Y%m%d-%H%M%S.md",
-                                                   time.localtime(started)))
-    with open(out, "w") as f:
-        f.write("\n".join(lines))
+    out = shared.write_report(RESULTS_DIR, "failover", started, "\n".join(lines))
     print("\n".join(["Per try:", *head, *[try_row(r) for r in results], "",
                      "Summary (ms):", *shead, *srows]))
     if failures:

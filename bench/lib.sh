@@ -7,7 +7,7 @@
 #   bench_common_env             # defaults + checks of the shared knobs, JOBS
 #   bench_need CMD PKG ...       # tools, installed with apt-get if missing
 #   bench_workdir PREFIX NEED_MB # WORKDIR (mktemp unless given), free space
-#   trap cleanup EXIT            # cleanup calls bench_stop_all
+#   bench_traps                  # trap cleanup EXIT (cleanup calls bench_stop_all)
 #   bench_spawn LABEL LOG CMD... # start a server process, PIDOF[LABEL]
 #   bench_machine_start; bench_drop_caches
 #   bench_run_job JOB SERVER URI PIDS [LABELS]   # one fio run + CPU sampler
@@ -178,6 +178,23 @@ bench_stop_all() {
   for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
     bench_stop "${STARTED[i]}"
   done
+}
+
+# bench_traps — the caller's cleanup on every exit; Ctrl-C and SIGTERM exit
+# with 130 and 143 (and so run it too).
+bench_traps() {
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+# add_cmd KEY CMD... — record a server process's command line for the report:
+# appended as one shell-quoted line to the caller's SRV_CMDS[KEY] (declare -A).
+add_cmd() {
+  local c
+  c=$(printf '%q ' "${@:2}")
+  c=${c//\\,/,} # %q escapes commas, which the shell does not need
+  SRV_CMDS[$1]+="${c% }"$'\n'
 }
 
 # bench_alive PID,PID... — all of them still running?

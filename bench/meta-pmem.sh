@@ -164,17 +164,7 @@ cleanup() {
     for f in "${CREATED[@]}"; do rm -rf -- "$f"; done
   fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Record a server process's command line for the report.
-add_cmd() { # variant cmd...
-  local c
-  c=$(printf '%q ' "${@:2}")
-  c=${c//\\,/,} # %q escapes commas, which the shell does not need
-  SRV_CMDS[$1]+="${c% }"$'\n'
-}
+bench_traps
 
 # vstate VARIANT — print one line per node (role, disk, peers); exit 0 when
 # both nodes are UpToDate, the peer link Connected/Established, nothing out

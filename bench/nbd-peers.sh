@@ -83,9 +83,7 @@ cleanup() {
     rm -rf -- "$WORKDIR/fio" "$WORKDIR/logs"
   fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_traps
 
 wait_ready() { # name
   local s=$1 uri="nbd+unix:///?socket=${SOCK[$1]}" i size

@@ -18,15 +18,16 @@ volume. Prints the median, min and max per binary and scenario, and the ratio.
   TRIES=10 AWAY=12 SCENARIOS="restart cable" bench/rejoin.py target/release/tandem /tmp/old/tandem
 """
 
-import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab as shared  # noqa: E402 - bench/lab.py, next to this script
+from lab import Node, wait  # noqa: E402
 
 TRIES = int(os.environ.get("TRIES", "10"))
 AWAY = float(os.environ.get("AWAY", "12"))
@@ -36,63 +37,7 @@ PORT = 7790
 
 
 def config(addresses, home):
-    text = (
-        '[resource]\nname = "r0"\nprotocol = "C"\nshared-secret = "bench"\n'
-        '\n[[volume]]\nnumber = 0\nsize = "64M"\n'
-    )
-    for i, (name, diskful) in enumerate(NODES):
-        disk = f"{home}/{name}/r0.img" if diskful else "none"
-        text += (
-            f'\n[[node]]\nname = "{name}"\nnode-id = {i}\naddress = "{addresses[i]}:{PORT}"\n'
-            f'  [[node.volume]]\n  number = 0\n  disk = "{disk}"\n'
-            f'  nbd = ["unix:{home}/{name}/nbd.sock"]\n'
-        )
-    return text
-
-
-class Node:
-    def __init__(self, binary, home, name, netns):
-        self.binary, self.home, self.name, self.netns = binary, home, name, netns
-        self.dir = f"{home}/{name}"
-        self.ctl = f"{self.dir}/ctl"
-        self.proc = None
-
-    def start(self):
-        cmd = [self.binary, "node", "--name", self.name, "--config-dir", f"{self.dir}/cfg",
-               "--control", self.ctl]
-        if self.netns:
-            cmd = ["ip", "netns", "exec", self.netns] + cmd
-        log = open(f"{self.dir}/node.log", "a")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def status(self):
-        r = subprocess.run([self.binary, "status", "--json", "--control", self.ctl],
-                           capture_output=True, text=True, timeout=10)
-        if r.returncode != 0:
-            return None
-        try:
-            return json.loads(r.stdout)
-        except json.JSONDecodeError:
-            return None
-
-
-def wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return time.monotonic()
-        time.sleep(0.02)
-    raise RuntimeError(f"not {what} within {timeout} s")
+    return shared.config(NODES, addresses, PORT, home, "bench", 64)
 
 
 def all_connected(nodes):
@@ -100,55 +45,26 @@ def all_connected(nodes):
         st = n.status()
         if not st:
             return False
-        for p in st[0]["peers"]:
+        for p in st["peers"]:
             if p["connection"] != "Connected":
                 return False
     return True
 
 
-def sh(*args):
-    subprocess.run(args, check=True, capture_output=True)
-
-
-class Lab:
+def make_lab(tag):
     """One namespace per node, cabled to a bridge in a hub namespace."""
-
-    def __init__(self, tag):
-        self.hub = f"tbr-{tag}-hub"
-        self.ns = [f"tbr-{tag}-{i}" for i in range(len(NODES))]
-        self.ports = [f"tbr{tag}p{i}" for i in range(len(NODES))]
-        self.ips = [f"10.251.{tag % 250}.{i + 1}" for i in range(len(NODES))]
-        sh("ip", "netns", "add", self.hub)
-        sh("ip", "-n", self.hub, "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", self.hub, "link", "set", "br0", "up")
-        for ns, port, ip in zip(self.ns, self.ports, self.ips):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", self.hub, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-               "netns", ns)
-            sh("ip", "-n", self.hub, "link", "set", port, "master", "br0", "up")
-            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-
-    def cable(self, i, up):
-        sh("ip", "-n", self.hub, "link", "set", self.ports[i], "up" if up else "down")
-
-    def close(self):
-        for ns in self.ns + [self.hub]:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    return shared.Lab(tag, "tbr", "10.251", len(NODES))
 
 
 def cluster(binary, scenario, tag):
     home = tempfile.mkdtemp(prefix=f"tandem-rejoin-{scenario}-")
-    lab = Lab(tag) if scenario == "cable" else None
+    lab = make_lab(tag) if scenario == "cable" else None
     addresses = lab.ips if lab else [f"127.0.0.{200 + i}" for i in range(len(NODES))]
     text = config(addresses, home)
     nodes = []
     for i, (name, _) in enumerate(NODES):
-        os.makedirs(f"{home}/{name}/cfg")
-        with open(f"{home}/{name}/cfg/r0.toml", "w") as f:
-            f.write(text)
         nodes.append(Node(binary, home, name, lab.ns[i] if lab else None))
+        nodes[-1].configure(text)
     for n in nodes:
         n.start()
     wait(lambda: all_connected(nodes), 30, "connected at start")

@@ -123,17 +123,7 @@ cleanup() {
     rm -rf -- "$WORKDIR/fio" "$WORKDIR/logs"
   fi
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Record a server process's command line for the report.
-add_cmd() { # server cmd...
-  local c
-  c=$(printf '%q ' "${@:2}")
-  c=${c//\\,/,} # %q escapes commas, which the shell does not need
-  SRV_CMDS[$1]+="${c% }"$'\n'
-}
+bench_traps
 
 # wait_nbd SERVER SOCK — until the export at SOCK answers with the right size
 # (and every process of SERVER is still running).

@@ -45,12 +45,15 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab as shared  # noqa: E402 - bench/lab.py, next to this script
+from lab import address_free, busy_processes, wait  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRIES = int(os.environ.get("TRIES", "5"))
@@ -69,7 +72,6 @@ RESYNC_MIN_RATE = os.environ.get("RESYNC_MIN_RATE")
 NODES = [("alpha", True), ("beta", True), ("gamma", False)]
 POLL = 0.01
 SIGNALS = {"stop": signal.SIGTERM, "kill": signal.SIGKILL}
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 GEN = re.compile(r"^(\S+)Z .*generation \S+ -> (\S+) \(a replica missed a write\).*$", re.M)
 
 
@@ -85,84 +87,9 @@ def say(msg):
 
 
 def config(home):
-    text = '[resource]\nname = "r0"\nprotocol = "C"\nshared-secret = "secondary-away"\n'
-    if RESYNC_MIN_RATE is not None:
-        text += f'\n[net]\nresync-min-rate = "{RESYNC_MIN_RATE}"\n'
-    text += f'\n[[volume]]\nnumber = 0\nsize = "{SIZE_MB}M"\n'
-
-    for i, (name, diskful) in enumerate(NODES):
-        disk = f"{home}/{name}/r0.img" if diskful else "none"
-        nbd = f'["unix:{home}/{name}/nbd.sock"]' if not diskful else "[]"
-        text += (
-            f'\n[[node]]\nname = "{name}"\nnode-id = {i}\naddress = "{IPS[i]}:{PORT}"\n'
-            f'  [[node.volume]]\n  number = 0\n  disk = "{disk}"\n  nbd = {nbd}\n'
-        )
-    return text
-
-
-class Node:
-    def __init__(self, binary, home, name):
-        self.binary, self.name = binary, name
-        self.dir = f"{home}/{name}"
-        self.ctl = f"{self.dir}/ctl"
-        self.log = f"{self.dir}/node.log"
-        self.disk = f"{self.dir}/r0.img"
-        self.proc = None
-
-    def start(self):
-        cmd = [self.binary, "node", "--name", self.name, "--config-dir", f"{self.dir}/cfg",
-               "--control", self.ctl]
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-
-    def signal(self, sig):
-        """Sends `sig`; returns the exit status once the process is gone."""
-        self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        self.proc = None
-        return rc
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            return self.signal(signal.SIGTERM)
-        rc = self.proc.returncode if self.proc else None
-        self.proc = None
-        return rc
-
-    def status(self):
-        try:
-            r = subprocess.run([self.binary, "status", "--json", "--control", self.ctl],
-                               capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            return None
-        if r.returncode != 0:
-            return None
-        try:
-            return json.loads(r.stdout)[0]
-        except (json.JSONDecodeError, IndexError, KeyError):
-            return None
-
-    def log_size(self):
-        return os.path.getsize(self.log) if os.path.exists(self.log) else 0
-
-    def log_since(self, offset, end=None):
-        with open(self.log, "rb") as f:
-            f.seek(offset)
-            data = f.read() if end is None else f.read(max(0, end - offset))
-        return ANSI.sub("", data.decode(errors="replace"))
-
-
-def wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise RuntimeError(f"not {what} within {timeout:.0f} s")
+    net = f'\n[net]\nresync-min-rate = "{RESYNC_MIN_RATE}"\n' if RESYNC_MIN_RATE is not None else ""
+    return shared.config(NODES, IPS, PORT, home, "secondary-away", SIZE_MB, net=net,
+                         nbd_on_diskful=False)
 
 
 def peer(st, name):
@@ -191,18 +118,6 @@ def in_sync(nodes):
                                        for pv in p["volumes"]):
                 return False
     return True
-
-
-def address_free(ip):
-    s = socket.socket()
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((ip, PORT))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 # --- fio's I/O log --------------------------------------------------------------------
@@ -256,16 +171,14 @@ def first_diffs(a, b, limit=10):
 
 def one_try(binary, mode, n_try):
     home = tempfile.mkdtemp(prefix=f"tandem-secondary-away-{mode}-", dir=WORKDIR_PARENT)
-    nodes = [Node(binary, home, name) for name, _ in NODES]
+    nodes = [shared.Node(binary, home, name, stop_timeout=30) for name, _ in NODES]
     alpha, beta, gamma = nodes
     fio = None
     r = {"mode": mode, "try": n_try}
     try:
         text = config(home)
         for n in nodes:
-            os.makedirs(f"{n.dir}/cfg")
-            with open(f"{n.dir}/cfg/r0.toml", "w") as f:
-                f.write(text)
+            n.configure(text)
         for n in nodes:
             n.start()
         wait(lambda: in_sync(nodes), 60, "connected and in sync at start")
@@ -496,33 +409,8 @@ def summary_rows(results):
     return rows
 
 
-def machine():
-    def out(*cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            return "?"
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-    except OSError:
-        pass
-    return cpu, out("nproc"), out("uname", "-r"), out("fio", "--version")
-
-
-def busy_processes():
-    """Other processes using a lot of CPU right now (e.g. a simulator soak)."""
-    out = subprocess.run(["ps", "-eo", "pid,pcpu,etime,comm", "--sort=-pcpu", "--no-headers"],
-                         capture_output=True, text=True).stdout.splitlines()
-    return [" ".join(l.split()[1:]) for l in out[:6]
-            if len(l.split()) > 3 and int(l.split()[0]) != os.getpid()
-            and float(l.split()[1]) >= 20]
-
-
 def main():
-    binary = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
-                             os.environ.get("TANDEM_BIN", os.path.join(REPO, "target/release/tandem")))
+    binary = shared.tandem_binary(REPO)
     if not os.access(binary, os.X_OK):
         sys.exit(f"no tandem binary at {binary} (cargo build --release -p tandem-cli)")
     for tool in ("fio", "cmp"):
@@ -531,7 +419,7 @@ def main():
     for m in MODES:
         if m not in SIGNALS:
             sys.exit(f"unknown mode {m} (stop, kill)")
-    busy = [ip for ip in IPS if not address_free(ip)]
+    busy = [ip for ip in IPS if not address_free(ip, PORT)]
     if busy:
         sys.exit(f"{', '.join(busy)}:{PORT} in use (set TANDEM_IPS / TANDEM_PORT)")
 
@@ -558,18 +446,10 @@ def main():
     busy1 = busy_processes()
     took = time.time() - started
 
-    cpu, ncpu, kernel, fiover = machine()
-    version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
-    rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip() or "?"
-    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    built = os.environ.get("TANDEM_REV") or (
-        f"repo {rev}{' (with uncommitted changes)' if dirty else ''} "
-        "(the binary's own source is not checked: set TANDEM_REV)")
-    env = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in
-                   ("TRIES", "MODES", "AWAY", "WARMUP", "SIZE_MB", "IODEPTH", "TANDEM_PORT",
-                    "TANDEM_IPS", "RESYNC_MIN_RATE", "KEEP_WORKDIR", "TANDEM_REV") if k in os.environ)
+    fiover = shared.out("fio", "--version")
+    built = shared.built_from(REPO, note_dirty=True)
+    env = shared.user_env(("TRIES", "MODES", "AWAY", "WARMUP", "SIZE_MB", "IODEPTH", "TANDEM_PORT",
+                           "TANDEM_IPS", "RESYNC_MIN_RATE", "KEEP_WORKDIR", "TANDEM_REV"))
     command = f"{env + ' ' if env else ''}bench/secondary-away.py {binary}"
     fio_cmd = results[0]["fio_cmd"] if results else []
 
@@ -588,13 +468,9 @@ def main():
         "",
         f"Command (cwd `{REPO}`): `{command}`",
         "",
-        f"`{binary}` ({version}; built {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(os.path.getmtime(binary)))}"
-        f" from {built}); "
-        f"{cpu}, {ncpu} CPUs, kernel {kernel}; {fiover}. Load average {load0[0]:.2f} at the "
-        f"start, {load1[0]:.2f} at the end; the script took {took / 60:.1f} min.",
+        shared.run_line(binary, built, load0, load1, took, extra=f"; {fiover}"),
         "",
-        "Other busy processes at the start: " + ("; ".join(f"`{b}`" for b in busy0) or "none")
-        + ". At the end: " + ("; ".join(f"`{b}`" for b in busy1) or "none") + ".",
+        shared.busy_line(busy0, busy1),
         "",
         f"Every try: a fresh cluster (alpha, beta diskful with sparse backing files, internal "
         f"metadata, default activity log; gamma diskless and Primary; protocol C; "
@@ -685,11 +561,7 @@ def main():
                       *[l[:400] for l in r["alpha_lines"]], "```", "", "gamma:", "", "```",
                       *[l[:400] for l in r["gamma_lines"]], "```", ""]
     report = "\n".join(lines)
-    os.makedirs(RESULTS_DIR, exist_ok=True)
-    out = os.path.join(RESULTS_DIR, time.strftime("secondary-away-%Y%m%d-%H%M%S.md",
-                                                   time.localtime(started)))
-    with open(out, "w") as f:
-        f.write(report)
+    out = shared.write_report(RESULTS_DIR, "secondary-away", started, report)
     print("\n".join(["Per try:", *head, *[try_row(r) for r in results], "",
                      "Summary (median, min–max); targets: pulled ≤ 2× written, resync < 5 s:",
                      *shead, *summary_rows(results)]))
