@@ -1225,10 +1225,13 @@ fn node_joins_later(test: &'static str, spare_slot: bool) {
         assert!(!log.contains("not attached"), "{n}:\n{log}");
     }
     let pulled: u64 = kib_pulled_since_start(c.node("gamma")).iter().sum();
-    // In full, and a window (2 MiB) more at most: a chunk pulled before the second peer's
-    // list (every block, for a new replica) arrives is listed, and pulled, again.
+    // In full, and a little more at most, never twice: a chunk pulled before the second
+    // peer's list (every block, for a new replica) arrives is listed, and pulled, again.
+    // That is a window (2 MiB) on an idle machine; on a loaded one the list came after a
+    // window and one more chunk (67,840 KiB of a 64 MiB volume, with the engine of
+    // 0be443d as well as later ones), so the bound is two windows.
     assert!(
-        pulled * KIB >= SIZE && pulled * KIB <= SIZE + 2 * MIB,
+        pulled * KIB >= SIZE && pulled * KIB <= SIZE + 4 * MIB,
         "gamma, new, is synced in full: {pulled} KiB pulled\n{}",
         c.node("gamma").daemon.log()
     );
