@@ -329,11 +329,19 @@ impl Replicas {
             // under a Primary's list): its own lists, and the Primary's, name what the
             // others lack. What we restored of what they lack is older (crash-family seed
             // 117: two replicas synced so listed each other stale claims and redialled
-            // forever).
+            // forever). Under a Primary, not our claims on a node we do not reach: the
+            // Primary knows what that node lacks, but if it dies before the node returns,
+            // ours may be all that is left of it (failover seed 49: a restarted replica
+            // dropped its claim on the dead Primary's old peer, which was later taken as
+            // current without an acknowledged write). A node we reach has had our list.
             let size = self.vols[v].size;
+            let primary = self.peers.primary_listed(v).map(|p| p.id);
+            let heard = |p: &super::peer::Peer| primary.is_none_or(|x| p.id == x || p.up);
             for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
-                p.vols[v].oos.clear_range(0, size);
-                p.vols[v].wrote_apart = false;
+                if heard(p) {
+                    p.vols[v].oos.clear_range(0, size);
+                    p.vols[v].wrote_apart = false;
+                }
             }
         }
         if under_primary {

@@ -118,8 +118,18 @@ impl Replicas {
             // What claims on the peers were folded into the suspect ranges stays (they
             // came from the bitmap's pages too).
             suspect.subtract(&c.log);
+            // Our claims within the log's extents, set in every peer's bitmap at the
+            // crash, may hide real ones (a write of the run a peer missed, whose bit the
+            // bitmap's pages had not yet kept): the Primary knows those, but only for
+            // itself and the peers that follow it now, whose lists it gives. Claims on a
+            // peer away from it stay: if the Primary dies before that peer meets it, we
+            // may be the only one left who knows (failover seed 49: a write of node 1
+            // missed node 0; node 2, restarted and settled by node 1's run, dropped its
+            // claim; node 1 died, and node 0 was taken as current without it).
             for p in self.peers.iter_mut() {
-                p.vols[v].oos.subtract(&c.log);
+                if p.id == run.node || (p.up && p.primaries.contains(run.node)) {
+                    p.vols[v].oos.subtract(&c.log);
+                }
             }
             vol.settled_by = Some(run);
             let bytes = c.log.count() * c.log.block_size();
