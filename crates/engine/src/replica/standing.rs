@@ -378,6 +378,42 @@ impl Replicas {
         self.yield_claims(i, v, out);
     }
 
+    /// Which of us and peer `i` descends from the other's current id on `v` (`Older`: its
+    /// ids descend from ours; `Newer`: ours from its), both keeping a replica and neither
+    /// id the root; `None` otherwise (same or diverged ids, a diskless side, a root id).
+    pub(super) fn strict_descent(&self, i: usize, v: usize) -> Option<Lineage> {
+        let (vol, pv) = (&self.vols[v], &self.peers[i].vols[v]);
+        let kept = vol.diskful && pv.diskful && pv.disk != Some(DiskState::Diskless);
+        let (ours, theirs) = (&vol.gen, &pv.gen);
+        if !kept || ours.current == 0 || theirs.current == 0 {
+            return None;
+        }
+        match lineage(ours, theirs) {
+            order @ (Lineage::Newer | Lineage::Older) => Some(order),
+            Lineage::Same | Lineage::Diverged => None,
+        }
+    }
+
+    /// Writes made as Primary apart from the other side by a replica whose current id the
+    /// other's ids descend from are in the other's data: the other, or the source it took
+    /// those ids from, held them (a write that missed a holder of an id completes only
+    /// once the id changed, and ids pass on with the data: `adopt_from_primary`, a
+    /// resync's end, `take_newest_gen`). They are no half of a split brain (failover seed
+    /// 109: node 1, Primary once while node 0 was away, still claimed blocks on node 0
+    /// after node 0 caught up through node 2, took node 1's ids there and wrote apart as
+    /// Primary in turn; each side saw the other's writes apart and a split brain was
+    /// found between ordered ids). Two Primaries that both acknowledged writes apart both
+    /// rotated from a common id: diverged, neither flag is cleared.
+    pub(super) fn void_ordered_apart(&mut self, i: usize, v: usize) {
+        let order = self.strict_descent(i, v);
+        let pv = &mut self.peers[i].vols[v];
+        match order {
+            Some(Lineage::Older) => pv.wrote_apart = false,
+            Some(Lineage::Newer) => pv.peer_wrote_apart = false,
+            _ => {}
+        }
+    }
+
     /// Our replica of `v` holds the data `gen` names now.
     pub(super) fn adopt_gen(&mut self, v: usize, gen: GenIds, out: &mut Vec<RAction>) {
         let vol = &mut self.vols[v];

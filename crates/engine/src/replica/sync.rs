@@ -259,6 +259,9 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let (v, peer) = (volume as usize, self.peers[i].id);
+        if v < self.vols.len() {
+            self.void_ordered_apart(i, v);
+        }
         let pv = self.peers[i]
             .vols
             .get_mut(v)
@@ -381,6 +384,7 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let v = self.check_range(volume, offset, u64::from(len))?;
+        self.void_ordered_apart(i, v);
         if self.split_brain_claim(i, v, offset, len, out) {
             return Ok(());
         }
@@ -439,11 +443,37 @@ impl Replicas {
             self.peers[i].lacks(v, offset, len, out);
             return Ok(());
         }
+        let apart = pv.wrote_apart || pv.peer_wrote_apart;
+        if self.vols[v].disk == DiskState::UpToDate && apart && pv.oos.count() > 0 {
+            match self.strict_descent(i, v) {
+                Some(Lineage::Newer) if newer => {
+                    // Our ids descend from its: it lacks nothing acknowledged that we
+                    // hold (a replica that missed such a write is older by its ids than
+                    // one holding it), and what it wrote apart is in our data
+                    // (`void_ordered_apart`). Its claims are stale: it pulls ours (failover
+                    // seed 109, the new Primary's side).
+                    self.peers[i].lacks(v, offset, len, out);
+                    return Ok(());
+                }
+                Some(Lineage::Older) if !current => {
+                    // Its ids descend from ours and it wrote apart after: it holds every
+                    // acknowledged write we hold, and ours there is older. What we claim
+                    // it lacks is stale: we pull it instead, with what it lists (failover
+                    // seed 109, the old Primary's side). Not while current under a
+                    // connected Primary, which ids do not outrank (cluster-crash soak
+                    // seed 201015450, see `current_under_primary`).
+                    self.yield_claims(i, v, out);
+                }
+                _ => {}
+            }
+        }
+        let pv = &mut self.peers[i].vols[v];
         if self.vols[v].disk == DiskState::UpToDate && (pv.oos.count() > 0 || pv.wrote_apart) {
             if pv.wrote_apart || pv.peer_wrote_apart {
                 // Each has writes the other lacks, and one of us made them as Primary
-                // apart from the other: two Primaries. Count what it lists; at the end of
-                // its list, stop (see `SplitBrain`).
+                // apart from the other, their ids diverged (or not comparable): two
+                // Primaries. Count what it lists; at the end of its list, stop (see
+                // `SplitBrain`).
                 self.record_claim(i, v, offset, len);
                 return Ok(());
             }
