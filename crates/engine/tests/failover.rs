@@ -591,3 +591,31 @@ fn writes_apart_by_a_replica_whose_ids_the_other_descends_from_are_no_split_brai
     assert_eq!(net.block(1, 5)[0], 1);
     assert_eq!(net.block(0, 5)[0], 1);
 }
+
+/// A Primary's ids that ours descend from are never adopted: our data is newer (failover
+/// seed 3091: an old Primary, superseded as it took up the ids it had set aside without
+/// quorum, sent them; node 0, whose ids had gone on from them under another Primary,
+/// took them, and its later ids diverged from that Primary's: a split brain between
+/// ordered histories).
+#[test]
+fn a_secondary_never_takes_ids_its_own_descend_from() {
+    use tandem_engine::replica::{Msg, RAction};
+    let mut net = Net::new();
+    net.link_down(0, 2);
+    let older = *net.nodes[1].generation(0).unwrap();
+    net.link_up(0, 2);
+    net.link_down(0, 2);
+    let newer = *net.nodes[1].generation(0).unwrap();
+    assert!(
+        newer.history.contains(&older.current),
+        "{newer:?} from {older:?}"
+    );
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), newer);
+    let msg = Msg::Generation {
+        volume: 0,
+        gen: older,
+    };
+    net.push(0, vec![RAction::Send { peer: 1, msg }]);
+    net.run();
+    assert_eq!(*net.nodes[1].generation(0).unwrap(), newer);
+}

@@ -158,10 +158,12 @@ fn failover_regressions() {
 /// once while the other was away, still claimed blocks on it after the other caught up
 /// through a third node, took its ids there and wrote apart as Primary in turn; each side
 /// counted the other's writes apart (`Replicas::void_ordered_apart`; 109, 1411, 1477,
-/// 2155, 2222; 2254 passes too, unconverged).
+/// 2155, 2222, 3195 (the older side's id the root), 3599, 3912; 2254 passes too,
+/// unconverged). 3091: a Secondary took a superseded Primary's ids its own descended
+/// from, and diverged later (`on_generation` adopts no ancestor).
 #[test]
 fn split_brain_regressions() {
-    for seed in [109, 1411, 1477, 2155, 2222] {
+    for seed in [109, 1411, 1477, 2155, 2222, 3091, 3195, 3599, 3912] {
         Sim::new(Family::Failover.scenario(seed)).run();
     }
 }

@@ -379,16 +379,15 @@ impl Replicas {
     }
 
     /// Which of us and peer `i` descends from the other's current id on `v` (`Older`: its
-    /// ids descend from ours; `Newer`: ours from its), both keeping a replica and neither
-    /// id the root; `None` otherwise (same or diverged ids, a diskless side, a root id).
+    /// ids descend from ours, the root 0 included; `Newer`: ours from its), both keeping a
+    /// replica; `None` otherwise (same or diverged ids, a diskless side).
     pub(super) fn strict_descent(&self, i: usize, v: usize) -> Option<Lineage> {
         let (vol, pv) = (&self.vols[v], &self.peers[i].vols[v]);
         let kept = vol.diskful && pv.diskful && pv.disk != Some(DiskState::Diskless);
-        let (ours, theirs) = (&vol.gen, &pv.gen);
-        if !kept || ours.current == 0 || theirs.current == 0 {
+        if !kept {
             return None;
         }
-        match lineage(ours, theirs) {
+        match lineage(&vol.gen, &pv.gen) {
             order @ (Lineage::Newer | Lineage::Older) => Some(order),
             Lineage::Same | Lineage::Diverged => None,
         }
@@ -453,12 +452,18 @@ impl Replicas {
         gen: GenIds,
         out: &mut Vec<RAction>,
     ) {
+        // Never ids our own descend from (as `adopt_from_primary`): our data is newer
+        // (failover seed 3091: an old Primary, superseded as it took up the ids it had set
+        // aside, sent them; node 0, whose ids had gone on from them under another
+        // Primary, took them, and its later ids diverged from that Primary's).
+        let ancestor = lineage(&self.vols[v].gen, &gen) == Lineage::Newer;
         let p = &mut self.peers[i];
         p.vols[v].gen = gen;
         let adopted = p.role == Role::Primary
             && p.vols[v].listed
             && self.vols[v].diskful
-            && self.vols[v].disk == DiskState::UpToDate;
+            && self.vols[v].disk == DiskState::UpToDate
+            && !ancestor;
         let peer = p.id;
         if adopted {
             self.adopt_gen(v, gen, out);
