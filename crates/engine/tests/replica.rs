@@ -2355,11 +2355,9 @@ fn a_crashed_replica_pulls_what_it_kept_against_an_up_to_date_peer() {
     );
 }
 
-/// The resync-rate controller: at `resync-max-rate` 640 KiB/s a full resync of 1 MiB
-/// (64 KiB requests) asks for at most a tenth of a second's worth (one request) at once,
-/// goes on as time passes (the engine asks to be woken for it), and finishes.
-#[test]
-fn a_paced_resync_asks_as_time_allows_and_finishes() {
+/// Node 0 Primary, node 1 an existing replica pulled at `resync-max-rate` 640 KiB/s: the
+/// two, and what their connection's first exchange made node 1 emit.
+fn paced_pair() -> (Resource, Resource, Vec<RAction>) {
     let mut alpha = node(0);
     let mut out = Vec::new();
     alpha.promote(false, &mut out).unwrap();
@@ -2378,6 +2376,15 @@ fn a_paced_resync_asks_as_time_allows_and_finishes() {
     alpha.peer_up(1, &mut up_a);
     beta.peer_up(0, &mut up_b);
     let (_, b) = exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    (alpha, beta, b)
+}
+
+/// The resync-rate controller: at `resync-max-rate` 640 KiB/s a full resync of 1 MiB
+/// (64 KiB requests) asks for at most a tenth of a second's worth (one request) at once,
+/// goes on as time passes (the engine asks to be woken for it), and finishes.
+#[test]
+fn a_paced_resync_asks_as_time_allows_and_finishes() {
+    let (mut alpha, mut beta, b) = paced_pair();
     let first: u32 = resync_requests(&b).iter().map(|&(_, l)| l).sum();
     assert_eq!(first, 64 << 10, "one request's worth at first: {b:?}");
     assert_ne!(beta.disk(0), DiskState::UpToDate);
@@ -2411,24 +2418,7 @@ fn a_paced_resync_asks_as_time_allows_and_finishes() {
 /// tick every microsecond for seconds; the daemon's reactor would spin a core).
 #[test]
 fn a_paced_resync_without_a_source_asks_for_no_wake_up() {
-    let mut alpha = node(0);
-    let mut out = Vec::new();
-    alpha.promote(false, &mut out).unwrap();
-    let mut beta = Resource::new(
-        ResourceSpec {
-            resync_rates: tandem_engine::replica::ResyncRates {
-                min: 0,
-                max: 640 << 10,
-                ..tandem_engine::replica::ResyncRates::UNLIMITED
-            },
-            ..spec(1)
-        },
-        vec![ReplicaAtStart::Existing],
-    );
-    let (mut up_a, mut up_b) = (Vec::new(), Vec::new());
-    alpha.peer_up(1, &mut up_a);
-    beta.peer_up(0, &mut up_b);
-    exchange((0, &mut alpha, up_a), (1, &mut beta, up_b));
+    let (_alpha, mut beta, _) = paced_pair();
     let wake = beta
         .poll_timeout()
         .expect("a paced resync asks to be woken");
