@@ -444,6 +444,11 @@ impl Rotations {
     pub(super) fn hold_back(&mut self, rep: &mut Replicas, out: &mut Vec<RAction>) {
         for (v, vr) in self.vols.iter_mut().enumerate() {
             let vol = &rep.vols[v];
+            // Nearly always: nothing set aside, nothing rotated since the last
+            // acknowledgement. Decided before the quorum is counted (every event).
+            if vr.set_back.is_none() && vol.gen == vr.acked {
+                continue;
+            }
             let (from, volume) = (vol.gen.current, v as u16);
             if rep.has_quorum(v) {
                 let Some(ahead) = vr.set_back.take() else {
