@@ -518,6 +518,17 @@ fn overlapping_fault_regressions() {
     }
 }
 
+/// Overlapping soak seed 326058706 (2026-11-26, engine 961825b): the Primary's write
+/// reached node 1 just before node 1's resync began; node 1 pulled the block from the
+/// Primary, whose resync read ran before its own write of it landed, and the older data
+/// overwrote the acknowledged write on node 1. Writes of a connected Primary not settled
+/// when a resync begins are now fresh in it (`Replicas::resync_mut`).
+#[test]
+fn a_write_received_just_before_a_resync_is_kept() {
+    let out = Sim::new(Family::Overlapping.scenario(326_058_706)).run();
+    assert!(out.converged, "the replicas converge");
+}
+
 /// An engine gap (overlapping soak 83,000,000+, found 2026-11-25; fails with the engine of
 /// ec571bf too, so older than the metadata work): a write that failed landed on node 1 only;
 /// node 1 told node 2 at once (live OutOfSync), but node 2, being synced, had an older

@@ -264,6 +264,14 @@ impl Replicas {
         }
     }
 
+    /// Ranges of volume `v` written by a connected Primary and not settled yet.
+    pub(super) fn received_unsettled(&self, v: usize) -> Vec<(u64, u64)> {
+        (self.peers.iter().flat_map(|p| p.rx_unsettled.values()))
+            .filter(|w| w.volume as usize == v)
+            .map(|w| (w.offset, u64::from(w.len)))
+            .collect()
+    }
+
     /// Ranges of volume `v` whose writes are not settled here (held in the activity log).
     pub(super) fn unsettled(&self, v: usize) -> Vec<(u64, u64)> {
         let received = self.peers.iter().flat_map(|p| p.rx_unsettled.values());

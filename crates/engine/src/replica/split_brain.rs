@@ -506,9 +506,7 @@ impl Replicas {
         for (offset, len) in pull.runs(size, u64::MAX) {
             self.mark_behind(v, peer, offset, len, false, out);
         }
-        let rs = self.vols[v]
-            .resync
-            .get_or_insert_with(|| super::resync::Resync::new(size, false));
+        let rs = self.resync_mut(v, false);
         rs.after_split_brain = Some(peer);
         if list_ended {
             // Its list ended before the verdict: nothing more of it is to come.

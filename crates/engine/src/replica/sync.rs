@@ -688,13 +688,12 @@ impl Replicas {
         let bytes = suspect.count() * suspect.block_size();
         // Pulled now: no run met later settles them (see `writer.rs`).
         vol.crashed_under = None;
-        let rs = vol
-            .resync
-            .get_or_insert_with(|| Resync::new(vol.size, false));
-        rs.to_pull.union_with(suspect);
+        let suspect = suspect.clone();
+        let rs = self.resync_mut(v, false);
+        rs.to_pull.union_with(&suspect);
         rs.cursor = 0;
         rs.live = false;
-        if vol.disk != DiskState::Inconsistent {
+        if self.vols[v].disk != DiskState::Inconsistent {
             let why = DiskChange::CrashedExtents { primary, bytes };
             self.set_disk(v, DiskState::Inconsistent, why, out);
         }
@@ -751,6 +750,23 @@ impl Replicas {
         }
     }
 
+    /// The resync of `v`, begun now if none runs. Writes a connected Primary sent us that
+    /// are not settled are fresh in a new one, as if they came during it: a replica that
+    /// serves our resync may not have them yet (the Primary's own write may still be
+    /// on its way to its disk), and its older data would overwrite ours (overlapping
+    /// soak seed 326058706: a Primary's write reached us before our resync began, and its
+    /// resync read of the block, served before its own write landed, replaced it here).
+    pub(super) fn resync_mut(&mut self, v: usize, live: bool) -> &mut Resync {
+        if self.vols[v].resync.is_none() {
+            let mut rs = Resync::new(self.vols[v].size, live);
+            for (offset, len) in self.received_unsettled(v) {
+                rs.wrote(offset, len);
+            }
+            self.vols[v].resync = Some(rs);
+        }
+        self.vols[v].resync.as_mut().expect("begun above")
+    }
+
     /// We lack this range (a peer says so): become a sync target for it.
     pub(super) fn mark_behind(
         &mut self,
@@ -779,6 +795,9 @@ impl Replicas {
             };
             self.set_disk(v, DiskState::Inconsistent, why, out);
         }
+        if self.vols[v].resync.is_none() {
+            self.resync_mut(v, live).current_under = current_under;
+        }
         let protect = self
             .peers
             .get(lister)
@@ -787,12 +806,7 @@ impl Replicas {
         // What we claim the lister lacks: it is behind there, our fresh sectors stay.
         let claimed = self.peers.get(lister).map(|p| &p.vols[v].oos);
         let lister_gen = self.peers.get(lister).map(|p| &p.vols[v].gen);
-        let vol = &mut self.vols[v];
-        let rs = vol.resync.get_or_insert_with(|| {
-            let mut rs = Resync::new(vol.size, live);
-            rs.current_under = current_under;
-            rs
-        });
+        let rs = self.vols[v].resync.as_mut().expect("created above");
         rs.listed(lister, offset, len, live, protect, claimed, lister_gen);
     }
 
