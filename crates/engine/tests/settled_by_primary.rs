@@ -303,3 +303,53 @@ fn a_failed_writes_holder_outranking_its_outdated_reference_keeps_the_range() {
     );
     assert_eq!(net.block(1, 9), net.block(2, 9));
 }
+
+/// Node 1 crashes after writes to blocks 0..4 (its activity log names blocks 0..16) and
+/// misses a write to block 40; it comes back under the same run of the diskless Primary,
+/// whose list names block 40 only, and meets node 2 (`first`: before the Primary).
+/// It pulls block 40 and nothing of its log: neither node lists it more (cli test
+/// a_secondary_killed_under_a_live_primary_pulls_only_what_it_missed, which pulled 8 MiB
+/// more when node 2 had not said whom it follows as node 1 took the Primary's run).
+fn back_under_the_run_pulls_only_what_it_missed(node_2_first: bool) {
+    let mut net = Net::diskless_primary();
+    for b in 0..4 {
+        net.write(b + 1, b * BLOCK, 4096);
+    }
+    net.run();
+    net.tick(20);
+    net.crash(1, &[(0, 16 * BLOCK)]);
+    net.write(10, 40 * BLOCK, 4096);
+    net.run();
+    assert_eq!(net.answer(10), Some(Ok(())));
+    net.sent.clear();
+    if node_2_first {
+        net.link_up(1, 2);
+        net.link_up(0, 1);
+    } else {
+        net.link_up(0, 1);
+        net.link_up(1, 2);
+    }
+    net.run();
+    for _ in 0..20 {
+        net.tick(50);
+    }
+    assert!(settled_by_run(&net, 1));
+    net.assert_converges();
+    let mut pulled = net.pulled_blocks(1, 0);
+    pulled.extend(net.pulled_blocks(1, 2));
+    assert_eq!(pulled, vec![40], "node 1 pulls only the block it missed");
+    assert!(
+        net.listed_blocks(1, 2).is_empty(),
+        "node 1 claims nothing on node 2"
+    );
+}
+
+#[test]
+fn a_replica_back_under_the_run_pulls_only_what_it_missed() {
+    back_under_the_run_pulls_only_what_it_missed(false);
+}
+
+#[test]
+fn a_replica_back_under_the_run_meeting_a_replica_first_pulls_only_what_it_missed() {
+    back_under_the_run_pulls_only_what_it_missed(true);
+}

@@ -417,6 +417,12 @@ fn cluster_crashes_lose_nothing_acknowledged() {
 ///   it: a write the FLUSH had made durable was gone from both. Now a FLUSH (or FUA
 ///   write) whose barrier missed a replica that may hold the current ids waits for them
 ///   to change, as a write that missed one does.
+/// - 330002298, 330003015, 330004162, 331013103, 331024764, 331036895, 331038056 (soak of
+///   2026-11-26, the four last with power loss): a replica synced under a Primary's list
+///   kept its claims on a node away from it (838434b, so that they outlive a Primary that
+///   dies first); that node came back with the Primary still up, the two listed each
+///   other stale claims and redialled until the event limit. Now kept claims go when the
+///   node returns while that Primary's run is connected (`PeerVol::kept`).
 #[test]
 fn cluster_crash_regressions() {
     for (seed, family) in [
@@ -434,6 +440,13 @@ fn cluster_crash_regressions() {
         (418, Family::PowerLossClusterCrash),
         (215_025_115, Family::PowerLossClusterCrash),
         (267_015_082, Family::PowerLossClusterCrash),
+        (330_002_298, Family::ClusterCrash),
+        (330_003_015, Family::ClusterCrash),
+        (330_004_162, Family::ClusterCrash),
+        (331_013_103, Family::PowerLossClusterCrash),
+        (331_024_764, Family::PowerLossClusterCrash),
+        (331_036_895, Family::PowerLossClusterCrash),
+        (331_038_056, Family::PowerLossClusterCrash),
     ] {
         Sim::new(family.scenario(seed)).run();
     }

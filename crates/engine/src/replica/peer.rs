@@ -14,6 +14,14 @@ use crate::io::ReqId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tandem_wire::packet::{DiskState, Role};
 
+/// Claims on an away peer kept under a Primary's run (see `PeerVol::kept`).
+#[derive(Clone, Debug)]
+pub(super) struct KeptClaims {
+    pub(super) run: super::run::PrimaryRun,
+    /// Only these blocks (a crash's activity log), or every claim.
+    pub(super) within: Option<Bitmap>,
+}
+
 /// Where our list of what a peer lacks stands, on the current connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ListState {
@@ -105,6 +113,10 @@ pub(super) struct PeerVol {
     /// A capped list, not a bitmap: past the cap a claim is not recorded, and is yielded
     /// to newer ids as any other.
     pub(super) relayed: Option<Relayed>,
+    /// Claims on it we kept while it was away from the Primary whose run vouched for what
+    /// we lack (at our resync's end, `pull.rs`; at our crash settled by that run,
+    /// `met_writer`): moot if it returns while that run is connected.
+    pub(super) kept: Option<KeptClaims>,
 }
 
 /// Claims relayed from one run of a connected Primary (its node and connection): sorted,
@@ -293,6 +305,7 @@ impl PeerVol {
             unsure: None,
             pull_back: None,
             relayed: None,
+            kept: None,
         }
     }
 

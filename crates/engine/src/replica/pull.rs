@@ -8,9 +8,10 @@ use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::{Bitmap, BLOCK};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::msg::{DataRef, Msg, Token};
-use super::peer::Peer;
+use super::peer::{KeptClaims, Peer};
 use super::replicas::Replicas;
 use super::resync::Resync;
+use super::run::PrimaryRun;
 use super::spec::NodeId;
 use super::status::Repl;
 use crate::io::DiskKind;
@@ -334,13 +335,22 @@ impl Replicas {
             // ours may be all that is left of it (failover seed 49: a restarted replica
             // dropped its claim on the dead Primary's old peer, which was later taken as
             // current without an acknowledged write). A node we reach has had our list.
+            // Kept, they are moot if it returns while that Primary's run is still
+            // connected (`drop_kept_claims`): listed then, they were stale, and two
+            // replicas each claiming the other lacks a block redialled for ever
+            // (cluster-crash soak seeds 330002298, 331013103).
             let size = self.vols[v].size;
-            let primary = self.peers.primary_listed(v).map(|p| p.id);
-            let heard = |p: &super::peer::Peer| primary.is_none_or(|x| p.id == x || p.up);
+            let run = (self.peers.primary_listed(v)).map(|p| PrimaryRun {
+                node: p.id,
+                incarnation: p.incarnation,
+            });
             for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
-                if heard(p) {
-                    p.vols[v].oos.clear_range(0, size);
-                    p.vols[v].wrote_apart = false;
+                match run.filter(|r| p.id != r.node && !p.up) {
+                    None => {
+                        p.vols[v].oos.clear_range(0, size);
+                        p.vols[v].wrote_apart = false;
+                    }
+                    Some(run) => p.vols[v].kept = Some(KeptClaims { run, within: None }),
                 }
             }
         }
@@ -419,6 +429,31 @@ impl Replicas {
             if up && pv.diskful && pv.needs_everything() {
                 pv.oos.set_all();
                 self.send_list(i, v, out);
+            }
+        }
+    }
+}
+
+impl Replicas {
+    /// Peer `i` connected: claims on it kept under a Primary's run (`PeerVol::kept`) go
+    /// if that run is connected and has listed us, as it has the peer or will: what the
+    /// peer lacks, it knows. If that run is gone, they are listed as ours.
+    pub(super) fn drop_kept_claims(&mut self, i: usize, v: usize) {
+        let Some(kept) = self.peers[i].vols[v].kept.take() else {
+            return;
+        };
+        let live = (self.peers.primary_listed(v))
+            .is_some_and(|p| p.id == kept.run.node && p.incarnation == kept.run.incarnation);
+        if !live {
+            return;
+        }
+        let size = self.vols[v].size;
+        let pv = &mut self.peers[i].vols[v];
+        match kept.within {
+            Some(within) => pv.oos.subtract(&within),
+            None => {
+                pv.oos.clear_range(0, size);
+                pv.wrote_apart = false;
             }
         }
     }

@@ -31,6 +31,9 @@ impl Replicas {
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
         let was = self.peers[i].vols[v].disk.replace(disk);
+        if was.is_none() {
+            self.drop_kept_claims(i, v);
+        }
         // Both restarted and no Primary around: their ids say which is the source.
         if was.is_none() && self.yield_if_outranked(i, v, out) {
             return Ok(());

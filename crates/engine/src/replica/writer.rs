@@ -23,6 +23,7 @@
 
 use super::action::RAction;
 use super::event::Event;
+use super::peer::KeptClaims;
 use super::replicas::Replicas;
 use super::run::PrimaryRun;
 use tandem_wire::packet::Role;
@@ -125,10 +126,24 @@ impl Replicas {
             // peer away from it stay: if the Primary dies before that peer meets it, we
             // may be the only one left who knows (failover seed 49: a write of node 1
             // missed node 0; node 2, restarted and settled by node 1's run, dropped its
-            // claim; node 1 died, and node 0 was taken as current without it).
+            // claim; node 1 died, and node 0 was taken as current without it). If that
+            // peer returns while the run is connected, they go then (`drop_kept_claims`).
             for p in self.peers.iter_mut() {
+                let pv = &mut p.vols[v];
                 if p.id == run.node || (p.up && p.primaries.contains(run.node)) {
-                    p.vols[v].oos.subtract(&c.log);
+                    pv.oos.subtract(&c.log);
+                } else if !p.up {
+                    match pv.kept.as_mut() {
+                        Some(k) if k.run == run => {
+                            if let Some(within) = k.within.as_mut() {
+                                within.union_with(&c.log);
+                            }
+                        }
+                        _ => {
+                            let within = Some(c.log.clone());
+                            pv.kept = Some(KeptClaims { run, within });
+                        }
+                    }
                 }
             }
             vol.settled_by = Some(run);
