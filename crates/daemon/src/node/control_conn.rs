@@ -8,7 +8,11 @@ pub struct ControlConn {
     pub stream: mio::net::UnixStream,
     inbuf: Vec<u8>,
     out: Vec<u8>,
+    /// Bytes of `out` already sent (a large answer goes out over many writes).
+    sent: usize,
     pub dirty: bool,
+    /// The loop watches the socket for room to write: an answer is still queued.
+    pub write_interest: bool,
     eof: bool,
 }
 
@@ -18,7 +22,9 @@ impl ControlConn {
             stream,
             inbuf: Vec::new(),
             out: Vec::new(),
+            sent: 0,
             dirty: false,
+            write_interest: false,
             eof: false,
         }
     }
@@ -62,19 +68,26 @@ impl ControlConn {
         self.out.push(b'\n');
     }
 
-    /// Sends what is queued; true once the client is gone and nothing is left to send.
+    /// An answer is queued that the socket has not taken yet.
+    pub fn out_pending(&self) -> bool {
+        self.sent < self.out.len()
+    }
+
+    /// Sends what is queued, until the socket is full (the rest waits for the loop to see
+    /// it writable again: `write_interest`); true once the client is gone and nothing is
+    /// left to send.
     pub fn flush_and_finished(&mut self) -> bool {
-        while !self.out.is_empty() {
-            match self.stream.write(&self.out) {
+        while self.out_pending() {
+            match self.stream.write(&self.out[self.sent..]) {
                 Ok(0) => return true,
-                Ok(n) => {
-                    self.out.drain(..n);
-                }
+                Ok(n) => self.sent += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return true,
             }
         }
+        self.out.clear();
+        self.sent = 0;
         self.eof
     }
 }

@@ -389,6 +389,19 @@ impl NodeReactor {
             Some(Entry::Control(c)) => {
                 c.dirty = false;
                 remove = c.flush_and_finished();
+                // A large answer (status of 1000 resources, ~690 KB) fills the socket: the
+                // rest goes when it has room, not when the client next speaks (it waits
+                // for the answer, and gave up after 10 s with EAGAIN).
+                let want_write = !remove && c.out_pending();
+                if want_write != c.write_interest {
+                    let interest = if want_write {
+                        Interest::READABLE | Interest::WRITABLE
+                    } else {
+                        Interest::READABLE
+                    };
+                    let _ = (self.poll.registry()).reregister(&mut c.stream, MioToken(k), interest);
+                    c.write_interest = want_write;
+                }
             }
             _ => {}
         }

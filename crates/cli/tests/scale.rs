@@ -1,0 +1,105 @@
+//! One node with a thousand resources, as an operator with many volumes on a pair of nodes
+//! runs it: the control socket answers every `status` whole. Its answer (~1 KB a
+//! resource) is larger than the socket's buffer; the rest used to wait for the client to
+//! speak again, which it never did, and every other `status` failed after 10 s with
+//! `Resource temporarily unavailable`.
+
+mod common;
+
+use common::cluster::SECRET;
+use common::*;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+const RESOURCES: usize = 1000;
+
+/// File descriptors the node needs: a replication listener, an NBD socket, a backing file
+/// and a dialled connection per resource, and some to spare.
+const FDS: u64 = 4 * RESOURCES as u64 + 256;
+
+/// Raises this process's open-file limit (the node inherits it) to `FDS`; false if the
+/// hard limit does not allow it.
+fn raise_nofile() -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_max < FDS {
+            return false;
+        }
+        if lim.rlim_cur < FDS {
+            lim.rlim_cur = FDS;
+            return libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0;
+        }
+    }
+    true
+}
+
+/// Resource `i`: a 1 MiB volume on alpha; beta, its peer, never starts (alpha dials it
+/// every few seconds).
+fn resource(dir: &TestDir, i: usize) -> String {
+    let port = 40000 + i;
+    let mut text = String::new();
+    write!(
+        text,
+        "[resource]\nname = \"r{i}\"\nprotocol = \"C\"\nshared-secret = \"{SECRET}\"\n\n\
+         [net]\nconnect-interval = \"1s\"\nmax-connect-interval = \"5s\"\n\n\
+         [[volume]]\nnumber = 0\nsize = \"1M\"\n"
+    )
+    .unwrap();
+    for (id, name, octet) in [(0, "alpha", 1), (1, "beta", 2)] {
+        let disk = dir.join(format!("{name}-r{i}.img"));
+        let nbd = dir.join(format!("{name}-r{i}.sock"));
+        write!(
+            text,
+            "\n[[node]]\nname = \"{name}\"\nnode-id = {id}\naddress = \"127.0.1.{octet}:{port}\"\n\
+             [[node.volume]]\nnumber = 0\ndisk = \"{}\"\nnbd = [\"unix:{}\"]\n",
+            disk.display(),
+            nbd.display()
+        )
+        .unwrap();
+    }
+    text
+}
+
+#[test]
+fn status_of_a_thousand_resources_is_answered_whole_every_time() {
+    const TEST: &str = "scale::status_of_a_thousand_resources_is_answered_whole_every_time";
+    if !raise_nofile() {
+        return skip(
+            TEST,
+            "the open-file hard limit is below what 1000 resources need",
+        );
+    }
+    let dir = TestDir::new(TEST);
+    let cfg = dir.join("cfg");
+    std::fs::create_dir_all(&cfg).unwrap();
+    for i in 0..RESOURCES {
+        std::fs::write(cfg.join(format!("r{i}.toml")), resource(&dir, i)).unwrap();
+    }
+    let mut alpha = NodeDaemon::start("alpha", &cfg, &dir.join("ctl"), &dir.join("node.log"));
+    alpha.wait_ready(Duration::from_secs(60));
+    for round in 0..5 {
+        let text = alpha.admin(&["status"]);
+        text.expect_success();
+        assert_eq!(
+            text.stdout.matches("role:").count(),
+            RESOURCES,
+            "round {round}: status names every resource"
+        );
+        let json = alpha.admin(&["status", "--json"]);
+        json.expect_success();
+        let v: serde_json::Value = serde_json::from_str(&json.stdout)
+            .unwrap_or_else(|e| panic!("round {round}: status --json: {e}"));
+        eprintln!(
+            "{TEST}: round {round}: status {} bytes, status --json {} bytes",
+            text.stdout.len(),
+            json.stdout.len()
+        );
+        let resources = v.as_array().map(Vec::len);
+        assert_eq!(resources, Some(RESOURCES), "round {round}: status --json");
+    }
+    alpha.assert_running();
+}
