@@ -41,7 +41,8 @@ pub fn status(control: &Path, resource: Option<&str>, json: bool) -> Result<()> 
     let req = Request::Status {
         resource: resource.map(str::to_string),
     };
-    let resources = request(control, &req)?.resources.unwrap_or_default();
+    let answer = request(control, &req)?;
+    let resources = answer.resources.unwrap_or_default();
     if json {
         println!("{}", serde_json::to_string_pretty(&resources)?);
         return Ok(());
@@ -50,6 +51,12 @@ pub fn status(control: &Path, resource: Option<&str>, json: bool) -> Result<()> 
         bail!("no resource {name:?} on this node");
     }
     print!("{}", human(&resources));
+    if let Some(f) = answer.files.filter(|f| f.near_limit()) {
+        println!(
+            "warning: the node holds {} open files of its limit {}: raise it (LimitNOFILE= in the systemd unit, or ulimit -n) before adding resources",
+            f.open, f.limit
+        );
+    }
     Ok(())
 }
 

@@ -92,6 +92,24 @@ pub struct Answer {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Vec<ResourceStatus>>,
+    /// With a status: the node's open files and its limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<OpenFiles>,
+}
+
+/// File descriptors the node holds, and the (soft) limit it runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenFiles {
+    pub open: u64,
+    pub limit: u64,
+}
+
+impl OpenFiles {
+    /// Four fifths of the limit or more in use: a few more resources or connections and
+    /// some will fail with `Too many open files`.
+    pub fn near_limit(&self) -> bool {
+        self.open.saturating_mul(5) >= self.limit.saturating_mul(4)
+    }
 }
 
 impl Answer {
@@ -100,6 +118,7 @@ impl Answer {
             ok: true,
             error: None,
             resources: None,
+            files: None,
         }
     }
 
@@ -108,14 +127,16 @@ impl Answer {
             ok: false,
             error: Some(why.into()),
             resources: None,
+            files: None,
         }
     }
 
-    pub fn status(resources: Vec<ResourceStatus>) -> Answer {
+    pub fn status(resources: Vec<ResourceStatus>, files: Option<OpenFiles>) -> Answer {
         Answer {
             ok: true,
             error: None,
             resources: Some(resources),
+            files,
         }
     }
 }

@@ -44,7 +44,10 @@ impl NodeReactor {
             let Request::Status { resource } = &req else {
                 unreachable!("only status names no resource")
             };
-            return Answer::status(self.status(resource.as_deref()));
+            return Answer::status(
+                self.status(resource.as_deref()),
+                super::limits::open_files(),
+            );
         };
         let Some(r) = self.res.iter().position(|x| x.cfg.name == name) else {
             if let Some(n) = self.not_attached.iter().find(|n| n.name == name) {

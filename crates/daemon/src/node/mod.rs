@@ -11,6 +11,7 @@ mod clients;
 mod control;
 mod control_conn;
 mod event_loop;
+mod limits;
 mod links;
 mod metadata;
 mod peer;
@@ -61,5 +62,6 @@ pub fn run(opts: NodeOptions) -> Result<()> {
             opts.node
         );
     }
+    limits::raise_open_files(mine.len());
     NodeReactor::new(mine, &opts)?.run()
 }
