@@ -1,6 +1,7 @@
 //! `tandem`: replicated block storage in user space.
 
 mod admin;
+mod check;
 mod size;
 
 use anyhow::{bail, Result};
@@ -31,6 +32,16 @@ enum Cmd {
     Serve(ServeArgs),
     /// Run the node daemon: replicate the resources that name this node.
     Node(NodeArgs),
+    /// Validate the resource files offline: every error at once, and (with --name) whether
+    /// that node is in any of them.
+    Check {
+        /// Directory holding one TOML file per resource.
+        #[arg(long, default_value = "/etc/tandem")]
+        config_dir: PathBuf,
+        /// The node that would start on them.
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Show resources, roles, disks and peers (like `drbdadm status`).
     Status {
         resource: Option<String>,
@@ -237,6 +248,7 @@ fn main() {
             busy_poll: a.busy_poll.window(),
             activity_log: !a.unsafe_no_activity_log,
         }),
+        Cmd::Check { config_dir, name } => check::check(&config_dir, name.as_deref()),
         Cmd::Status {
             resource,
             json,

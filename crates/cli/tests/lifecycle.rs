@@ -6,7 +6,8 @@ mod common;
 use std::fs::{self, File, OpenOptions};
 use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
@@ -395,4 +396,117 @@ fn direct_io_serves_data() {
         &small,
         &read_at(&backing, 512, 512),
     );
+}
+
+/// `tandem check` validates a config directory offline and names every problem at once (a
+/// bad value, a resource defined twice), each with its file; it fails when the node given
+/// with `--name` is in no resource (the node would refuse to start), and passes a good
+/// directory.
+#[test]
+fn check_names_every_bad_file_at_once_and_a_node_in_none() {
+    let dir = TestDir::new("lifecycle::check_names_every_bad_file_at_once_and_a_node_in_none");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/example/r0.toml");
+    let good = std::fs::read_to_string(&example).unwrap();
+    std::fs::write(dir.join("r0.toml"), &good).unwrap();
+    std::fs::write(
+        dir.join("r1.toml"),
+        good.replace("name = \"r0\"", "name = \"r1\""),
+    )
+    .unwrap();
+    std::fs::write(dir.join("r2.toml"), &good).unwrap();
+    std::fs::write(
+        dir.join("r3.toml"),
+        good.replace("name = \"r0\"", "name = \"r3\"")
+            .replace("protocol = \"C\"", "protocol = \"D\""),
+    )
+    .unwrap();
+    let check = |args: &[&str]| {
+        let mut cmd = Command::new(tandem_bin());
+        cmd.arg("check")
+            .arg("--config-dir")
+            .arg(dir.path())
+            .args(args);
+        run(&mut cmd, Duration::from_secs(30))
+    };
+    let bad = check(&["--name", "alpha"]);
+    assert!(!bad.success(), "{}", bad.describe());
+    for needle in [
+        "ok     r0.toml: resource r0",
+        "ok     r1.toml: resource r1",
+        "r2.toml: resource.name: resource \"r0\" is already defined in",
+        "r3.toml: resource.protocol: \"D\" is not a protocol",
+    ] {
+        assert!(bad.stdout.contains(needle), "{needle}:\n{}", bad.describe());
+    }
+    assert!(
+        bad.stderr.contains("2 of 4 resource files have errors"),
+        "{}",
+        bad.describe()
+    );
+    std::fs::remove_file(dir.join("r2.toml")).unwrap();
+    std::fs::remove_file(dir.join("r3.toml")).unwrap();
+    check(&["--name", "alpha"]).expect_success();
+    let none = check(&["--name", "zeta"]);
+    assert!(!none.success(), "{}", none.describe());
+    assert!(
+        none.stderr.contains("no resource in"),
+        "{}",
+        none.describe()
+    );
+    assert!(
+        none.stderr.contains("names node \"zeta\""),
+        "{}",
+        none.describe()
+    );
+}
+
+/// Waits until `node`'s log holds `needle` `times` times.
+fn wait_log_count(node: &common::cluster::Node, needle: &str, times: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while node.daemon.log().matches(needle).count() < times {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{needle:?} not {times} times in the log:\n{}",
+            node.daemon.log()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// SIGHUP (a closed terminal, `systemctl reload`) used to kill `tandem node` without a
+/// flush. Now it reads the resource files again and names what differs from what runs
+/// (applied at the next start; nothing changes online yet), or the errors; the node goes
+/// on serving, and stops cleanly afterwards.
+#[test]
+fn sighup_rereads_the_configuration_and_the_node_goes_on() {
+    use common::cluster::{no_tweak, Cluster, ALPHA, BETA};
+    const TEST: &str = "lifecycle::sighup_rereads_the_configuration_and_the_node_goes_on";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    c.wait_connected();
+    let file = c.node("alpha").daemon.config_dir.join("r0.toml");
+    let text = fs::read_to_string(&file).unwrap();
+    let hup = |c: &Cluster| {
+        let pid = c.node("alpha").daemon.pid().expect("running") as i32;
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    };
+    hup(&c);
+    wait_log_count(c.node("alpha"), "read again: no change", 1);
+    fs::write(&file, text.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
+    hup(&c);
+    wait_log_count(c.node("alpha"), "SIGHUP: its file in", 1);
+    wait_log_count(
+        c.node("alpha"),
+        "take effect when `tandem node` next starts",
+        1,
+    );
+    fs::write(&file, text.replace("protocol = \"C\"", "protocol = \"D\"")).unwrap();
+    hup(&c);
+    wait_log_count(c.node("alpha"), "has errors; nothing changed", 1);
+    c.assert_running(&["alpha", "beta"]);
+    c.node("alpha").daemon.admin(&["status"]).expect_success();
+    fs::write(&file, &text).unwrap();
+    let alpha = c.node_mut("alpha");
+    alpha.daemon.stop(Duration::from_secs(20));
+    assert!(alpha.daemon.log().contains("stopped cleanly"));
 }

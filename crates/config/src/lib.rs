@@ -461,6 +461,15 @@ fn syntax_error(e: &toml::de::Error, text: &str, path: &Path) -> ConfigError {
 /// Loads every `*.toml` file in `dir` (not recursively), in file-name order. Two files that
 /// define the same resource name are an error.
 pub fn load_dir(dir: &Path) -> Result<Vec<ResourceConfig>, ConfigError> {
+    check_dir(dir)?.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Every `*.toml` file in `dir` (not recursively), in file-name order, each with its
+/// resource or its error (a resource name defined by an earlier file is one): all the
+/// errors at once, for `tandem check`. Only a directory that cannot be read fails whole.
+pub fn check_dir(
+    dir: &Path,
+) -> Result<Vec<(PathBuf, Result<ResourceConfig, ConfigError>)>, ConfigError> {
     let read_dir_err = |error| ConfigError::ReadDir {
         path: dir.to_owned(),
         error,
@@ -477,20 +486,22 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ResourceConfig>, ConfigError> {
     let mut seen: HashMap<String, PathBuf> = HashMap::new();
     let mut out = Vec::with_capacity(files.len());
     for file in files {
-        let cfg = load(&file)?;
-        if let Some(first) = seen.get(&cfg.name) {
-            return Err(ConfigError::Invalid {
-                path: file,
+        let loaded = load(&file).and_then(|cfg| match seen.get(&cfg.name) {
+            Some(first) => Err(ConfigError::Invalid {
+                path: file.clone(),
                 key: "resource.name".into(),
                 message: format!(
                     "resource {:?} is already defined in {}",
                     cfg.name,
                     first.display()
                 ),
-            });
-        }
-        seen.insert(cfg.name.clone(), file);
-        out.push(cfg);
+            }),
+            None => {
+                seen.insert(cfg.name.clone(), file.clone());
+                Ok(cfg)
+            }
+        });
+        out.push((file, loaded));
     }
     Ok(out)
 }

@@ -100,6 +100,7 @@ impl NodeReactor {
             match ev.token() {
                 WAKER => self.worker_completions(),
                 SIGNAL => self.begin_shutdown(),
+                RELOAD => self.reread_config(),
                 MioToken(k) => {
                     if ev.is_writable() {
                         if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {

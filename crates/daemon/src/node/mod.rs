@@ -17,6 +17,7 @@ mod metadata;
 mod peer;
 mod peers;
 mod progress;
+mod reload;
 mod setup;
 mod state;
 mod transport;

@@ -139,6 +139,13 @@ impl NodeReactor {
         }
         poll.registry()
             .register(&mut signal_rx, SIGNAL, Interest::READABLE)?;
+        // SIGHUP (a terminal gone, or `systemctl reload`) no longer ends the node unflushed.
+        let (reload_rx, reload_tx) = std::os::unix::net::UnixStream::pair()?;
+        reload_rx.set_nonblocking(true)?;
+        let mut reload_rx = mio::net::UnixStream::from_std(reload_rx);
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, reload_tx)?;
+        poll.registry()
+            .register(&mut reload_rx, RELOAD, Interest::READABLE)?;
         let mut me = NodeReactor {
             poll,
             entries: Slab::new(),
@@ -152,6 +159,9 @@ impl NodeReactor {
             dirty: Vec::new(),
             resume: Vec::new(),
             signal_rx,
+            reload_rx,
+            config_dir: opts.config_dir.clone(),
+            node_name: opts.node.clone(),
             shutting_down: false,
             left_peers: false,
             started: Instant::now(),

@@ -23,6 +23,7 @@ use tandem_storage::Backing;
 
 pub(super) const WAKER: MioToken = MioToken(usize::MAX - 1);
 pub(super) const SIGNAL: MioToken = MioToken(usize::MAX - 2);
+pub(super) const RELOAD: MioToken = MioToken(usize::MAX - 3);
 pub(super) const TICK: Duration = Duration::from_millis(100);
 /// The most written data a Secondary flushes on its event loop (see `disk`).
 pub(super) const INLINE_SYNC_MAX: u64 = 256 << 10;
@@ -238,6 +239,11 @@ pub(super) struct NodeReactor {
     /// NBD clients to read from again once the current round of work is done.
     pub(super) resume: Vec<usize>,
     pub(super) signal_rx: mio::net::UnixStream,
+    /// SIGHUP: the configuration is read again (`reload.rs`).
+    pub(super) reload_rx: mio::net::UnixStream,
+    /// Where the resources came from, and this node's name in them.
+    pub(super) config_dir: std::path::PathBuf,
+    pub(super) node_name: String,
     pub(super) shutting_down: bool,
     /// The engines told their peers of a clean stop (`Resource::leave`).
     pub(super) left_peers: bool,
