@@ -464,12 +464,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ResourceConfig>, ConfigError> {
     check_dir(dir)?.into_iter().map(|(_, r)| r).collect()
 }
 
+/// A resource file and what it holds, or what is wrong with it.
+pub type Checked = (PathBuf, Result<ResourceConfig, ConfigError>);
+
 /// Every `*.toml` file in `dir` (not recursively), in file-name order, each with its
 /// resource or its error (a resource name defined by an earlier file is one): all the
 /// errors at once, for `tandem check`. Only a directory that cannot be read fails whole.
-pub fn check_dir(
-    dir: &Path,
-) -> Result<Vec<(PathBuf, Result<ResourceConfig, ConfigError>)>, ConfigError> {
+pub fn check_dir(dir: &Path) -> Result<Vec<Checked>, ConfigError> {
     let read_dir_err = |error| ConfigError::ReadDir {
         path: dir.to_owned(),
         error,
