@@ -510,3 +510,54 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
     alpha.daemon.stop(Duration::from_secs(20));
     assert!(alpha.daemon.log().contains("stopped cleanly"));
 }
+
+/// Under systemd (`Type=notify`, contrib/systemd/tandem@.service), the node says READY=1
+/// once it listens, so that units ordered after it find the control socket and the NBD
+/// sockets there, and STOPPING=1 as it begins a clean stop.
+#[test]
+fn the_node_tells_systemd_it_is_ready_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = TestDir::new("lifecycle::the_node_tells_systemd_it_is_ready_and_stopping");
+    let cfg = dir.join("cfg");
+    fs::create_dir_all(&cfg).unwrap();
+    // Node alpha of a pair; beta never starts.
+    let port = 30000 + std::process::id() % 10000;
+    let mut text = format!(
+        "[resource]\nname = \"r0\"\nshared-secret = \"s3cret\"\n\n\
+         [[volume]]\nnumber = 0\nsize = \"4M\"\n"
+    );
+    for (id, name) in [(0, "alpha"), (1, "beta")] {
+        text += &format!(
+            "\n[[node]]\nname = \"{name}\"\nnode-id = {id}\naddress = \"127.0.1.{}:{port}\"\n\
+             [[node.volume]]\nnumber = 0\ndisk = \"{}\"\nnbd = [\"unix:{}\"]\n",
+            10 + id,
+            dir.join(format!("{name}.img")).display(),
+            dir.join(format!("{name}.sock")).display()
+        );
+    }
+    fs::write(cfg.join("r0.toml"), text).unwrap();
+    let notify = dir.join("notify.sock");
+    let sock = UnixDatagram::bind(&notify).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let ctl = dir.join("ctl");
+    let mut alpha = NodeDaemon::start_with_env(
+        "alpha",
+        &cfg,
+        &ctl,
+        &dir.join("node.log"),
+        &[("NOTIFY_SOCKET", notify.to_str().unwrap())],
+    );
+    let mut buf = [0u8; 512];
+    let n = sock
+        .recv(&mut buf)
+        .unwrap_or_else(|e| panic!("no READY=1 within 20 s ({e}); log:\n{}", alpha.log()));
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.starts_with("READY=1\n"), "{ready}");
+    assert!(ready.contains("STATUS=serving 1 resource(s)"), "{ready}");
+    // Ready means listening: the control socket answers at once.
+    tandem_admin(&ctl, &["status"]).expect_success();
+    alpha.stop(Duration::from_secs(20));
+    let n = sock.recv(&mut buf).expect("STOPPING=1");
+    assert_eq!(&buf[..n], b"STOPPING=1");
+}

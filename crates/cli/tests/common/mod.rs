@@ -641,6 +641,8 @@ pub struct NodeDaemon {
     command: String,
     /// More `tandem node` arguments for the next (re)starts.
     pub extra_args: Vec<String>,
+    /// Environment variables set for the next (re)starts.
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl NodeDaemon {
@@ -648,6 +650,22 @@ impl NodeDaemon {
     /// Call [`NodeDaemon::wait_ready`] before talking to it.
     pub fn start(name: &str, config_dir: &Path, control: &Path, log: &Path) -> NodeDaemon {
         NodeDaemon::start_in(None, name, config_dir, control, log)
+    }
+
+    /// [`NodeDaemon::start`] with these environment variables set (on every restart too).
+    pub fn start_with_env(
+        name: &str,
+        config_dir: &Path,
+        control: &Path,
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> NodeDaemon {
+        let mut d = NodeDaemon::unstarted(None, name, config_dir, control, log);
+        d.extra_env = (env.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        d.restart();
+        d
     }
 
     /// [`NodeDaemon::start`] inside the network namespace `netns` (a name that `ip netns`
@@ -661,7 +679,19 @@ impl NodeDaemon {
         control: &Path,
         log: &Path,
     ) -> NodeDaemon {
-        let mut d = NodeDaemon {
+        let mut d = NodeDaemon::unstarted(netns, name, config_dir, control, log);
+        d.restart();
+        d
+    }
+
+    fn unstarted(
+        netns: Option<&str>,
+        name: &str,
+        config_dir: &Path,
+        control: &Path,
+        log: &Path,
+    ) -> NodeDaemon {
+        NodeDaemon {
             name: name.to_string(),
             config_dir: config_dir.to_owned(),
             control: control.to_owned(),
@@ -671,9 +701,8 @@ impl NodeDaemon {
             starts: 0,
             command: String::new(),
             extra_args: Vec::new(),
-        };
-        d.restart();
-        d
+            extra_env: Vec::new(),
+        }
     }
 
     /// Starts the daemon (again) with the same command line.
@@ -700,6 +729,7 @@ impl NodeDaemon {
             .arg("--control")
             .arg(&self.control)
             .args(&self.extra_args)
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .env_remove("TANDEM_CONTROL")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

@@ -20,6 +20,11 @@ impl NodeReactor {
 
     pub(super) fn run(mut self) -> Result<()> {
         let mut events = Events::with_capacity(256);
+        // Every resource's listeners and the control socket are bound (`NodeReactor::new`).
+        super::sd_notify::notify(&format!(
+            "READY=1\nSTATUS=serving {} resource(s)",
+            self.res.len()
+        ));
         // Measured here: iodepth-1 replicated writes 101-111 us -> 48-56 us.
         let mut waiter = Waiter::new(self.busy_poll);
         loop {
@@ -171,6 +176,7 @@ impl NodeReactor {
             return;
         }
         info!("shutting down: finishing requests in flight");
+        super::sd_notify::notify("STOPPING=1");
         self.shutting_down = true;
         let keys: Vec<usize> = self.entries.iter().map(|(k, _)| k).collect();
         for k in keys {
