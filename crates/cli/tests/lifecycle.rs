@@ -522,9 +522,9 @@ fn the_node_tells_systemd_it_is_ready_and_stopping() {
     fs::create_dir_all(&cfg).unwrap();
     // Node alpha of a pair; beta never starts.
     let port = 30000 + std::process::id() % 10000;
-    let mut text = format!(
+    let mut text = String::from(
         "[resource]\nname = \"r0\"\nshared-secret = \"s3cret\"\n\n\
-         [[volume]]\nnumber = 0\nsize = \"4M\"\n"
+         [[volume]]\nnumber = 0\nsize = \"4M\"\n",
     );
     for (id, name) in [(0, "alpha"), (1, "beta")] {
         text += &format!(
