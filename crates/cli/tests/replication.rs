@@ -812,6 +812,23 @@ fn cut_link_and_heal() {
             }
         },
     );
+    // Its status says why (not "connection lost"), and the log names the peer.
+    let status = tandem_admin(&gamma_ctl, &["status"]);
+    assert!(
+        status
+            .stdout
+            .contains("beta connection:StandAlone (tandem disconnect by the administrator"),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        c.node("gamma")
+            .daemon
+            .log()
+            .contains("administrator: disconnect done resource=r0 peer=beta"),
+        "{}",
+        c.node("gamma").daemon.log()
+    );
     // Writes while cut reach alpha only; gamma remembers what beta lacks.
     let pass = fio(
         sequential_job(),

@@ -113,6 +113,7 @@ impl NodeReactor {
                         for s in res.peers.iter_mut().filter(|s| ids.contains(&s.id)) {
                             s.wanted = true;
                             s.split_brain = None;
+                            s.last_error = None;
                             s.link.dial_now(std::time::Instant::now());
                         }
                         Ok(())
@@ -126,6 +127,11 @@ impl NodeReactor {
                     .filter(|s| peer_name.as_ref().is_none_or(|p| *p == s.name))
                     .filter_map(|s| {
                         s.wanted = false;
+                        // Why it is StandAlone, in `status` (not "connection lost").
+                        s.last_error = Some(format!(
+                            "tandem {} by the administrator; tandem connect (or up) to reconnect",
+                            req.verb()
+                        ));
                         s.conn.or(s.dialing)
                     })
                     .collect();
@@ -141,7 +147,12 @@ impl NodeReactor {
         self.run_actions(r, actions, Ctx::default());
         match result {
             Ok(()) => {
-                info!(resource = %name, "administrator: {} done", req.verb());
+                match &peer_name {
+                    Some(p) => {
+                        info!(resource = %name, peer = %p, "administrator: {} done", req.verb())
+                    }
+                    None => info!(resource = %name, "administrator: {} done", req.verb()),
+                }
                 Answer::done()
             }
             Err(e) => Answer::refused(e),

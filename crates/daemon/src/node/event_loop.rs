@@ -374,7 +374,8 @@ impl NodeReactor {
                     // (the Error or state packet that tells the peer why).
                     if let Err(e) = pc.flush_out() {
                         if !pc.dead && pc.peer.is_some() {
-                            info!(peer = %pc.name, "connection failed while sending: {e}");
+                            let resource = &self.res[pc.res].cfg.name;
+                            info!(resource = %resource, peer = %pc.name, "connection failed while sending: {e}");
                         } else if !pc.dead {
                             debug!(peer = %pc.name, "connection failed while sending: {e}");
                             pc.failure = Some(e.to_string());

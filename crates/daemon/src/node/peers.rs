@@ -122,7 +122,8 @@ impl NodeReactor {
                     // A session that breaks is a state change; an attempt that fails is
                     // reported by the dialer, once per reason (see dial_failed).
                     if pc.peer.is_some() {
-                        info!(peer = %pc.name, "connection failed: {e}");
+                        let resource = &self.res[pc.res].cfg.name;
+                        info!(resource = %resource, peer = %pc.name, "connection failed: {e}");
                     } else {
                         debug!(peer = %pc.name, "connection failed: {e}");
                         pc.failure = Some(e.to_string());
