@@ -370,6 +370,15 @@ fn resync_returns_to_established() {
         &during,
         &read_at(&c.node("beta").disk, 8 * MIB, during.len()),
     );
+    // Its end says how much, how long and how fast ("9.6 MiB in 2.0 s (4.8 MiB/s)").
+    let log = c.node("beta").daemon.log();
+    let took = (log.lines())
+        .find(|l| l.contains("volume 0: resync took "))
+        .unwrap_or_else(|| panic!("no resync duration in beta's log:\n{log}"));
+    assert!(
+        took.contains(" MiB in ") && took.contains(" MiB/s)"),
+        "{took}"
+    );
     c.wait_for(
         "Established everywhere",
         Duration::from_secs(10),

@@ -522,5 +522,11 @@ impl Driver for ResourceDriver<'_> {
         } else {
             info!(resource = %name, "{e}");
         }
+        if let Event::DiskChanged {
+            volume, to, why, ..
+        } = e
+        {
+            self.node.time_resync(self.r, volume, to, &why);
+        }
     }
 }

@@ -159,6 +159,36 @@ impl NodeReactor {
         }
     }
 
+    /// A replica here changed its disk state: turning Inconsistent starts a resync's clock,
+    /// and the end of that resync logs its amount, duration and rate.
+    pub(super) fn time_resync(
+        &mut self,
+        r: usize,
+        volume: u16,
+        to: DiskState,
+        why: &engine::DiskChange,
+    ) {
+        match (to, why) {
+            (DiskState::Inconsistent, _) => {
+                let now = std::time::Instant::now();
+                self.sync_began.entry((r, volume)).or_insert(now);
+            }
+            (_, engine::DiskChange::Synced { bytes, .. }) => {
+                if let Some(began) = self.sync_began.remove(&(r, volume)) {
+                    let secs = began.elapsed().as_secs_f64();
+                    info!(
+                        resource = %self.res[r].cfg.name,
+                        "volume {volume}: resync took {}",
+                        super::progress::amount_and_rate(*bytes, secs)
+                    );
+                }
+            }
+            _ => {
+                self.sync_began.remove(&(r, volume));
+            }
+        }
+    }
+
     /// Samples every resync's progress (see `progress.rs`).
     pub(super) fn sample_resyncs(&mut self, now: u64) {
         let mut seen = Vec::new();

@@ -160,3 +160,34 @@ mod tests {
         assert_eq!(v.rate, None);
     }
 }
+
+/// `bytes` in `secs` seconds, as the log says it: "9.6 MiB in 2.0 s (4.8 MiB/s)".
+pub(super) fn amount_and_rate(bytes: u64, secs: f64) -> String {
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    if secs < 0.001 {
+        return format!("{mib:.1} MiB at once");
+    }
+    let places = if secs < 1.0 { 3 } else { 1 };
+    format!(
+        "{mib:.1} MiB in {secs:.places$} s ({:.1} MiB/s)",
+        mib / secs
+    )
+}
+
+#[cfg(test)]
+mod amount_tests {
+    use super::amount_and_rate;
+
+    #[test]
+    fn amounts_and_rates_read_as_an_operator_expects() {
+        assert_eq!(
+            amount_and_rate(10 << 20, 2.0),
+            "10.0 MiB in 2.0 s (5.0 MiB/s)"
+        );
+        assert_eq!(
+            amount_and_rate(6 << 20, 0.014),
+            "6.0 MiB in 0.014 s (428.6 MiB/s)"
+        );
+        assert_eq!(amount_and_rate(0, 0.0), "0.0 MiB at once");
+    }
+}

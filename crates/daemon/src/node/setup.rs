@@ -175,6 +175,7 @@ impl NodeReactor {
             activity_log: opts.activity_log,
             resyncs: Default::default(),
             resyncs_sampled_ms: 0,
+            sync_began: HashMap::default(),
             handled: 0,
         };
         for cfg in configs {

@@ -271,4 +271,7 @@ pub(super) struct NodeReactor {
     /// `None` for ours as a target or the peer we sync).
     pub(super) resyncs: super::progress::Resyncs<(usize, u16, Option<NodeId>)>,
     pub(super) resyncs_sampled_ms: u64,
+    /// When each (resource, volume) replica here last turned Inconsistent: its resync's
+    /// duration and rate are logged when it ends.
+    pub(super) sync_began: HashMap<(usize, u16), Instant>,
 }
