@@ -397,7 +397,7 @@ impl NodeReactor {
             Some(Entry::Control(c)) => {
                 c.dirty = false;
                 remove = c.flush_and_finished();
-                // A large answer (status of 1000 resources, ~690 KB) fills the socket: the
+                // A large answer (status --json of 1000 resources, ~1 MB) fills the socket: the
                 // rest goes when it has room, not when the client next speaks (it waits
                 // for the answer, and gave up after 10 s with EAGAIN).
                 let want_write = !remove && c.out_pending();
