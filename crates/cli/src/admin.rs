@@ -7,14 +7,19 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 use tandem_daemon::control_api::{Answer, Connection, Request, ResourceStatus};
+use tandem_daemon::events::EventLine;
 
-fn request(control: &Path, req: &Request) -> Result<Answer> {
-    let mut s = UnixStream::connect(control).with_context(|| {
+fn connect(control: &Path) -> Result<UnixStream> {
+    UnixStream::connect(control).with_context(|| {
         format!(
             "cannot reach the node daemon at {} (is `tandem node` running?)",
             control.display()
         )
-    })?;
+    })
+}
+
+fn request(control: &Path, req: &Request) -> Result<Answer> {
+    let mut s = connect(control)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let line = serde_json::to_string(req)?;
     s.write_all(format!("{line}\n").as_bytes())?;
@@ -31,6 +36,36 @@ fn request(control: &Path, req: &Request) -> Result<Answer> {
         );
     }
     Ok(answer)
+}
+
+/// `tandem events`: the node's stream, printed line by line as it comes (flushed, so a
+/// pipe sees each change at once) until the node closes it.
+pub fn events(control: &Path, now: bool, json: bool) -> Result<()> {
+    let mut s = connect(control)?;
+    let line = serde_json::to_string(&Request::Events { now })?;
+    s.write_all(format!("{line}\n").as_bytes())?;
+    let mut out = std::io::stdout().lock();
+    for line in BufReader::new(&s).lines() {
+        let line = line.context("reading the events stream")?;
+        if let Ok(answer) = serde_json::from_str::<Answer>(&line) {
+            bail!(
+                "{}",
+                answer.error.as_deref().unwrap_or("the daemon refused")
+            );
+        }
+        let event: EventLine = serde_json::from_str(&line)
+            .with_context(|| format!("an events line we do not understand: {line}"))?;
+        if json {
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(out, "{}", event.text())?;
+        }
+        out.flush()?;
+    }
+    if !now {
+        bail!("the node closed the events stream (it stopped, or this watcher fell behind)");
+    }
+    Ok(())
 }
 
 pub fn verb(control: &Path, req: Request) -> Result<()> {

@@ -42,6 +42,18 @@ enum Cmd {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Watch the node: every resource, device, connection and peer device as it exists,
+    /// `exists -`, then a line per change (like `drbdsetup events2`).
+    Events {
+        /// Only what exists now, then exit.
+        #[arg(long)]
+        now: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        control: ControlArg,
+    },
     /// Show resources, roles, disks and peers (like `drbdadm status`).
     Status {
         resource: Option<String>,
@@ -249,6 +261,7 @@ fn main() {
             activity_log: !a.unsafe_no_activity_log,
         }),
         Cmd::Check { config_dir, name } => check::check(&config_dir, name.as_deref()),
+        Cmd::Events { now, json, control } => admin::events(&control.control, now, json),
         Cmd::Status {
             resource,
             json,

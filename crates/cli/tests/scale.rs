@@ -105,6 +105,17 @@ fn status_of_a_thousand_resources_is_answered_whole_every_time() {
         let resources = v.as_array().map(Vec::len);
         assert_eq!(resources, Some(RESOURCES), "round {round}: status --json");
     }
+    // The events stream's dump: four objects a resource (resource, device, connection,
+    // peer device), then the end marker.
+    let events = {
+        let mut cmd = std::process::Command::new(tandem_bin());
+        cmd.args(["events", "--now", "--control"])
+            .arg(&alpha.control);
+        run(&mut cmd, Duration::from_secs(30))
+    };
+    events.expect_success();
+    assert_eq!(events.stdout.lines().count(), 4 * RESOURCES + 1);
+    assert_eq!(events.stdout.lines().last(), Some("exists -"));
     let log = alpha.log();
     assert!(
         log.contains(&format!(

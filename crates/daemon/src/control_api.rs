@@ -45,6 +45,12 @@ pub enum Request {
     Down {
         resource: String,
     },
+    /// The events stream (`crate::events`): every object as it exists, an end marker,
+    /// then a line per change; with `now`, only the first two.
+    Events {
+        #[serde(default)]
+        now: bool,
+    },
     /// Throw this node's replica of volume `volume` (its number) away and resync it in
     /// full from a connected up-to-date peer.
     Invalidate {
@@ -58,7 +64,7 @@ impl Request {
     /// The resource a verb acts on (`None` for `status`).
     pub fn resource(&self) -> Option<&str> {
         match self {
-            Request::Status { .. } => None,
+            Request::Status { .. } | Request::Events { .. } => None,
             Request::Primary { resource, .. }
             | Request::Secondary { resource, .. }
             | Request::Connect { resource, .. }
@@ -73,6 +79,7 @@ impl Request {
     pub fn verb(&self) -> &'static str {
         match self {
             Request::Status { .. } => "status",
+            Request::Events { .. } => "events",
             Request::Primary { .. } => "primary",
             Request::Secondary { .. } => "secondary",
             Request::Connect { .. } => "connect",

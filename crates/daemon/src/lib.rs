@@ -9,6 +9,7 @@ mod bufpool;
 mod busy_poll;
 mod conn;
 pub mod control_api;
+pub mod events;
 mod listener;
 mod nbd_glue;
 pub mod node;

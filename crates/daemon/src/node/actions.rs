@@ -521,6 +521,7 @@ impl Driver for ResourceDriver<'_> {
             debug!(resource = %name, "{e}");
         } else {
             info!(resource = %name, "{e}");
+            self.node.touch(self.r);
         }
         if let Event::DiskChanged {
             volume, to, why, ..

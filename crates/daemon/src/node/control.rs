@@ -41,13 +41,14 @@ impl NodeReactor {
             Err(e) => return Answer::refused(format!("not a valid request: {e}")),
         };
         let Some(name) = req.resource().map(str::to_string) else {
-            let Request::Status { resource } = &req else {
-                unreachable!("only status names no resource")
+            return match &req {
+                Request::Status { resource } => Answer::status(
+                    self.status(resource.as_deref()),
+                    super::limits::open_files(),
+                ),
+                // A stream, not an answer: `service_control` starts it (`watchers.rs`).
+                _ => Answer::refused("events are a stream: ask for them alone on a connection"),
             };
-            return Answer::status(
-                self.status(resource.as_deref()),
-                super::limits::open_files(),
-            );
         };
         let Some(r) = self.res.iter().position(|x| x.cfg.name == name) else {
             if let Some(n) = self.not_attached.iter().find(|n| n.name == name) {
@@ -69,7 +70,7 @@ impl NodeReactor {
         }
         let mut actions = Vec::new();
         let result = match req {
-            Request::Status { .. } => unreachable!("answered above"),
+            Request::Status { .. } | Request::Events { .. } => unreachable!("answered above"),
             Request::Primary { force, .. } => {
                 let res = &mut self.res[r];
                 res.engine
@@ -145,6 +146,7 @@ impl NodeReactor {
             }
         };
         self.run_actions(r, actions, Ctx::default());
+        self.touch(r);
         match result {
             Ok(()) => {
                 match &peer_name {
@@ -235,7 +237,7 @@ impl NodeReactor {
         }
     }
 
-    fn status(&self, only: Option<&str>) -> Vec<ResourceStatus> {
+    pub(super) fn status(&self, only: Option<&str>) -> Vec<ResourceStatus> {
         let down = self
             .not_attached
             .iter()

@@ -63,9 +63,24 @@ impl ControlConn {
     }
 
     pub fn queue(&mut self, answer: &Answer) {
-        let line = serde_json::to_string(answer).expect("an answer serializes");
+        self.queue_json(answer);
+    }
+
+    /// One JSON line (an answer, or a line of the events stream).
+    pub fn queue_json(&mut self, value: &impl serde::Serialize) {
+        let line = serde_json::to_string(value).expect("a control line serializes");
         self.out.extend_from_slice(line.as_bytes());
         self.out.push(b'\n');
+    }
+
+    /// Bytes queued and not sent yet.
+    pub fn backlog(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Nothing more is read from it: it ends once what is queued is sent.
+    pub fn finish(&mut self) {
+        self.eof = true;
     }
 
     /// An answer is queued that the socket has not taken yet.

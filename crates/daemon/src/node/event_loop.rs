@@ -6,6 +6,7 @@ use super::links::Attempt;
 use super::state::*;
 use crate::busy_poll::{poll_once, Waiter};
 use crate::conn::Phase;
+use crate::control_api::Request;
 use anyhow::{Context, Result};
 use mio::{Events, Interest, Token as MioToken};
 use std::io;
@@ -52,6 +53,7 @@ impl NodeReactor {
                 self.engine_wake = None;
                 self.tick();
             }
+            self.send_events();
             self.flush_dirty();
             while !self.resume.is_empty() {
                 for k in std::mem::take(&mut self.resume) {
@@ -297,6 +299,7 @@ impl NodeReactor {
             self.sample_resyncs(now);
         }
         self.al_unsynced_due();
+        self.sweep_events();
         self.check_transports();
         self.dial();
         // Handshakes (NBD or peer) that never finish.
@@ -441,6 +444,11 @@ impl NodeReactor {
             }
             Entry::Control(mut c) => {
                 let _ = self.poll.registry().deregister(&mut c.stream);
+                // Its key may be reused by another connection, which watches nothing.
+                self.watchers.retain(|&w| w != k);
+                if self.watchers.is_empty() {
+                    self.events_sent.clear();
+                }
             }
             _ => {}
         }
@@ -452,6 +460,10 @@ impl NodeReactor {
         };
         let lines = c.read_lines();
         for line in lines {
+            if let Ok(Request::Events { now }) = serde_json::from_str(&line) {
+                self.watch_events(k, now);
+                continue;
+            }
             let response = self.control_command(&line);
             if let Some(Entry::Control(c)) = self.entries.get_mut(k) {
                 c.queue(&response);

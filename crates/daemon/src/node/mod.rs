@@ -23,6 +23,7 @@ mod setup;
 mod state;
 mod transport;
 mod unsynced;
+mod watchers;
 
 pub use metadata::{create_md, dump_md, invalidate};
 

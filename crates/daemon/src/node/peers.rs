@@ -340,6 +340,7 @@ impl NodeReactor {
         let mut actions = Vec::new();
         res.engine.peer_up(peer, &mut actions);
         self.run_actions(r, actions, Ctx::default());
+        self.touch(r);
     }
 
     /// An attempt to reach `peer` failed. Logged when the reason changes, not at every
@@ -384,6 +385,7 @@ impl NodeReactor {
                 res.engine.peer_down(peer, &mut actions);
                 self.run_actions(r, actions, Ctx::default());
                 self.relieve_congestion(r);
+                self.touch(r);
             }
         } else if let Some(d) = pc.dialed {
             let still = self.res[r]

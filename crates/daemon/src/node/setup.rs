@@ -176,6 +176,10 @@ impl NodeReactor {
             resyncs: Default::default(),
             resyncs_sampled_ms: 0,
             sync_began: HashMap::default(),
+            watchers: Vec::new(),
+            events_touched: Vec::new(),
+            events_sent: HashMap::default(),
+            events_sweep: 0,
             handled: 0,
         };
         for cfg in configs {

@@ -274,4 +274,12 @@ pub(super) struct NodeReactor {
     /// When each (resource, volume) replica here last turned Inconsistent: its resync's
     /// duration and rate are logged when it ends.
     pub(super) sync_began: HashMap<(usize, u16), Instant>,
+    /// Control connections that watch the events stream (`watchers.rs`).
+    pub(super) watchers: Vec<usize>,
+    /// Resources that may have changed since the last diff, and the lines last sent per
+    /// resource name.
+    pub(super) events_touched: Vec<usize>,
+    pub(super) events_sent: HashMap<String, Vec<crate::events::EventLine>>,
+    /// Where the tick's sweep of resources goes on (`watchers::SWEEP`).
+    pub(super) events_sweep: usize,
 }
