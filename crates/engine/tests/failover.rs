@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{
-    DiskChange, DiskState, Event, LinkLoss, OnNoQuorum, PromoteError, ProtocolError, QuorumSpec,
-    Role, RoleChange, Votes,
+    DiskChange, DiskState, Event, LinkLoss, Msg, OnNoQuorum, PromoteError, ProtocolError,
+    QuorumSpec, Role, RoleChange, Votes,
 };
 use tandem_engine::{Io, IoError};
 
@@ -603,4 +603,109 @@ fn a_secondary_never_takes_ids_its_own_descend_from() {
     net.push(0, vec![RAction::Send { peer: 1, msg }]);
     net.run();
     assert_eq!(*net.nodes[1].generation(0).unwrap(), newer);
+}
+
+/// Failover soak seed 337009897. Node 0, Primary, is cut off and holds a flush; node 2 is
+/// being synced (Inconsistent: it takes no ids, so nothing in them shows that a Primary
+/// went on) when node 1 is promoted with it. Node 2 meets node 0 again: its `Volume`
+/// alone must not give node 0 its quorum back (node 2 votes for node 1, as its next
+/// packet says). Then node 1 is gone with a write not settled, and node 2 meets node 0
+/// again, following no Primary now: its `PrimaryLost` names node 1's run, which node 0
+/// never followed, so node 0 steps down and fails what it held instead of completing it
+/// after node 1's tenure began.
+#[test]
+fn an_old_primary_steps_down_for_a_run_it_never_followed() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
+    write_on(&mut net, 0, 1, 1);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    // The flush's barriers are on their way when both links drop.
+    net.hold(0, 1);
+    net.hold(0, 2);
+    net.submit_on(0, 2, Io::Flush);
+    net.run();
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    assert_eq!(net.answer_on(0, 2), None, "held without quorum");
+    // Node 2 thrown away and pulled from node 1, whose replies are lost.
+    net.pass = |from, to, m| !(from == 1 && to == 2 && matches!(m, Msg::ResyncReply { .. }));
+    let mut out = Vec::new();
+    net.nodes[2].invalidate(0, &mut out).unwrap();
+    net.push(2, out);
+    net.run();
+    assert_eq!(net.disk(2), DiskState::Inconsistent);
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    assert_eq!(
+        net.nodes[2].generation(0).unwrap().current,
+        0,
+        "node 2 took no ids"
+    );
+
+    // Node 2's `Volume` comes, its `Primaries` (naming node 1) waits, and so does node
+    // 0's `Role` (node 2 would refuse it as a second Primary).
+    net.hold(0, 2);
+    net.hold_at(2, 0, |m| matches!(m, Msg::Primaries { .. }));
+    net.link_up(0, 2);
+    assert!(!net
+        .delivered(2, 0, |m| matches!(m, Msg::Volume { .. }))
+        .is_empty());
+    assert_eq!(
+        net.answer_on(0, 2),
+        None,
+        "node 0 took its quorum back through a node that follows node 1"
+    );
+    net.release(2, 0);
+    net.run();
+    assert_eq!(net.answer_on(0, 2), Some(Err(IoError::NoQuorum)));
+    assert_ne!(net.nodes[0].role(), Role::Primary);
+    net.release(0, 2);
+    net.run();
+}
+
+/// The second half of seed 337009897 alone: node 0 kept its held write through the first
+/// meeting; node 1, Primary since, is gone with a write node 2 took and never saw settled.
+/// Node 2, following no Primary, meets node 0: its `PrimaryLost` names node 1's run.
+#[test]
+fn an_old_primary_told_of_a_run_it_never_followed_fails_what_it_held() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    write_on(&mut net, 0, 2, 2);
+    net.run();
+    assert_eq!(net.answer_on(0, 2), None, "held without quorum");
+    net.pass = |from, to, m| {
+        !(from == 1 && to == 2 && matches!(m, Msg::ResyncReply { .. } | Msg::PeerAck { .. }))
+    };
+    let mut out = Vec::new();
+    net.nodes[2].invalidate(0, &mut out).unwrap();
+    net.push(2, out);
+    net.run();
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    // A write of node 1's reaches node 2; its settling (the peer ack) does not.
+    write_on(&mut net, 1, 3, 3);
+    net.run();
+    net.link_lost(1, 2);
+    net.run();
+    net.link_up(0, 2);
+    net.run();
+    assert!(
+        !net.delivered(2, 0, |m| matches!(m, Msg::PrimaryLost { primary: 1, .. }))
+            .is_empty(),
+        "node 2 did not ask node 0 about node 1's run"
+    );
+    assert_eq!(
+        net.answer_on(0, 2),
+        Some(Err(IoError::NoQuorum)),
+        "node 0 completed a write it held after node 1's tenure began"
+    );
+    assert_ne!(net.nodes[0].role(), Role::Primary);
+    assert!(net.events.iter().any(|(n, e)| *n == 0
+        && matches!(
+            e,
+            Event::Outrun {
+                peer: 2,
+                primary: 1
+            }
+        )));
 }

@@ -138,9 +138,14 @@ impl Sim {
             Event::QuorumChanged { quorate: false, .. } if node == self.primary => {
                 self.quorum_losses += 1
             }
-            Event::YieldingTo { .. } | Event::Superseded { .. } => self.fo.yielding(node),
+            Event::YieldingTo { .. } | Event::Superseded { .. } | Event::Outrun { .. } => {
+                self.fo.yielding(node)
+            }
             Event::RoleChanged {
-                why: RoleChange::Yielded { .. } | RoleChange::Superseded { .. },
+                why:
+                    RoleChange::Yielded { .. }
+                    | RoleChange::Superseded { .. }
+                    | RoleChange::Outrun { .. },
                 ..
             } => self.fo.stats.yielded += 1,
             Event::OlderPeerListed { since, .. } => match since {

@@ -37,6 +37,10 @@ pub enum Event {
         ours: u64,
         theirs: u64,
     },
+    /// As Primary without quorum: `peer` says it followed a run of node `primary` we never
+    /// followed, so a majority promoted that one while we were cut off. We step down as
+    /// for [`Event::YieldingTo`]: held and new requests fail, then Secondary.
+    Outrun { peer: NodeId, primary: NodeId },
     /// `peer` reconnected while its list of what we lack was still coming: we cannot know
     /// all we lack, so everything is pulled.
     ListCutOff { volume: u16, peer: NodeId },
@@ -143,6 +147,12 @@ pub enum RoleChange {
     /// went on without us.
     Superseded {
         peer: NodeId,
+    },
+    /// It stepped down when `peer` said it had followed `primary` (another node) as
+    /// Primary while we had no quorum.
+    Outrun {
+        peer: NodeId,
+        primary: NodeId,
     },
 }
 
@@ -268,6 +278,13 @@ impl fmt::Display for Event {
                 f,
                 "demoted to Secondary: node {peer} holds newer data, written under another Primary"
             ),
+            Event::RoleChanged {
+                why: RoleChange::Outrun { peer, primary },
+                ..
+            } => write!(
+                f,
+                "demoted to Secondary: node {peer} followed node {primary} as Primary while this one had no quorum"
+            ),
             Event::RoleChanged { .. } => write!(f, "demoted to Secondary"),
             Event::Superseded {
                 peer,
@@ -279,6 +296,12 @@ impl fmt::Display for Event {
                 "volume {volume}: node {peer} holds newer data (generation {theirs:016x}, ours \
                  {ours:016x}): another Primary went on without this one; stepping down (held \
                  and new requests fail with EIO)"
+            ),
+            Event::Outrun { peer, primary } => write!(
+                f,
+                "node {peer} followed node {primary} as Primary while this Primary had no \
+                 quorum (a majority promoted it meanwhile): stepping down (held and new \
+                 requests fail with EIO)"
             ),
             Event::YieldingTo { primary } => write!(
                 f,

@@ -34,6 +34,9 @@ pub(super) enum StepDown {
     /// A connected peer's replica of `volume` is newer by its ids than ours: another
     /// Primary went on without us (`Rotations::superseded`).
     Superseded { peer: NodeId, volume: u16 },
+    /// `peer`, met while we had no quorum, followed a run of `primary` we never knew of
+    /// (`followed_elsewhere`).
+    Outrun { peer: NodeId, primary: NodeId },
 }
 
 impl Replicas {
@@ -142,6 +145,46 @@ impl Replicas {
         others.iter().find(|&n| self.must_yield_to(n))
     }
 
+    /// We follow `node`'s run `incarnation` as our Primary.
+    pub(super) fn followed(&mut self, node: NodeId, incarnation: u64) {
+        /// Enough for every node of a resource to have restarted a few times.
+        const KEPT: usize = 128;
+        let run = (node, incarnation);
+        self.runs_followed.retain(|r| *r != run);
+        if self.runs_followed.len() == KEPT {
+            self.runs_followed.remove(0);
+        }
+        self.runs_followed.push(run);
+    }
+
+    /// As Primary with quorum on and without it now: peer `i` says (its `PrimaryLost`) it
+    /// followed `run` of another Primary, one we never followed ourselves. That run began
+    /// while we were cut off, for all we can tell: a majority promoted it, so what we hold
+    /// must not complete, whatever the peer's ids say (failover soak seed 337009897: the
+    /// peer had been a sync target of that Primary, with no ids of its own, so
+    /// `Rotations::superseded` found nothing newer, and it gave us our quorum back).
+    pub(super) fn followed_elsewhere(
+        &mut self,
+        i: usize,
+        run: (NodeId, u64),
+        out: &mut Vec<RAction>,
+    ) {
+        if self.role != Role::Primary || self.spec.quorum.is_off() || run.0 == self.spec.me {
+            return;
+        }
+        if self.runs_followed.contains(&run) || (0..self.vols.len()).all(|v| self.has_quorum(v)) {
+            return;
+        }
+        let peer = self.peers[i].id;
+        self.start_yielding(
+            StepDown::Outrun {
+                peer,
+                primary: run.0,
+            },
+            out,
+        );
+    }
+
     /// Starts stepping down (see the module's notes).
     pub(super) fn start_yielding(&mut self, why: StepDown, out: &mut Vec<RAction>) {
         if self.yielding.is_some() {
@@ -150,6 +193,7 @@ impl Replicas {
         self.yielding = Some(why);
         out.push(RAction::Event(match why {
             StepDown::Yield(primary) => Event::YieldingTo { primary },
+            StepDown::Outrun { peer, primary } => Event::Outrun { peer, primary },
             StepDown::Superseded { peer, volume } => {
                 let v = volume as usize;
                 let theirs = self.peers.get(peer).map_or(0, |p| p.vols[v].gen.current);

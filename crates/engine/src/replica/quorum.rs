@@ -25,7 +25,7 @@ use super::nodeset::NodeSet;
 use super::peer::Peer;
 use super::replicas::Replicas;
 use super::spec::ResourceSpec;
-use tandem_wire::packet::DiskState;
+use tandem_wire::packet::{DiskState, Role};
 
 /// How many votes (or up-to-date replicas) a partition needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,9 +179,21 @@ impl QuorumCount {
 }
 
 impl Replicas {
-    /// Volume `v`'s count now.
+    /// Volume `v`'s count now. A Primary counts a peer's vote only once the peer said
+    /// which Primaries it follows (`Msg::Primaries`, right after its `Volume`) and none
+    /// is another: a voter that follows another Primary votes for that one (failover soak
+    /// seed 337009897: an old Primary cut off with a flush held took its quorum back at
+    /// the `Volume` of a peer that followed the Primary promoted meanwhile, and completed
+    /// the flush before the peer's next packet said so).
     pub(super) fn quorum_count(&self, v: usize) -> QuorumCount {
-        self.quorum_count_reaching(v, |p| p.up)
+        if self.role == Role::Primary {
+            let me = NodeSet::one(self.spec.me);
+            self.quorum_count_reaching(v, |p| {
+                p.up && p.primaries_heard && p.primaries.minus(me).is_empty()
+            })
+        } else {
+            self.quorum_count_reaching(v, |p| p.up)
+        }
     }
 
     /// Volume `v`'s count if only the peers `reached` says of were connected.

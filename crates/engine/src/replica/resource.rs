@@ -406,6 +406,7 @@ impl Resource {
             let why = match why {
                 StepDown::Yield(to) => RoleChange::Yielded { to },
                 StepDown::Superseded { peer, .. } => RoleChange::Superseded { peer },
+                StepDown::Outrun { peer, primary } => RoleChange::Outrun { peer, primary },
             };
             self.set_role(Role::Secondary, why, out);
         }

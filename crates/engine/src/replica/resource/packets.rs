@@ -52,6 +52,9 @@ impl Resource {
                 }
                 self.rep.peers[i].incarnation = incarnation;
                 self.rep.peers[i].role_heard = true;
+                if role == Role::Primary {
+                    self.rep.followed(peer, incarnation);
+                }
                 self.rep.met_run_again(i, out);
                 if role == Role::Primary {
                     // Before its list and our suspect ranges' pull under it.
@@ -156,6 +159,7 @@ impl Resource {
                 }
                 self.rep
                     .on_primary_lost(i, (primary, incarnation), seq, out);
+                self.rep.followed_elsewhere(i, (primary, incarnation), out);
             }
             Packet::InSync { volume, node } => self.rep.on_in_sync(i, volume, node)?,
             Packet::Primaries { nodes } => {
