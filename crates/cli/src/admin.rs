@@ -72,6 +72,15 @@ pub fn verb(control: &Path, req: Request) -> Result<()> {
     request(control, &req).map(|_| ())
 }
 
+/// `tandem adjust`: what the node did, one line per resource it changed or could not.
+pub fn adjust(control: &Path) -> Result<()> {
+    let answer = request(control, &Request::Adjust)?;
+    if let Some(said) = answer.message {
+        println!("{said}");
+    }
+    Ok(())
+}
+
 pub fn status(control: &Path, resource: Option<&str>, json: bool) -> Result<()> {
     let req = Request::Status {
         resource: resource.map(str::to_string),

@@ -136,6 +136,15 @@ enum Cmd {
         #[command(flatten)]
         control: ControlArg,
     },
+    /// Read the resource files again and apply what changed while the node runs: a new
+    /// resource starts; a running one takes new timeouts, resync rates and
+    /// after-split-brain policies. Anything else (protocol, secret, volumes, nodes,
+    /// quorum, a resource removed) is named as needing a restart, and nothing of that
+    /// resource changes. The same as sending SIGHUP to `tandem node`.
+    Adjust {
+        #[command(flatten)]
+        control: ControlArg,
+    },
     /// Disconnect a resource from all its peers.
     Down {
         resource: String,
@@ -319,6 +328,7 @@ fn main() {
             control,
             ..
         } => admin::verb(&control.control, Request::Invalidate { resource, volume }),
+        Cmd::Adjust { control } => admin::adjust(&control.control),
         Cmd::Down { resource, control } => {
             admin::verb(&control.control, Request::Down { resource })
         }

@@ -474,9 +474,10 @@ fn wait_log_count(node: &common::cluster::Node, needle: &str, times: usize) {
 }
 
 /// SIGHUP (a closed terminal, `systemctl reload`) used to kill `tandem node` without a
-/// flush. Now it reads the resource files again and names what differs from what runs
-/// (applied at the next start; nothing changes online yet), or the errors; the node goes
-/// on serving, and stops cleanly afterwards.
+/// flush. Now it reads the resource files again and applies what changed, as `tandem
+/// adjust` does: here a protocol change, which needs a restart and is only named, and
+/// files with errors, which change nothing; the node goes on serving, and stops cleanly
+/// afterwards.
 #[test]
 fn sighup_rereads_the_configuration_and_the_node_goes_on() {
     use common::cluster::{no_tweak, Cluster, ALPHA, BETA};
@@ -494,12 +495,7 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
     wait_log_count(c.node("alpha"), "read again: no change", 1);
     fs::write(&file, text.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
     hup(&c);
-    wait_log_count(c.node("alpha"), "SIGHUP: its file in", 1);
-    wait_log_count(
-        c.node("alpha"),
-        "take effect when `tandem node` next starts",
-        1,
-    );
+    wait_log_count(c.node("alpha"), "r0: protocol changed: needs a restart", 1);
     fs::write(&file, text.replace("protocol = \"C\"", "protocol = \"D\"")).unwrap();
     hup(&c);
     wait_log_count(c.node("alpha"), "has errors; nothing changed", 1);
@@ -509,6 +505,132 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
     let alpha = c.node_mut("alpha");
     alpha.daemon.stop(Duration::from_secs(20));
     assert!(alpha.daemon.log().contains("stopped cleanly"));
+}
+
+/// `tandem adjust` while an application writes to r0 through alpha: a new resource r1,
+/// added to both nodes' files, starts and connects, and r0's writes go on untouched (fio
+/// verifies every block it wrote); new timeouts for r0 apply in place; a protocol change
+/// and a removed resource are named as needing a restart, and files with an error change
+/// nothing and say so (exit status 1).
+#[test]
+fn adjust_starts_a_new_resource_while_the_other_writes_on() {
+    use common::cluster::{no_tweak, Cluster, KillOnDrop, ALPHA, BETA};
+    const TEST: &str = "lifecycle::adjust_starts_a_new_resource_while_the_other_writes_on";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    c.wait_connected();
+    let uri = c.node("alpha").uri();
+    let fio_log = c.node("alpha").daemon.config_dir.with_file_name("fio.log");
+    let out = File::create(&fio_log).unwrap();
+    let mut fio = KillOnDrop(
+        tool("fio")
+            .args([
+                "--name=r0",
+                "--ioengine=nbd",
+                &format!("--uri={uri}"),
+                "--rw=randwrite",
+                "--bs=4k",
+                "--iodepth=4",
+                "--size=32M",
+                "--time_based",
+                "--runtime=8",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--do_verify=1",
+            ])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting fio"),
+    );
+    thread::sleep(Duration::from_millis(1000));
+
+    // r1: r0's file with its own name, port, backing files and NBD sockets.
+    let port = |t: &str| -> u16 {
+        let a = t.split("address = \"").nth(1).unwrap();
+        a[a.find(':').unwrap() + 1..a.find('"').unwrap()]
+            .parse()
+            .unwrap()
+    };
+    for n in ["alpha", "beta"] {
+        let dir = c.node(n).daemon.config_dir.clone();
+        let r0 = fs::read_to_string(dir.join("r0.toml")).unwrap();
+        let p = port(&r0);
+        let r1 = r0
+            .replace("name = \"r0\"", "name = \"r1\"")
+            .replace(&format!(":{p}\""), &format!(":{}\"", p + 1))
+            .replace("r0.img", "r1.img")
+            .replace("nbd.sock", "nbd-r1.sock");
+        fs::write(dir.join("r1.toml"), r1).unwrap();
+    }
+    for n in ["alpha", "beta"] {
+        let run = c.node(n).daemon.admin(&["adjust"]);
+        run.expect_success();
+        assert!(run.stdout.contains("r1: started"), "{}", run.describe());
+    }
+    let connected = wait_until(Duration::from_secs(20), || {
+        let st = c.node("alpha").daemon.admin(&["status", "r1", "--json"]);
+        st.success() && st.stdout.contains("Established") && !st.stdout.contains("Inconsistent")
+    });
+    assert!(
+        connected,
+        "r1 never connected: {}",
+        c.node("alpha").daemon.admin(&["status", "r1"]).describe()
+    );
+    let done = wait_timeout(&mut fio.0, Duration::from_secs(60));
+    assert!(
+        done.is_some_and(|s| s.success()),
+        "fio on r0 failed or hung while r1 was added ({done:?}):\n{}",
+        fs::read_to_string(&fio_log).unwrap_or_default()
+    );
+
+    let alpha_dir = c.node("alpha").daemon.config_dir.clone();
+    let r0_file = alpha_dir.join("r0.toml");
+    let r0 = fs::read_to_string(&r0_file).unwrap();
+    let adjust = |c: &Cluster| c.node("alpha").daemon.admin(&["adjust"]);
+    assert!(adjust(&c).stdout.contains("no change"));
+    fs::write(
+        &r0_file,
+        r0.replace("[net]\n", "[net]\nping-timeout = \"700ms\"\n"),
+    )
+    .unwrap();
+    let run = adjust(&c);
+    assert!(
+        run.stdout
+            .contains("r0: timeouts, resync rates and policies applied"),
+        "{}",
+        run.describe()
+    );
+    assert!(adjust(&c).stdout.contains("no change"), "applied once");
+    fs::write(&r0_file, r0.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
+    fs::remove_file(alpha_dir.join("r1.toml")).unwrap();
+    let run = adjust(&c);
+    assert!(
+        run.stdout.contains("r0: protocol changed: needs a restart")
+            && run
+                .stdout
+                .contains("r1: removed from the files: needs a restart"),
+        "{}",
+        run.describe()
+    );
+    fs::write(&r0_file, r0.replace("protocol = \"C\"", "protocol = \"D\"")).unwrap();
+    let run = adjust(&c);
+    assert!(!run.success(), "{}", run.describe());
+    assert!(
+        run.stderr.contains("has errors; nothing changed"),
+        "{}",
+        run.describe()
+    );
+    c.assert_running(&["alpha", "beta"]);
+    let st = c.node("alpha").daemon.admin(&["status", "r1", "--json"]);
+    assert!(
+        st.stdout.contains("Established"),
+        "r1 still runs: {}",
+        st.describe()
+    );
 }
 
 /// Under systemd (`Type=notify`, contrib/systemd/tandem@.service), the node says READY=1

@@ -51,6 +51,8 @@ pub enum Request {
         #[serde(default)]
         now: bool,
     },
+    /// Read the resource files again and apply what changed (`crate::adjust`).
+    Adjust,
     /// Throw this node's replica of volume `volume` (its number) away and resync it in
     /// full from a connected up-to-date peer.
     Invalidate {
@@ -64,7 +66,7 @@ impl Request {
     /// The resource a verb acts on (`None` for `status`).
     pub fn resource(&self) -> Option<&str> {
         match self {
-            Request::Status { .. } | Request::Events { .. } => None,
+            Request::Status { .. } | Request::Events { .. } | Request::Adjust => None,
             Request::Primary { resource, .. }
             | Request::Secondary { resource, .. }
             | Request::Connect { resource, .. }
@@ -80,6 +82,7 @@ impl Request {
         match self {
             Request::Status { .. } => "status",
             Request::Events { .. } => "events",
+            Request::Adjust => "adjust",
             Request::Primary { .. } => "primary",
             Request::Secondary { .. } => "secondary",
             Request::Connect { .. } => "connect",
@@ -102,6 +105,9 @@ pub struct Answer {
     /// With a status: the node's open files and its limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<OpenFiles>,
+    /// What was done, for the operator (`adjust`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// File descriptors the node holds, and the (soft) limit it runs under.
@@ -126,6 +132,15 @@ impl Answer {
             error: None,
             resources: None,
             files: None,
+            message: None,
+        }
+    }
+
+    /// Done, with what was done in the operator's words.
+    pub fn said(message: impl Into<String>) -> Answer {
+        Answer {
+            message: Some(message.into()),
+            ..Answer::done()
         }
     }
 
@@ -135,6 +150,7 @@ impl Answer {
             error: Some(why.into()),
             resources: None,
             files: None,
+            message: None,
         }
     }
 
@@ -144,6 +160,7 @@ impl Answer {
             error: None,
             resources: Some(resources),
             files,
+            message: None,
         }
     }
 }

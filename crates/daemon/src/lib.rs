@@ -5,6 +5,7 @@
 //! thread hop. Only operations that block for long (fdatasync, O_DIRECT, large zeroing) go
 //! to the [`worker`] pool and come back through a waker.
 
+pub mod adjust;
 mod bufpool;
 mod busy_poll;
 mod conn;

@@ -46,6 +46,10 @@ impl NodeReactor {
                     self.status(resource.as_deref()),
                     super::limits::open_files(),
                 ),
+                Request::Adjust => match self.adjust() {
+                    Ok(said) => Answer::said(said),
+                    Err(why) => Answer::refused(why),
+                },
                 // A stream, not an answer: `service_control` starts it (`watchers.rs`).
                 _ => Answer::refused("events are a stream: ask for them alone on a connection"),
             };
@@ -70,7 +74,9 @@ impl NodeReactor {
         }
         let mut actions = Vec::new();
         let result = match req {
-            Request::Status { .. } | Request::Events { .. } => unreachable!("answered above"),
+            Request::Status { .. } | Request::Events { .. } | Request::Adjust => {
+                unreachable!("answered above")
+            }
             Request::Primary { force, .. } => {
                 let res = &mut self.res[r];
                 res.engine

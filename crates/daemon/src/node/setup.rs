@@ -193,11 +193,24 @@ impl NodeReactor {
     /// backing file cannot be used (corrupted, unreadable) leaves that resource not
     /// attached, with the reason in the log and in `tandem status`, and the node serves its
     /// other resources: one bad file does not take down every volume the node holds.
-    /// Nothing was registered for a refused resource (its metadata is opened before any
-    /// listener), and nothing of it was rewritten. A listener that cannot bind stops the
-    /// node, as before: that is the node's configuration, not one replica's state.
+    /// Every listener is bound before anything else: one that cannot bind refuses the
+    /// resource whole (nothing of it registered, its metadata not even opened); at start
+    /// that stops the node, as it is the node's configuration, not one replica's state,
+    /// and `tandem adjust` reports it.
     pub(super) fn add_resource(&mut self, cfg: ResourceConfig, node: &str) -> Result<()> {
         let my = cfg.node(node).expect("filtered on this node").clone();
+        let mut nbd = Vec::new();
+        for (v, vc) in cfg.volumes.iter().enumerate() {
+            for ep in &my.volumes[v].nbd {
+                nbd.push((bind_nbd(ep)?, vc.number, v));
+            }
+        }
+        let peers_l = mio::net::TcpListener::bind(my.address).with_context(|| {
+            format!(
+                "resource {}: cannot listen for peers on {}",
+                cfg.name, my.address
+            )
+        })?;
         let attached = match attach(&cfg, &my, self.activity_log) {
             Ok(a) => a,
             Err(e) => {
@@ -212,12 +225,10 @@ impl NodeReactor {
             }
         };
         let r = self.res.len();
-        for (v, vc) in cfg.volumes.iter().enumerate() {
-            for ep in &my.volumes[v].nbd {
-                self.listen_nbd(&cfg, vc.number, ep, (r, v))?;
-            }
+        for (l, number, v) in nbd {
+            self.register_nbd(&cfg, number, l, (r, v))?;
         }
-        self.listen_peers(&cfg, &my, r)?;
+        self.register_peer_listener(peers_l, r)?;
         let peers = peer_slots(&cfg, my.node_id);
         let Attached {
             engine,
@@ -256,13 +267,7 @@ impl NodeReactor {
     }
 
     /// The listener for resource `r`'s peers, on this node's replication address.
-    fn listen_peers(&mut self, cfg: &ResourceConfig, my: &NodeConfig, r: usize) -> Result<()> {
-        let mut pl = mio::net::TcpListener::bind(my.address).with_context(|| {
-            format!(
-                "resource {}: cannot listen for peers on {}",
-                cfg.name, my.address
-            )
-        })?;
+    fn register_peer_listener(&mut self, mut pl: mio::net::TcpListener, r: usize) -> Result<()> {
         let e = self.entries.vacant_key();
         self.poll
             .registry()
@@ -272,29 +277,19 @@ impl NodeReactor {
     }
 
     /// An NBD listener for volume `rv` = (resource, volume index).
-    fn listen_nbd(
+    fn register_nbd(
         &mut self,
         cfg: &ResourceConfig,
         number: u16,
-        ep: &Endpoint,
+        mut l: Listener,
         rv: (usize, usize),
     ) -> Result<()> {
-        let l = match ep {
-            Endpoint::Tcp(a) => Listener::Tcp(
-                mio::net::TcpListener::bind(*a)
-                    .with_context(|| format!("cannot listen for NBD on {a}"))?,
-            ),
-            Endpoint::Unix(p) => crate::serve::bind(&[crate::serve::ListenAddr::Unix(p.clone())])?
-                .pop()
-                .expect("one listener"),
-        };
-        let e = self.entries.insert(Entry::NbdListener { l });
-        if let Entry::NbdListener { l } = &mut self.entries[e] {
-            self.poll
-                .registry()
-                .register(l.source(), MioToken(e), Interest::READABLE)?;
-            info!(resource = %cfg.name, volume = number, "NBD on {}", l.describe());
-        }
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(l.source(), MioToken(e), Interest::READABLE)?;
+        info!(resource = %cfg.name, volume = number, "NBD on {}", l.describe());
+        self.entries.insert(Entry::NbdListener { l });
         self.nbd_listener_of.insert(e, rv);
         Ok(())
     }
@@ -323,6 +318,19 @@ impl NodeReactor {
         info!("control socket {}", path.display());
         Ok(())
     }
+}
+
+/// An NBD listener bound (not yet registered).
+fn bind_nbd(ep: &Endpoint) -> Result<Listener> {
+    Ok(match ep {
+        Endpoint::Tcp(a) => Listener::Tcp(
+            mio::net::TcpListener::bind(*a)
+                .with_context(|| format!("cannot listen for NBD on {a}"))?,
+        ),
+        Endpoint::Unix(p) => crate::serve::bind(&[crate::serve::ListenAddr::Unix(p.clone())])?
+            .pop()
+            .expect("one listener"),
+    })
 }
 
 /// The other nodes of a resource, not yet connected, each to be dialled at once.

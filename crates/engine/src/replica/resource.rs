@@ -197,6 +197,27 @@ impl Resource {
         self.rep.spec.after_sb = p;
     }
 
+    /// A configuration change applied while running (`tandem adjust`): the timeouts, the
+    /// resync rates and the after-split-brain policies of `spec` from now on. They are
+    /// read afresh at each use. Nothing else of `spec` may differ: who the nodes are,
+    /// the volumes, the protocol and the quorum need a restart.
+    pub fn retune(&mut self, spec: &ResourceSpec) {
+        let mine = &mut self.rep.spec;
+        assert!(
+            mine.me == spec.me
+                && mine.nodes == spec.nodes
+                && mine.sizes == spec.sizes
+                && mine.protocol == spec.protocol
+                && mine.quorum == spec.quorum,
+            "retune changes only timeouts, rates and policies"
+        );
+        mine.ping_interval_ms = spec.ping_interval_ms;
+        mine.ping_timeout_ms = spec.ping_timeout_ms;
+        mine.timeout_ms = spec.timeout_ms;
+        mine.resync_rates = spec.resync_rates;
+        mine.after_sb = spec.after_sb;
+    }
+
     /// `tandem connect --discard-my-data`: the next split brain found with `peer` (on the
     /// next connection to it) makes this node the victim whatever the policies. Refused
     /// on a Primary: a Primary never discards its data.

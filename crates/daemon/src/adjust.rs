@@ -1,0 +1,176 @@
+//! `tandem adjust` (and SIGHUP): what the resource files say now against what the node
+//! runs, as a plan. Pure: the node applies it (`node/reload.rs`).
+//!
+//! What applies online: a new resource starts; the timing and resync-rate settings of a
+//! running one (`[net]`) and its after-split-brain policies change in place. What does
+//! not (it changes how replicas vote, what the peers agreed on at connect, or what is on
+//! disk) is named and left for the next start: the protocol, the shared secret, volumes,
+//! nodes, quorum, and a resource removed from the files. Nothing is half-applied: a
+//! resource's change is taken whole or not at all.
+
+use tandem_config::ResourceConfig;
+
+/// A setting whose change needs the node restarted (or, for `removed`, stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeedsRestart {
+    Protocol,
+    SharedSecret,
+    Volumes,
+    Nodes,
+    Quorum,
+    /// The resource is in no file for this node any more.
+    Removed,
+}
+
+impl NeedsRestart {
+    pub fn key(self) -> &'static str {
+        match self {
+            NeedsRestart::Protocol => "protocol",
+            NeedsRestart::SharedSecret => "shared-secret",
+            NeedsRestart::Volumes => "[[volume]]",
+            NeedsRestart::Nodes => "[[node]]",
+            NeedsRestart::Quorum => "quorum",
+            NeedsRestart::Removed => "removed from the files",
+        }
+    }
+}
+
+/// What to do, per resource name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// New resources, to start.
+    pub add: Vec<ResourceConfig>,
+    /// Running resources whose `[net]` or after-split-brain settings changed, and nothing
+    /// that needs a restart: applied in place.
+    pub retune: Vec<ResourceConfig>,
+    /// Running resources with a change that needs a restart (nothing of theirs applied).
+    pub restart: Vec<(String, Vec<NeedsRestart>)>,
+    /// Running (or left not attached) and unchanged.
+    pub unchanged: usize,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.retune.is_empty() && self.restart.is_empty()
+    }
+}
+
+/// The plan from `running` (this node's resources as started, or as last adjusted) to
+/// `wanted` (the files' resources naming this node). `idle` names resources left not
+/// attached at start: listed in the files, they count as unchanged (their replica needs
+/// the administrator, then a restart).
+pub fn plan(running: &[&ResourceConfig], idle: &[&str], wanted: &[ResourceConfig]) -> Plan {
+    let mut p = Plan::default();
+    for w in wanted {
+        match running.iter().find(|r| r.name == w.name) {
+            None if idle.contains(&w.name.as_str()) => p.unchanged += 1,
+            None => p.add.push(w.clone()),
+            Some(r) => {
+                let needs = needs_restart(r, w);
+                if !needs.is_empty() {
+                    p.restart.push((w.name.clone(), needs));
+                } else if r.net != w.net || r.after_sb != w.after_sb {
+                    p.retune.push(w.clone());
+                } else {
+                    p.unchanged += 1;
+                }
+            }
+        }
+    }
+    for r in running {
+        if !wanted.iter().any(|w| w.name == r.name) {
+            p.restart
+                .push((r.name.clone(), vec![NeedsRestart::Removed]));
+        }
+    }
+    p
+}
+
+fn needs_restart(r: &ResourceConfig, w: &ResourceConfig) -> Vec<NeedsRestart> {
+    let mut needs = Vec::new();
+    if r.protocol != w.protocol {
+        needs.push(NeedsRestart::Protocol);
+    }
+    if r.secret != w.secret {
+        needs.push(NeedsRestart::SharedSecret);
+    }
+    if r.volumes != w.volumes {
+        needs.push(NeedsRestart::Volumes);
+    }
+    if r.nodes != w.nodes {
+        needs.push(NeedsRestart::Nodes);
+    }
+    if r.quorum != w.quorum {
+        needs.push(NeedsRestart::Quorum);
+    }
+    needs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cfg(name: &str, extra: &str) -> ResourceConfig {
+        let text = format!(
+            "[resource]\nname = \"{name}\"\nshared-secret = \"s\"\n{extra}\n\
+             [[volume]]\nnumber = 0\nsize = \"4M\"\n\
+             [[node]]\nname = \"a\"\nnode-id = 0\naddress = \"127.0.0.1:7000\"\n\
+             [[node.volume]]\nnumber = 0\ndisk = \"/tmp/a.img\"\n\
+             [[node]]\nname = \"b\"\nnode-id = 1\naddress = \"127.0.0.2:7000\"\n\
+             [[node.volume]]\nnumber = 0\ndisk = \"/tmp/b.img\"\n"
+        );
+        tandem_config::parse(&text, Path::new("/etc/tandem/x.toml")).expect("valid")
+    }
+
+    #[test]
+    fn new_resources_start_and_unchanged_ones_stay() {
+        let r0 = cfg("r0", "");
+        let wanted = [cfg("r0", ""), cfg("r1", "")];
+        let p = plan(&[&r0], &[], &wanted);
+        assert_eq!(p.add.len(), 1);
+        assert_eq!(p.add[0].name, "r1");
+        assert_eq!(p.unchanged, 1);
+        assert!(p.retune.is_empty() && p.restart.is_empty());
+        assert!(plan(&[&r0], &[], &[cfg("r0", "")]).is_empty());
+    }
+
+    #[test]
+    fn net_settings_and_policies_are_retuned_the_rest_needs_a_restart() {
+        let r0 = cfg("r0", "");
+        let p = plan(
+            &[&r0],
+            &[],
+            &[cfg("r0", "[net]\nping-timeout = \"700ms\"\n")],
+        );
+        assert_eq!(p.retune.len(), 1, "{p:?}");
+        let p = plan(
+            &[&r0],
+            &[],
+            &[cfg("r0", "after-sb-0pri = \"discard-zero-changes\"\n")],
+        );
+        assert_eq!(p.retune.len(), 1, "{p:?}");
+        let p = plan(
+            &[&r0],
+            &[],
+            &[cfg(
+                "r0",
+                "protocol = \"B\"\n[net]\nping-timeout = \"700ms\"\n",
+            )],
+        );
+        assert!(p.retune.is_empty(), "a change is taken whole or not at all");
+        assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Protocol])]);
+        let p = plan(&[&r0], &[], &[cfg("r0", "quorum = \"majority\"\n")]);
+        assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Quorum])]);
+    }
+
+    #[test]
+    fn a_removed_resource_is_named_and_an_idle_one_is_left_alone() {
+        let r0 = cfg("r0", "");
+        let r1 = cfg("r1", "");
+        let p = plan(&[&r0, &r1], &[], &[cfg("r0", "")]);
+        assert_eq!(p.restart, vec![("r1".into(), vec![NeedsRestart::Removed])]);
+        let p = plan(&[&r0], &["r1"], &[cfg("r0", ""), cfg("r1", "")]);
+        assert!(p.is_empty(), "{p:?}");
+    }
+}
