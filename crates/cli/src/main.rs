@@ -334,7 +334,7 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("tandem: error: {e:#}");
+        eprintln!("tandem: error: {}", tandem_daemon::error_chain(&e));
         std::process::exit(1);
     }
 }

@@ -20,3 +20,44 @@ mod serve_core;
 mod worker;
 
 pub use serve::{ExportConfig, ListenAddr, ServeConfig};
+
+/// An error and its causes on one line, `context: cause: cause`, as `{:#}` prints it but
+/// without a cause whose text is already there: many errors put their source in their own
+/// message (`{path}: {source}`), so `{:#}` would name the OS error twice.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out += ": ";
+        }
+        out += &text;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let storage = tandem_storage::StorageError::Io {
+            path: "/srv/r0.img".into(),
+            source: io,
+        };
+        let e = anyhow::Error::new(storage).context("volume 0");
+        assert_eq!(
+            format!("{e:#}").matches("os error 2").count(),
+            2,
+            "the case this is for"
+        );
+        let line = super::error_chain(&e);
+        assert_eq!(
+            line,
+            "volume 0: /srv/r0.img: No such file or directory (os error 2)"
+        );
+    }
+}

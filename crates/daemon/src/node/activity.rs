@@ -221,7 +221,7 @@ impl NodeReactor {
                 Ok(None) => break,
                 Err(e) => {
                     error!(resource = %rc.cfg.name, volume = v,
-                        "activity-log transaction on {} failed: {e:#}; the writes waiting for it fail and the replica detaches", meta.describe());
+                        "activity-log transaction on {} failed: {}; the writes waiting for it fail and the replica detaches", meta.describe(), crate::error_chain(&e));
                     rc.meta_failed = MetaFailed::Untold;
                     let (failed, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut rc.al_waiting)
                         .into_iter()
@@ -327,7 +327,7 @@ impl NodeReactor {
                     };
                     if let Err(e) = m.sync_done(mark) {
                         error!(resource = %rc.cfg.name, volume = v,
-                            "writing the unsynced map of {} failed: {e:#}; the replicas of this resource detach", m.describe());
+                            "writing the unsynced map of {} failed: {}; the replicas of this resource detach", m.describe(), crate::error_chain(&e));
                         if rc.meta_failed == MetaFailed::No {
                             rc.meta_failed = MetaFailed::Untold;
                         }
@@ -484,7 +484,7 @@ impl NodeReactor {
             let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
             if let Err(e) = m.set_state(consistent, primary, gen, writer, bitmap_gi) {
                 error!(resource = %rc.cfg.name, volume = v,
-                    "writing the metadata of {} failed: {e:#}; the replicas of this resource detach", m.describe());
+                    "writing the metadata of {} failed: {}; the replicas of this resource detach", m.describe(), crate::error_chain(&e));
                 if rc.meta_failed == MetaFailed::No {
                     rc.meta_failed = MetaFailed::Untold;
                 }

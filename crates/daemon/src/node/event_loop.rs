@@ -149,10 +149,10 @@ impl NodeReactor {
                     }
                     Err(e) if matches!(e.downcast_ref(), Some(NotQuiet::Unsettled(_))) => {
                         info!(resource = %r.cfg.name, volume = v,
-                        "metadata of {}: not marked clean ({e:#}); left as after a crash: the next start pulls what the activity log names, unless it meets the same Primary run again", m.describe())
+                        "metadata of {}: not marked clean ({}); left as after a crash: the next start pulls what the activity log names, unless it meets the same Primary run again", m.describe(), crate::error_chain(&e))
                     }
                     Err(e) => warn!(resource = %r.cfg.name, volume = v,
-                        "metadata of {}: not marked clean ({e:#}); the next start treats it as after a crash (a consistent replica pulls what its activity log names)", m.describe()),
+                        "metadata of {}: not marked clean ({}); the next start treats it as after a crash (a consistent replica pulls what its activity log names)", m.describe(), crate::error_chain(&e)),
                 }
             }
         }

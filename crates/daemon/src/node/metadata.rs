@@ -514,6 +514,23 @@ fn open_backing(disk: &Path, size: Option<u64>) -> Result<Backing> {
     })?)
 }
 
+/// The backing store of a replica whose node must be stopped: locked, it is in use by
+/// the node (`hint` says what to do); any other error names the file once, as it is.
+fn open_stopped(disk: &Path, hint: &str) -> Result<Backing> {
+    let options = OpenOptions {
+        path: PathBuf::from(disk),
+        size: None,
+        direct: false,
+        read_only: false,
+    };
+    match Backing::open(&options) {
+        Err(e @ tandem_storage::StorageError::Locked { .. }) => {
+            bail!("{e}: is its node running? {hint}")
+        }
+        r => Ok(r?),
+    }
+}
+
 impl VolumeMeta {
     /// `map`: the unsynced map as read (empty for new metadata: then all zeroes).
     fn new(store: MetaStore<Target>, al: ActivityLog, map: Vec<u64>) -> VolumeMeta {
@@ -838,12 +855,10 @@ pub fn dump_md(
 pub fn invalidate(config_dir: &Path, resource: &str, node: &str, volume: u16) -> Result<String> {
     let (cfg, v, _, disk, meta, _) = replica_of(config_dir, resource, node, volume)?;
     // The lock a running node holds on its backing store: never under a running node.
-    let backing = open_backing(&disk, None).with_context(|| {
-        format!(
-            "{} (is the node running? stop it first: a running replica is not thrown away under it)",
-            disk.display()
-        )
-    })?;
+    let backing = open_stopped(
+        &disk,
+        "stop it first: a running replica is not thrown away under it",
+    )?;
     let (_, locate) = placement_of(&meta, cfg.volumes[v].size);
     let target = match &meta {
         MetaDisk::Internal => Target::Internal(BackingTarget::new(Arc::new(backing))),
@@ -888,8 +903,7 @@ pub fn create_md(
     let vc = &cfg.volumes[v];
     let g = geometry(&cfg, v, me, al);
     // The lock a running node holds on its backing store: never under a running node.
-    let backing = open_backing(&disk, None)
-        .with_context(|| format!("{} (is the node running?)", disk.display()))?;
+    let backing = open_stopped(&disk, "stop it first")?;
     let (placement, locate) = placement_of(&meta, vc.size);
     let target = match &meta {
         MetaDisk::Internal => {

@@ -214,7 +214,7 @@ impl NodeReactor {
         let attached = match attach(&cfg, &my, self.activity_log) {
             Ok(a) => a,
             Err(e) => {
-                let why = format!("{e:#}");
+                let why = crate::error_chain(&e);
                 error!(resource = %cfg.name, node = %my.name, "not attached: {why}");
                 self.not_attached.push(NotAttached {
                     name: cfg.name.clone(),
