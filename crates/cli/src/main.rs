@@ -4,9 +4,9 @@ mod admin;
 mod check;
 mod size;
 
-use anyhow::{bail, Result};
-use clap::{Parser, Subcommand};
-use std::io::IsTerminal;
+use anyhow::{bail, Context, Result};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tandem_daemon::control_api::Request;
@@ -48,7 +48,7 @@ enum Cmd {
         /// Only what exists now, then exit.
         #[arg(long)]
         now: bool,
-        /// One JSON object per line.
+        /// One JSON object per line (the daemon's own lines, as they come).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -56,7 +56,9 @@ enum Cmd {
     },
     /// Show resources, roles, disks and peers (like `drbdadm status`).
     Status {
+        /// Only this resource (default: every resource of the node).
         resource: Option<String>,
+        /// The whole status as JSON, for scripts (every field the daemon reports).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -64,6 +66,7 @@ enum Cmd {
     },
     /// Make this node Primary for a resource.
     Primary {
+        /// The resource (its name in the resource files).
         resource: String,
         /// Declare this node's replicas up to date first (choose the sync source).
         #[arg(long)]
@@ -73,6 +76,7 @@ enum Cmd {
     },
     /// Make this node Secondary for a resource (refused while NBD clients are attached).
     Secondary {
+        /// The resource (its name in the resource files).
         resource: String,
         /// Even with NBD clients attached: their requests in flight and later ones fail
         /// with EIO.
@@ -82,8 +86,13 @@ enum Cmd {
         control: ControlArg,
     },
     /// (Re)connect to a peer, or to all peers.
+    ///
+    /// Ends StandAlone (after `tandem disconnect` or `down`) and a split brain that stopped
+    /// the connection, and dials at once.
     Connect {
+        /// The resource (its name in the resource files).
         resource: String,
+        /// Only this peer (its node name in the resource file); default: every peer.
         peer: Option<String>,
         /// The next split brain found with the peer (every peer, without one) discards
         /// this node's changes: they are pulled back from the peer (DRBD's
@@ -94,14 +103,40 @@ enum Cmd {
         control: ControlArg,
     },
     /// Disconnect from a peer, or from all peers, and stay StandAlone.
+    ///
+    /// Until `tandem connect` (or `up`); the peer is not dialed and its dials are refused.
+    /// Writes meanwhile are marked out of sync and resynced when it is connected again.
     Disconnect {
+        /// The resource (its name in the resource files).
         resource: String,
+        /// Only this peer (its node name in the resource file); default: every peer.
         peer: Option<String>,
         #[command(flatten)]
         control: ControlArg,
     },
-    /// Connect a resource to all its peers.
+    /// Connect a resource to all its peers (`tandem connect RESOURCE`).
+    ///
+    /// Every resource that names this node runs from the node's start to its stop: unlike
+    /// `drbdadm up`, this attaches nothing and starts nothing. It ends StandAlone towards
+    /// every peer (after `tandem down` or `disconnect`) and a split brain that stopped a
+    /// connection, and dials them at once. A resource whose replica could not be attached
+    /// at start stays down: fix it and restart the node.
     Up {
+        /// The resource (its name in the resource files).
+        resource: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Disconnect a resource from all its peers (`tandem disconnect RESOURCE`).
+    ///
+    /// Unlike `drbdadm down`, the resource stays on this node: its replica stays attached,
+    /// its NBD export keeps serving and its role is kept; only its connections go, and
+    /// it stays StandAlone (no dials out, dials in refused) until `tandem up` or `connect`.
+    /// Writes meanwhile are marked out of sync for the peers and resynced when they are
+    /// connected again. To take a resource off this node, stop the node (`tandem node`
+    /// serves every resource that names it).
+    Down {
+        /// The resource (its name in the resource files).
         resource: String,
         #[command(flatten)]
         control: ControlArg,
@@ -116,6 +151,7 @@ enum Cmd {
     CreateMd {
         #[command(flatten)]
         replica: ReplicaArg,
+        /// Over metadata that is there, valid or not.
         #[arg(long)]
         force: bool,
     },
@@ -123,11 +159,13 @@ enum Cmd {
     /// node (through its control socket), or, with `--name`, one whose node is stopped (its
     /// next start resyncs it; it serves nothing before).
     Invalidate {
+        /// The resource (its name in the resource files).
         resource: String,
         /// The stopped node whose replica it is (without it: the running node's, through
         /// `--control`).
         #[arg(long)]
         name: Option<String>,
+        /// The volume's number in the resource file.
         #[arg(long, default_value_t = 0)]
         volume: u16,
         /// Directory holding one TOML file per resource (with `--name`).
@@ -145,21 +183,35 @@ enum Cmd {
         #[command(flatten)]
         control: ControlArg,
     },
-    /// Disconnect a resource from all its peers.
-    Down {
-        resource: String,
-        #[command(flatten)]
-        control: ControlArg,
+    /// Print a shell completion script to stdout.
+    ///
+    /// bash: `tandem completions bash > /etc/bash_completion.d/tandem`;
+    /// zsh: `tandem completions zsh > "${fpath[1]}/_tandem"`;
+    /// fish: `tandem completions fish > ~/.config/fish/completions/tandem.fish`.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to stdout, or write one per command into a directory.
+    ///
+    /// `tandem man | man -l -`, or `tandem man --dir /usr/local/share/man/man1` for
+    /// tandem.1 and a tandem-COMMAND.1 for each command.
+    Man {
+        /// Write tandem.1 and tandem-COMMAND.1 for every command here instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
 /// One node's replica of one volume, found through the resource files.
 #[derive(clap::Args)]
 struct ReplicaArg {
+    /// The resource (its name in the resource files).
     resource: String,
     /// The node whose replica it is.
     #[arg(long)]
     name: String,
+    /// The volume's number in the resource file.
     #[arg(long, default_value_t = 0)]
     volume: u16,
     /// Directory holding one TOML file per resource.
@@ -332,10 +384,29 @@ fn main() {
         Cmd::Down { resource, control } => {
             admin::verb(&control.control, Request::Down { resource })
         }
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "tandem", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { dir } => man(dir.as_deref()),
     };
     if let Err(e) = result {
         eprintln!("tandem: error: {}", tandem_daemon::error_chain(&e));
         std::process::exit(1);
+    }
+}
+
+/// `tandem man`: the top page to stdout, or every command's page into `dir`.
+fn man(dir: Option<&std::path::Path>) -> Result<()> {
+    let cmd = Cli::command();
+    match dir {
+        Some(dir) => clap_mangen::generate_to(cmd, dir)
+            .with_context(|| format!("writing the manual pages into {}", dir.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            Ok(out.flush()?)
+        }
     }
 }
 
@@ -380,4 +451,44 @@ fn serve(args: ServeArgs) -> Result<()> {
         disk_threads: args.disk_threads,
         busy_poll: args.busy_poll.window(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command and every argument of every command says what it is: one added
+    /// without a doc comment fails here.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        if cmd.get_about().is_none() {
+            out.push(format!("command `{path}`"));
+        }
+        for arg in cmd.get_arguments() {
+            let help = arg.get_help().or(arg.get_long_help());
+            if help.is_none_or(|h| h.to_string().trim().is_empty()) {
+                out.push(format!("`{path}` argument {}", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            undocumented(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_has_help() {
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        undocumented(&cmd, "tandem", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+        // The walk sees the subcommands' own arguments (flattened ones included).
+        let status = cmd.find_subcommand("status").unwrap();
+        let ids: Vec<_> = status
+            .get_arguments()
+            .map(|a| a.get_id().as_str())
+            .collect();
+        for id in ["resource", "json", "control"] {
+            assert!(ids.contains(&id), "{ids:?}");
+        }
+    }
 }
