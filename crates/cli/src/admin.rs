@@ -38,11 +38,26 @@ fn request(control: &Path, req: &Request) -> Result<Answer> {
     Ok(answer)
 }
 
+/// What `tandem events` prints.
+pub struct EventsOptions {
+    /// Only the dump, then exit.
+    pub now: bool,
+    pub json: bool,
+    /// Each line prefixed with the time it arrived (`"time"` in JSON).
+    pub timestamps: bool,
+    /// The node adds its counters to the lines (`EventLine::statistics`).
+    pub statistics: bool,
+}
+
 /// `tandem events`: the node's stream, printed line by line as it comes (flushed, so a
 /// pipe sees each change at once) until the node closes it.
-pub fn events(control: &Path, now: bool, json: bool) -> Result<()> {
+pub fn events(control: &Path, o: EventsOptions) -> Result<()> {
     let mut s = connect(control)?;
-    let line = serde_json::to_string(&Request::Events { now })?;
+    let req = Request::Events {
+        now: o.now,
+        statistics: o.statistics,
+    };
+    let line = serde_json::to_string(&req)?;
     s.write_all(format!("{line}\n").as_bytes())?;
     let mut out = std::io::stdout().lock();
     for line in BufReader::new(&s).lines() {
@@ -55,14 +70,23 @@ pub fn events(control: &Path, now: bool, json: bool) -> Result<()> {
         }
         let event: EventLine = serde_json::from_str(&line)
             .with_context(|| format!("an events line we do not understand: {line}"))?;
-        if json {
-            writeln!(out, "{line}")?;
-        } else {
-            writeln!(out, "{}", event.text())?;
+        let time = o.timestamps.then(crate::time::now_iso8601);
+        match (o.json, time) {
+            (true, None) => writeln!(out, "{line}")?,
+            // The daemon's object with "time" first (its keys keep their order).
+            (true, Some(t)) => match line.strip_prefix('{') {
+                Some(rest) if rest.trim_start().starts_with('}') => {
+                    writeln!(out, "{{\"time\":\"{t}\"{rest}")?
+                }
+                Some(rest) => writeln!(out, "{{\"time\":\"{t}\",{rest}")?,
+                None => bail!("an events line that is not a JSON object: {line}"),
+            },
+            (false, None) => writeln!(out, "{}", event.text())?,
+            (false, Some(t)) => writeln!(out, "{t} {}", event.text())?,
         }
         out.flush()?;
     }
-    if !now {
+    if !o.now {
         bail!("the node closed the events stream (it stopped, or this watcher fell behind)");
     }
     Ok(())

@@ -3,6 +3,7 @@
 mod admin;
 mod check;
 mod size;
+mod time;
 
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
@@ -51,6 +52,16 @@ enum Cmd {
         /// One JSON object per line (the daemon's own lines, as they come).
         #[arg(long)]
         json: bool,
+        /// Prefix each line with the time it arrived (ISO 8601, local time with
+        /// microseconds and the UTC offset, as drbdsetup events2 does); with --json, a
+        /// "time" field.
+        #[arg(long)]
+        timestamps: bool,
+        /// Add the counters the node measures (device: size, upper-pending; connection:
+        /// pending; peer device: out-of-sync, and while it resyncs done, dbdt1, eta), and a
+        /// line when only they changed (at most one a second per resource).
+        #[arg(long)]
+        statistics: bool,
         #[command(flatten)]
         control: ControlArg,
     },
@@ -322,7 +333,21 @@ fn main() {
             activity_log: !a.unsafe_no_activity_log,
         }),
         Cmd::Check { config_dir, name } => check::check(&config_dir, name.as_deref()),
-        Cmd::Events { now, json, control } => admin::events(&control.control, now, json),
+        Cmd::Events {
+            now,
+            json,
+            timestamps,
+            statistics,
+            control,
+        } => admin::events(
+            &control.control,
+            admin::EventsOptions {
+                now,
+                json,
+                timestamps,
+                statistics,
+            },
+        ),
         Cmd::Status {
             resource,
             json,

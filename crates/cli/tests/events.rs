@@ -139,3 +139,120 @@ fn events_show_what_exists_then_each_change_as_it_happens() {
     // watchers).
     c.node("alpha").daemon.admin(&["status"]).expect_success();
 }
+
+/// `2026-11-27T04:00:00.123456+00:00`: drbdsetup events2's `--timestamps` (local time,
+/// microseconds, the UTC offset).
+#[track_caller]
+fn assert_timestamp(t: &str, line: &str) {
+    let shape = "dddd-dd-ddTdd:dd:dd.dddddd+dd:dd";
+    let ok = t.len() == shape.len()
+        && t.chars().zip(shape.chars()).all(|(c, s)| match s {
+            'd' => c.is_ascii_digit(),
+            '+' => c == '+' || c == '-',
+            _ => c == s,
+        });
+    assert!(ok, "{t:?} is not a timestamp like {shape}: {line}");
+}
+
+/// The line's statistic `key` (`key:value`), if it has it.
+fn stat<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split(' ')
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix(':'))
+}
+
+/// `--timestamps` puts the arrival time before each line (a `"time"` field first in JSON);
+/// `--statistics` adds the counters status has (device size and writes in flight, a
+/// connection's unacknowledged writes, a peer device's out-of-sync) to every line, and a
+/// `change` line when only they changed (writes while the peer is away). A watcher
+/// without them sees the lines as before: no time, no counters, no line for counters.
+#[test]
+fn events_with_timestamps_and_statistics() {
+    const TEST: &str = "events::events_with_timestamps_and_statistics";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    c.wait_connected();
+    let (mut w1, rx1) = watch(&c, "alpha", &["--timestamps", "--statistics"]);
+    let (mut w2, rx2) = watch(&c, "alpha", &["--json", "--timestamps", "--statistics"]);
+    let (mut w3, rx3) = watch(&c, "alpha", &[]);
+    let (mut seen1, mut seen2, mut seen3) = (Vec::new(), Vec::new(), Vec::new());
+    let size_kib = (c.sizes[0] / 1024).to_string();
+
+    let device = expect_line(
+        &rx1,
+        " exists device name:r0 volume:0 disk:UpToDate",
+        &mut seen1,
+    );
+    let (time, rest) = device.split_once(' ').unwrap();
+    assert_timestamp(time, &device);
+    assert_eq!(stat(rest, "size"), Some(size_kib.as_str()), "{device}");
+    assert_eq!(stat(rest, "upper-pending"), Some("0"), "{device}");
+    let conn = expect_line(&rx1, " exists connection name:r0", &mut seen1);
+    assert_eq!(stat(&conn, "pending"), Some("0"), "{conn}");
+    let pd = expect_line(&rx1, " exists peer-device name:r0", &mut seen1);
+    assert!(
+        pd.ends_with("replication:Established peer-disk:UpToDate out-of-sync:0"),
+        "{pd}"
+    );
+    let end = expect_line(&rx1, "exists -", &mut seen1);
+    let (time, rest) = end.split_once(' ').unwrap();
+    assert_timestamp(time, &end);
+    assert_eq!(rest, "exists -");
+
+    let device = expect_line(&rx2, "\"object\":\"device\"", &mut seen2);
+    assert!(device.starts_with("{\"time\":\""), "{device}");
+    let v: serde_json::Value = serde_json::from_str(&device).unwrap();
+    assert_timestamp(v["time"].as_str().unwrap(), &device);
+    assert_eq!(v["kind"], "exists");
+    assert_eq!(v["statistics"][0], serde_json::json!(["size", size_kib]));
+    let end = expect_line(&rx2, "\"kind\":\"exists\"}", &mut seen2);
+    let v: serde_json::Value = serde_json::from_str(&end).unwrap();
+    assert_timestamp(v["time"].as_str().unwrap(), &end);
+
+    expect_line(&rx3, "exists -", &mut seen3);
+
+    // Beta away, 64 KiB written on alpha: its peer device for beta counts them out of
+    // sync, a change of counters alone.
+    c.node_mut("beta").daemon.kill9();
+    expect_line(&rx1, "connection:Connecting", &mut seen1);
+    let data = random_bytes(7, 64 * 1024);
+    let mut nbd = Nbd::go(Conn::unix(&c.node("alpha").nbd), "r0", false);
+    nbd.write(0, &data);
+    nbd.flush();
+    drop(nbd);
+    let change = expect_line(&rx1, "out-of-sync:64", &mut seen1);
+    assert!(
+        change.contains(" change peer-device name:r0 peer-node-id:1 conn-name:beta volume:0 replication:Off peer-disk:DUnknown out-of-sync:64"),
+        "{change}"
+    );
+    let change = expect_line(&rx2, "[\"out-of-sync\",\"64\"]", &mut seen2);
+    let v: serde_json::Value = serde_json::from_str(&change).unwrap();
+    assert_eq!(v["kind"], "change");
+    // Back: in sync again.
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    expect_line(
+        &rx1,
+        "replication:Established peer-disk:UpToDate out-of-sync:0",
+        &mut seen1,
+    );
+    expect_line(
+        &rx3,
+        "replication:Established peer-disk:UpToDate",
+        &mut seen3,
+    );
+    // The plain watcher saw the states change, never a time or a counter.
+    for l in &seen3 {
+        assert!(l.starts_with("exists ") || l.starts_with("change "), "{l}");
+        for key in ["size", "pending", "upper-pending", "out-of-sync"] {
+            assert!(
+                stat(l, key).is_none(),
+                "{key} in a plain watcher's line: {l}"
+            );
+        }
+    }
+    assert!(seen3.iter().any(|l| l.contains("connection:Connecting")));
+    for w in [&mut w1, &mut w2, &mut w3] {
+        let _ = w.kill();
+        let _ = w.wait();
+    }
+}

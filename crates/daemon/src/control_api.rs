@@ -46,10 +46,14 @@ pub enum Request {
         resource: String,
     },
     /// The events stream (`crate::events`): every object as it exists, an end marker,
-    /// then a line per change; with `now`, only the first two.
+    /// then a line per change; with `now`, only the first two. With `statistics`, the
+    /// lines carry the counters too (`EventLine::statistics`), and a change of those alone
+    /// is a line.
     Events {
         #[serde(default)]
         now: bool,
+        #[serde(default)]
+        statistics: bool,
     },
     /// Read the resource files again and apply what changed (`crate::adjust`).
     Adjust,

@@ -14,6 +14,8 @@ pub struct ControlConn {
     /// The loop watches the socket for room to write: an answer is still queued.
     pub write_interest: bool,
     eof: bool,
+    /// It watches the events stream with the counters (`tandem events --statistics`).
+    pub statistics: bool,
 }
 
 impl ControlConn {
@@ -26,6 +28,7 @@ impl ControlConn {
             dirty: false,
             write_interest: false,
             eof: false,
+            statistics: false,
         }
     }
 

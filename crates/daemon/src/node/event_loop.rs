@@ -460,8 +460,8 @@ impl NodeReactor {
         };
         let lines = c.read_lines();
         for line in lines {
-            if let Ok(Request::Events { now }) = serde_json::from_str(&line) {
-                self.watch_events(k, now);
+            if let Ok(Request::Events { now, statistics }) = serde_json::from_str(&line) {
+                self.watch_events(k, now, statistics);
                 continue;
             }
             let response = self.control_command(&line);

@@ -279,7 +279,7 @@ pub(super) struct NodeReactor {
     /// Resources that may have changed since the last diff, and the lines last sent per
     /// resource name.
     pub(super) events_touched: Vec<usize>,
-    pub(super) events_sent: HashMap<String, Vec<crate::events::EventLine>>,
+    pub(super) events_sent: HashMap<String, crate::events::Sent>,
     /// Where the tick's sweep of resources goes on (`watchers::SWEEP`).
     pub(super) events_sweep: usize,
 }

@@ -3,10 +3,17 @@
 //! only after something touched it (an engine event, a peer connected or lost, an admin
 //! verb, or the tick's sweep), and only while someone watches. A watcher that falls behind by more than
 //! `BACKLOG_MAX` is dropped, with a line in the log: it never holds up I/O or memory.
+//! Watchers that asked for `--statistics` get the counters on every line, and a line for
+//! a change of counters alone, at most every `STATISTICS_EVERY_MS` per resource; the
+//! others get the lines without them, as before.
 
 use super::state::{Entry, NodeReactor};
-use crate::events::{diff, lines, EventLine};
+use crate::events::{diff, lines, statistics_diff, EventLine, Sent};
 use tracing::warn;
+
+/// A resource's counters alone change a line at most this often (writes in flight and
+/// out-of-sync move with every write).
+const STATISTICS_EVERY_MS: u64 = 1000;
 
 /// Bytes queued for one watcher before it is dropped.
 const BACKLOG_MAX: usize = 4 << 20;
@@ -38,8 +45,9 @@ impl NodeReactor {
         self.events_sweep = (self.events_sweep + SWEEP) % n;
     }
 
-    /// Control connection `k` asked for the events stream.
-    pub(super) fn watch_events(&mut self, k: usize, now: bool) {
+    /// Control connection `k` asked for the events stream (with the counters if
+    /// `statistics`).
+    pub(super) fn watch_events(&mut self, k: usize, now: bool, statistics: bool) {
         // Earlier watchers first get what changed up to here.
         self.send_events();
         let mut dump = Vec::new();
@@ -49,11 +57,16 @@ impl NodeReactor {
             dump.extend(ls.iter().cloned());
             sent.push((status.name, ls));
         }
+        let now_ms = self.now_ms();
         let Some(Entry::Control(c)) = self.entries.get_mut(k) else {
             return;
         };
+        c.statistics = statistics;
         for l in &dump {
-            c.queue_json(l);
+            match statistics {
+                true => c.queue_json(l),
+                false => c.queue_json(&l.without_statistics()),
+            }
         }
         c.queue_json(&EventLine::end_of_dump());
         if now {
@@ -61,9 +74,27 @@ impl NodeReactor {
             return;
         }
         if self.watchers.is_empty() {
-            self.events_sent = sent.into_iter().collect();
+            self.events_sent = (sent.into_iter())
+                .map(|(name, lines)| {
+                    let statistics_ms = now_ms;
+                    (
+                        name,
+                        Sent {
+                            lines,
+                            statistics_ms,
+                        },
+                    )
+                })
+                .collect();
         }
         self.watchers.push(k);
+    }
+
+    /// Whether any watcher wants the counters.
+    fn statistics_watched(&self) -> bool {
+        self.watchers
+            .iter()
+            .any(|&k| matches!(self.entries.get(k), Some(Entry::Control(c)) if c.statistics))
     }
 
     /// The changes of every touched resource, to every watcher.
@@ -72,16 +103,26 @@ impl NodeReactor {
         if self.watchers.is_empty() {
             return;
         }
-        let mut changes = Vec::new();
+        let watched = self.statistics_watched();
+        let now_ms = self.now_ms();
+        // Each line, and whether it is a change of counters alone (for `--statistics`).
+        let mut changes: Vec<(EventLine, bool)> = Vec::new();
         for r in touched {
             let name = self.res[r].cfg.name.clone();
             let Some(status) = self.status(Some(&name)).into_iter().next() else {
                 continue;
             };
-            let now = lines(&status);
-            let before = self.events_sent.remove(&name).unwrap_or_default();
-            changes.extend(diff(&before, &now));
-            self.events_sent.insert(name, now);
+            let mut now = lines(&status);
+            let mut sent = self.events_sent.remove(&name).unwrap_or_default();
+            changes.extend(diff(&sent.lines, &now).into_iter().map(|l| (l, false)));
+            let due = watched && now_ms >= sent.statistics_ms + STATISTICS_EVERY_MS;
+            let counters = statistics_diff(&sent.lines, &mut now, due);
+            if !counters.is_empty() {
+                sent.statistics_ms = now_ms;
+            }
+            changes.extend(counters.into_iter().map(|l| (l, true)));
+            sent.lines = now;
+            self.events_sent.insert(name, sent);
         }
         if changes.is_empty() {
             return;
@@ -90,8 +131,12 @@ impl NodeReactor {
             let Some(Entry::Control(c)) = self.entries.get_mut(k) else {
                 continue;
             };
-            for l in &changes {
-                c.queue_json(l);
+            for (l, counters_alone) in &changes {
+                match (c.statistics, counters_alone) {
+                    (true, _) => c.queue_json(l),
+                    (false, false) => c.queue_json(&l.without_statistics()),
+                    (false, true) => {}
+                }
             }
             if c.backlog() > BACKLOG_MAX {
                 warn!(
