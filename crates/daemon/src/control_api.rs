@@ -52,7 +52,8 @@ pub enum Request {
     Events {
         #[serde(default)]
         now: bool,
-        #[serde(default)]
+        /// Left out when false, so a daemon older than it still answers.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         statistics: bool,
     },
     /// Read the resource files again and apply what changed (`crate::adjust`).
@@ -318,6 +319,17 @@ mod tests {
         assert_eq!(back, r);
         let s: Request = serde_json::from_str(r#"{"cmd":"status","resource":null}"#).unwrap();
         assert_eq!(s, Request::Status { resource: None });
+        let events = |statistics| Request::Events {
+            now: false,
+            statistics,
+        };
+        let plain = serde_json::to_string(&events(false)).unwrap();
+        assert_eq!(plain, r#"{"cmd":"events","now":false}"#);
+        let with = serde_json::to_string(&events(true)).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Request>(&with).unwrap(),
+            events(true)
+        );
     }
 
     #[test]
