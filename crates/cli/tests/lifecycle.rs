@@ -633,6 +633,111 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
     );
 }
 
+/// Two resources of a pair of nodes on one replication address per node (issue 16: one
+/// port for all resources): r1, added with `tandem adjust` at the address r0 uses, starts
+/// and connects; after beta restarts, both connections are routed by the resource their
+/// `Hello` names, and r1's data reaches beta's replica. A caller asking for a resource the
+/// address does not serve is told so (an `Error` naming both), one that sends garbage is
+/// let go, and the node goes on.
+#[test]
+fn resources_share_one_replication_address() {
+    use common::cluster::{no_tweak, Cluster, ALPHA, BETA};
+    use std::io::{Read, Write};
+    const TEST: &str = "lifecycle::resources_share_one_replication_address";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA], &no_tweak);
+    c.wait_connected();
+    for n in ["alpha", "beta"] {
+        let dir = c.node(n).daemon.config_dir.clone();
+        let r0 = fs::read_to_string(dir.join("r0.toml")).unwrap();
+        let r1 = r0
+            .replace("name = \"r0\"", "name = \"r1\"")
+            .replace("r0.img", "r1.img")
+            .replace("nbd.sock", "nbd-r1.sock");
+        fs::write(dir.join("r1.toml"), r1).unwrap();
+        let run = c.node(n).daemon.admin(&["adjust"]);
+        assert!(run.stdout.contains("r1: started"), "{}", run.describe());
+    }
+    let established = |c: &Cluster, res: &str| {
+        let st = c.node("alpha").daemon.admin(&["status", res, "--json"]);
+        st.success() && st.stdout.contains("Established") && !st.stdout.contains("Inconsistent")
+    };
+    let both = |c: &Cluster| established(c, "r0") && established(c, "r1");
+    assert!(
+        wait_until(Duration::from_secs(20), || both(&c)),
+        "not both connected on one address: {}",
+        c.node("alpha").daemon.admin(&["status"]).describe()
+    );
+    assert!(c
+        .node("alpha")
+        .daemon
+        .log()
+        .contains("sharing the replication address"));
+
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(20));
+    beta.daemon.restart();
+    beta.daemon.wait_ready(Duration::from_secs(20));
+    assert!(
+        wait_until(Duration::from_secs(20), || both(&c)),
+        "not both reconnected through the shared address: {}",
+        c.node("alpha").daemon.admin(&["status"]).describe()
+    );
+    let sock = c.node("alpha").nbd.with_file_name("nbd-r1.sock");
+    let mut nbd = Nbd::go(Conn::unix(&sock), "r1", false);
+    let data = random_bytes(51, 1 << 20);
+    nbd.write(8 << 20, &data);
+    nbd.flush();
+    drop(nbd);
+    let beta_r1 = c.node("beta").disk.with_file_name("r1.img");
+    assert!(
+        wait_until(Duration::from_secs(20), || read_at(
+            &beta_r1,
+            8 << 20,
+            data.len()
+        ) == data),
+        "r1's write did not reach beta's replica"
+    );
+
+    let addr = c.node("alpha").address.clone();
+    let cfg = tandem_wire::HandshakeConfig {
+        me: 1,
+        resource: "r9".into(),
+        secret: b"x".to_vec(),
+        allowed_peers: vec![0],
+        expect: None,
+        features: 0,
+        standalone_towards: Vec::new(),
+    };
+    let mut hello = Vec::new();
+    let _ = tandem_wire::PeerHandshake::new(cfg, [3; 32], &mut hello);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&hello).unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    match tandem_wire::decode(&reply) {
+        Ok(tandem_wire::Decoded::Packet(tandem_wire::Packet::Error { code, message }, _)) => {
+            assert_eq!(code, tandem_wire::handshake::ERR_RESOURCE, "{message}");
+            assert!(
+                message.contains("\"r9\"") && message.contains("r0, r1"),
+                "{message}"
+            );
+        }
+        other => panic!("not an Error packet: {other:?} ({} bytes)", reply.len()),
+    }
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    c.assert_running(&["alpha", "beta"]);
+    assert!(
+        both(&c),
+        "{}",
+        c.node("alpha").daemon.admin(&["status"]).describe()
+    );
+}
+
 /// Under systemd (`Type=notify`, contrib/systemd/tandem@.service), the node says READY=1
 /// once it listens, so that units ordered after it find the control socket and the NBD
 /// sockets there, and STOPPING=1 as it begins a clean stop.

@@ -145,7 +145,10 @@ fn man_prints_a_manual_page() {
         assert!(man.stdout.contains(command), "{command}: {}", man.stdout);
     }
     if find_tool("groff").is_none() {
-        skip("usage::man_prints_a_manual_page (groff check)", "groff not installed");
+        skip(
+            "usage::man_prints_a_manual_page (groff check)",
+            "groff not installed",
+        );
     } else {
         let dir = TestDir::new("usage::man_prints_a_manual_page");
         let page = dir.join("tandem.1");

@@ -52,6 +52,49 @@ const MAX_ERROR_MESSAGE: usize = 1024;
 /// resource name). Longer frames are refused from their header, before their body is buffered.
 pub const MAX_HANDSHAKE_BODY: u32 = (2 + 2 + 8 + 1 + 2 + MAX_STRING + CHALLENGE_LEN) as u32;
 
+/// On a port several resources share, the resource a caller asks for: the one its first
+/// frame, a `Hello`, names. `Ok(None)` while that frame is not whole in `input` (the
+/// bytes are peeked, not taken: the handshake of that resource then reads them). A first
+/// frame that is not a `Hello`, or too large for one, is a protocol error.
+pub fn hello_resource(input: &[u8]) -> Result<Option<String>, ProtocolError> {
+    let Some(hdr) = input.get(..HEADER_LEN) else {
+        return Ok(None);
+    };
+    let magic = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+    if magic != MAGIC {
+        return Err(ProtocolError::Wire(WireError::BadMagic(magic)));
+    }
+    let kind = u16::from_be_bytes([hdr[4], hdr[5]]);
+    let len = u32::from_be_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
+    if len > MAX_HANDSHAKE_BODY {
+        return Err(ProtocolError::FrameTooLarge { kind, len });
+    }
+    let Some(frame) = input.get(..HEADER_LEN + len as usize) else {
+        return Ok(None);
+    };
+    match decode(frame)? {
+        Decoded::Packet(Packet::Hello { resource, .. }, _) => Ok(Some(resource.to_owned())),
+        Decoded::Packet(p, _) => Err(ProtocolError::Unexpected {
+            expected: "Hello",
+            got: packet_name(&p),
+        }),
+        Decoded::NeedMore(_) => Ok(None),
+    }
+}
+
+/// The `Error` packet refusing a caller on a shared port before any handshake began (no
+/// resource of that name there, or a first frame that is not a `Hello`).
+pub fn refusal(code: u32, message: &str, out: &mut Vec<u8>) {
+    let message = truncate(sanitize(message), MAX_ERROR_MESSAGE);
+    encode(
+        &Packet::Error {
+            code,
+            message: &message,
+        },
+        out,
+    );
+}
+
 /// What one side of a connection needs for the handshake.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HandshakeConfig {
@@ -578,6 +621,41 @@ impl PeerHandshake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_port_finds_the_resource_of_a_whole_hello_only() {
+        let cfg = HandshakeConfig {
+            me: 1,
+            resource: "r7".into(),
+            secret: b"s".to_vec(),
+            allowed_peers: vec![0],
+            expect: None,
+            features: 0,
+            standalone_towards: Vec::new(),
+        };
+        let mut hello = Vec::new();
+        let _ = PeerHandshake::new(cfg, [7; 32], &mut hello);
+        for cut in 0..hello.len() {
+            assert_eq!(hello_resource(&hello[..cut]), Ok(None), "cut at {cut}");
+        }
+        assert_eq!(hello_resource(&hello), Ok(Some("r7".into())));
+        let mut err = Vec::new();
+        refusal(ERR_RESOURCE, "no", &mut err);
+        assert!(matches!(
+            hello_resource(&err),
+            Err(ProtocolError::Unexpected {
+                expected: "Hello",
+                ..
+            })
+        ));
+        assert!(hello_resource(b"GET / HTTP/1.1\r\n\r\n").is_err());
+        let mut huge = hello.clone();
+        huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            hello_resource(&huge),
+            Err(ProtocolError::FrameTooLarge { .. })
+        ));
+    }
 
     #[test]
     fn truncate_respects_char_boundaries() {

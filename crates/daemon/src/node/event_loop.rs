@@ -185,7 +185,8 @@ impl NodeReactor {
             match &mut self.entries[k] {
                 Entry::NbdListener { .. }
                 | Entry::ControlListener(..)
-                | Entry::PeerListener { .. } => {
+                | Entry::PeerListener { .. }
+                | Entry::PeerRouting(_) => {
                     let e = self.entries.remove(k);
                     if let Entry::ControlListener(_, p) = &e {
                         std::fs::remove_file(p).ok();
@@ -249,6 +250,7 @@ impl NodeReactor {
         match e {
             Entry::NbdListener { .. } => self.accept_nbd(k),
             Entry::PeerListener { .. } => self.accept_peer(k),
+            Entry::PeerRouting(_) => self.route_peer(k),
             Entry::ControlListener(..) => self.accept_control(k),
             Entry::Nbd { conn, .. } => {
                 conn.readable = true;
@@ -310,6 +312,7 @@ impl NodeReactor {
             .filter(|(_, e)| match e {
                 Entry::Nbd { conn, .. } => conn.handshake_deadline.is_some_and(|d| d <= now),
                 Entry::Peer(pc) => !pc.dead && pc.deadline.is_some_and(|d| d <= now),
+                Entry::PeerRouting(c) => c.deadline <= now,
                 _ => false,
             })
             .map(|(k, _)| k)
@@ -319,6 +322,11 @@ impl NodeReactor {
                 Some(Entry::Nbd { conn, .. }) => {
                     warn!(client = %conn.name, "NBD handshake not finished in time; closing");
                     conn.dead = true;
+                }
+                Some(Entry::PeerRouting(c)) => {
+                    debug!(peer = %c.addr, "no Hello in time on a shared replication address; closing");
+                    self.remove_entry(k);
+                    continue;
                 }
                 Some(Entry::Peer(pc)) => {
                     pc.dead = true;
@@ -441,6 +449,9 @@ impl NodeReactor {
                 let _ = self.poll.registry().deregister(pc.stream.source());
                 pc.stream.shutdown();
                 self.peer_closed(k, &pc);
+            }
+            Entry::PeerRouting(mut c) => {
+                let _ = self.poll.registry().deregister(&mut c.stream);
             }
             Entry::Control(mut c) => {
                 let _ = self.poll.registry().deregister(&mut c.stream);

@@ -18,6 +18,7 @@ mod peer;
 mod peers;
 mod progress;
 mod reload;
+mod routing;
 mod sd_notify;
 mod setup;
 mod state;

@@ -24,14 +24,21 @@ impl NodeReactor {
             let Some(Entry::PeerListener { res, l }) = self.entries.get(k) else {
                 return;
             };
-            let r = *res;
             let (s, addr) = match l.accept() {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => return warn!("peer accept failed: {e}"),
             };
             let _ = s.set_nodelay(true);
-            self.new_peer_conn(r, Stream::Tcp(s), format!("{addr}"), None);
+            match res[..] {
+                [r] => {
+                    self.new_peer_conn(r, Stream::Tcp(s), format!("{addr}"), None);
+                }
+                _ => {
+                    let res = res.clone();
+                    self.route_peer_later(s, addr, res);
+                }
+            }
         }
     }
 

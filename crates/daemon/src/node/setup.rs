@@ -150,6 +150,7 @@ impl NodeReactor {
             poll,
             entries: Slab::new(),
             nbd_listener_of: HashMap::default(),
+            peer_listener_at: HashMap::default(),
             res: Vec::new(),
             not_attached: Vec::new(),
             slots: Slab::with_capacity(1024),
@@ -205,12 +206,16 @@ impl NodeReactor {
                 nbd.push((bind_nbd(ep)?, vc.number, v));
             }
         }
-        let peers_l = mio::net::TcpListener::bind(my.address).with_context(|| {
-            format!(
-                "resource {}: cannot listen for peers on {}",
-                cfg.name, my.address
-            )
-        })?;
+        // An address another resource of this node listens on already is shared.
+        let peers_l = match self.peer_listener_at.contains_key(&my.address) {
+            true => None,
+            false => Some(mio::net::TcpListener::bind(my.address).with_context(|| {
+                format!(
+                    "resource {}: cannot listen for peers on {}",
+                    cfg.name, my.address
+                )
+            })?),
+        };
         let attached = match attach(&cfg, &my, self.activity_log) {
             Ok(a) => a,
             Err(e) => {
@@ -228,7 +233,16 @@ impl NodeReactor {
         for (l, number, v) in nbd {
             self.register_nbd(&cfg, number, l, (r, v))?;
         }
-        self.register_peer_listener(peers_l, r)?;
+        match peers_l {
+            Some(l) => self.register_peer_listener(l, my.address, r)?,
+            None => {
+                let e = self.peer_listener_at[&my.address];
+                if let Some(Entry::PeerListener { res, .. }) = self.entries.get_mut(e) {
+                    res.push(r);
+                }
+                info!(resource = %cfg.name, "sharing the replication address {} with this node's other resources", my.address);
+            }
+        }
         let peers = peer_slots(&cfg, my.node_id);
         let Attached {
             engine,
@@ -266,13 +280,22 @@ impl NodeReactor {
         Ok(())
     }
 
-    /// The listener for resource `r`'s peers, on this node's replication address.
-    fn register_peer_listener(&mut self, mut pl: mio::net::TcpListener, r: usize) -> Result<()> {
+    /// The listener for resource `r`'s peers, on this node's replication address `at`.
+    fn register_peer_listener(
+        &mut self,
+        mut pl: mio::net::TcpListener,
+        at: std::net::SocketAddr,
+        r: usize,
+    ) -> Result<()> {
         let e = self.entries.vacant_key();
         self.poll
             .registry()
             .register(&mut pl, MioToken(e), Interest::READABLE)?;
-        self.entries.insert(Entry::PeerListener { res: r, l: pl });
+        self.entries.insert(Entry::PeerListener {
+            res: vec![r],
+            l: pl,
+        });
+        self.peer_listener_at.insert(at, e);
         Ok(())
     }
 

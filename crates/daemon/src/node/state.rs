@@ -173,10 +173,14 @@ pub(super) enum Entry {
         vol: usize,
         conn: Box<Conn>,
     },
+    /// A node's replication address: one resource's, or several resources' that share it
+    /// (the caller's `Hello` names the resource, `routing.rs`).
     PeerListener {
-        res: usize,
+        res: Vec<usize>,
         l: mio::net::TcpListener,
     },
+    /// A caller on a shared address whose `Hello` has not come yet.
+    PeerRouting(Box<super::routing::Routing>),
     Peer(Box<PeerConn>),
     ControlListener(mio::net::UnixListener, PathBuf),
     Control(Box<super::control_conn::ControlConn>),
@@ -225,6 +229,8 @@ pub(super) struct NodeReactor {
     pub(super) entries: Slab<Entry>,
     /// Which entry is the NBD listener for (resource, volume).
     pub(super) nbd_listener_of: HashMap<usize, (usize, usize)>,
+    /// The peer listener (its entry) bound on each replication address.
+    pub(super) peer_listener_at: HashMap<std::net::SocketAddr, usize>,
     pub(super) res: Vec<ResCtx>,
     /// Resources of this node whose replicas could not be attached at start.
     pub(super) not_attached: Vec<NotAttached>,
