@@ -788,3 +788,52 @@ fn the_node_tells_systemd_it_is_ready_and_stopping() {
     let n = sock.recv(&mut buf).expect("STOPPING=1");
     assert_eq!(&buf[..n], b"STOPPING=1");
 }
+
+/// Logs are for operators (issue 16): a steady condition is said once, not every second.
+/// Alpha's two peers stay away for 6 s, one dead (kill -9) and one StandAlone towards it
+/// (`tandem disconnect`, so it refuses alpha's every dial): alpha dials each many times,
+/// and its log says each once. Every line of that stretch is read without its timestamp;
+/// none may repeat more than twice, and the whole stretch stays short.
+#[test]
+fn a_steady_condition_is_logged_once() {
+    use common::cluster::{no_tweak, Cluster, ALPHA, BETA, GAMMA};
+    const TEST: &str = "lifecycle::a_steady_condition_is_logged_once";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+    c.node("beta")
+        .daemon
+        .admin(&["disconnect", "r0"])
+        .expect_success();
+    c.node_mut("gamma").daemon.kill9();
+    let before = c.node("alpha").daemon.log().lines().count();
+    thread::sleep(Duration::from_secs(6));
+    let log = c.node("alpha").daemon.log();
+    let stretch: Vec<&str> = log.lines().skip(before).collect();
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    for line in &stretch {
+        // "2026-...Z  INFO message fields": the timestamp off, and connection numbers
+        // ("#12") and ports that change with every attempt.
+        let text = line.split_once(' ').map_or(*line, |(_, rest)| rest);
+        let text: String = text
+            .split(' ')
+            .map(|w| match w.find('#') {
+                Some(i) => &w[..i],
+                None => w,
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        *seen.entry(text).or_default() += 1;
+    }
+    let repeated: Vec<_> = seen.iter().filter(|(_, &n)| n > 2).collect();
+    assert!(
+        repeated.is_empty(),
+        "lines repeated while nothing changed: {repeated:#?}\n{}",
+        stretch.join("\n")
+    );
+    assert!(
+        stretch.len() <= 30,
+        "{} lines in 6 s of a steady state:\n{}",
+        stretch.len(),
+        stretch.join("\n")
+    );
+}
