@@ -197,6 +197,11 @@ pub fn human(resources: &[ResourceStatus]) -> String {
                 );
                 if let Some(r) = &pv.resync {
                     out += &progress(r);
+                    // A resync between that peer and a third node.
+                    let itself = format!("{} (node-id {})", p.name, p.node_id);
+                    if let Some(from) = r.peer.as_ref().filter(|f| **f != itself) {
+                        out += &format!(" from:{from}");
+                    }
                 }
                 out += "\n";
             }

@@ -937,7 +937,9 @@ fn healed_cable_reconnects_within_seconds() {
 /// Resync progress as an operator sees it (issue 14 item 4): beta, thrown away with
 /// `tandem invalidate`, is synced in full from alpha over a cable limited to 200 Mbit/s;
 /// mid-way both ends show how far it is, how fast it goes and how long is left (beta on
-/// its volume, alpha on its peer line for beta), in `status --json` and in words.
+/// its volume, alpha on its peer line for beta), in `status --json` and in words; so does
+/// gamma, the diskless client, which takes no part in that resync (issue 16 item 3: beta
+/// tells its other peers, `Packet::SyncProgress`), naming alpha as the source.
 #[test]
 fn a_resync_shows_its_progress_on_both_ends() {
     const TEST: &str = "netns::a_resync_shows_its_progress_on_both_ends";
@@ -956,9 +958,11 @@ fn a_resync_shows_its_progress_on_both_ends() {
     beta.daemon.restart();
     beta.daemon.wait_ready(READY_TIMEOUT);
     // Rates need two samples a second apart: look once a second has passed mid-resync.
-    let (mut seen_beta, mut seen_alpha) = (None, None);
+    let (mut seen_beta, mut seen_alpha, mut seen_gamma) = (None, None, None);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline && (seen_beta.is_none() || seen_alpha.is_none()) {
+    while Instant::now() < deadline
+        && (seen_beta.is_none() || seen_alpha.is_none() || seen_gamma.is_none())
+    {
         thread::sleep(Duration::from_millis(200));
         let b = c.node("beta").status();
         let v = &arr_of(&b, "volumes")[0];
@@ -967,20 +971,38 @@ fn a_resync_shows_its_progress_on_both_ends() {
                 seen_beta = Some(r.clone());
             }
         }
-        let a = c.node("alpha").status();
-        if let Some(p) = peer_of(&a, "beta") {
-            let pv = &arr_of(p, "volumes")[0];
-            if let Some(r) = pv.get("resync").filter(|r| !matches!(r, Json::Null)) {
-                if num_of(r, "rate_kib_s").is_some_and(|x| x > 0) {
-                    seen_alpha = Some(r.clone());
+        for (who, seen) in [("alpha", &mut seen_alpha), ("gamma", &mut seen_gamma)] {
+            let st = c.node(who).status();
+            if let Some(p) = peer_of(&st, "beta") {
+                let pv = &arr_of(p, "volumes")[0];
+                if let Some(r) = pv.get("resync").filter(|r| !matches!(r, Json::Null)) {
+                    if num_of(r, "rate_kib_s").is_some_and(|x| x > 0) {
+                        *seen = Some(r.clone());
+                    }
                 }
             }
         }
     }
     let words = c.node("beta").daemon.admin(&["status"]);
+    let gamma_words = c.node("gamma").daemon.admin(&["status"]);
     net.limit_to(index_of("beta"), None);
     let total_kib = VOLUME_SIZE / 1024;
-    for (who, r) in [("beta", &seen_beta), ("alpha", &seen_alpha)] {
+    let from = seen_gamma.as_ref().map(|r| str_of(r, "peer").to_string());
+    assert_eq!(
+        from.as_deref(),
+        Some("alpha (node-id 0)"),
+        "gamma names the source: {seen_gamma:?}"
+    );
+    assert!(
+        gamma_words.stdout.contains("from:alpha"),
+        "{}",
+        gamma_words.describe()
+    );
+    for (who, r) in [
+        ("beta", &seen_beta),
+        ("alpha", &seen_alpha),
+        ("gamma", &seen_gamma),
+    ] {
         let r = r
             .as_ref()
             .unwrap_or_else(|| panic!("{who} never showed a resync with a rate"));

@@ -224,7 +224,8 @@ pub struct QuorumStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResyncProgress {
     /// The other end: the source on a target, the target on a source (`None`: a target
-    /// waiting for a source).
+    /// waiting for a source). On the line of a peer that syncs from a third node (as it
+    /// told us: a diskless Primary sees its replicas' resyncs), that source.
     pub peer: Option<String>,
     pub done_kib: u64,
     pub left_kib: u64,

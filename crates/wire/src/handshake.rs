@@ -278,6 +278,7 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::InSync { .. } => "InSync",
         Packet::Primaries { .. } => "Primaries",
         Packet::Leaving => "Leaving",
+        Packet::SyncProgress { .. } => "SyncProgress",
         Packet::VotersBehind { .. } => "VotersBehind",
         Packet::Outdated { .. } => "Outdated",
         Packet::ReadReq { .. } => "ReadReq",

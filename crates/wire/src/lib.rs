@@ -19,6 +19,13 @@ pub use errno::Errno;
 pub use handshake::{Established, HandshakeConfig, HandshakeError, HandshakeStep, PeerHandshake};
 pub use packet::{decode, encode, Decoded, Packet, WireError};
 
+/// Feature bits a node offers in its `Hello`; a session uses those both offered.
+pub mod features {
+    /// `Packet::SyncProgress` may be sent (a node without it would take the unknown
+    /// packet kind for a protocol error).
+    pub const SYNC_PROGRESS: u64 = 1;
+}
+
 /// "TNDM".
 pub const MAGIC: u32 = 0x544e_444d;
 /// Protocol versions this build speaks.

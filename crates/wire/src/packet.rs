@@ -151,6 +151,17 @@ pub enum Packet<'a> {
     /// The sender, a Secondary, stops cleanly: its replicas are Outdated from now on, and
     /// the receiver may drop it from the voters of its quorum (DRBD's last man standing).
     Leaving,
+    /// How far the sender's replica of `volume`, a sync target pulling from node
+    /// `source`, is: `left` bytes to pull, `done` pulled. Status for the receiver's
+    /// operator (a diskless Primary sees the resync of two other nodes); it changes
+    /// nothing in replication. Sent about once a second while syncing, then once with
+    /// `left` 0, and only to peers that negotiated [`crate::features::SYNC_PROGRESS`].
+    SyncProgress {
+        volume: u16,
+        source: u8,
+        left: u64,
+        done: u64,
+    },
     /// The sender's view of one of its volumes; sent after authentication and on changes.
     /// `flags`: [`volume_flags`].
     Volume {
@@ -307,6 +318,7 @@ mod kind {
     pub const LEAVING: u16 = 9;
     pub const VOTERS_BEHIND: u16 = 25;
     pub const OUTDATED: u16 = 26;
+    pub const SYNC_PROGRESS: u16 = 27;
     pub const WRITE: u16 = 10;
     pub const ZERO: u16 = 11;
     pub const RECV_ACK: u16 = 12;
@@ -372,6 +384,7 @@ impl Packet<'_> {
             Packet::Leaving => LEAVING,
             Packet::VotersBehind { .. } => VOTERS_BEHIND,
             Packet::Outdated { .. } => OUTDATED,
+            Packet::SyncProgress { .. } => SYNC_PROGRESS,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
@@ -509,6 +522,17 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u32(nodes);
         }
         Packet::Outdated { volume } => w.u16(volume),
+        Packet::SyncProgress {
+            volume,
+            source,
+            left,
+            done,
+        } => {
+            w.u16(volume);
+            w.u8(source);
+            w.u64(left);
+            w.u64(done);
+        }
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
             w.u32(errno);
@@ -711,6 +735,12 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             nodes: r.u32()?,
         },
         OUTDATED => Packet::Outdated { volume: r.u16()? },
+        SYNC_PROGRESS => Packet::SyncProgress {
+            volume: r.u16()?,
+            source: r.u8()?,
+            left: r.u64()?,
+            done: r.u64()?,
+        },
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
             errno: r.u32()?,
@@ -947,6 +977,12 @@ mod tests {
                 nodes: 0b10,
             },
             Packet::Outdated { volume: 1 },
+            Packet::SyncProgress {
+                volume: 1,
+                source: 2,
+                left: 1 << 30,
+                done: 4096,
+            },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },
             Packet::ReadReq {

@@ -24,7 +24,7 @@ struct Fields {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..29,
+        0u8..30,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -175,6 +175,12 @@ fn packet(f: &Fields) -> Packet<'_> {
             nodes: f.c,
         },
         27 => Packet::Outdated { volume: f.d },
+        28 => Packet::SyncProgress {
+            volume: f.d,
+            source: f.flags as u8,
+            left: f.a,
+            done: f.b,
+        },
         23 => Packet::PrimaryLost {
             primary: f.d as u8,
             incarnation: f.b,

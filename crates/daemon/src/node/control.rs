@@ -211,6 +211,9 @@ impl NodeReactor {
                 for (v, pv) in p.volumes.iter().enumerate() {
                     if pv.repl == Repl::SyncSource {
                         seen.push(((r, v as u16, Some(p.id)), None, pv.out_of_sync_bytes));
+                    } else if let Some(s) = self.peer_syncs.get(&(r, p.id, v as u16)) {
+                        // Its resync from another node, as it told us.
+                        seen.push(((r, v as u16, Some(p.id)), Some(s.done), s.left));
                     }
                 }
             }
@@ -314,7 +317,17 @@ impl NodeReactor {
                                 {
                                     target(i)
                                 }
-                                _ => None,
+                                // Its resync from another node, as it told us.
+                                _ => self.peer_syncs.get(&(r, slot.id, i as u16)).map(|s| {
+                                    self.resync_view(
+                                        r,
+                                        i as u16,
+                                        Some(slot.id),
+                                        Some(s.done),
+                                        s.left,
+                                        Some(res.peer_name(s.source)),
+                                    )
+                                }),
                             };
                         }
                         status

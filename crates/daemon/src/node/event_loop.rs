@@ -299,6 +299,7 @@ impl NodeReactor {
         if now >= self.resyncs_sampled_ms + 1000 {
             self.resyncs_sampled_ms = now;
             self.sample_resyncs(now);
+            self.tell_sync_progress();
         }
         self.al_unsynced_due();
         self.sweep_events();

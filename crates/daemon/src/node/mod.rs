@@ -22,6 +22,7 @@ mod routing;
 mod sd_notify;
 mod setup;
 mod state;
+mod sync_reports;
 mod transport;
 mod unsynced;
 mod watchers;

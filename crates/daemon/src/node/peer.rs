@@ -38,6 +38,8 @@ pub struct PeerConn {
     pub failure: Option<String>,
     /// Whether the peer's host acknowledges what we send (see `transport.rs`).
     pub acks: super::transport::AckWatch,
+    /// The features both ends offered (`tandem_wire::features`), once authenticated.
+    pub features: u64,
 }
 
 const INITIAL_IN: usize = 256 << 10;
@@ -74,6 +76,7 @@ impl PeerConn {
             connecting: dialed.is_some(),
             deadline: Some(deadline),
             acks: Default::default(),
+            features: 0,
         }
     }
 

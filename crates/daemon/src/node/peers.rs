@@ -56,7 +56,7 @@ impl NodeReactor {
             secret: res.cfg.secret.clone(),
             allowed_peers: res.peers.iter().map(|p| p.id).collect(),
             expect: dialed,
-            features: 0,
+            features: tandem_wire::features::SYNC_PROGRESS,
             standalone_towards: res
                 .peers
                 .iter()
@@ -182,6 +182,7 @@ impl NodeReactor {
             PeerStep::Established(est) => {
                 pc.hs = None;
                 pc.deadline = None;
+                pc.features = est.features;
                 let dialed = pc.dialed.is_some();
                 self.bind_peer_conn(r, k, est.peer, dialed);
                 true
@@ -246,6 +247,9 @@ impl NodeReactor {
             | Packet::ResyncReply { data, .. } => Some(data),
             _ => None,
         };
+        if matches!(p, Packet::SyncProgress { .. }) {
+            self.peer_sync_progress(r, peer, p);
+        }
         let mut actions = Vec::new();
         self.res[r].engine.packet(peer, p, &mut actions);
         let ctx = Ctx {
@@ -388,6 +392,8 @@ impl NodeReactor {
                 slot.last_error
                     .get_or_insert_with(|| "connection lost".into());
                 info!(resource = %res.cfg.name, peer = %pc.name, "disconnected");
+                self.peer_syncs
+                    .retain(|&(pr, p, _), _| (pr, p) != (r, peer));
                 let mut actions = Vec::new();
                 res.engine.peer_down(peer, &mut actions);
                 self.run_actions(r, actions, Ctx::default());

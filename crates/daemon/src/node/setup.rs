@@ -181,6 +181,8 @@ impl NodeReactor {
             events_touched: Vec::new(),
             events_sent: HashMap::default(),
             events_sweep: 0,
+            peer_syncs: HashMap::default(),
+            progress_told: Vec::new(),
             handled: 0,
         };
         for cfg in configs {

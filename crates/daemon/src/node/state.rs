@@ -288,4 +288,8 @@ pub(super) struct NodeReactor {
     pub(super) events_sent: HashMap<String, crate::events::Sent>,
     /// Where the tick's sweep of resources goes on (`watchers::SWEEP`).
     pub(super) events_sweep: usize,
+    /// What peers said of their resyncs, by (resource, peer, volume) (`sync_reports.rs`).
+    pub(super) peer_syncs: HashMap<(usize, NodeId, u16), super::sync_reports::PeerSync>,
+    /// Our resyncs told to the peers at the last report, by (resource, volume).
+    pub(super) progress_told: Vec<(usize, u16)>,
 }

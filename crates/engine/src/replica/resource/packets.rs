@@ -207,6 +207,8 @@ impl Resource {
             Packet::Hello { .. } | Packet::Auth { .. } | Packet::AuthOk => {
                 return Err(ProtocolError::HandshakeAfterHandshake);
             }
+            // Status for the operator, kept by the driver (it changes nothing here).
+            Packet::SyncProgress { .. } => {}
         }
         Ok(())
     }

@@ -1,0 +1,87 @@
+//! Resync progress seen from every node, not only the two that sync: a sync target tells
+//! its other peers how far it is (`Packet::SyncProgress`, about once a second and once at
+//! its end), so a diskless Primary, or a third replica, shows "beta: 37 % from alpha" in
+//! `status`, the events and the metrics. Status only: the engine ignores the packet, and
+//! it goes only to peers whose handshake offered `features::SYNC_PROGRESS`.
+
+use super::state::{Entry, NodeReactor};
+use tandem_engine::replica::NodeId;
+use tandem_wire::features::SYNC_PROGRESS;
+use tandem_wire::Packet;
+
+/// What a peer said of its resync of one volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PeerSync {
+    pub(super) source: NodeId,
+    pub(super) left: u64,
+    pub(super) done: u64,
+}
+
+impl NodeReactor {
+    /// Once a second: every resync of ours, told to each peer but its source; one that
+    /// ended since, told once more with nothing left.
+    pub(super) fn tell_sync_progress(&mut self) {
+        let mut told = Vec::new();
+        for r in 0..self.res.len() {
+            let st = self.res[r].engine.status();
+            for (v, vs) in st.volumes.iter().enumerate() {
+                let key = (r, v as u16);
+                let now = match (vs.resync_remaining, vs.resync_pulled, vs.resync_source) {
+                    (Some(left), Some(done), Some(source)) => Some((Some(source), left, done)),
+                    _ => None,
+                };
+                let was = self.progress_told.contains(&key);
+                let (source, left, done) = match now {
+                    Some((source, left, done)) => (source, left, done),
+                    None if was => (None, 0, 0),
+                    None => continue,
+                };
+                if now.is_some() {
+                    told.push(key);
+                }
+                let packet = Packet::SyncProgress {
+                    volume: self.res[r].cfg.volumes[v].number,
+                    source: source.unwrap_or(self.res[r].me),
+                    left,
+                    done,
+                };
+                let conns: Vec<usize> = (self.res[r].peers.iter())
+                    .filter(|p| Some(p.id) != source)
+                    .filter_map(|p| p.conn)
+                    .collect();
+                for k in conns {
+                    if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                        if !pc.dead && pc.features & SYNC_PROGRESS != 0 {
+                            tandem_wire::encode(&packet, &mut pc.out);
+                            self.mark_dirty(k);
+                        }
+                    }
+                }
+            }
+        }
+        self.progress_told = told;
+    }
+
+    /// Peer `peer` of resource `r` told us how far its resync of a volume (by number) is.
+    pub(super) fn peer_sync_progress(&mut self, r: usize, peer: NodeId, p: &Packet<'_>) {
+        let Packet::SyncProgress {
+            volume,
+            source,
+            left,
+            done,
+        } = *p
+        else {
+            return;
+        };
+        let Some(v) = (self.res[r].cfg.volumes.iter()).position(|c| c.number == volume) else {
+            return;
+        };
+        let key = (r, peer, v as u16);
+        if left == 0 {
+            self.peer_syncs.remove(&key);
+        } else {
+            self.peer_syncs.insert(key, PeerSync { source, left, done });
+        }
+        self.touch(r);
+    }
+}
