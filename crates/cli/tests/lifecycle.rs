@@ -509,9 +509,10 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
 
 /// `tandem adjust` while an application writes to r0 through alpha: a new resource r1,
 /// added to both nodes' files, starts and connects, and r0's writes go on untouched (fio
-/// verifies every block it wrote); new timeouts for r0 apply in place; a protocol change
-/// and a removed resource are named as needing a restart, and files with an error change
-/// nothing and say so (exit status 1).
+/// verifies every block it wrote); new timeouts for r0 apply in place; r1 removed from
+/// the files is refused while a client uses it, then stops (metadata marked clean) and
+/// comes back when its file does; a protocol change is named as needing a restart, and
+/// files with an error change nothing and say so (exit status 1).
 #[test]
 fn adjust_starts_a_new_resource_while_the_other_writes_on() {
     use common::cluster::{no_tweak, Cluster, KillOnDrop, ALPHA, BETA};
@@ -605,14 +606,46 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
         run.describe()
     );
     assert!(adjust(&c).stdout.contains("no change"), "applied once");
-    fs::write(&r0_file, r0.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
-    fs::remove_file(alpha_dir.join("r1.toml")).unwrap();
+    // r1 removed from alpha's files while an NBD client uses it there: refused whole.
+    let r1_file = alpha_dir.join("r1.toml");
+    let r1_text = fs::read_to_string(&r1_file).unwrap();
+    fs::remove_file(&r1_file).unwrap();
+    let sock = c.node("alpha").nbd.with_file_name("nbd-r1.sock");
+    let nbd = Nbd::go(Conn::unix(&sock), "r1", false);
     let run = adjust(&c);
     assert!(
-        run.stdout.contains("r0: protocol changed: needs a restart")
-            && run
-                .stdout
-                .contains("r1: removed from the files: needs a restart"),
+        run.stdout.contains("r1: removed from the files, but")
+            && run.stdout.contains("nothing of it changed"),
+        "{}",
+        run.describe()
+    );
+    drop(nbd);
+    // Its client gone (the node makes it Secondary again), it stops: peers let go,
+    // metadata marked stopped cleanly, gone from status; a protocol change is named.
+    fs::write(&r0_file, r0.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
+    let stopped = wait_until(Duration::from_secs(10), || {
+        let run = adjust(&c);
+        run.stdout.contains("r1: removed from the files: stopping")
+    });
+    assert!(stopped, "{}", adjust(&c).describe());
+    assert!(wait_until(Duration::from_secs(10), || !c
+        .node("alpha")
+        .daemon
+        .admin(&["status", "r1"])
+        .success()));
+    wait_log_count(
+        c.node("alpha"),
+        "adjust: stopped and removed from this node",
+        1,
+    );
+    let log = c.node("alpha").daemon.log();
+    assert!(
+        log.contains("r1.img (internal metadata): stopped cleanly"),
+        "{log}"
+    );
+    let run = adjust(&c);
+    assert!(
+        run.stdout.contains("r0: protocol changed: needs a restart"),
         "{}",
         run.describe()
     );
@@ -624,13 +657,20 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
         "{}",
         run.describe()
     );
-    c.assert_running(&["alpha", "beta"]);
-    let st = c.node("alpha").daemon.admin(&["status", "r1", "--json"]);
+    // Back in the files: started again from its metadata, and connected to beta.
+    fs::write(&r0_file, &r0).unwrap();
+    fs::write(&r1_file, &r1_text).unwrap();
+    let run = adjust(&c);
+    assert!(run.stdout.contains("r1: started"), "{}", run.describe());
     assert!(
-        st.stdout.contains("Established"),
-        "r1 still runs: {}",
-        st.describe()
+        wait_until(Duration::from_secs(20), || {
+            let st = c.node("alpha").daemon.admin(&["status", "r1", "--json"]);
+            st.stdout.contains("Established") && !st.stdout.contains("Inconsistent")
+        }),
+        "r1 back: {}",
+        c.node("alpha").daemon.admin(&["status", "r1"]).describe()
     );
+    c.assert_running(&["alpha", "beta"]);
 }
 
 /// Two resources of a pair of nodes on one replication address per node (issue 16: one

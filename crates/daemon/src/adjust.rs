@@ -5,12 +5,13 @@
 //! running one (`[net]`) and its after-split-brain policies change in place. What does
 //! not (it changes how replicas vote, what the peers agreed on at connect, or what is on
 //! disk) is named and left for the next start: the protocol, the shared secret, volumes,
-//! nodes, quorum, and a resource removed from the files. Nothing is half-applied: a
-//! resource's change is taken whole or not at all.
+//! nodes and quorum. A resource removed from the files stops, if it is a Secondary
+//! nobody uses. Nothing is half-applied: a resource's change is taken whole or not at
+//! all.
 
 use tandem_config::ResourceConfig;
 
-/// A setting whose change needs the node restarted (or, for `removed`, stopped).
+/// A setting whose change needs the node restarted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NeedsRestart {
     Protocol,
@@ -18,8 +19,6 @@ pub enum NeedsRestart {
     Volumes,
     Nodes,
     Quorum,
-    /// The resource is in no file for this node any more.
-    Removed,
 }
 
 impl NeedsRestart {
@@ -30,7 +29,6 @@ impl NeedsRestart {
             NeedsRestart::Volumes => "[[volume]]",
             NeedsRestart::Nodes => "[[node]]",
             NeedsRestart::Quorum => "quorum",
-            NeedsRestart::Removed => "removed from the files",
         }
     }
 }
@@ -45,13 +43,18 @@ pub struct Plan {
     pub retune: Vec<ResourceConfig>,
     /// Running resources with a change that needs a restart (nothing of theirs applied).
     pub restart: Vec<(String, Vec<NeedsRestart>)>,
+    /// Running resources in no file for this node any more: stopped, if they may be.
+    pub remove: Vec<String>,
     /// Running (or left not attached) and unchanged.
     pub unchanged: usize,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.add.is_empty() && self.retune.is_empty() && self.restart.is_empty()
+        self.add.is_empty()
+            && self.retune.is_empty()
+            && self.restart.is_empty()
+            && self.remove.is_empty()
     }
 }
 
@@ -79,8 +82,7 @@ pub fn plan(running: &[&ResourceConfig], idle: &[&str], wanted: &[ResourceConfig
     }
     for r in running {
         if !wanted.iter().any(|w| w.name == r.name) {
-            p.restart
-                .push((r.name.clone(), vec![NeedsRestart::Removed]));
+            p.remove.push(r.name.clone());
         }
     }
     p
@@ -169,7 +171,8 @@ mod tests {
         let r0 = cfg("r0", "");
         let r1 = cfg("r1", "");
         let p = plan(&[&r0, &r1], &[], &[cfg("r0", "")]);
-        assert_eq!(p.restart, vec![("r1".into(), vec![NeedsRestart::Removed])]);
+        assert_eq!(p.remove, vec!["r1".to_string()]);
+        assert!(p.restart.is_empty());
         let p = plan(&[&r0], &["r1"], &[cfg("r0", ""), cfg("r1", "")]);
         assert!(p.is_empty(), "{p:?}");
     }

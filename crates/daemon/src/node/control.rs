@@ -1,7 +1,7 @@
 //! The control socket's verbs carried out: a typed [`Request`] in, an [`Answer`] out (the
 //! JSON shapes are in `crate::control_api`, shared with the CLI).
 
-use super::state::{Ctx, Entry, NodeReactor, PeerSlot, ResCtx};
+use super::state::{Ctx, Entry, NodeReactor, PeerSlot, Presence, ResCtx};
 use crate::control_api::{
     Answer, Connection, Disk, PeerStatus, PeerVolumeStatus, QuorumStatus, Replication, Request,
     ResourceStatus, ResyncProgress, Role, VolumeStatus,
@@ -54,7 +54,9 @@ impl NodeReactor {
                 _ => Answer::refused("events are a stream: ask for them alone on a connection"),
             };
         };
-        let Some(r) = self.res.iter().position(|x| x.cfg.name == name) else {
+        let Some(r) =
+            (self.res.iter()).position(|x| x.presence != Presence::Gone && x.cfg.name == name)
+        else {
             if let Some(n) = self.not_attached.iter().find(|n| n.name == name) {
                 return Answer::refused(format!(
                     "resource {name} is not attached on this node: {}",
@@ -264,6 +266,7 @@ impl NodeReactor {
         self.res
             .iter()
             .enumerate()
+            .filter(|(_, r)| r.presence != Presence::Gone)
             .filter(|(_, r)| only.is_none_or(|n| n == r.cfg.name))
             .map(|(r, res)| {
                 let st = res.engine.status();

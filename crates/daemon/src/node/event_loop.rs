@@ -95,7 +95,7 @@ impl NodeReactor {
     /// last tick (a node back from a stall would judge its peers by a stale clock).
     fn advance_engines(&mut self) {
         let now = self.now_ms();
-        for r in &mut self.res {
+        for r in self.res.iter_mut().filter(|r| r.presence != Presence::Gone) {
             r.engine.advance(now);
         }
     }
@@ -131,7 +131,15 @@ impl NodeReactor {
     /// cleanly". A replica whose state cannot be taken stays marked as crashed (the next
     /// start resyncs it in full): never a clean mark over doubtful state.
     fn write_metadata_at_stop(&mut self) {
-        for r in &mut self.res {
+        for r in 0..self.res.len() {
+            self.stop_metadata(r);
+        }
+    }
+
+    /// Resource `r`'s part of a clean stop (see `write_metadata_at_stop`).
+    pub(super) fn stop_metadata(&mut self, r: usize) {
+        let r = &mut self.res[r];
+        {
             let mut out = Vec::new();
             for p in &r.peers {
                 r.engine.peer_down(p.id, &mut out);
@@ -221,6 +229,9 @@ impl NodeReactor {
             // Before the connections close, so that the last sends carry it.
             self.left_peers = true;
             for r in 0..self.res.len() {
+                if self.res[r].presence == Presence::Gone {
+                    continue;
+                }
                 let mut actions = Vec::new();
                 if self.res[r].engine.leave(&mut actions) {
                     info!(resource = %self.res[r].cfg.name,
@@ -292,6 +303,9 @@ impl NodeReactor {
     pub(super) fn tick(&mut self) {
         let now = self.now_ms();
         for r in 0..self.res.len() {
+            if self.res[r].presence == Presence::Gone {
+                continue;
+            }
             let mut actions = Vec::new();
             self.res[r].engine.tick(now, &mut actions);
             self.run_actions(r, actions, Ctx::default());
@@ -302,6 +316,7 @@ impl NodeReactor {
             self.tell_sync_progress();
         }
         self.al_unsynced_due();
+        self.finish_leaving();
         self.sweep_events();
         self.check_transports();
         self.dial();

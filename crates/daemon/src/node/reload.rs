@@ -6,9 +6,9 @@
 //! SIGHUP's default action killed it.
 
 use super::setup::spec_of;
-use super::state::NodeReactor;
-use crate::adjust::NeedsRestart;
+use super::state::{Ctx, Entry, NodeReactor, Presence};
 use std::io;
+use tandem_engine::replica::Role;
 use tracing::{error, info, warn};
 
 impl NodeReactor {
@@ -29,8 +29,17 @@ impl NodeReactor {
         let mine: Vec<_> = (all.into_iter())
             .filter(|c| c.node(&self.node_name).is_some())
             .collect();
+        if let Some(r) = (self.res.iter()).find(|r| r.presence == Presence::Leaving) {
+            return Err(format!(
+                "{} is still stopping (removed from the files): adjust again in a moment; nothing changed",
+                r.cfg.name
+            ));
+        }
         let plan = {
-            let running: Vec<_> = self.res.iter().map(|r| &r.cfg).collect();
+            let running: Vec<_> = (self.res.iter())
+                .filter(|r| r.presence == Presence::Serving)
+                .map(|r| &r.cfg)
+                .collect();
             let idle: Vec<_> = self.not_attached.iter().map(|n| n.name.as_str()).collect();
             crate::adjust::plan(&running, &idle, &mine)
         };
@@ -39,7 +48,8 @@ impl NodeReactor {
         }
         let mut said = Vec::new();
         for cfg in plan.retune {
-            let r = (self.res.iter().position(|x| x.cfg.name == cfg.name))
+            let r = self
+                .serving(&cfg.name)
                 .expect("planned from the running resources");
             let res = &mut self.res[r];
             res.engine.retune(&spec_of(&cfg, res.me, 0));
@@ -67,18 +77,132 @@ impl NodeReactor {
                 }
             }
         }
-        for (name, needs) in plan.restart {
-            let what = if needs == [NeedsRestart::Removed] {
-                "removed from the files".to_string()
-            } else {
-                let keys: Vec<_> = needs.iter().map(|n| n.key()).collect();
-                format!("{} changed", keys.join(", "))
+        for name in plan.remove {
+            let r = self
+                .serving(&name)
+                .expect("planned from the running resources");
+            let res = &self.res[r];
+            let busy = match (
+                res.engine.role(),
+                res.engine.clients(),
+                res.engine.app_in_flight(),
+            ) {
+                (Role::Primary, ..) => {
+                    Some("it is Primary here: make it Secondary first".to_string())
+                }
+                (_, 0, 0) => None,
+                (_, clients, _) => Some(format!(
+                    "{clients} NBD client(s) attached here: detach them first"
+                )),
             };
+            match busy {
+                Some(why) => {
+                    warn!(resource = %name, "adjust: removed from the files, but {why}; nothing of it changed");
+                    said.push(format!(
+                        "{name}: removed from the files, but {why}; nothing of it changed"
+                    ));
+                }
+                None => {
+                    self.begin_leaving(r);
+                    said.push(format!(
+                        "{name}: removed from the files: stopping (its peers are told it leaves cleanly)"
+                    ));
+                }
+            }
+        }
+        for (name, needs) in plan.restart {
+            let keys: Vec<_> = needs.iter().map(|n| n.key()).collect();
+            let what = format!("{} changed", keys.join(", "));
             warn!(resource = %name, "adjust: {what}; applied when `tandem node` next starts (nothing of this resource changed now)");
             said.push(format!(
                 "{name}: {what}: needs a restart of the node (nothing of it changed now)"
             ));
         }
         Ok(said.join("\n"))
+    }
+
+    /// The running resource of that name.
+    fn serving(&self, name: &str) -> Option<usize> {
+        (self.res.iter()).position(|r| r.presence == Presence::Serving && r.cfg.name == name)
+    }
+
+    /// Resource `r` was removed from the files: its peers are told it leaves cleanly (as
+    /// at a clean stop) and let go, its listeners close, and `finish_leaving` ends it
+    /// once nothing of it is in flight.
+    fn begin_leaving(&mut self, r: usize) {
+        let mut actions = Vec::new();
+        self.res[r].engine.leave(&mut actions);
+        self.run_actions(r, actions, Ctx::default());
+        let nbd: Vec<usize> = (self.nbd_listener_of.iter())
+            .filter(|(_, &(lr, _))| lr == r)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in nbd {
+            self.nbd_listener_of.remove(&k);
+            if let Some(Entry::NbdListener { mut l }) = self.entries.try_remove(k) {
+                // Dropped: a Unix socket's file goes with it.
+                let _ = self.poll.registry().deregister(l.source());
+            }
+        }
+        let at = self.res[r].my_address;
+        if let Some(&e) = self.peer_listener_at.get(&at) {
+            let last = match self.entries.get_mut(e) {
+                Some(Entry::PeerListener { res, .. }) => {
+                    res.retain(|&x| x != r);
+                    res.is_empty()
+                }
+                _ => false,
+            };
+            if last {
+                self.peer_listener_at.remove(&at);
+                if let Some(Entry::PeerListener { mut l, .. }) = self.entries.try_remove(e) {
+                    let _ = self.poll.registry().deregister(&mut l);
+                }
+            }
+        }
+        for slot in &mut self.res[r].peers {
+            slot.wanted = false;
+            slot.last_error = Some("removed from the files (tandem adjust)".into());
+        }
+        let conns: Vec<usize> = (self.entries.iter())
+            .filter(|(_, e)| matches!(e, Entry::Peer(pc) if pc.res == r))
+            .map(|(k, _)| k)
+            .collect();
+        for k in conns {
+            if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                pc.dead = true;
+            }
+            self.mark_dirty(k);
+        }
+        self.res[r].presence = Presence::Leaving;
+        info!(resource = %self.res[r].cfg.name, "adjust: removed from the files: letting its peers go");
+        self.touch(r);
+    }
+
+    /// On the tick: a leaving resource whose connections are closed and whose writes have
+    /// landed is synced, its metadata marked stopped cleanly, and its files closed.
+    pub(super) fn finish_leaving(&mut self) {
+        for r in 0..self.res.len() {
+            if self.res[r].presence != Presence::Leaving {
+                continue;
+            }
+            let open =
+                (self.entries.iter()).any(|(_, e)| matches!(e, Entry::Peer(pc) if pc.res == r));
+            if open || self.res[r].engine.writes_landing() {
+                continue;
+            }
+            for b in self.res[r].backings.iter().flatten() {
+                if let Err(e) = b.sync_data() {
+                    warn!(resource = %self.res[r].cfg.name, "final flush: {e}");
+                }
+            }
+            self.stop_metadata(r);
+            let res = &mut self.res[r];
+            res.backings.iter_mut().for_each(|b| *b = None);
+            res.metas.iter_mut().for_each(|m| *m = None);
+            res.presence = Presence::Gone;
+            info!(resource = %res.cfg.name, "adjust: stopped and removed from this node");
+            self.touch(r);
+        }
     }
 }

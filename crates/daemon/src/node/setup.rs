@@ -278,6 +278,7 @@ impl NodeReactor {
             al_waiting: Vec::new(),
             al_sync: None,
             meta_failed: MetaFailed::No,
+            presence: Presence::Serving,
         });
         Ok(())
     }

@@ -103,6 +103,20 @@ pub(super) struct ResCtx {
     pub(super) al_sync: Option<(u64, Vec<(u16, super::metadata::DataSyncMark)>)>,
     /// A metadata write of this resource failed (see `MetaFailed`).
     pub(super) meta_failed: MetaFailed,
+    /// Whether it still runs here (`tandem adjust` stops a resource removed from the
+    /// files; its slot stays, so that other resources' indices hold).
+    pub(super) presence: Presence,
+}
+
+/// A resource's life on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Presence {
+    Serving,
+    /// Removed from the files: its peers are let go (told it leaves cleanly), then its
+    /// metadata is marked stopped cleanly (`reload.rs`).
+    Leaving,
+    /// Stopped: nothing of it is open any more; status and events no longer show it.
+    Gone,
 }
 
 /// Whether the metadata could not be written. Its flags then may say "consistent" of a

@@ -109,10 +109,9 @@ impl NodeReactor {
         let mut changes: Vec<(EventLine, bool)> = Vec::new();
         for r in touched {
             let name = self.res[r].cfg.name.clone();
-            let Some(status) = self.status(Some(&name)).into_iter().next() else {
-                continue;
-            };
-            let mut now = lines(&status);
+            // None for a resource stopped here (`tandem adjust`): its lines are destroyed.
+            let status = self.status(Some(&name)).into_iter().next();
+            let mut now = status.as_ref().map(lines).unwrap_or_default();
             let mut sent = self.events_sent.remove(&name).unwrap_or_default();
             changes.extend(diff(&sent.lines, &now).into_iter().map(|l| (l, false)));
             let due = watched && now_ms >= sent.statistics_ms + STATISTICS_EVERY_MS;
