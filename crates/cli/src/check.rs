@@ -40,8 +40,33 @@ pub fn check(config_dir: &Path, node: Option<&str>) -> Result<()> {
             }
         }
     }
+    // Settings of a node, not of a resource, that several files may set: they must agree.
+    let loaded: Vec<_> = files
+        .iter()
+        .filter_map(|(_, l)| l.as_ref().ok())
+        .cloned()
+        .collect();
+    let mut nodes: Vec<&str> = match node {
+        Some(n) => vec![n],
+        None => loaded
+            .iter()
+            .flat_map(|c| c.nodes.iter().map(|n| n.name.as_str()))
+            .collect(),
+    };
+    nodes.sort_unstable();
+    nodes.dedup();
+    let mut node_errors = 0;
+    for n in nodes {
+        if let Err(e) = tandem_config::node_metrics(&loaded, n) {
+            node_errors += 1;
+            println!("error  {e}");
+        }
+    }
     if errors > 0 {
         bail!("{errors} of {} resource files have errors", files.len());
+    }
+    if node_errors > 0 {
+        bail!("the resource files disagree on {node_errors} node setting(s)");
     }
     if let Some(n) = node.filter(|_| named == 0) {
         bail!("no resource in {} names node {n:?}", config_dir.display());

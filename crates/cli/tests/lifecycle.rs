@@ -420,6 +420,14 @@ fn check_names_every_bad_file_at_once_and_a_node_in_none() {
             .replace("protocol = \"C\"", "protocol = \"D\""),
     )
     .unwrap();
+    let alpha = "address = \"10.0.0.1:7789\"";
+    let metrics = |m: &str| format!("{alpha}\nmetrics = \"{m}\"");
+    std::fs::write(
+        dir.join("r4.toml"),
+        good.replace("name = \"r0\"", "name = \"r4\"")
+            .replace(alpha, &metrics("localhost:9942")),
+    )
+    .unwrap();
     let check = |args: &[&str]| {
         let mut cmd = Command::new(tandem_bin());
         cmd.arg("check")
@@ -435,17 +443,43 @@ fn check_names_every_bad_file_at_once_and_a_node_in_none() {
         "ok     r1.toml: resource r1",
         "r2.toml: resource.name: resource \"r0\" is already defined in",
         "r3.toml: resource.protocol: \"D\" is not a protocol",
+        "r4.toml: node[0] (alpha).metrics: \"localhost:9942\" is not an IP address and port",
     ] {
         assert!(bad.stdout.contains(needle), "{needle}:\n{}", bad.describe());
     }
     assert!(
-        bad.stderr.contains("2 of 4 resource files have errors"),
+        bad.stderr.contains("3 of 5 resource files have errors"),
         "{}",
         bad.describe()
     );
     std::fs::remove_file(dir.join("r2.toml")).unwrap();
     std::fs::remove_file(dir.join("r3.toml")).unwrap();
+    std::fs::remove_file(dir.join("r4.toml")).unwrap();
     check(&["--name", "alpha"]).expect_success();
+    // The metrics endpoint is the node's: two files naming two addresses for it disagree.
+    std::fs::write(
+        dir.join("r0.toml"),
+        good.replace(alpha, &metrics("127.0.0.1:9942")),
+    )
+    .unwrap();
+    check(&[]).expect_success();
+    std::fs::write(
+        dir.join("r1.toml"),
+        good.replace("name = \"r0\"", "name = \"r1\"")
+            .replace(alpha, &metrics("127.0.0.1:9943")),
+    )
+    .unwrap();
+    for args in [&[][..], &["--name", "alpha"][..]] {
+        let split = check(args);
+        assert!(!split.success(), "{}", split.describe());
+        assert!(
+            split.stdout.contains(
+                "r1.toml: node[0] (alpha).metrics: 127.0.0.1:9943 differs from 127.0.0.1:9942 in"
+            ),
+            "{}",
+            split.describe()
+        );
+    }
     let none = check(&["--name", "zeta"]);
     assert!(!none.success(), "{}", none.describe());
     assert!(

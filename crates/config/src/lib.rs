@@ -58,6 +58,7 @@
 //! | `name` | unique, `[A-Za-z0-9_.-]{1,64}`; matched against the node's own name |
 //! | `node-id` | `0..=31`, unique |
 //! | `address` | replication address: IP literal and port (`"10.0.0.1:7789"`, `"[fd00::1]:7789"`), unique |
+//! | `metrics` | optional: where this node serves Prometheus metrics over HTTP (`GET /metrics`), IP literal and port, e.g. `"127.0.0.1:9942"`; off when no file sets it. It is the node's, not the resource's: one endpoint serves all the node's resources, so the files that set it for a node must name the same address ([`node_metrics`]; `tandem node --metrics` overrides them) |
 //!
 //! Each node has one `[[node.volume]]` table for **every** `[[volume]]` (no missing, no duplicate,
 //! no unknown numbers):
@@ -324,6 +325,10 @@ pub struct NodeConfig {
     pub node_id: u8,
     /// Replication address.
     pub address: SocketAddr,
+    /// Where this node serves Prometheus metrics (`metrics`): a setting of the node, not
+    /// of the resource, so every file that sets it for the node must agree
+    /// ([`node_metrics`]).
+    pub metrics: Option<SocketAddr>,
     /// One entry per [`ResourceConfig::volumes`], in the same order.
     pub volumes: Vec<NodeVolume>,
 }
@@ -462,6 +467,37 @@ fn syntax_error(e: &toml::de::Error, text: &str, path: &Path) -> ConfigError {
 /// define the same resource name are an error.
 pub fn load_dir(dir: &Path) -> Result<Vec<ResourceConfig>, ConfigError> {
     check_dir(dir)?.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The metrics address of node `node` (its `metrics` key) across its resources: `None`
+/// if no file sets it; an error naming the file and key of the first that disagrees with
+/// an earlier one (a node serves one endpoint for all its resources).
+pub fn node_metrics(
+    configs: &[ResourceConfig],
+    node: &str,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    let mut first: Option<(SocketAddr, &Path)> = None;
+    for cfg in configs {
+        let Some((i, n)) = cfg.nodes.iter().enumerate().find(|(_, n)| n.name == node) else {
+            continue;
+        };
+        let Some(addr) = n.metrics else { continue };
+        match first {
+            None => first = Some((addr, &cfg.path)),
+            Some((a, _)) if a == addr => {}
+            Some((a, path)) => {
+                return Err(ConfigError::Invalid {
+                    path: cfg.path.clone(),
+                    key: format!("node[{i}] ({node}).metrics"),
+                    message: format!(
+                        "{addr} differs from {a} in {}: node {node} serves one metrics endpoint for all its resources",
+                        path.display()
+                    ),
+                })
+            }
+        }
+    }
+    Ok(first.map(|(a, _)| a))
 }
 
 /// A resource file and what it holds, or what is wrong with it.

@@ -62,6 +62,7 @@ pub(crate) struct RawNode {
     pub name: String,
     pub node_id: i64,
     pub address: String,
+    pub metrics: Option<String>,
     #[serde(default)]
     pub volume: Vec<RawNodeVolume>,
 }

@@ -582,6 +582,11 @@ fn node_config(
         ));
     }
 
+    let metrics = match raw.metrics.as_deref() {
+        None => None,
+        Some(m) => Some(metrics_address(m).map_err(|e| cx.err(format!("{node}.metrics"), e))?),
+    };
+
     // [[node.volume]]: collected by index into `volumes`, so the result is in the same order.
     let mut listed: Vec<Option<(usize, NodeVolume)>> = vec![None; volumes.len()];
     let mut endpoints: HashMap<Endpoint, String> = HashMap::new();
@@ -689,8 +694,20 @@ fn node_config(
         name: raw.name,
         node_id,
         address,
+        metrics,
         volumes: node_volumes,
     })
+}
+
+/// A `metrics` value: where the node serves Prometheus metrics.
+pub(crate) fn metrics_address(s: &str) -> Result<SocketAddr, String> {
+    let a: SocketAddr = s.parse().map_err(|_| {
+        format!("{s:?} is not an IP address and port, e.g. \"127.0.0.1:9942\" or \"[::1]:9942\"")
+    })?;
+    if a.port() == 0 {
+        return Err(format!("{s:?}: port 0 is not allowed"));
+    }
+    Ok(a)
 }
 
 /// A node volume's `meta-disk` and `al-extents`; errors as (key, message).

@@ -156,6 +156,7 @@ fn example_parses_to_expected_structure() {
                 name: "alpha".into(),
                 node_id: 0,
                 address: sa("10.0.0.1:7789"),
+                metrics: None,
                 volumes: vec![
                     NodeVolume {
                         number: 0,
@@ -179,6 +180,7 @@ fn example_parses_to_expected_structure() {
                 name: "beta".into(),
                 node_id: 1,
                 address: sa("10.0.0.2:7789"),
+                metrics: None,
                 volumes: vec![
                     NodeVolume {
                         number: 0,
@@ -202,6 +204,7 @@ fn example_parses_to_expected_structure() {
                 name: "gamma".into(),
                 node_id: 2,
                 address: sa("10.0.0.3:7789"),
+                metrics: None,
                 volumes: vec![
                     NodeVolume {
                         number: 0,
@@ -848,6 +851,54 @@ fn node_address_format_and_uniqueness() {
     ))
     .unwrap();
     assert_eq!(ok.nodes[2].address, sa("[fd00::3]:7789"));
+}
+
+#[test]
+fn node_metrics_address_is_checked_and_agreed_across_files() {
+    let alpha = "address = \"10.0.0.1:7789\"";
+    let with = |m: &str| edit(alpha, &format!("{alpha}\nmetrics = \"{m}\""));
+    let ok = parse_r0(&with("127.0.0.1:9942")).unwrap();
+    assert_eq!(ok.nodes[0].metrics, Some(sa("127.0.0.1:9942")));
+    assert_eq!(ok.nodes[1].metrics, None);
+    assert_invalid(
+        &with("localhost:9942"),
+        "node[0] (alpha).metrics",
+        "\"localhost:9942\" is not an IP address and port, e.g. \"127.0.0.1:9942\"",
+    );
+    assert_invalid(
+        &with(":9942"),
+        "node[0] (alpha).metrics",
+        "is not an IP address",
+    );
+    assert_invalid(&with("127.0.0.1:0"), "node[0] (alpha).metrics", "port 0");
+    // One endpoint per node: the files that set it agree, or the later one is named.
+    let a = parse(&with("127.0.0.1:9942"), Path::new("a.toml")).unwrap();
+    let b = parse(
+        &edit_in(&with("127.0.0.1:9942"), "name = \"r0\"", "name = \"r1\""),
+        Path::new("b.toml"),
+    )
+    .unwrap();
+    let c = parse(
+        &edit_in(&with("127.0.0.1:9943"), "name = \"r0\"", "name = \"r2\""),
+        Path::new("c.toml"),
+    )
+    .unwrap();
+    let unset = parse_r0(EXAMPLE).unwrap();
+    let all = [unset.clone(), a.clone(), b.clone()];
+    assert_eq!(
+        tandem_config::node_metrics(&all, "alpha").unwrap(),
+        Some(sa("127.0.0.1:9942"))
+    );
+    assert_eq!(tandem_config::node_metrics(&all, "beta").unwrap(), None);
+    assert_eq!(
+        tandem_config::node_metrics(&[unset], "alpha").unwrap(),
+        None
+    );
+    let err = tandem_config::node_metrics(&[a, b, c], "alpha").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "c.toml: node[0] (alpha).metrics: 127.0.0.1:9943 differs from 127.0.0.1:9942 in a.toml: node alpha serves one metrics endpoint for all its resources"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
