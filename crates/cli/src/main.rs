@@ -273,6 +273,11 @@ struct NodeArgs {
     /// this node then costs a full resync of its replicas (a clean stop costs nothing).
     #[arg(long)]
     unsafe_no_activity_log: bool,
+    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9942). Overrides
+    /// the `metrics` key of this node's [[node]] table in the resource files; without
+    /// either, no metrics are served.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<SocketAddr>,
 }
 
 #[derive(clap::Args)]
@@ -331,6 +336,7 @@ fn main() {
             disk_threads: a.disk_threads.max(1),
             busy_poll: a.busy_poll.window(),
             activity_log: !a.unsafe_no_activity_log,
+            metrics: a.metrics,
         }),
         Cmd::Check { config_dir, name } => check::check(&config_dir, name.as_deref()),
         Cmd::Events {

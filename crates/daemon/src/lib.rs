@@ -12,6 +12,7 @@ mod conn;
 pub mod control_api;
 pub mod events;
 mod listener;
+pub mod metrics;
 mod nbd_glue;
 pub mod node;
 mod reactor;

@@ -248,6 +248,7 @@ impl NodeReactor {
         out: &mut Vec<RAction>,
     ) {
         self.al_op_done(a.r, a.volume, a.token, a.kind);
+        self.count_disk(a.r, a.volume, a.kind, result.is_ok());
         self.res[a.r]
             .engine
             .disk_done(a.volume, a.token, a.kind, result, out);
@@ -370,6 +371,7 @@ impl NodeReactor {
                         .then(|| self.res[r].syncs.wrote(u64::MAX))
                         .flatten();
                     self.al_op_done(r, volume, token, kind);
+                    self.count_disk(r, volume, kind, result.is_ok());
                     self.res[r]
                         .engine
                         .disk_done(volume, token, kind, result, &mut actions);
@@ -383,14 +385,34 @@ impl NodeReactor {
     }
 
     pub(super) fn send(&mut self, r: usize, peer: NodeId, msg: Msg, ctx: &Ctx<'_>) {
-        let Some(k) = self.res[r]
-            .peers
-            .iter()
-            .find(|p| p.id == peer)
-            .and_then(|p| p.conn)
-        else {
+        let Some(slot) = self.res[r].peers.iter_mut().find(|p| p.id == peer) else {
             return;
         };
+        let Some(k) = slot.conn else {
+            return;
+        };
+        match msg {
+            Msg::Write {
+                volume,
+                seq,
+                len,
+                flags,
+                ..
+            } => {
+                slot.stats.sent(volume, len);
+                use tandem_wire::packet::write_flags::{ACK_RECV, ACK_WRITE};
+                if flags & (ACK_RECV | ACK_WRITE) != 0 {
+                    slot.stats.write_sent(seq, Instant::now());
+                }
+            }
+            Msg::ResyncReply {
+                volume,
+                len,
+                data: Some(_),
+                ..
+            } => slot.stats.sent(volume, len),
+            _ => {}
+        }
         let mut out = match self.entries.get_mut(k) {
             Some(Entry::Peer(pc)) if !pc.dead => std::mem::take(&mut pc.out),
             _ => return,

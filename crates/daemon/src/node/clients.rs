@@ -4,6 +4,7 @@
 
 use super::state::*;
 use crate::conn::{Conn, Phase, ReadOutcome};
+use crate::metrics::Op;
 use crate::nbd_glue::{self, Served};
 use anyhow::Result;
 use mio::{Interest, Token as MioToken};
@@ -266,11 +267,19 @@ impl NodeReactor {
         }
         let io = nbd_glue::io_of(&req);
         let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
+        let op = match io {
+            Io::Read { .. } => Some(Op::Read),
+            Io::Write { .. } | Io::Trim { .. } | Io::Zero { .. } => Some(Op::Write),
+            Io::Flush => Some(Op::Flush),
+            _ => None,
+        };
         let id = ReqId(self.slots.insert(Slot {
             entry: k,
             cookie: req.cookie,
             structured,
             read,
+            arrived: Instant::now(),
+            op,
         }) as u64);
         let mut actions = Vec::new();
         self.res[r].engine.submit(id, v as u16, io, &mut actions);
@@ -397,6 +406,7 @@ impl NodeReactor {
     ) {
         self.al_app_done(r, req);
         let slot = self.slots.remove(req.0 as usize);
+        self.count_request(r, slot.op, slot.arrived);
         // The read's bytes, taken out of the store (or borrowed from the packet being
         // handled) so they are copied once, straight into the reply.
         let disk_buf = match data {

@@ -249,106 +249,117 @@ impl NodeReactor {
     }
 
     pub(super) fn status(&self, only: Option<&str>) -> Vec<ResourceStatus> {
-        let down = self
-            .not_attached
-            .iter()
-            .filter(|n| only.is_none_or(|o| o == n.name))
-            .map(|n| ResourceStatus {
-                name: n.name.clone(),
-                node_id: n.node_id,
-                role: Role::Secondary,
-                app_in_flight: 0,
-                nbd_clients: 0,
-                volumes: Vec::new(),
-                peers: Vec::new(),
-                not_attached: Some(n.why.clone()),
-            });
-        self.res
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.presence != Presence::Gone)
-            .filter(|(_, r)| only.is_none_or(|n| n == r.cfg.name))
-            .map(|(r, res)| {
-                let st = res.engine.status();
-                let target = |v: usize| {
-                    let vs = &st.volumes[v];
-                    let left = vs.resync_remaining?;
-                    let source = vs.resync_source.map(|s| res.peer_name(s));
-                    Some(self.resync_view(r, v as u16, None, vs.resync_pulled, left, source))
-                };
-                let volumes = st
-                    .volumes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| VolumeStatus {
-                        volume: res.cfg.volumes[i].number,
-                        disk: disk_of(v.disk),
-                        size: v.size,
-                        writes_in_flight: v.writes_in_flight,
-                        resync_remaining_kib: v.resync_remaining.map(|b| b / 1024),
-                        resync: target(i),
-                        up_to_date_within_reach: v.up_to_date_within_reach,
-                        quorum: v.quorum.map(|q| QuorumStatus {
-                            quorate: q.quorate,
-                            voters: q.count.voters,
-                            reached: q.count.votes(),
-                            needed: q.count.needed,
-                            up_to_date: q.count.up_to_date,
-                            departed: q.count.departed,
-                        }),
-                    })
-                    .collect();
-                let peers = res
-                    .peers
-                    .iter()
-                    .map(|slot| {
-                        let ps = st.peers.iter().find(|p| p.id == slot.id);
-                        let mut status = peer_status(res, slot, ps);
-                        for (i, pv) in status.volumes.iter_mut().enumerate() {
-                            let engine_pv = ps.and_then(|p| p.volumes.get(i));
-                            pv.resync = match engine_pv.map(|e| (e.repl, e.out_of_sync_bytes)) {
-                                Some((Repl::SyncSource, left)) => Some(self.resync_view(
-                                    r,
-                                    i as u16,
-                                    Some(slot.id),
-                                    None,
-                                    left,
-                                    Some(res.peer_name(slot.id)),
-                                )),
-                                Some((Repl::SyncTarget, _))
-                                    if st.volumes[i].resync_source == Some(slot.id) =>
-                                {
-                                    target(i)
-                                }
-                                // Its resync from another node, as it told us.
-                                _ => self.peer_syncs.get(&(r, slot.id, i as u16)).map(|s| {
-                                    self.resync_view(
-                                        r,
-                                        i as u16,
-                                        Some(slot.id),
-                                        Some(s.done),
-                                        s.left,
-                                        Some(res.peer_name(s.source)),
-                                    )
-                                }),
-                            };
-                        }
-                        status
-                    })
-                    .collect();
-                ResourceStatus {
-                    name: res.cfg.name.clone(),
-                    node_id: res.me,
-                    role: role_of(st.role),
-                    app_in_flight: st.app_in_flight,
-                    nbd_clients: res.engine.clients(),
-                    volumes,
-                    peers,
-                    not_attached: None,
-                }
-            })
+        let down = (0..self.not_attached.len())
+            .filter(|&i| only.is_none_or(|o| o == self.not_attached[i].name))
+            .map(|i| self.not_attached_status(i));
+        (0..self.res.len())
+            .filter(|&r| self.res[r].presence != Presence::Gone)
+            .filter(|&r| only.is_none_or(|n| n == self.res[r].cfg.name))
+            .map(|r| self.resource_status(r))
             .chain(down)
             .collect()
+    }
+
+    /// The status of resource `r`, one of `tandem status`'s answer.
+    pub(super) fn resource_status(&self, r: usize) -> ResourceStatus {
+        let res = &self.res[r];
+        let st = res.engine.status();
+        let target = |v: usize| {
+            let vs = &st.volumes[v];
+            let left = vs.resync_remaining?;
+            let source = vs.resync_source.map(|s| res.peer_name(s));
+            Some(self.resync_view(r, v as u16, None, vs.resync_pulled, left, source))
+        };
+        let volumes = st
+            .volumes
+            .iter()
+            .enumerate()
+            .map(|(i, v)| VolumeStatus {
+                volume: res.cfg.volumes[i].number,
+                disk: disk_of(v.disk),
+                size: v.size,
+                writes_in_flight: v.writes_in_flight,
+                resync_remaining_kib: v.resync_remaining.map(|b| b / 1024),
+                resync: target(i),
+                up_to_date_within_reach: v.up_to_date_within_reach,
+                quorum: v.quorum.map(|q| QuorumStatus {
+                    quorate: q.quorate,
+                    voters: q.count.voters,
+                    reached: q.count.votes(),
+                    needed: q.count.needed,
+                    up_to_date: q.count.up_to_date,
+                    departed: q.count.departed,
+                }),
+            })
+            .collect();
+        let peers = res
+            .peers
+            .iter()
+            .map(|slot| {
+                let ps = st.peers.iter().find(|p| p.id == slot.id);
+                let mut status = peer_status(res, slot, ps);
+                for (i, pv) in status.volumes.iter_mut().enumerate() {
+                    let engine_pv = ps.and_then(|p| p.volumes.get(i));
+                    pv.resync = match engine_pv.map(|e| (e.repl, e.out_of_sync_bytes)) {
+                        Some((Repl::SyncSource, left)) => Some(self.resync_view(
+                            r,
+                            i as u16,
+                            Some(slot.id),
+                            None,
+                            left,
+                            Some(res.peer_name(slot.id)),
+                        )),
+                        Some((Repl::SyncTarget, _))
+                            if st.volumes[i].resync_source == Some(slot.id) =>
+                        {
+                            target(i)
+                        }
+                        // Its resync as it told us (`sync_reports.rs`): from another node,
+                        // or from us where our own view has none.
+                        _ => self.peer_syncs.get(&(r, slot.id, i as u16)).map(|s| {
+                            let source = match s.source == res.me {
+                                true => res.peer_name(slot.id),
+                                false => res.peer_name(s.source),
+                            };
+                            self.resync_view(
+                                r,
+                                i as u16,
+                                Some(slot.id),
+                                Some(s.done),
+                                s.left,
+                                Some(source),
+                            )
+                        }),
+                    };
+                }
+                status
+            })
+            .collect();
+        ResourceStatus {
+            name: res.cfg.name.clone(),
+            node_id: res.me,
+            role: role_of(st.role),
+            app_in_flight: st.app_in_flight,
+            nbd_clients: res.engine.clients(),
+            volumes,
+            peers,
+            not_attached: None,
+        }
+    }
+
+    /// The status of the `i`th resource left down at start.
+    pub(super) fn not_attached_status(&self, i: usize) -> ResourceStatus {
+        let n = &self.not_attached[i];
+        ResourceStatus {
+            name: n.name.clone(),
+            node_id: n.node_id,
+            role: Role::Secondary,
+            app_in_flight: 0,
+            nbd_clients: 0,
+            volumes: Vec::new(),
+            peers: Vec::new(),
+            not_attached: Some(n.why.clone()),
+        }
     }
 }
 

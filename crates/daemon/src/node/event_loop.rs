@@ -39,7 +39,18 @@ impl NodeReactor {
                 1
             };
             let handled = std::mem::take(&mut self.handled);
-            waiter.wait_stretched(&mut self.poll, &mut events, Some(timeout), handled, stretch)?;
+            if self.scrapes.is_empty() {
+                waiter.wait_stretched(
+                    &mut self.poll,
+                    &mut events,
+                    Some(timeout),
+                    handled,
+                    stretch,
+                )?;
+            } else {
+                // A scrape is being built, a few resources a round: only a look for I/O.
+                poll_once(&mut self.poll, &mut events, Some(Duration::ZERO))?;
+            }
             self.advance_engines();
             self.dispatch(&events);
             if Instant::now() >= wake {
@@ -54,6 +65,7 @@ impl NodeReactor {
                 self.tick();
             }
             self.send_events();
+            self.advance_scrapes();
             self.flush_dirty();
             while !self.resume.is_empty() {
                 for k in std::mem::take(&mut self.resume) {
@@ -171,6 +183,7 @@ impl NodeReactor {
             Some(Entry::Nbd { conn, .. }) => &mut conn.dirty,
             Some(Entry::Peer(pc)) => &mut pc.dirty,
             Some(Entry::Control(c)) => &mut c.dirty,
+            Some(Entry::Http(h)) => &mut h.dirty,
             _ => return,
         };
         if !*dirty {
@@ -193,6 +206,7 @@ impl NodeReactor {
             match &mut self.entries[k] {
                 Entry::NbdListener { .. }
                 | Entry::ControlListener(..)
+                | Entry::MetricsListener(_)
                 | Entry::PeerListener { .. }
                 | Entry::PeerRouting(_) => {
                     let e = self.entries.remove(k);
@@ -272,6 +286,8 @@ impl NodeReactor {
                 self.service_peer(k);
             }
             Entry::Control(_) => self.service_control(k),
+            Entry::MetricsListener(_) => self.accept_http(k),
+            Entry::Http(_) => self.service_http(k),
         }
     }
 
@@ -318,6 +334,7 @@ impl NodeReactor {
         self.al_unsynced_due();
         self.finish_leaving();
         self.sweep_events();
+        self.expire_http();
         self.check_transports();
         self.dial();
         // Handshakes (NBD or peer) that never finish.
@@ -438,6 +455,7 @@ impl NodeReactor {
                     c.write_interest = want_write;
                 }
             }
+            Some(Entry::Http(_)) => remove = self.flush_http(k),
             _ => {}
         }
         if resume {
@@ -476,6 +494,10 @@ impl NodeReactor {
                 if self.watchers.is_empty() {
                     self.events_sent.clear();
                 }
+            }
+            Entry::Http(mut h) => {
+                let _ = self.poll.registry().deregister(&mut h.stream);
+                self.scrapes.retain(|&s| s != k);
             }
             _ => {}
         }

@@ -14,6 +14,7 @@ mod event_loop;
 mod limits;
 mod links;
 mod metadata;
+mod metrics_http;
 mod peer;
 mod peers;
 mod progress;
@@ -51,6 +52,9 @@ pub struct NodeOptions {
     /// Off only for benchmarks (`--unsafe-no-activity-log`): writes skip the activity log
     /// and a running replica is never marked consistent, so a crash resyncs it in full.
     pub activity_log: bool,
+    /// Where to serve Prometheus metrics (`--metrics`); `None`: the resource files' `metrics`
+    /// key for this node, if any sets it.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Loads the resources naming this node and serves them until SIGTERM/SIGINT.
@@ -66,6 +70,10 @@ pub fn run(opts: NodeOptions) -> Result<()> {
             opts.config_dir.display(),
             opts.node
         );
+    }
+    let mut opts = opts;
+    if opts.metrics.is_none() {
+        opts.metrics = tandem_config::node_metrics(&mine, &opts.node)?;
     }
     limits::raise_open_files(mine.len());
     NodeReactor::new(mine, &opts)?.run()

@@ -241,6 +241,17 @@ impl NodeReactor {
     /// One packet of `peer` into resource `r`'s engine, its payload borrowed where it lies.
     fn peer_packet(&mut self, r: usize, peer: NodeId, p: &Packet<'_>) {
         self.handled += 1;
+        if let Some(slot) = self.res[r].peers.iter_mut().find(|s| s.id == peer) {
+            match *p {
+                Packet::Write { volume, data, .. } | Packet::ResyncReply { volume, data, .. } => {
+                    slot.stats.received(volume, data.len())
+                }
+                Packet::RecvAck { seq } | Packet::WriteAck { seq } | Packet::NegAck { seq, .. } => {
+                    slot.stats.acked(seq, std::time::Instant::now())
+                }
+                _ => {}
+            }
+        }
         let data = match *p {
             Packet::Write { data, .. }
             | Packet::ReadReply { data, .. }
@@ -343,6 +354,7 @@ impl NodeReactor {
         pc.peer = Some(peer);
         pc.name = format!("{} (node {} {})", pc.name, peer, slot.name);
         slot.conn = Some(k);
+        slot.stats.connected();
         slot.link.connected();
         slot.last_error = None;
         if old.is_none() {

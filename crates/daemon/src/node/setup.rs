@@ -16,7 +16,7 @@ use slab::Slab;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tandem_config::{Endpoint, NodeConfig, ResourceConfig};
 use tandem_engine::replica::{
     AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain, NodeId, Protocol, ReplicaAtStart,
@@ -183,12 +183,17 @@ impl NodeReactor {
             events_sweep: 0,
             peer_syncs: HashMap::default(),
             progress_told: Vec::new(),
+            scrapes: Vec::new(),
+            last_scrape_build: Duration::ZERO,
             handled: 0,
         };
         for cfg in configs {
             me.add_resource(cfg, &opts.node)?;
         }
         me.listen_control(&opts.control)?;
+        if let Some(addr) = opts.metrics {
+            me.listen_metrics(addr)?;
+        }
         Ok(me)
     }
 
@@ -279,6 +284,7 @@ impl NodeReactor {
             al_sync: None,
             meta_failed: MetaFailed::No,
             presence: Presence::Serving,
+            stats: super::metrics_http::ResStats::new(&my),
         });
         Ok(())
     }
@@ -377,6 +383,7 @@ fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
             split_brain: None,
             split_brain_resolved: None,
             last_error: None,
+            stats: super::metrics_http::PeerStats::new(cfg.volumes.len()),
         })
         .collect()
 }

@@ -57,6 +57,8 @@ pub(super) struct PeerSlot {
     pub(super) split_brain: Option<String>,
     /// The last split brain with it that was resolved (policy, victim, blocks), for status.
     pub(super) split_brain_resolved: Option<String>,
+    /// Its counters for the metrics (`metrics_http.rs`).
+    pub(super) stats: super::metrics_http::PeerStats,
 }
 
 pub(super) struct ResCtx {
@@ -106,6 +108,8 @@ pub(super) struct ResCtx {
     /// Whether it still runs here (`tandem adjust` stops a resource removed from the
     /// files; its slot stays, so that other resources' indices hold).
     pub(super) presence: Presence,
+    /// Its counters for the metrics (`metrics_http.rs`).
+    pub(super) stats: super::metrics_http::ResStats,
 }
 
 /// A resource's life on this node.
@@ -198,6 +202,9 @@ pub(super) enum Entry {
     Peer(Box<PeerConn>),
     ControlListener(mio::net::UnixListener, PathBuf),
     Control(Box<super::control_conn::ControlConn>),
+    /// The metrics endpoint (`metrics_http.rs`) and its HTTP connections.
+    MetricsListener(mio::net::TcpListener),
+    Http(Box<super::metrics_http::HttpConn>),
 }
 
 /// An in-flight NBD request.
@@ -206,6 +213,9 @@ pub(super) struct Slot {
     pub(super) cookie: u64,
     pub(super) structured: bool,
     pub(super) read: Option<(u64, u32)>,
+    /// When it arrived, and what it is, for the latency histograms.
+    pub(super) arrived: Instant,
+    pub(super) op: Option<crate::metrics::Op>,
 }
 
 /// Bytes the engine may name while its actions run: those of the event being handled.
@@ -306,4 +316,9 @@ pub(super) struct NodeReactor {
     pub(super) peer_syncs: HashMap<(usize, NodeId, u16), super::sync_reports::PeerSync>,
     /// Our resyncs told to the peers at the last report, by (resource, volume).
     pub(super) progress_told: Vec<(usize, u16)>,
+    /// HTTP connections whose metrics are being built, a few resources a round
+    /// (`metrics_http.rs`).
+    pub(super) scrapes: Vec<usize>,
+    /// How long the last scrape took to build (the loop's share).
+    pub(super) last_scrape_build: Duration,
 }

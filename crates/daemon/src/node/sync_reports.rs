@@ -18,8 +18,8 @@ pub(super) struct PeerSync {
 }
 
 impl NodeReactor {
-    /// Once a second: every resync of ours, told to each peer but its source; one that
-    /// ended since, told once more with nothing left.
+    /// Once a second: every resync of ours, told to each peer; one that ended since, told
+    /// once more with nothing left.
     pub(super) fn tell_sync_progress(&mut self) {
         let mut told = Vec::new();
         for r in 0..self.res.len() {
@@ -45,8 +45,9 @@ impl NodeReactor {
                     left,
                     done,
                 };
+                // The source too: what it shows of a resync it serves is its own view,
+                // and this where it has none.
                 let conns: Vec<usize> = (self.res[r].peers.iter())
-                    .filter(|p| Some(p.id) != source)
                     .filter_map(|p| p.conn)
                     .collect();
                 for k in conns {

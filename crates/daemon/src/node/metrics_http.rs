@@ -1,0 +1,558 @@
+//! The metrics endpoint (`metrics = "IP:PORT"`, or `tandem node --metrics`): a TCP
+//! listener on the node's own event loop, HTTP/1.0 and 1.1 reduced to what a Prometheus
+//! scraper does: one request (`GET /metrics`), one answer, the connection closed.
+//!
+//! A request is at most `REQUEST_MAX` bytes and must arrive within `HTTP_TIMEOUT`; a
+//! malformed one gets 400, another path 404, another method 405, and at most `MAX_CONNS`
+//! connections are served at once (more get 503). The answer is built from each
+//! resource's `tandem status` answer and its counters (`crate::metrics`), `CHUNK`
+//! resources per round of the loop, so a scrape of 1000 resources never holds I/O up for
+//! the whole of it; then it is written as the socket takes it (the loop watches for room,
+//! as for the control socket's large answers).
+//!
+//! The counters live beside what they count: `ResStats` (application latency per
+//! operation, bytes read and written per volume) in each resource, `PeerStats` (data sent
+//! and received per volume, replicated writes' round trips) in each peer slot.
+
+use super::state::{Entry, NodeReactor};
+use crate::metrics::{Exposition, Histogram, Op, PeerCounters, ResourceCounters, VolumeCounters};
+use anyhow::{Context, Result};
+use mio::{Interest, Token as MioToken};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant};
+use tandem_config::{NodeConfig, OnNoQuorum};
+use tandem_engine::DiskKind;
+use tracing::{debug, info, warn};
+
+/// Longest request (request line and headers) read.
+const REQUEST_MAX: usize = 8 << 10;
+/// A connection is closed this long after it was accepted, whatever it is doing.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once.
+const MAX_CONNS: usize = 8;
+/// Resources added to a scrape per round of the loop: about 0.3 ms of work here.
+const CHUNK: usize = 64;
+/// Replicated writes whose sending time is kept per peer (protocol A writes are never
+/// acknowledged: the oldest go).
+const ROUND_TRIPS_KEPT: usize = 4096;
+
+/// A resource's counters.
+pub(crate) struct ResStats {
+    /// Application requests from arrival to reply, per [`Op`].
+    pub(crate) io: [Histogram; 3],
+    pub(crate) volumes: Vec<VolumeCounters>,
+}
+
+impl ResStats {
+    pub(crate) fn new(my: &NodeConfig) -> ResStats {
+        ResStats {
+            io: Default::default(),
+            volumes: (my.volumes.iter())
+                .map(|v| VolumeCounters {
+                    client: v.is_diskless(),
+                    ..Default::default()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One peer's counters.
+pub(crate) struct PeerStats {
+    /// Per volume: data bytes sent to it, received from it.
+    pub(crate) bytes: Vec<(u64, u64)>,
+    pub(crate) round_trips: Histogram,
+    /// Replicated writes sent on the current connection and not acknowledged: (sequence
+    /// number, when).
+    unacked: VecDeque<(u64, Instant)>,
+}
+
+impl PeerStats {
+    pub(crate) fn new(volumes: usize) -> PeerStats {
+        PeerStats {
+            bytes: vec![(0, 0); volumes],
+            round_trips: Histogram::default(),
+            unacked: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn sent(&mut self, volume: u16, len: u32) {
+        if let Some(b) = self.bytes.get_mut(usize::from(volume)) {
+            b.0 += u64::from(len);
+        }
+    }
+
+    pub(crate) fn received(&mut self, volume: u16, len: usize) {
+        if let Some(b) = self.bytes.get_mut(usize::from(volume)) {
+            b.1 += len as u64;
+        }
+    }
+
+    /// A write that the peer will acknowledge went out.
+    pub(crate) fn write_sent(&mut self, seq: u64, at: Instant) {
+        if self.unacked.len() == ROUND_TRIPS_KEPT {
+            self.unacked.pop_front();
+        }
+        self.unacked.push_back((seq, at));
+    }
+
+    /// The first acknowledgement of write `seq` (they arrive nearly in order).
+    pub(crate) fn acked(&mut self, seq: u64, at: Instant) {
+        if let Some(i) = self.unacked.iter().position(|&(s, _)| s == seq) {
+            let (_, sent) = self.unacked.remove(i).expect("found");
+            self.round_trips.observe(at.saturating_duration_since(sent));
+        }
+    }
+
+    /// A new connection: sequence numbers of the last one mean nothing.
+    pub(crate) fn connected(&mut self) {
+        self.unacked.clear();
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Parsed<'a> {
+    NeedMore,
+    Get { path: &'a str, head: bool },
+    Error(u16, &'static str),
+}
+
+/// The request line of a complete request (request line and headers, up to the empty
+/// line); the headers are not needed.
+fn parse(buf: &[u8]) -> Parsed<'_> {
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .or_else(|| buf.windows(2).position(|w| w == b"\n\n"));
+    if end.is_none() {
+        return if buf.len() > REQUEST_MAX {
+            Parsed::Error(431, "Request Header Fields Too Large")
+        } else {
+            Parsed::NeedMore
+        };
+    }
+    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+    let Ok(line) = std::str::from_utf8(&buf[..line_end]) else {
+        return Parsed::Error(400, "Bad Request");
+    };
+    let mut parts = line.trim_end_matches('\r').split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Parsed::Error(400, "Bad Request");
+    };
+    if !target.starts_with('/') || !matches!(version, "HTTP/1.0" | "HTTP/1.1") {
+        return Parsed::Error(400, "Bad Request");
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    match method {
+        "GET" => Parsed::Get { path, head: false },
+        "HEAD" => Parsed::Get { path, head: true },
+        m if !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase()) => {
+            Parsed::Error(405, "Method Not Allowed")
+        }
+        _ => Parsed::Error(400, "Bad Request"),
+    }
+}
+
+/// A whole HTTP answer; the connection closes after it.
+fn response(status: u16, reason: &str, content_type: &str, body: &[u8], head: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+fn error_response(status: u16, reason: &str) -> Vec<u8> {
+    let body = format!("{status} {reason}\n");
+    response(
+        status,
+        reason,
+        "text/plain; charset=utf-8",
+        body.as_bytes(),
+        false,
+    )
+}
+
+/// A scrape being built (see `CHUNK`).
+struct Building {
+    expo: Exposition,
+    /// The next resource to add: an index into the running resources, then the ones
+    /// not attached.
+    next: usize,
+    spent: Duration,
+    head: bool,
+}
+
+enum HttpState {
+    Reading,
+    Building(Box<Building>),
+    /// The answer is queued; the connection ends once it is sent.
+    Writing,
+    /// Sent, our side shut: waiting for the client to close (closing first with its bytes
+    /// unread could reset the connection before it read the answer).
+    Closing,
+}
+
+pub(crate) struct HttpConn {
+    pub(crate) stream: mio::net::TcpStream,
+    peer: SocketAddr,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    sent: usize,
+    state: HttpState,
+    deadline: Instant,
+    pub(crate) dirty: bool,
+    write_interest: bool,
+    gone: bool,
+}
+
+impl HttpConn {
+    /// Reads what arrived; false once the client is gone.
+    fn read(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return false,
+                Ok(n) if matches!(self.state, HttpState::Reading) => {
+                    self.inbuf.extend_from_slice(&buf[..n]);
+                    if self.inbuf.len() > REQUEST_MAX {
+                        return true;
+                    }
+                }
+                Ok(_) => {} // After the request: ignored.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn answer(&mut self, bytes: Vec<u8>) {
+        self.out = bytes;
+        self.sent = 0;
+        self.state = HttpState::Writing;
+    }
+
+    /// Writes what the socket takes; once all is sent, shuts our side.
+    fn flush(&mut self) {
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return self.gone = true,
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.gone = true,
+            }
+        }
+        if matches!(self.state, HttpState::Writing) {
+            self.out = Vec::new();
+            self.sent = 0;
+            let _ = self.stream.shutdown(Shutdown::Write);
+            self.state = HttpState::Closing;
+        }
+    }
+
+    fn out_pending(&self) -> bool {
+        self.sent < self.out.len()
+    }
+}
+
+impl NodeReactor {
+    pub(super) fn listen_metrics(&mut self, addr: SocketAddr) -> Result<()> {
+        let mut l = mio::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        let e = self.entries.vacant_key();
+        self.poll
+            .registry()
+            .register(&mut l, MioToken(e), Interest::READABLE)?;
+        self.entries.insert(Entry::MetricsListener(l));
+        info!("metrics on http://{addr}/metrics");
+        Ok(())
+    }
+
+    pub(super) fn accept_http(&mut self, k: usize) {
+        loop {
+            let Some(Entry::MetricsListener(l)) = self.entries.get(k) else {
+                return;
+            };
+            let (mut s, peer) = match l.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => return warn!("metrics accept failed: {e}"),
+            };
+            let open = (self.entries.iter())
+                .filter(|(_, e)| matches!(e, Entry::Http(_)))
+                .count();
+            if open >= MAX_CONNS {
+                debug!(client = %peer, "metrics: {open} connections already; refused");
+                let _ = s.write(&error_response(503, "Service Unavailable"));
+                continue;
+            }
+            let key = self.entries.vacant_key();
+            if (self.poll.registry())
+                .register(&mut s, MioToken(key), Interest::READABLE)
+                .is_err()
+            {
+                continue;
+            }
+            self.entries.insert(Entry::Http(Box::new(HttpConn {
+                stream: s,
+                peer,
+                inbuf: Vec::new(),
+                out: Vec::new(),
+                sent: 0,
+                state: HttpState::Reading,
+                deadline: Instant::now() + HTTP_TIMEOUT,
+                dirty: false,
+                write_interest: false,
+                gone: false,
+            })));
+            self.service_http(key);
+        }
+    }
+
+    /// Connection `k` is readable: the request, once whole, is answered or its scrape
+    /// begins.
+    pub(super) fn service_http(&mut self, k: usize) {
+        let Some(Entry::Http(h)) = self.entries.get_mut(k) else {
+            return;
+        };
+        if !h.read() {
+            // Gone (or done with us): nothing more to send it.
+            return self.remove_entry(k);
+        }
+        if !matches!(h.state, HttpState::Reading) {
+            return;
+        }
+        let (status, reason, head) = match parse(&h.inbuf) {
+            Parsed::NeedMore => return,
+            Parsed::Get {
+                path: "/metrics",
+                head,
+            } => {
+                h.state = HttpState::Building(Box::new(Building {
+                    expo: Exposition::new(),
+                    next: 0,
+                    spent: Duration::ZERO,
+                    head,
+                }));
+                h.inbuf = Vec::new();
+                self.scrapes.push(k);
+                return;
+            }
+            Parsed::Get { head, .. } => (404, "Not Found", head),
+            Parsed::Error(status, reason) => (status, reason, false),
+        };
+        debug!(client = %h.peer, "metrics: {status} {reason}");
+        let mut answer = error_response(status, reason);
+        if head {
+            let body_at = answer
+                .windows(4)
+                .position(|w| w == b"\r\n\r\n")
+                .unwrap_or(0);
+            answer.truncate(body_at + 4);
+        }
+        h.answer(answer);
+        h.inbuf = Vec::new();
+        self.mark_dirty(k);
+    }
+
+    /// Every scrape under way takes its next `CHUNK` resources; a finished one is queued
+    /// to be sent.
+    pub(super) fn advance_scrapes(&mut self) {
+        for k in std::mem::take(&mut self.scrapes) {
+            let Some(Entry::Http(h)) = self.entries.get_mut(k) else {
+                continue;
+            };
+            let mut b = match std::mem::replace(&mut h.state, HttpState::Writing) {
+                HttpState::Building(b) => b,
+                other => {
+                    h.state = other;
+                    continue;
+                }
+            };
+            let began = Instant::now();
+            let total = self.res.len() + self.not_attached.len();
+            let end = (b.next + CHUNK).min(total);
+            for i in b.next..end {
+                self.add_to_scrape(&mut b.expo, i);
+            }
+            b.next = end;
+            if end < total {
+                b.spent += began.elapsed();
+                if let Some(Entry::Http(h)) = self.entries.get_mut(k) {
+                    h.state = HttpState::Building(b);
+                    self.scrapes.push(k);
+                }
+                continue;
+            }
+            let Building {
+                expo, spent, head, ..
+            } = *b;
+            let body = expo.finish(self.last_scrape_build);
+            let spent = spent + began.elapsed();
+            self.last_scrape_build = spent;
+            debug!(
+                "metrics: {total} resources, {} bytes, built in {spent:?}",
+                body.len()
+            );
+            let kind = "text/plain; version=0.0.4; charset=utf-8";
+            let answer = response(200, "OK", kind, &body, head);
+            if let Some(Entry::Http(h)) = self.entries.get_mut(k) {
+                h.answer(answer);
+                self.mark_dirty(k);
+            }
+        }
+    }
+
+    /// Resource `i` of the node (the running ones, then those not attached) into `expo`.
+    fn add_to_scrape(&self, expo: &mut Exposition, i: usize) {
+        let Some(res) = self.res.get(i) else {
+            let st = self.not_attached_status(i - self.res.len());
+            return expo.resource(&st, &ResourceCounters::default());
+        };
+        let st = self.resource_status(i);
+        let counters = ResourceCounters {
+            volumes: res.stats.volumes.clone(),
+            peers: (res.peers.iter())
+                .map(|p| PeerCounters {
+                    bytes: p.stats.bytes.clone(),
+                    round_trips: Some(&p.stats.round_trips),
+                })
+                .collect(),
+            io: Some(&res.stats.io),
+            suspends_without_quorum: res.cfg.quorum.on_no_quorum == OnNoQuorum::SuspendIo,
+        };
+        expo.resource(&st, &counters);
+    }
+
+    /// Sends what connection `k` has queued; true once it is to be removed.
+    pub(super) fn flush_http(&mut self, k: usize) -> bool {
+        let Some(Entry::Http(h)) = self.entries.get_mut(k) else {
+            return false;
+        };
+        h.dirty = false;
+        h.flush();
+        if h.gone {
+            return true;
+        }
+        let want_write = h.out_pending();
+        if want_write != h.write_interest {
+            let interest = if want_write {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            let _ = (self.poll.registry()).reregister(&mut h.stream, MioToken(k), interest);
+            h.write_interest = want_write;
+        }
+        false
+    }
+
+    /// Connections past their time (a client that never finished its request, or never
+    /// read or closed after the answer) are closed.
+    pub(super) fn expire_http(&mut self) {
+        let now = Instant::now();
+        let late: Vec<usize> = (self.entries.iter())
+            .filter(|(_, e)| matches!(e, Entry::Http(h) if h.deadline <= now))
+            .map(|(k, _)| k)
+            .collect();
+        for k in late {
+            if let Some(Entry::Http(h)) = self.entries.get(k) {
+                debug!(client = %h.peer, "metrics: connection timed out; closed");
+            }
+            self.remove_entry(k);
+        }
+    }
+
+    /// A local disk operation of resource `r` ended: read and written bytes counted.
+    pub(super) fn count_disk(&mut self, r: usize, volume: u16, kind: DiskKind, ok: bool) {
+        let Some(v) = self.res[r].stats.volumes.get_mut(usize::from(volume)) else {
+            return;
+        };
+        match kind {
+            DiskKind::Read { len, .. } if ok => v.read_bytes += u64::from(len),
+            DiskKind::Write { len, .. } if ok => v.written_bytes += u64::from(len),
+            _ => {}
+        }
+    }
+
+    /// An application request of resource `r` was answered.
+    pub(super) fn count_request(&mut self, r: usize, op: Option<Op>, arrived: Instant) {
+        if let Some(op) = op {
+            self.res[r].stats.io[op as usize].observe(arrived.elapsed());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_read_whole_and_judged_by_their_first_line() {
+        assert_eq!(
+            parse(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"),
+            Parsed::NeedMore
+        );
+        assert_eq!(
+            parse(b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n"),
+            Parsed::Get {
+                path: "/metrics",
+                head: false
+            }
+        );
+        assert_eq!(
+            parse(b"HEAD / HTTP/1.0\n\n"),
+            Parsed::Get {
+                path: "/",
+                head: true
+            }
+        );
+        for bad in [
+            &b"GET /metrics\r\n\r\n"[..],
+            b"GET metrics HTTP/1.1\r\n\r\n",
+            b"GET /metrics HTTP/2\r\n\r\n",
+            b"GET  /metrics HTTP/1.1\r\n\r\n",
+            b"\x00\xff\xfe garbage\n\n",
+            b"get /metrics HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad), Parsed::Error(400, "Bad Request"), "{bad:?}");
+        }
+        assert_eq!(
+            parse(b"POST /metrics HTTP/1.1\r\n\r\n"),
+            Parsed::Error(405, "Method Not Allowed")
+        );
+        let huge = vec![b'A'; REQUEST_MAX + 1];
+        assert_eq!(
+            parse(&huge),
+            Parsed::Error(431, "Request Header Fields Too Large")
+        );
+    }
+
+    #[test]
+    fn round_trips_pair_each_write_with_its_acknowledgement() {
+        let mut p = PeerStats::new(1);
+        let t = Instant::now();
+        p.write_sent(1, t);
+        p.write_sent(2, t);
+        p.acked(2, t + Duration::from_micros(100));
+        p.acked(2, t + Duration::from_micros(200)); // a second ack of it: not counted
+        p.acked(1, t + Duration::from_millis(1));
+        assert_eq!(p.round_trips.count(), 2);
+        assert_eq!(p.round_trips.sum(), Duration::from_micros(1100));
+        for s in 0..ROUND_TRIPS_KEPT as u64 + 10 {
+            p.write_sent(s, t);
+        }
+        assert_eq!(p.unacked.len(), ROUND_TRIPS_KEPT);
+    }
+}
