@@ -274,11 +274,24 @@ macro_rules! status_words {
             $($word),+
         }
 
+        impl $name {
+            /// The word as written (`"UpToDate"`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$word => stringify!($word)),+
+                }
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(match self {
-                    $($name::$word => stringify!($word)),+
-                })
+                f.write_str(self.as_str())
             }
         }
     };

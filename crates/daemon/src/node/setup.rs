@@ -185,6 +185,7 @@ impl NodeReactor {
             progress_told: Vec::new(),
             scrapes: Vec::new(),
             last_scrape_build: Duration::ZERO,
+            scrape_sizes: Vec::new(),
             handled: 0,
         };
         for cfg in configs {

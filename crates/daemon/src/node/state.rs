@@ -316,9 +316,12 @@ pub(super) struct NodeReactor {
     pub(super) peer_syncs: HashMap<(usize, NodeId, u16), super::sync_reports::PeerSync>,
     /// Our resyncs told to the peers at the last report, by (resource, volume).
     pub(super) progress_told: Vec<(usize, u16)>,
-    /// HTTP connections whose metrics are being built, a few resources a round
+    /// HTTP connections with work to go on with at the next round: metrics being built, a
+    /// few resources a round, or an answer being written, a share a round
     /// (`metrics_http.rs`).
     pub(super) scrapes: Vec<usize>,
-    /// How long the last scrape took to build (the loop's share).
+    /// How long the last scrape took to build (the loop's share), and how large each of
+    /// its families was (the next one makes room for as much).
     pub(super) last_scrape_build: Duration,
+    pub(super) scrape_sizes: Vec<usize>,
 }
