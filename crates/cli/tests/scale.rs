@@ -9,6 +9,7 @@
 mod common;
 
 use common::cluster::SECRET;
+use common::prom::{parse_metrics, prometheus_python, scrape};
 use common::*;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -40,6 +41,9 @@ fn limit_nofile(hard: u64) -> bool {
     }
 }
 
+/// Alpha's metrics endpoint, set in the first resource's file only.
+const METRICS: &str = "127.0.1.1:39942";
+
 /// Resource `i`: a 1 MiB volume on alpha; beta, its peer, never starts (alpha dials it
 /// every few seconds).
 fn resource(dir: &TestDir, i: usize) -> String {
@@ -57,14 +61,55 @@ fn resource(dir: &TestDir, i: usize) -> String {
         let nbd = dir.join(format!("{name}-r{i}.sock"));
         write!(
             text,
-            "\n[[node]]\nname = \"{name}\"\nnode-id = {id}\naddress = \"127.0.1.{octet}:{port}\"\n\
+            "\n[[node]]\nname = \"{name}\"\nnode-id = {id}\naddress = \"127.0.1.{octet}:{port}\"\n{}\
              [[node.volume]]\nnumber = 0\ndisk = \"{}\"\nnbd = [\"unix:{}\"]\n",
+            if i == 0 && name == "alpha" {
+                format!("metrics = \"{METRICS}\"\n")
+            } else {
+                String::new()
+            },
             disk.display(),
             nbd.display()
         )
         .unwrap();
     }
     text
+}
+
+/// Latencies of 4 KiB writes through r0's NBD socket for 2 s, sorted; with `scraping`,
+/// while another thread scrapes the metrics of every resource 20 times a second (a
+/// Prometheus server scrapes every 15 s by default).
+fn write_latencies(dir: &TestDir, scraping: bool) -> Vec<Duration> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let scrapes = Arc::new(AtomicUsize::new(0));
+    let scraper = scraping.then(|| {
+        let (stop, scrapes) = (stop.clone(), scrapes.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                scrape(METRICS);
+                scrapes.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    });
+    let mut nbd = Nbd::go(Conn::unix(&dir.join("alpha-r0.sock")), "r0", true);
+    let block = random_bytes(1, 4096);
+    let mut lat = Vec::new();
+    let end = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < end {
+        let t = std::time::Instant::now();
+        nbd.write(0, &block);
+        lat.push(t.elapsed());
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(s) = scraper {
+        s.join().unwrap();
+        assert!(scrapes.load(Ordering::Relaxed) > 0, "no scrape finished");
+    }
+    lat.sort();
+    lat
 }
 
 #[test]
@@ -116,6 +161,44 @@ fn status_of_a_thousand_resources_is_answered_whole_every_time() {
     events.expect_success();
     assert_eq!(events.stdout.lines().count(), 4 * RESOURCES + 1);
     assert_eq!(events.stdout.lines().last(), Some("exists -"));
+    // The metrics of 1000 resources: the Prometheus parser reads them whole, one role
+    // at 1 per resource (and one sample per role each); each scrape reports how long the
+    // one before took to build.
+    if let Some(python) = prometheus_python(TEST) {
+        for round in 0..3 {
+            let began = std::time::Instant::now();
+            let text = scrape(METRICS);
+            let took = began.elapsed();
+            let m = parse_metrics(&python, &text);
+            let roles = m.find("drbd_resource_role", &[]);
+            assert_eq!(roles.len(), 3 * RESOURCES, "round {round}");
+            assert_eq!(roles.iter().filter(|&&v| v == 1.0).count(), RESOURCES);
+            let secondary = m.find("drbd_resource_role", &[("drbd_resource_role", "Secondary")]);
+            assert_eq!(secondary, vec![1.0; RESOURCES], "round {round}");
+            assert_eq!(m.value("drbd_resource_resources", &[]), RESOURCES as f64);
+            let built = m.value("tandem_metrics_build_seconds", &[]);
+            eprintln!(
+                "{TEST}: round {round}: metrics of {RESOURCES} resources, {} bytes, scraped in {took:?}; the previous scrape took {:.1} ms of the loop's CPU",
+                text.len(),
+                built * 1000.0
+            );
+        }
+    }
+    // What scraping costs the application: 4 KiB writes to r0 for a while without
+    // scrapes, then while another thread scrapes without pause.
+    // (alpha's replica of r0 is new, its peer's unknown: it is made the one to trust.)
+    alpha.admin(&["primary", "r0", "--force"]).expect_success();
+    let idle = write_latencies(&dir, false);
+    let scraped = write_latencies(&dir, true);
+    for (what, l) in [("no scrape", &idle), ("scraping", &scraped)] {
+        eprintln!(
+            "{TEST}: 4 KiB writes to r0, {what}: {} writes, median {:?}, p99 {:?}, max {:?}",
+            l.len(),
+            l[l.len() / 2],
+            l[l.len() * 99 / 100],
+            l[l.len() - 1]
+        );
+    }
     let log = alpha.log();
     assert!(
         log.contains(&format!(
