@@ -12,7 +12,7 @@
 //! replicated writes' round trips, resync progress and rate, replication and peer disk
 //! states.
 
-use crate::control_api::{Connection, Disk, Replication, ResourceStatus, Role};
+use crate::control_api::{Connection, Disk, PeerStatus, Replication, ResourceStatus, Role};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -309,49 +309,53 @@ impl Exposition {
             self.sample(F::DEV_WRITES_IN_FLIGHT, &dev, v.writes_in_flight);
         }
         for (j, p) in st.peers.iter().enumerate() {
-            let pc = c.peers.get(j);
-            let conn = format!(
-                "{res},conn_name=\"{}\",peer_node_id=\"{}\"",
-                escape(&p.name),
-                p.node_id
-            );
-            // DRBD's connection after a split brain is StandAlone; tandem says why apart.
-            let state = match p.connection {
-                Connection::Connected => "Connected",
-                Connection::Connecting => "Connecting",
-                Connection::StandAlone | Connection::SplitBrain => "StandAlone",
-            };
-            self.states(F::CONN_STATE, &conn, &CONNECTIONS, &state);
-            let split = p.connection == Connection::SplitBrain;
-            self.sample(F::CONN_SPLIT_BRAIN, &conn, u8::from(split));
-            self.states(F::CONN_PEER_ROLE, &conn, &ROLES, &p.role);
-            self.sample(F::CONN_UNACKED, &conn, p.unacked);
-            for (v, pv) in p.volumes.iter().enumerate() {
-                let pd = format!("{conn},volume=\"{}\"", pv.volume);
-                let (sent, received) = pc
-                    .and_then(|pc| pc.bytes.get(v))
-                    .copied()
-                    .unwrap_or_default();
-                self.sample(F::PD_OUT_OF_SYNC, &pd, pv.out_of_sync_kib * 1024);
-                self.sample(F::PD_SENT, &pd, sent);
-                self.sample(F::PD_RECEIVED, &pd, received);
-                let repl = pv.replication;
-                self.states(F::PD_REPL, &pd, &REPLICATIONS, &repl);
-                self.states(F::PD_PEER_DISK, &pd, &PEER_DISKS, &pv.peer_disk);
-                if let Some(rs) = &pv.resync {
-                    let labels = format!("{pd},direction=\"{repl}\"");
-                    if let Some(rate) = rs.rate_kib_s {
-                        self.sample(F::RESYNC_RATE, &labels, rate * 1024);
-                    }
-                    self.sample(F::RESYNC_LEFT, &labels, rs.left_kib * 1024);
-                    self.sample(F::RESYNC_DONE, &labels, rs.done_kib * 1024);
+            self.connection(&res, p, c.peers.get(j));
+        }
+    }
+
+    /// A connection's samples and its peer devices'.
+    fn connection(&mut self, res: &str, p: &PeerStatus, pc: Option<&PeerCounters<'_>>) {
+        let conn = format!(
+            "{res},conn_name=\"{}\",peer_node_id=\"{}\"",
+            escape(&p.name),
+            p.node_id
+        );
+        // DRBD's connection after a split brain is StandAlone; tandem says why apart.
+        let state = match p.connection {
+            Connection::Connected => "Connected",
+            Connection::Connecting => "Connecting",
+            Connection::StandAlone | Connection::SplitBrain => "StandAlone",
+        };
+        self.states(F::CONN_STATE, &conn, &CONNECTIONS, &state);
+        let split = p.connection == Connection::SplitBrain;
+        self.sample(F::CONN_SPLIT_BRAIN, &conn, u8::from(split));
+        self.states(F::CONN_PEER_ROLE, &conn, &ROLES, &p.role);
+        self.sample(F::CONN_UNACKED, &conn, p.unacked);
+        for (v, pv) in p.volumes.iter().enumerate() {
+            let pd = format!("{conn},volume=\"{}\"", pv.volume);
+            let (sent, received) = pc
+                .and_then(|pc| pc.bytes.get(v))
+                .copied()
+                .unwrap_or_default();
+            self.sample(F::PD_OUT_OF_SYNC, &pd, pv.out_of_sync_kib * 1024);
+            self.sample(F::PD_SENT, &pd, sent);
+            self.sample(F::PD_RECEIVED, &pd, received);
+            let repl = pv.replication;
+            self.states(F::PD_REPL, &pd, &REPLICATIONS, &repl);
+            self.states(F::PD_PEER_DISK, &pd, &PEER_DISKS, &pv.peer_disk);
+            if let Some(rs) = &pv.resync {
+                let labels = format!("{pd},direction=\"{repl}\"");
+                if let Some(rate) = rs.rate_kib_s {
+                    self.sample(F::RESYNC_RATE, &labels, rate * 1024);
                 }
+                self.sample(F::RESYNC_LEFT, &labels, rs.left_kib * 1024);
+                self.sample(F::RESYNC_DONE, &labels, rs.done_kib * 1024);
             }
-            if let Some(h) = pc.and_then(|pc| pc.round_trips) {
-                match self.rtt.iter_mut().find(|(n, _)| *n == p.name) {
-                    Some((_, sum)) => sum.merge(h),
-                    None => self.rtt.push((p.name.clone(), h.clone())),
-                }
+        }
+        if let Some(h) = pc.and_then(|pc| pc.round_trips) {
+            match self.rtt.iter_mut().find(|(n, _)| *n == p.name) {
+                Some((_, sum)) => sum.merge(h),
+                None => self.rtt.push((p.name.clone(), h.clone())),
             }
         }
     }
