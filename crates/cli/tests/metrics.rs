@@ -280,6 +280,15 @@ fn bad_http_requests_get_errors_and_the_endpoint_keeps_serving() {
         let shown = String::from_utf8_lossy(&request[..request.len().min(40)]).into_owned();
         assert_eq!(status, want, "{shown:?}: {head}");
     }
+    // A client that shuts its side once its request is sent still gets the answer.
+    let mut half = TcpStream::connect(&addr).unwrap();
+    half.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    half.shutdown(std::net::Shutdown::Write).unwrap();
+    half.set_read_timeout(Some(t)).unwrap();
+    let mut answer = String::new();
+    half.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.contains("\ndrbdreactor_up 1\n"), "{answer}");
     // HEAD: the head alone.
     let (status, head, body) = http(&addr, b"HEAD /metrics HTTP/1.0\r\n\r\n", t);
     assert_eq!((status, body.len()), (200, 0), "{head}");

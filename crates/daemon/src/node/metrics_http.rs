@@ -190,6 +190,17 @@ fn error_response(status: u16, reason: &str) -> (Vec<u8>, Vec<u8>) {
     (head, body)
 }
 
+/// What reading a connection found.
+enum Input {
+    /// Nothing more for now.
+    Open,
+    /// The client sends no more (it may still read: a client may shut its side once its
+    /// request is sent).
+    Eof,
+    /// Reset or failed.
+    Gone,
+}
+
 /// A scrape being built (see `CHUNK`).
 struct Building {
     expo: Exposition,
@@ -229,21 +240,21 @@ pub(crate) struct HttpConn {
 
 impl HttpConn {
     /// Reads what arrived; false once the client is gone.
-    fn read(&mut self) -> bool {
+    fn read(&mut self) -> Input {
         let mut buf = [0u8; 4096];
         loop {
             match self.stream.read(&mut buf) {
-                Ok(0) => return false,
+                Ok(0) => return Input::Eof,
                 Ok(n) if matches!(self.state, HttpState::Reading) => {
                     self.inbuf.extend_from_slice(&buf[..n]);
                     if self.inbuf.len() > REQUEST_MAX {
-                        return true;
+                        return Input::Open;
                     }
                 }
                 Ok(_) => {} // After the request: ignored.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Input::Open,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
+                Err(_) => return Input::Gone,
             }
         }
     }
@@ -363,14 +374,16 @@ impl NodeReactor {
         let Some(Entry::Http(h)) = self.entries.get_mut(k) else {
             return;
         };
-        if !h.read() {
-            // Gone (or done with us): nothing more to send it.
-            return self.remove_entry(k);
-        }
-        if !matches!(h.state, HttpState::Reading) {
-            return;
+        let input = h.read();
+        match (&input, &h.state) {
+            (Input::Gone, _) | (Input::Eof, HttpState::Closing) => return self.remove_entry(k),
+            (_, HttpState::Reading) => {}
+            // Still to answer, or answering: a client that shut its side still reads.
+            _ => return,
         }
         let (status, reason, head) = match parse(&h.inbuf) {
+            // The request never ended.
+            Parsed::NeedMore if matches!(input, Input::Eof) => return self.remove_entry(k),
             Parsed::NeedMore => return,
             Parsed::Get {
                 path: "/metrics",
