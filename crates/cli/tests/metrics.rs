@@ -332,3 +332,184 @@ fn bad_http_requests_get_errors_and_the_endpoint_keeps_serving() {
         "{log}"
     );
 }
+
+/// The status page (`GET /` on the metrics address) in a real browser, headless Chromium,
+/// during a resync: it fetches `/status.json` itself and shows each node, its states and
+/// the resync's progress bar, on the sync target and on the source; a screenshot is taken.
+#[test]
+fn the_status_page_shows_a_resync_in_a_headless_browser() {
+    const TEST: &str = "metrics::the_status_page_shows_a_resync_in_a_headless_browser";
+    if !require_tools(TEST, &["chromium"]) {
+        return;
+    }
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            tweak: &with_metrics,
+            size: 64 * MIB,
+            net: "resync-min-rate = \"4M\"\nresync-max-rate = \"8M\"\n",
+            ..Setup::new("C", &[ALPHA, BETA])
+        },
+    );
+    c.wait_connected();
+    c.wait_in_sync(Duration::from_secs(60));
+    let (a, b) = (metrics_addr(&c, "alpha"), metrics_addr(&c, "beta"));
+    // The page is served whole, with nothing to fetch from elsewhere.
+    let (status, head, page) = http(
+        &a,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(10),
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("Content-Type: text/html"), "{head}");
+    let page = String::from_utf8(page).unwrap();
+    assert!(page.contains("fetch(\"/status.json\""), "{page}");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "nothing from elsewhere"
+    );
+    // Beta's replica thrown away: resynced in full from alpha at 8 MiB/s (8 s).
+    c.node("beta")
+        .daemon
+        .admin(&["invalidate", "r0"])
+        .expect_success();
+    c.wait_for("a resync under way", Duration::from_secs(20), |sts| {
+        let beta = &sts.iter().find(|(n, _)| *n == "beta").unwrap().1;
+        let done = beta["volumes"][0]["resync"]["done_kib"]
+            .as_u64()
+            .unwrap_or(0);
+        match done {
+            1.. => Ok(()),
+            0 => Err(format!("beta: {}", beta["volumes"][0])),
+        }
+    });
+    // The node's rates over its last second: beta writes what the resync brings.
+    let status_json = |addr: &str| -> Json {
+        let (status, head, json) = http(
+            addr,
+            b"GET /status.json HTTP/1.1\r\n\r\n",
+            Duration::from_secs(10),
+        );
+        assert_eq!(status, 200, "{head}");
+        assert!(head.contains("Content-Type: application/json"), "{head}");
+        serde_json::from_slice(&json).expect("status.json is JSON")
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || status_json(&b)["resources"][0]
+            ["write_rate"]
+            .as_u64()
+            > Some(0)),
+        "beta's write rate stays 0: {}",
+        status_json(&b)
+    );
+    let shot = c.dir.join("beta-status.png");
+    let dom = |addr: &str| {
+        let mut cmd = tool("chromium");
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=3000",
+        ])
+        .arg("--dump-dom")
+        .arg(format!("http://{addr}/"));
+        let r = run(&mut cmd, Duration::from_secs(60));
+        r.expect_success();
+        r.stdout
+    };
+    let on_beta = dom(&b);
+    let on_alpha = dom(&a);
+    let mut cmd = tool("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--virtual-time-budget=3000",
+    ])
+    .args(["--window-size=1100,400", "--hide-scrollbars"])
+    .arg(format!("--screenshot={}", shot.display()))
+    .arg(format!("http://{b}/"));
+    run(&mut cmd, Duration::from_secs(60)).expect_success();
+    let png = std::fs::read(&shot).expect("the screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5000,
+        "{} bytes",
+        png.len()
+    );
+    eprintln!(
+        "{TEST}: screenshot of beta's page during the resync: {} bytes",
+        png.len()
+    );
+    // To look at it: TANDEM_TEST_SCREENSHOTS=DIR keeps a copy.
+    if let Some(keep) = std::env::var_os("TANDEM_TEST_SCREENSHOTS") {
+        let to = std::path::Path::new(&keep).join("status-page-resync.png");
+        std::fs::copy(&shot, &to).unwrap_or_else(|e| panic!("copying to {}: {e}", to.display()));
+    }
+
+    // The percent the page shows: 0 < p < 100, with a bar that wide.
+    let percent = |dom: &str, role: &str| -> f64 {
+        let key = format!("class=\"resync\" data-role=\"{role}\" data-percent=\"");
+        let at = dom
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {role} progress in:\n{dom}"));
+        let rest = &dom[at + key.len()..];
+        let p: f64 = rest[..rest.find('"').unwrap()].parse().unwrap();
+        assert!(
+            rest.contains(&format!("style=\"width:{p:.1}%\"")),
+            "a bar {p}% wide: {rest}"
+        );
+        p
+    };
+    // (The source's status has no progress of a resync its target pulls yet, issue 16
+    // item 3: its page shows the peer's disk Inconsistent, and no bar.)
+    let target = percent(&on_beta, "target");
+    assert!(
+        target > 0.0 && target < 100.0,
+        "beta's page shows {target}% done"
+    );
+    eprintln!("{TEST}: beta's page shows {target}% done");
+    // Beta writes the resync's data: a rate that is not nothing.
+    assert!(
+        !on_beta.contains("<span class=\"rate-write\">0 B/s"),
+        "{on_beta}"
+    );
+    for (dom, words) in [
+        (
+            &on_beta,
+            [
+                "tandem node <span id=\"node\">beta</span>",
+                "data-resource=\"r0\"",
+                ">Inconsistent<",
+                ">UpToDate<",
+                "data-peer=\"alpha\"",
+                ">Connected<",
+            ],
+        ),
+        (
+            &on_alpha,
+            [
+                "tandem node <span id=\"node\">alpha</span>",
+                "data-resource=\"r0\"",
+                ">UpToDate<",
+                ">Inconsistent<",
+                "data-peer=\"beta\"",
+                ">Connected<",
+            ],
+        ),
+    ] {
+        for w in words {
+            assert!(dom.contains(w), "{w} not in:\n{dom}");
+        }
+        assert!(dom.contains("class=\"rate-write\""), "{dom}");
+    }
+    // What the page reads: status --json's resources with their byte counters (the
+    // resync's writes on beta's replica among them).
+    let v = status_json(&b);
+    assert_eq!(v["node"], "beta");
+    let r = &v["resources"][0];
+    assert_eq!(r["name"], "r0");
+    assert_eq!(r["volumes"][0]["disk"], "Inconsistent", "{r}");
+    let written = r["written_bytes"][0].as_u64().unwrap();
+    assert!(written > 0, "the resync's writes counted: {r}");
+    c.wait_in_sync(Duration::from_secs(60));
+}

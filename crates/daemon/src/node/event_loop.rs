@@ -327,7 +327,11 @@ impl NodeReactor {
             self.run_actions(r, actions, Ctx::default());
         }
         if now >= self.resyncs_sampled_ms + 1000 {
+            let since = now - self.resyncs_sampled_ms;
             self.resyncs_sampled_ms = now;
+            for r in &mut self.res {
+                r.stats.sample_rates(since);
+            }
             self.sample_resyncs(now);
             self.tell_sync_progress();
         }

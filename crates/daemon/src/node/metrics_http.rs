@@ -47,6 +47,11 @@ pub(crate) struct ResStats {
     /// Application requests from arrival to reply, per [`Op`].
     pub(crate) io: [Histogram; 3],
     pub(crate) volumes: Vec<VolumeCounters>,
+    /// Bytes per second read from and written to its local replicas over the last second
+    /// (for the status page: a browser's clock can be far from the node's), and the
+    /// totals they were taken from.
+    pub(crate) rates: (u64, u64),
+    sampled: (u64, u64),
 }
 
 impl ResStats {
@@ -59,7 +64,18 @@ impl ResStats {
                     ..Default::default()
                 })
                 .collect(),
+            rates: (0, 0),
+            sampled: (0, 0),
         }
+    }
+
+    /// The rates since the last sample, `since_ms` ago.
+    pub(crate) fn sample_rates(&mut self, since_ms: u64) {
+        let read = self.volumes.iter().map(|v| v.read_bytes).sum();
+        let written = self.volumes.iter().map(|v| v.written_bytes).sum();
+        let per_s = |now: u64, was: u64| (now - was) * 1000 / since_ms.max(1);
+        self.rates = (per_s(read, self.sampled.0), per_s(written, self.sampled.1));
+        self.sampled = (read, written);
     }
 }
 
@@ -201,9 +217,17 @@ enum Input {
     Gone,
 }
 
-/// A scrape being built (see `CHUNK`).
+/// What is built resource by resource (see `CHUNK`).
+enum Body {
+    /// `GET /metrics`.
+    Metrics(Box<Exposition>),
+    /// `GET /status.json`, for the status page (`status_page.rs`).
+    Json(Vec<u8>),
+}
+
+/// An answer being built (see `CHUNK`).
 struct Building {
-    expo: Exposition,
+    body: Body,
     /// The next resource to add: an index into the running resources, then the ones
     /// not attached.
     next: usize,
@@ -371,6 +395,7 @@ impl NodeReactor {
     /// Connection `k` is readable: the request, once whole, is answered or its scrape
     /// begins.
     pub(super) fn service_http(&mut self, k: usize) {
+        let now_ms = self.now_ms();
         let Some(Entry::Http(h)) = self.entries.get_mut(k) else {
             return;
         };
@@ -386,11 +411,15 @@ impl NodeReactor {
             Parsed::NeedMore if matches!(input, Input::Eof) => return self.remove_entry(k),
             Parsed::NeedMore => return,
             Parsed::Get {
-                path: "/metrics",
+                path: path @ ("/metrics" | "/status.json"),
                 head,
             } => {
+                let body = match path {
+                    "/metrics" => Body::Metrics(Box::new(Exposition::sized(&self.scrape_sizes))),
+                    _ => Body::Json(super::status_page::json_start(&self.node_name, now_ms)),
+                };
                 h.state = HttpState::Building(Box::new(Building {
-                    expo: Exposition::sized(&self.scrape_sizes),
+                    body,
                     next: 0,
                     spent: Duration::ZERO,
                     longest: Duration::ZERO,
@@ -399,6 +428,13 @@ impl NodeReactor {
                 h.inbuf = Vec::new();
                 self.scrapes.push(k);
                 return;
+            }
+            Parsed::Get { path: "/", head } => {
+                let page = super::status_page::PAGE.as_bytes().to_vec();
+                let answer = self::head(200, "OK", "text/html; charset=utf-8", page.len());
+                h.answer(answer, vec![page], head);
+                h.inbuf = Vec::new();
+                return self.mark_dirty(k);
             }
             Parsed::Get { head, .. } => (404, "Not Found", head),
             Parsed::Error(status, reason) => (status, reason, false),
@@ -430,7 +466,10 @@ impl NodeReactor {
             let total = self.res.len() + self.not_attached.len();
             let end = (b.next + CHUNK).min(total);
             for i in b.next..end {
-                self.add_to_scrape(&mut b.expo, i);
+                match &mut b.body {
+                    Body::Metrics(expo) => self.add_to_scrape(expo, i),
+                    Body::Json(json) => self.add_to_json(json, i),
+                }
             }
             b.next = end;
             if end < total {
@@ -444,24 +483,31 @@ impl NodeReactor {
                 continue;
             }
             let Building {
-                expo,
+                body,
                 spent,
                 longest,
                 head: head_only,
                 ..
             } = *b;
-            self.scrape_sizes = expo.sizes();
-            let body = expo.finish(self.last_scrape_build);
+            let (body, kind) = match body {
+                Body::Metrics(expo) => {
+                    self.scrape_sizes = expo.sizes();
+                    let text = expo.finish(self.last_scrape_build);
+                    (text, "text/plain; version=0.0.4; charset=utf-8")
+                }
+                Body::Json(mut json) => {
+                    json.extend_from_slice(b"]}");
+                    (vec![json], "application/json")
+                }
+            };
             let took = thread_cpu().saturating_sub(began);
             let spent = spent + took;
             let longest = longest.max(took);
-            self.last_scrape_build = spent;
-            debug!(
-                "metrics: {total} resources, {} bytes, built in {spent:?}, {longest:?} in the longest round",
-                body.iter().map(Vec::len).sum::<usize>()
-            );
-            let kind = "text/plain; version=0.0.4; charset=utf-8";
             let length = body.iter().map(Vec::len).sum();
+            if kind.starts_with("text/plain") {
+                self.last_scrape_build = spent;
+            }
+            debug!("{kind}: {total} resources, {length} bytes, built in {spent:?}, {longest:?} in the longest round");
             let answer = head(200, "OK", kind, length);
             if let Some(Entry::Http(h)) = self.entries.get_mut(k) {
                 h.answer(answer, body, head_only);

@@ -24,6 +24,7 @@ mod sd_notify;
 mod setup;
 mod state;
 mod sync_reports;
+mod status_page;
 mod transport;
 mod unsynced;
 mod watchers;
