@@ -184,6 +184,21 @@ fn status_of_a_thousand_resources_is_answered_whole_every_time() {
             );
         }
     }
+    // The status page's data, built the same way: every resource, as status --json has it.
+    let began = std::time::Instant::now();
+    let (code, head, json) = common::prom::http(
+        METRICS,
+        b"GET /status.json HTTP/1.1\r\n\r\n",
+        Duration::from_secs(20),
+    );
+    let took = began.elapsed();
+    assert_eq!(code, 200, "{head}");
+    let v: serde_json::Value = serde_json::from_slice(&json).expect("status.json");
+    assert_eq!(v["resources"].as_array().map(Vec::len), Some(RESOURCES));
+    eprintln!(
+        "{TEST}: /status.json of {RESOURCES} resources: {} bytes in {took:?}",
+        json.len()
+    );
     // What scraping costs the application: 4 KiB writes to r0 for a while without
     // scrapes, then while another thread scrapes without pause.
     // (alpha's replica of r0 is new, its peer's unknown: it is made the one to trust.)
