@@ -273,9 +273,9 @@ struct NodeArgs {
     /// this node then costs a full resync of its replicas (a clean stop costs nothing).
     #[arg(long)]
     unsafe_no_activity_log: bool,
-    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9942). Overrides
-    /// the `metrics` key of this node's [[node]] table in the resource files; without
-    /// either, no metrics are served.
+    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9942), and a live
+    /// status page on http://ADDR/. Overrides the `metrics` key of this node's [[node]]
+    /// table in the resource files; without either, neither is served.
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<SocketAddr>,
 }

@@ -1,6 +1,8 @@
 //! The metrics endpoint (`metrics = "IP:PORT"`, or `tandem node --metrics`): a TCP
 //! listener on the node's own event loop, HTTP/1.0 and 1.1 reduced to what a Prometheus
-//! scraper does: one request (`GET /metrics`), one answer, the connection closed.
+//! scraper does: one request (`GET /metrics`), one answer, the connection closed. The
+//! same address serves the status page (`GET /` and `GET /status.json`,
+//! `status_page.rs`).
 //!
 //! A request is at most `REQUEST_MAX` bytes and must arrive within `HTTP_TIMEOUT`; a
 //! malformed one gets 400, another path 404, another method 405, and at most `MAX_CONNS`
