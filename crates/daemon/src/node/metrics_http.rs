@@ -16,7 +16,7 @@
 //! operation, bytes read and written per volume) in each resource, `PeerStats` (data sent
 //! and received per volume, replicated writes' round trips) in each peer slot.
 
-use super::state::{Entry, NodeReactor};
+use super::state::{Entry, NodeReactor, Presence};
 use crate::metrics::{Exposition, Histogram, Op, PeerCounters, ResourceCounters, VolumeCounters};
 use anyhow::{Context, Result};
 use mio::{Interest, Token as MioToken};
@@ -520,6 +520,13 @@ impl NodeReactor {
 
     /// Resource `i` of the node (the running ones, then those not attached) into `expo`.
     fn add_to_scrape(&self, expo: &mut Exposition, i: usize) {
+        if self
+            .res
+            .get(i)
+            .is_some_and(|r| r.presence == Presence::Gone)
+        {
+            return; // stopped by `tandem adjust`
+        }
         let Some(res) = self.res.get(i) else {
             let st = self.not_attached_status(i - self.res.len());
             return expo.resource(&st, &ResourceCounters::default());

@@ -7,7 +7,7 @@
 //! browser's virtual clock, or a busy one, says nothing of the node's), built resource by
 //! resource as the metrics are (`metrics_http.rs`).
 
-use super::state::NodeReactor;
+use super::state::{NodeReactor, Presence};
 use crate::control_api::ResourceStatus;
 use serde::Serialize;
 
@@ -38,6 +38,13 @@ pub(super) fn json_start(node: &str, at_ms: u64) -> Vec<u8> {
 impl NodeReactor {
     /// Resource `i` of the node (the running ones, then those not attached) into `json`.
     pub(super) fn add_to_json(&self, json: &mut Vec<u8>, i: usize) {
+        if self
+            .res
+            .get(i)
+            .is_some_and(|r| r.presence == Presence::Gone)
+        {
+            return; // stopped by `tandem adjust`
+        }
         let (status, volumes, rates) = match self.res.get(i) {
             Some(res) => (
                 self.resource_status(i),
@@ -57,7 +64,7 @@ impl NodeReactor {
             read_rate: rates.0,
             write_rate: rates.1,
         };
-        if i > 0 {
+        if json.last() != Some(&b'[') {
             json.push(b',');
         }
         serde_json::to_writer(&mut *json, &page).expect("a status serializes");

@@ -47,9 +47,7 @@ impl NodeReactor {
                 };
                 // The source too: what it shows of a resync it serves is its own view,
                 // and this where it has none.
-                let conns: Vec<usize> = (self.res[r].peers.iter())
-                    .filter_map(|p| p.conn)
-                    .collect();
+                let conns: Vec<usize> = (self.res[r].peers.iter()).filter_map(|p| p.conn).collect();
                 for k in conns {
                     if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
                         if !pc.dead && pc.features & SYNC_PROGRESS != 0 {
