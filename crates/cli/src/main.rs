@@ -186,10 +186,11 @@ enum Cmd {
         control: ControlArg,
     },
     /// Read the resource files again and apply what changed while the node runs: a new
-    /// resource starts; a running one takes new timeouts, resync rates and
-    /// after-split-brain policies. Anything else (protocol, secret, volumes, nodes,
-    /// quorum, a resource removed) is named as needing a restart, and nothing of that
-    /// resource changes. The same as sending SIGHUP to `tandem node`.
+    /// resource starts; a running one takes a new protocol, timeouts, resync rates and
+    /// after-split-brain policies; one removed from the files stops (unless it is Primary
+    /// or has NBD clients here). Anything else (secret, volumes, nodes, quorum) is named as
+    /// needing a restart, and nothing of that resource changes. The same as sending SIGHUP
+    /// to `tandem node`.
     Adjust {
         #[command(flatten)]
         control: ControlArg,

@@ -509,7 +509,7 @@ fn wait_log_count(node: &common::cluster::Node, needle: &str, times: usize) {
 
 /// SIGHUP (a closed terminal, `systemctl reload`) used to kill `tandem node` without a
 /// flush. Now it reads the resource files again and applies what changed, as `tandem
-/// adjust` does: here a protocol change, which needs a restart and is only named, and
+/// adjust` does: here a new shared secret, which needs a restart and is only named, and
 /// files with errors, which change nothing; the node goes on serving, and stops cleanly
 /// afterwards.
 #[test]
@@ -527,9 +527,13 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
     };
     hup(&c);
     wait_log_count(c.node("alpha"), "read again: no change", 1);
-    fs::write(&file, text.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
+    fs::write(&file, text.replace("\"s3cret\"", "\"s3cret2\"")).unwrap();
     hup(&c);
-    wait_log_count(c.node("alpha"), "r0: protocol changed: needs a restart", 1);
+    wait_log_count(
+        c.node("alpha"),
+        "r0: shared-secret changed: needs a restart",
+        1,
+    );
     fs::write(&file, text.replace("protocol = \"C\"", "protocol = \"D\"")).unwrap();
     hup(&c);
     wait_log_count(c.node("alpha"), "has errors; nothing changed", 1);
@@ -545,7 +549,8 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
 /// added to both nodes' files, starts and connects, and r0's writes go on untouched (fio
 /// verifies every block it wrote); new timeouts for r0 apply in place; r1 removed from
 /// the files is refused while a client uses it, then stops (metadata marked clean) and
-/// comes back when its file does; a protocol change is named as needing a restart, and
+/// comes back when its file does; a new protocol applies in place, a new shared secret is
+/// named as needing a restart, and
 /// files with an error change nothing and say so (exit status 1).
 #[test]
 fn adjust_starts_a_new_resource_while_the_other_writes_on() {
@@ -629,13 +634,14 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
     assert!(adjust(&c).stdout.contains("no change"));
     fs::write(
         &r0_file,
-        r0.replace("[net]\n", "[net]\nping-timeout = \"700ms\"\n"),
+        r0.replace("[net]\n", "[net]\nping-timeout = \"700ms\"\n")
+            .replace("protocol = \"C\"", "protocol = \"B\""),
     )
     .unwrap();
     let run = adjust(&c);
     assert!(
         run.stdout
-            .contains("r0: timeouts, resync rates and policies applied"),
+            .contains("r0: protocol, timeouts, resync rates and policies applied"),
         "{}",
         run.describe()
     );
@@ -655,8 +661,8 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
     );
     drop(nbd);
     // Its client gone (the node makes it Secondary again), it stops: peers let go,
-    // metadata marked stopped cleanly, gone from status; a protocol change is named.
-    fs::write(&r0_file, r0.replace("protocol = \"C\"", "protocol = \"B\"")).unwrap();
+    // metadata marked stopped cleanly, gone from status; a new secret is named.
+    fs::write(&r0_file, r0.replace("\"s3cret\"", "\"s3cret2\"")).unwrap();
     let stopped = wait_until(Duration::from_secs(10), || {
         let run = adjust(&c);
         run.stdout.contains("r1: removed from the files: stopping")
@@ -679,7 +685,8 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
     );
     let run = adjust(&c);
     assert!(
-        run.stdout.contains("r0: protocol changed: needs a restart"),
+        run.stdout
+            .contains("r0: shared-secret changed: needs a restart"),
         "{}",
         run.describe()
     );

@@ -1,11 +1,11 @@
 //! `tandem adjust` (and SIGHUP): what the resource files say now against what the node
 //! runs, as a plan. Pure: the node applies it (`node/reload.rs`).
 //!
-//! What applies online: a new resource starts; the timing and resync-rate settings of a
-//! running one (`[net]`) and its after-split-brain policies change in place. What does
-//! not (it changes how replicas vote, what the peers agreed on at connect, or what is on
-//! disk) is named and left for the next start: the protocol, the shared secret, volumes,
-//! nodes and quorum. A resource removed from the files stops, if it is a Secondary
+//! What applies online: a new resource starts; the protocol (each write keeps the one it
+//! began under), the timing and resync-rate settings (`[net]`) and the after-split-brain
+//! policies of a running one change in place. What does not (it changes how replicas
+//! vote, what the peers agreed on at connect, or what is on disk) is named and left for
+//! the next start: the shared secret, volumes, nodes and quorum. A resource removed from the files stops, if it is a Secondary
 //! nobody uses. Nothing is half-applied: a resource's change is taken whole or not at
 //! all.
 
@@ -14,7 +14,6 @@ use tandem_config::ResourceConfig;
 /// A setting whose change needs the node restarted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NeedsRestart {
-    Protocol,
     SharedSecret,
     Volumes,
     Nodes,
@@ -24,7 +23,6 @@ pub enum NeedsRestart {
 impl NeedsRestart {
     pub fn key(self) -> &'static str {
         match self {
-            NeedsRestart::Protocol => "protocol",
             NeedsRestart::SharedSecret => "shared-secret",
             NeedsRestart::Volumes => "[[volume]]",
             NeedsRestart::Nodes => "[[node]]",
@@ -38,8 +36,8 @@ impl NeedsRestart {
 pub struct Plan {
     /// New resources, to start.
     pub add: Vec<ResourceConfig>,
-    /// Running resources whose `[net]` or after-split-brain settings changed, and nothing
-    /// that needs a restart: applied in place.
+    /// Running resources whose protocol, `[net]` or after-split-brain settings changed,
+    /// and nothing that needs a restart: applied in place.
     pub retune: Vec<ResourceConfig>,
     /// Running resources with a change that needs a restart (nothing of theirs applied).
     pub restart: Vec<(String, Vec<NeedsRestart>)>,
@@ -72,7 +70,7 @@ pub fn plan(running: &[&ResourceConfig], idle: &[&str], wanted: &[ResourceConfig
                 let needs = needs_restart(r, w);
                 if !needs.is_empty() {
                     p.restart.push((w.name.clone(), needs));
-                } else if r.net != w.net || r.after_sb != w.after_sb {
+                } else if r.net != w.net || r.after_sb != w.after_sb || r.protocol != w.protocol {
                     p.retune.push(w.clone());
                 } else {
                     p.unchanged += 1;
@@ -90,9 +88,6 @@ pub fn plan(running: &[&ResourceConfig], idle: &[&str], wanted: &[ResourceConfig
 
 fn needs_restart(r: &ResourceConfig, w: &ResourceConfig) -> Vec<NeedsRestart> {
     let mut needs = Vec::new();
-    if r.protocol != w.protocol {
-        needs.push(NeedsRestart::Protocol);
-    }
     if r.secret != w.secret {
         needs.push(NeedsRestart::SharedSecret);
     }
@@ -152,16 +147,17 @@ mod tests {
             &[cfg("r0", "after-sb-0pri = \"discard-zero-changes\"\n")],
         );
         assert_eq!(p.retune.len(), 1, "{p:?}");
+        let p = plan(&[&r0], &[], &[cfg("r0", "protocol = \"B\"\n")]);
+        assert_eq!(p.retune.len(), 1, "{p:?}");
         let p = plan(
             &[&r0],
             &[],
             &[cfg(
                 "r0",
-                "protocol = \"B\"\n[net]\nping-timeout = \"700ms\"\n",
+                "quorum = \"majority\"\n[net]\nping-timeout = \"700ms\"\n",
             )],
         );
         assert!(p.retune.is_empty(), "a change is taken whole or not at all");
-        assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Protocol])]);
         let p = plan(&[&r0], &[], &[cfg("r0", "quorum = \"majority\"\n")]);
         assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Quorum])]);
     }

@@ -1,6 +1,7 @@
 //! `tandem adjust` and SIGHUP: the resource files are read again and what changed is
 //! applied while the node runs, as `crate::adjust::plan` says: a new resource starts, a
-//! running one takes new timeouts, resync rates and after-split-brain policies; the rest
+//! running one takes a new protocol, timeouts, resync rates and after-split-brain
+//! policies, one removed from the files stops; the rest
 //! is named as needing a restart and nothing of it is applied. The files having errors
 //! changes nothing. The node no longer ends on SIGHUP without flushing, as it did when
 //! SIGHUP's default action killed it.
@@ -53,9 +54,9 @@ impl NodeReactor {
                 .expect("planned from the running resources");
             let res = &mut self.res[r];
             res.engine.retune(&spec_of(&cfg, res.me, 0));
-            info!(resource = %cfg.name, "adjust: timeouts, resync rates and policies now as {} says", cfg.path.display());
+            info!(resource = %cfg.name, "adjust: protocol, timeouts, resync rates and policies now as {} says", cfg.path.display());
             said.push(format!(
-                "{}: timeouts, resync rates and policies applied",
+                "{}: protocol, timeouts, resync rates and policies applied",
                 cfg.name
             ));
             res.cfg = cfg;

@@ -197,20 +197,21 @@ impl Resource {
         self.rep.spec.after_sb = p;
     }
 
-    /// A configuration change applied while running (`tandem adjust`): the timeouts, the
-    /// resync rates and the after-split-brain policies of `spec` from now on. They are
-    /// read afresh at each use. Nothing else of `spec` may differ: who the nodes are,
-    /// the volumes, the protocol and the quorum need a restart.
+    /// A configuration change applied while running (`tandem adjust`): the protocol, the
+    /// timeouts, the resync rates and the after-split-brain policies of `spec` from now
+    /// on. They are read afresh at each use; a write keeps the protocol it began under
+    /// (`Write::protocol`), and its flags tell the peers how to answer it. Nothing else of
+    /// `spec` may differ: who the nodes are, the volumes and the quorum need a restart.
     pub fn retune(&mut self, spec: &ResourceSpec) {
         let mine = &mut self.rep.spec;
         assert!(
             mine.me == spec.me
                 && mine.nodes == spec.nodes
                 && mine.sizes == spec.sizes
-                && mine.protocol == spec.protocol
                 && mine.quorum == spec.quorum,
-            "retune changes only timeouts, rates and policies"
+            "retune changes only the protocol, timeouts, rates and policies"
         );
+        mine.protocol = spec.protocol;
         mine.ping_interval_ms = spec.ping_interval_ms;
         mine.ping_timeout_ms = spec.ping_timeout_ms;
         mine.timeout_ms = spec.timeout_ms;
