@@ -14,9 +14,18 @@ use std::time::{Duration, Instant};
 pub struct AckWatch {
     /// When we first saw bytes in flight, none acknowledged since (at our ticks).
     since: Option<Instant>,
+    /// Bytes were written since the kernel last said nothing was in flight: only then is
+    /// there anything to ask it (an idle node with 1000 resources spent 11 % of a core on
+    /// `TCP_INFO` at every tick for every connection).
+    sent: bool,
 }
 
 impl AckWatch {
+    /// Bytes went out on the connection.
+    pub fn sent(&mut self) {
+        self.sent = true;
+    }
+
     /// Reads the socket's TCP state now: `None` with nothing in flight (or not TCP), else
     /// how long the oldest bytes in flight have waited without any acknowledgement (the
     /// time since the last one the kernel received, but no longer than we have seen bytes
@@ -25,6 +34,10 @@ impl AckWatch {
         let Stream::Tcp(s) = stream else {
             return None;
         };
+        if self.since.is_none() && !self.sent {
+            return None;
+        }
+        self.sent = false;
         let info = tcp_info(s.as_raw_fd())?;
         if info.tcpi_unacked == 0 {
             self.since = None;
