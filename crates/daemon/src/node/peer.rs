@@ -46,10 +46,11 @@ pub struct PeerConn {
 /// `GROWN_IN`: an idle link holds 16 KiB, not 256 (a node with 1000 resources held about
 /// 400 MiB, most of it these buffers, once the allocator zeroed them from its heap), while
 /// a busy one reads a quarter MiB a call as before. One grown past `SHRINK_ABOVE` for a
-/// large packet goes back to the start once drained.
+/// large packet goes back to the start once drained; a link carrying 1 MiB writes keeps
+/// its buffer (it used to be freed and zeroed again for every such write).
 const INITIAL_IN: usize = 16 << 10;
 const GROWN_IN: usize = 256 << 10;
-const SHRINK_ABOVE: usize = 1 << 20;
+const SHRINK_ABOVE: usize = 4 << 20;
 
 impl PeerConn {
     pub fn new(
