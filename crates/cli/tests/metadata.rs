@@ -625,7 +625,7 @@ fn an_invalidated_replica_is_synced_in_full() {
     c.wait_in_sync(SYNC_TIMEOUT);
     let running = c.replica_tool("beta", &["invalidate", "r0"]);
     assert!(
-        !running.success() && running.stderr.contains("is the node running"),
+        !running.success() && running.stderr.contains("is its node running"),
         "{}",
         running.describe()
     );

@@ -152,7 +152,8 @@ pub enum Packet<'a> {
     /// the receiver may drop it from the voters of its quorum (DRBD's last man standing).
     Leaving,
     /// How far the sender's replica of `volume`, a sync target pulling from node
-    /// `source`, is: `left` bytes to pull, `done` pulled. Status for the receiver's
+    /// `source`, is: `left` bytes to pull, `done` pulled, at `rate` bytes a second as the
+    /// sender measures it (0: not known yet). Status for the receiver's
     /// operator (a diskless Primary sees the resync of two other nodes); it changes
     /// nothing in replication. Sent about once a second while syncing, then once with
     /// `left` 0, and only to peers that negotiated [`crate::features::SYNC_PROGRESS`].
@@ -161,6 +162,7 @@ pub enum Packet<'a> {
         source: u8,
         left: u64,
         done: u64,
+        rate: u64,
     },
     /// The sender's view of one of its volumes; sent after authentication and on changes.
     /// `flags`: [`volume_flags`].
@@ -527,11 +529,13 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             source,
             left,
             done,
+            rate,
         } => {
             w.u16(volume);
             w.u8(source);
             w.u64(left);
             w.u64(done);
+            w.u64(rate);
         }
         Packet::BarrierAck { id, errno } => {
             w.u64(id);
@@ -740,6 +744,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             source: r.u8()?,
             left: r.u64()?,
             done: r.u64()?,
+            rate: r.u64()?,
         },
         BARRIER_ACK => Packet::BarrierAck {
             id: r.u64()?,
@@ -982,6 +987,7 @@ mod tests {
                 source: 2,
                 left: 1 << 30,
                 done: 4096,
+                rate: 100 << 20,
             },
             Packet::Barrier { id: 1 },
             Packet::BarrierAck { id: 1, errno: 0 },

@@ -180,6 +180,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             source: f.flags as u8,
             left: f.a,
             done: f.b,
+            rate: u64::from(f.c),
         },
         23 => Packet::PrimaryLost {
             primary: f.d as u8,

@@ -213,9 +213,6 @@ impl NodeReactor {
                 for (v, pv) in p.volumes.iter().enumerate() {
                     if pv.repl == Repl::SyncSource {
                         seen.push(((r, v as u16, Some(p.id)), None, pv.out_of_sync_bytes));
-                    } else if let Some(s) = self.peer_syncs.get(&(r, p.id, v as u16)) {
-                        // Its resync from another node, as it told us.
-                        seen.push(((r, v as u16, Some(p.id)), Some(s.done), s.left));
                     }
                 }
             }
@@ -321,14 +318,15 @@ impl NodeReactor {
                                 true => res.peer_name(slot.id),
                                 false => res.peer_name(s.source),
                             };
-                            self.resync_view(
-                                r,
-                                i as u16,
-                                Some(slot.id),
-                                Some(s.done),
-                                s.left,
-                                Some(source),
-                            )
+                            let rate = (s.rate > 0).then_some(s.rate);
+                            ResyncProgress {
+                                peer: Some(source),
+                                done_kib: s.done / 1024,
+                                left_kib: s.left / 1024,
+                                percent: super::progress::percent(s.done, s.left),
+                                rate_kib_s: rate.map(|b| b / 1024),
+                                eta_s: rate.map(|b| s.left.div_ceil(b)),
+                            }
                         }),
                     };
                 }

@@ -9,12 +9,16 @@ use tandem_engine::replica::NodeId;
 use tandem_wire::features::SYNC_PROGRESS;
 use tandem_wire::Packet;
 
-/// What a peer said of its resync of one volume.
+/// What a peer said of its resync of one volume. Its rate is its own measure: one made
+/// here from reports a second apart, sampled a second apart, would alias (the fresh-clone
+/// run saw 41 MiB/s on a 24 MiB/s cable).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct PeerSync {
     pub(super) source: NodeId,
     pub(super) left: u64,
     pub(super) done: u64,
+    /// Bytes a second; 0 while not known.
+    pub(super) rate: u64,
 }
 
 impl NodeReactor {
@@ -22,6 +26,7 @@ impl NodeReactor {
     /// once more with nothing left.
     pub(super) fn tell_sync_progress(&mut self) {
         let mut told = Vec::new();
+        let now_ms = self.now_ms();
         for r in 0..self.res.len() {
             let st = self.res[r].engine.status();
             for (v, vs) in st.volumes.iter().enumerate() {
@@ -39,11 +44,15 @@ impl NodeReactor {
                 if now.is_some() {
                     told.push(key);
                 }
+                let rate = (self.resyncs.get(&(r, v as u16, None)))
+                    .and_then(|p| p.view(now_ms, Some(done), left).rate)
+                    .unwrap_or(0);
                 let packet = Packet::SyncProgress {
                     volume: self.res[r].cfg.volumes[v].number,
                     source: source.unwrap_or(self.res[r].me),
                     left,
                     done,
+                    rate,
                 };
                 // The source too: what it shows of a resync it serves is its own view,
                 // and this where it has none.
@@ -68,6 +77,7 @@ impl NodeReactor {
             source,
             left,
             done,
+            rate,
         } = *p
         else {
             return;
@@ -79,7 +89,13 @@ impl NodeReactor {
         if left == 0 {
             self.peer_syncs.remove(&key);
         } else {
-            self.peer_syncs.insert(key, PeerSync { source, left, done });
+            let sync = PeerSync {
+                source,
+                left,
+                done,
+                rate,
+            };
+            self.peer_syncs.insert(key, sync);
         }
         self.touch(r);
     }
