@@ -347,7 +347,7 @@ fn the_status_page_shows_a_resync_in_a_headless_browser() {
         Setup {
             tweak: &with_metrics,
             size: 64 * MIB,
-            net: "resync-min-rate = \"4M\"\nresync-max-rate = \"8M\"\n",
+            net: "resync-min-rate = \"2M\"\nresync-max-rate = \"4M\"\n",
             ..Setup::new("C", &[ALPHA, BETA])
         },
     );
@@ -368,7 +368,8 @@ fn the_status_page_shows_a_resync_in_a_headless_browser() {
         !page.contains("http://") && !page.contains("https://"),
         "nothing from elsewhere"
     );
-    // Beta's replica thrown away: resynced in full from alpha at 8 MiB/s (8 s).
+    // Beta's replica thrown away: resynced in full from alpha at 4 MiB/s (16 s: chromium
+    // on a loaded machine took long enough to see 8 s end, in one fresh-clone run).
     c.node("beta")
         .daemon
         .admin(&["invalidate", "r0"])

@@ -65,7 +65,7 @@ impl NodeReactor {
         for cfg in plan.add {
             let name = cfg.name.clone();
             let before = self.res.len();
-            match self.add_resource(cfg, &self.node_name.clone()) {
+            match self.add_resource(cfg, &self.node_name.clone(), true) {
                 Ok(()) if self.res.len() > before => {
                     info!(resource = %name, "adjust: started");
                     said.push(format!("{name}: started"));
