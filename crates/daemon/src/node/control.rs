@@ -199,14 +199,26 @@ impl NodeReactor {
         }
     }
 
-    /// Samples every resync's progress (see `progress.rs`).
-    pub(super) fn sample_resyncs(&mut self, now: u64) {
+    /// Samples every resync's progress (see `progress.rs`). Returns ours as a target with
+    /// a source, for the peers (`tell_sync_progress`): (resource, volume, source, left,
+    /// done).
+    pub(super) fn sample_resyncs(
+        &mut self,
+        now: u64,
+    ) -> Vec<(usize, u16, tandem_engine::replica::NodeId, u64, u64)> {
         let mut seen = Vec::new();
+        let mut ours = Vec::new();
         for (r, res) in self.res.iter().enumerate() {
+            if res.presence == Presence::Gone {
+                continue;
+            }
             let st = res.engine.status();
             for (v, vs) in st.volumes.iter().enumerate() {
                 if let (Some(left), Some(done)) = (vs.resync_remaining, vs.resync_pulled) {
                     seen.push(((r, v as u16, None), Some(done), left));
+                    if let Some(source) = vs.resync_source {
+                        ours.push((r, v as u16, source, left, done));
+                    }
                 }
             }
             for p in &st.peers {
@@ -218,6 +230,7 @@ impl NodeReactor {
             }
         }
         self.resyncs.sample(now, seen);
+        ours
     }
 
     /// A resync's progress now: ours as a target (`peer` None), or peer's from us.

@@ -332,8 +332,8 @@ impl NodeReactor {
             for r in &mut self.res {
                 r.stats.sample_rates(since);
             }
-            self.sample_resyncs(now);
-            self.tell_sync_progress();
+            let ours = self.sample_resyncs(now);
+            self.tell_sync_progress(&ours);
         }
         self.al_unsynced_due();
         self.finish_leaving();

@@ -22,52 +22,41 @@ pub(super) struct PeerSync {
 }
 
 impl NodeReactor {
-    /// Once a second: every resync of ours, told to each peer; one that ended since, told
-    /// once more with nothing left.
-    pub(super) fn tell_sync_progress(&mut self) {
-        let mut told = Vec::new();
+    /// Once a second: every resync of ours (`ours`, from `sample_resyncs`: resource,
+    /// volume, source, left, done), told to each peer; one that ended since, told once
+    /// more with nothing left.
+    pub(super) fn tell_sync_progress(&mut self, ours: &[(usize, u16, NodeId, u64, u64)]) {
         let now_ms = self.now_ms();
-        for r in 0..self.res.len() {
-            let st = self.res[r].engine.status();
-            for (v, vs) in st.volumes.iter().enumerate() {
-                let key = (r, v as u16);
-                let now = match (vs.resync_remaining, vs.resync_pulled, vs.resync_source) {
-                    (Some(left), Some(done), Some(source)) => Some((Some(source), left, done)),
-                    _ => None,
-                };
-                let was = self.progress_told.contains(&key);
-                let (source, left, done) = match now {
-                    Some((source, left, done)) => (source, left, done),
-                    None if was => (None, 0, 0),
-                    None => continue,
-                };
-                if now.is_some() {
-                    told.push(key);
-                }
-                let rate = (self.resyncs.get(&(r, v as u16, None)))
-                    .and_then(|p| p.view(now_ms, Some(done), left).rate)
-                    .unwrap_or(0);
-                let packet = Packet::SyncProgress {
-                    volume: self.res[r].cfg.volumes[v].number,
-                    source: source.unwrap_or(self.res[r].me),
-                    left,
-                    done,
-                    rate,
-                };
-                // The source too: what it shows of a resync it serves is its own view,
-                // and this where it has none.
-                let conns: Vec<usize> = (self.res[r].peers.iter()).filter_map(|p| p.conn).collect();
-                for k in conns {
-                    if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
-                        if !pc.dead && pc.features & SYNC_PROGRESS != 0 {
-                            tandem_wire::encode(&packet, &mut pc.out);
-                            self.mark_dirty(k);
-                        }
+        let ended = (self.progress_told.iter())
+            .filter(|&&(r, v)| !ours.iter().any(|o| (o.0, o.1) == (r, v)))
+            .map(|&(r, v)| (r, v, self.res[r].me, 0, 0));
+        let reports: Vec<_> = ours.iter().copied().chain(ended).collect();
+        for (r, v, source, left, done) in reports {
+            let rate = (left > 0)
+                .then(|| self.resyncs.get(&(r, v, None)))
+                .flatten()
+                .and_then(|p| p.view(now_ms, Some(done), left).rate)
+                .unwrap_or(0);
+            let packet = Packet::SyncProgress {
+                volume: self.res[r].cfg.volumes[usize::from(v)].number,
+                source,
+                left,
+                done,
+                rate,
+            };
+            // The source too: what it shows of a resync it serves is its own view, and
+            // this where it has none.
+            let conns: Vec<usize> = (self.res[r].peers.iter()).filter_map(|p| p.conn).collect();
+            for k in conns {
+                if let Some(Entry::Peer(pc)) = self.entries.get_mut(k) {
+                    if !pc.dead && pc.features & SYNC_PROGRESS != 0 {
+                        tandem_wire::encode(&packet, &mut pc.out);
+                        self.mark_dirty(k);
                     }
                 }
             }
         }
-        self.progress_told = told;
+        self.progress_told = ours.iter().map(|o| (o.0, o.1)).collect();
     }
 
     /// Peer `peer` of resource `r` told us how far its resync of a volume (by number) is.
