@@ -605,14 +605,19 @@ fn a_secondary_never_takes_ids_its_own_descend_from() {
     assert_eq!(*net.nodes[1].generation(0).unwrap(), newer);
 }
 
-/// Failover soak seed 337009897. Node 0, Primary, is cut off and holds a flush; node 2 is
-/// being synced (Inconsistent: it takes no ids, so nothing in them shows that a Primary
-/// went on) when node 1 is promoted with it. Node 2 meets node 0 again: its `Volume`
-/// alone must not give node 0 its quorum back (node 2 votes for node 1, as its next
-/// packet says). Then node 1 is gone with a write not settled, and node 2 meets node 0
-/// again, following no Primary now: its `PrimaryLost` names node 1's run, which node 0
-/// never followed, so node 0 steps down and fails what it held instead of completing it
-/// after node 1's tenure began.
+/// Node `n`'s replica thrown away (`tandem invalidate`): Inconsistent, pulled again.
+fn invalidate(net: &mut Net, n: u8) {
+    let mut out = Vec::new();
+    net.nodes[n as usize].invalidate(0, &mut out).unwrap();
+    net.push(n, out);
+    net.run();
+}
+
+/// Failover soak seed 337009897, first half. Node 0, Primary, is cut off and holds a
+/// flush; node 2 is being synced (Inconsistent: it takes no ids, so nothing in them shows
+/// that a Primary went on) when node 1 is promoted with it. Node 2 meets node 0 again: its
+/// `Volume` alone must not give node 0 its quorum back (node 2 votes for node 1, as its
+/// next packet says, and node 0 then steps down).
 #[test]
 fn an_old_primary_steps_down_for_a_run_it_never_followed() {
     let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
@@ -629,10 +634,7 @@ fn an_old_primary_steps_down_for_a_run_it_never_followed() {
     assert_eq!(net.answer_on(0, 2), None, "held without quorum");
     // Node 2 thrown away and pulled from node 1, whose replies are lost.
     net.pass = |from, to, m| !(from == 1 && to == 2 && matches!(m, Msg::ResyncReply { .. }));
-    let mut out = Vec::new();
-    net.nodes[2].invalidate(0, &mut out).unwrap();
-    net.push(2, out);
-    net.run();
+    invalidate(&mut net, 2);
     assert_eq!(net.disk(2), DiskState::Inconsistent);
     assert_eq!(promote(&mut net, 1), Ok(()));
     assert_eq!(
@@ -677,10 +679,7 @@ fn an_old_primary_told_of_a_run_it_never_followed_fails_what_it_held() {
     net.pass = |from, to, m| {
         !(from == 1 && to == 2 && matches!(m, Msg::ResyncReply { .. } | Msg::PeerAck { .. }))
     };
-    let mut out = Vec::new();
-    net.nodes[2].invalidate(0, &mut out).unwrap();
-    net.push(2, out);
-    net.run();
+    invalidate(&mut net, 2);
     assert_eq!(promote(&mut net, 1), Ok(()));
     // A write of node 1's reaches node 2; its settling (the peer ack) does not.
     write_on(&mut net, 1, 3, 3);
