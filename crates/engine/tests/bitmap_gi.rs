@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Net, BLOCK};
-use tandem_engine::replica::{DiskState, Event, NotQuiet, PEER_ACK_DELAY_MS};
+use tandem_engine::replica::{DiskState, Event, Msg, NotQuiet, PEER_ACK_DELAY_MS};
 
 /// Node 2 leaves in sync and stops cleanly; block 5 is written on node 1 alone (the
 /// Primary changes the ids first); node 1 stops cleanly too, and the Primary is gone. The
@@ -38,6 +38,52 @@ fn a_whole_cluster_back_from_clean_stops_lists_an_older_replica_its_bitmap() {
     assert_eq!(net.disk(1), DiskState::UpToDate);
     assert_eq!(net.disk(2), DiskState::UpToDate);
     assert!(net.block(2, 5) == net.block(1, 5), "block 5 reached node 2");
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.assert_converges();
+}
+
+/// The same, but the first connection of the two ends before node 2 pulled anything (a
+/// second connection replacing it when both nodes dialed, as the cli test
+/// `a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log` met on a loaded
+/// machine): node 1 keeps its bitmap's id, and the next connection lists block 5 only
+/// again (before: everything, as if the bitmap counted from no id).
+#[test]
+fn a_connection_ended_before_the_sync_keeps_the_bitmaps_id() {
+    let mut net = Net::diskless_primary();
+    net.write(1, BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 2);
+    net.link_down(1, 2);
+    net.restart_cleanly(2);
+    net.write(2, 5 * BLOCK, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 1);
+    net.restart_cleanly(1);
+    // Node 2's list to node 1 (and all after it) is lost with the link: node 1 never
+    // hears that every replica met, and stays ranked by its restart.
+    net.hold_at(2, 1, |m| matches!(m, Msg::OutOfSync { .. }));
+    let before = net.events.len();
+    net.link_up(1, 2);
+    assert!(
+        matches!(older_listed(&net, before, 1, 2)[..], [(Some(_), 4096)]),
+        "{:?}",
+        older_listed(&net, before, 1, 2)
+    );
+    assert!(!net.in_flight(2, 1).is_empty(), "node 2's list waits");
+    net.link_down(1, 2);
+    assert_ne!(net.disk(1), DiskState::UpToDate);
+    assert_ne!(net.disk(2), DiskState::UpToDate);
+    let before = net.events.len();
+    net.link_up(1, 2);
+    let listed = older_listed(&net, before, 1, 2);
+    assert!(
+        matches!(listed[..], [(Some(_), 4096)]),
+        "node 1 lists node 2 its bitmap again: {listed:?}"
+    );
+    assert_eq!(net.disk(2), DiskState::UpToDate);
     net.link_up(0, 1);
     net.link_up(0, 2);
     net.assert_converges();
@@ -122,6 +168,52 @@ fn resync_data_voids_the_bitmaps_id() {
     net.link_up(0, 2);
     net.assert_converges();
     assert!(net.block(2, 7) == net.block(1, 7), "block 7 reached node 2");
+}
+
+/// Node 2, away while the Primary (node 0, diskful) wrote block 5 with node 1, left in
+/// sync with node 1 and stopped cleanly. Node 1 stops too, and the Primary writes block 3
+/// alone. Node 2 comes back to the Primary, pulls block 3 (data node 1 never had) and
+/// loses it before the rest. Its ids are still those it stopped with, and node 1's bitmap
+/// for it counts from them, but it names block 5 only: node 2 says data from another
+/// node landed (`PULLED_ELSEWHERE`), and node 1, newer, lists it everything, block 3
+/// included. Without the flag node 1 lists block 5 only, a bitmap claiming to name every
+/// block where the two differ while they differ at block 3 too (here node 2 then waits
+/// for the Primary, so the claim does no harm in this schedule).
+#[test]
+fn resync_data_from_a_third_node_keeps_the_bitmap_from_covering_a_peer() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static REPLIES: AtomicU32 = AtomicU32::new(0);
+    let mut net = Net::new();
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 2);
+    net.link_down(1, 2);
+    net.restart_cleanly(2);
+    net.write(1, 5 * BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 1);
+    net.restart_cleanly(1);
+    net.write(2, 3 * BLOCK, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    net.hold_at(0, 2, |m| {
+        matches!(m, Msg::ResyncReply { .. }) && REPLIES.fetch_add(1, Ordering::Relaxed) == 1
+    });
+    net.link_up(0, 2);
+    assert_eq!(net.pulled_blocks(2, 0), vec![3, 5], "node 2 asked for both");
+    assert!(net.block(2, 3) == net.block(0, 3), "block 3 reached node 2");
+    assert!(net.block(2, 5) != net.block(0, 5), "block 5 did not");
+    net.link_down(0, 2);
+    let before = net.events.len();
+    net.link_up(1, 2);
+    let listed = older_listed(&net, before, 1, 2);
+    assert!(
+        matches!(listed[..], [(None, _)]),
+        "node 1 lists node 2 everything: {listed:?}"
+    );
+    assert!(net.listed_blocks(1, 2).contains(&3));
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.assert_converges();
 }
 
 /// `OlderPeerListed` events of node `n` about `peer` since event `since`: (the bitmap's

@@ -34,8 +34,9 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// Version 4: `Volume` may carry `MET_BEFORE` (a version-3 node would refuse the flag).
 /// Version 5: `PeerAck` (writes settled on every replica) and `PrimaryLost`.
 /// Version 6: `InSync` (a replica the Primary synced holds all its writes).
-pub const VERSION_MIN: u16 = 6;
-pub const VERSION_MAX: u16 = 6;
+/// Version 7: `Volume` may carry `PULLED_ELSEWHERE` (a version-6 node would refuse the flag).
+pub const VERSION_MIN: u16 = 7;
+pub const VERSION_MAX: u16 = 7;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

@@ -53,8 +53,21 @@ pub mod volume_flags {
     /// for writes only the sender could hold, unconfirmed when that connection dropped,
     /// are then void; without it (the sender restarted since) they stand.
     pub const MET_BEFORE: u8 = 1 << 6;
-    pub const ALL: u8 =
-        CREATED | WROTE_APART | UNPROVEN | PULLS_SUSPECT | CONTENDER | WAS_PRIMARY | MET_BEFORE;
+    /// Resync data from a node other than the receiver landed on the sender's replica
+    /// since its node started, and it has not been UpToDate since: its generation ids no
+    /// longer name all it holds, so a bitmap the receiver keeps for it since those ids
+    /// does not name every block where the two differ.
+    pub const PULLED_ELSEWHERE: u8 = 1 << 7;
+    /// Every bit: nothing is left to refuse as unknown (the decoder takes the byte as is).
+    pub const ALL: u8 = CREATED
+        | WROTE_APART
+        | UNPROVEN
+        | PULLS_SUSPECT
+        | CONTENDER
+        | WAS_PRIMARY
+        | MET_BEFORE
+        | PULLED_ELSEWHERE;
+    const _: () = assert!(ALL == u8::MAX);
 }
 
 /// Flags of a [`Packet::SplitBrain`] report: the facts about its sender that the
@@ -668,10 +681,9 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
                 3 => DiskState::UpToDate,
                 _ => return Err(r.bad("unknown disk state")),
             },
-            flags: match r.u8()? {
-                f if f & !volume_flags::ALL == 0 => f,
-                _ => return Err(r.bad("unknown volume flags")),
-            },
+            // Every bit of the byte has a meaning since version 7 (`volume_flags::ALL`): a
+            // flag added later needs a wider field and a new version.
+            flags: r.u8()?,
             gen: r.gen()?,
         },
         GENERATION => Packet::Generation {

@@ -14,9 +14,12 @@
 //! (`NotQuiet::Unsettled`). Resync data is marked for no peer, so it voids every peer's
 //! id (`pulled`), and so, at the disconnect, does anything else the bitmap would not name:
 //! writes in flight to it when the link dropped, writes only it may hold, suspect ranges
-//! of our own. Every change is an [`Event::BitmapGiChanged`] the driver makes durable
-//! before the actions after it, so a crash keeps the id too. `None`: the peer is listed
-//! everything.
+//! of our own. A connection that ends before the two were in sync keeps the id it had:
+//! what it changed on either side is in the bitmap too. On the peer's side, resync data
+//! from a third node lands with its ids unchanged until its sync ends; it says so
+//! (`volume_flags::PULLED_ELSEWHERE`), and the bitmap does not cover it then. Every
+//! change is an [`Event::BitmapGiChanged`] the driver makes durable before the actions
+//! after it, so a crash keeps the id too. `None`: the peer is listed everything.
 
 use super::action::RAction;
 use super::bitmap::Bitmap;
@@ -56,7 +59,19 @@ impl Replicas {
             let suspect = kept(&self.vols[v].suspect);
             let pv = &mut self.peers[i].vols[v];
             let doubtful = suspect || kept(&pv.unanswered) || kept(&pv.unconfirmed);
-            let gi = (in_sync && !doubtful).then_some(pv.gen.current);
+            // Not in sync: an id kept from before still holds, since what changed on
+            // this connection changed in the bitmap too (blocks it was served and may
+            // not have written are put back, data we pulled voided the id already,
+            // writes it missed are marked). A connection that ended before the two were
+            // in sync (a second one replacing it when both nodes dialed, a link that
+            // dropped during the lists after a whole-cluster restart) then does not cost
+            // the peer a full resync at the next restart (cli test
+            // `a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log`).
+            let gi = match (doubtful, in_sync) {
+                (true, _) => None,
+                (false, true) => Some(pv.gen.current),
+                (false, false) => pv.bitmap_gi,
+            };
             if pv.bitmap_gi != gi {
                 pv.bitmap_gi = gi;
                 out.push(RAction::Event(Event::BitmapGiChanged {
@@ -84,13 +99,15 @@ impl Replicas {
     /// Back from a restart with peer `i` older than us: our bitmap for it (after a crash,
     /// with our activity log's extents) names all it lacks if it counts from an id the
     /// peer holds or an older one (the peer's current id is in our lineage no earlier
-    /// than the bitmap's).
+    /// than the bitmap's), and nothing but its ids' data and ours landed there: resync
+    /// data from a third node, which a restarted replica takes with its ids unchanged
+    /// until the sync ends, is in no bitmap of ours.
     pub(super) fn bitmap_covers(&self, i: usize, v: usize) -> bool {
         let Some(me) = self.vols[v].standing else {
             return false;
         };
         let pv = &self.peers[i].vols[v];
-        let Some(base) = pv.bitmap_gi else {
+        let Some(base) = pv.bitmap_gi.filter(|_| !pv.pulled_elsewhere) else {
             return false;
         };
         let at = |gi: u64| position(&me.gen, gi);

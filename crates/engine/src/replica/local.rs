@@ -5,6 +5,7 @@ use super::apply::ApplyQueue;
 use super::bitmap::Bitmap;
 use super::generation::{GenIds, Standing};
 use super::msg::Msg;
+use super::nodeset::NodeSet;
 use super::resync::Resync;
 use super::spec::ReplicaAtStart;
 use std::collections::BTreeSet;
@@ -50,6 +51,11 @@ pub(super) struct LocalVol {
     /// Restarted consistent and not UpToDate since: ranked against other such replicas
     /// when no Primary and no up-to-date replica is around (see `generation.rs`).
     pub(super) standing: Option<Standing>,
+    /// Nodes whose resync data landed here since this node started and the replica was
+    /// not UpToDate since: a peer keeping a bitmap for us since our ids must not trust it
+    /// if data from another node landed (`volume_flags::PULLED_ELSEWHERE`), since that
+    /// bitmap does not name those blocks.
+    pub(super) pulled_from: NodeSet,
     /// The volume had quorum as of the end of the last event (see `quorum.rs`): a
     /// tiebreaker keeps a quorum, it does not give one.
     pub(super) quorum_held: bool,
@@ -94,6 +100,7 @@ impl LocalVol {
             written_ms: None,
             gen: GenIds::default(),
             standing: None,
+            pulled_from: Default::default(),
             quorum_held: false,
             voters_behind: Default::default(),
         }
@@ -148,6 +155,7 @@ impl LocalVol {
             // Settled (UpToDate) or failed: no longer ranked by its start.
             self.standing = None;
             self.settled_by = None;
+            self.pulled_from = Default::default();
         }
         // A new cluster's replicas stay "created" when UpToDate (they still hold nothing
         // but zeroes) until data arrives, so nodes that meet later still see a new
@@ -157,8 +165,14 @@ impl LocalVol {
         }
     }
 
-    /// What we tell a peer of it; `wrote_apart`: we completed writes that peer missed.
-    pub(super) fn msg(&self, volume: u16, wrote_apart: bool, met_before: bool) -> Msg {
+    /// What we tell peer `to` of it; `wrote_apart`: we completed writes that peer missed.
+    pub(super) fn msg(
+        &self,
+        volume: u16,
+        to: super::spec::NodeId,
+        wrote_apart: bool,
+        met_before: bool,
+    ) -> Msg {
         Msg::Volume {
             volume,
             size: self.size,
@@ -171,6 +185,7 @@ impl LocalVol {
             contender: self.standing.is_some(),
             was_primary: self.standing.is_some_and(|s| s.was_primary),
             met_before,
+            pulled_elsewhere: !self.pulled_from.minus(NodeSet::one(to)).is_empty(),
         }
     }
 }

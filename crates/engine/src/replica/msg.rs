@@ -65,6 +65,9 @@ pub enum Msg {
         was_primary: bool,
         /// A connection to the receiver ended since we started ([`volume_flags::MET_BEFORE`]).
         met_before: bool,
+        /// Resync data from another node than the receiver landed since we started, and
+        /// we were not UpToDate since ([`volume_flags::PULLED_ELSEWHERE`]).
+        pulled_elsewhere: bool,
     },
     /// The Primary's new generation ids for `volume`.
     Generation {
@@ -205,6 +208,7 @@ impl Msg {
                 contender,
                 was_primary,
                 met_before,
+                pulled_elsewhere,
             } => Packet::Volume {
                 volume,
                 size,
@@ -234,6 +238,11 @@ impl Msg {
                     }
                     | if met_before {
                         volume_flags::MET_BEFORE
+                    } else {
+                        0
+                    }
+                    | if pulled_elsewhere {
+                        volume_flags::PULLED_ELSEWHERE
                     } else {
                         0
                     },

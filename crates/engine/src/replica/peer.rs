@@ -80,6 +80,9 @@ pub(super) struct PeerVol {
     pub(super) gen: GenIds,
     /// The id from which `oos` names all it may lack of ours, if any (see `bitmap_gi.rs`).
     pub(super) bitmap_gi: Option<u64>,
+    /// It said resync data from a node other than us landed on its replica since it
+    /// started ([`volume_flags::PULLED_ELSEWHERE`]): `bitmap_gi` does not cover it.
+    pub(super) pulled_elsewhere: bool,
     /// It restarted consistent and is not settled: how it ranks (see `generation.rs`).
     pub(super) standing: Option<Standing>,
     /// Writes it alone may hold, unconfirmed when its link dropped (see
@@ -293,6 +296,7 @@ impl PeerVol {
             repl: Repl::Off,
             wrote_apart: false,
             peer_wrote_apart: false,
+            pulled_elsewhere: false,
             claimed: 0,
             sb: None,
             gen: GenIds::default(),
@@ -537,6 +541,7 @@ impl Peer {
         for pv in &mut self.vols {
             pv.connection_ended();
             pv.peer_wrote_apart = false;
+            pv.pulled_elsewhere = false;
             pv.claimed = 0;
             pv.sb = None;
         }

@@ -258,6 +258,7 @@ impl Replicas {
         }
         self.data_arrives(v, out);
         self.pulled(v, out);
+        self.vols[v].pulled_from.insert(peer);
         let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
         rs.pulled += u64::from(req_len);
         rs.pace.answered(self.now_ms, u64::from(req_len));

@@ -215,7 +215,7 @@ impl Replicas {
     /// Our state of volume `v`, as told to the peer at index `i`.
     pub(super) fn volume_msg(&self, i: usize, v: usize) -> Msg {
         let p = &self.peers[i];
-        self.vols[v].msg(v as u16, p.vols[v].wrote_apart, p.conn > 1)
+        self.vols[v].msg(v as u16, p.id, p.vols[v].wrote_apart, p.conn > 1)
     }
 
     pub(super) fn broadcast_volume(&self, v: usize, out: &mut Vec<RAction>) {

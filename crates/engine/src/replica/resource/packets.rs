@@ -244,6 +244,7 @@ impl Resource {
         pv.unproven = flags & volume_flags::UNPROVEN != 0;
         pv.pulls_suspect = pv.unproven && flags & volume_flags::PULLS_SUSPECT != 0;
         pv.peer_wrote_apart = flags & volume_flags::WROTE_APART != 0;
+        pv.pulled_elsewhere = flags & volume_flags::PULLED_ELSEWHERE != 0;
         let before = pv.disk;
         let contender = flags & volume_flags::CONTENDER != 0 && pv.diskful;
         let was_primary = flags & volume_flags::WAS_PRIMARY != 0;
