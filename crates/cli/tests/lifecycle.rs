@@ -870,6 +870,65 @@ fn the_node_tells_systemd_it_is_ready_and_stopping() {
     assert_eq!(&buf[..n], b"STOPPING=1");
 }
 
+/// ...and summed up after a minute (then at doubling intervals up to an hour), so that an
+/// operator reading the log later sees it still holds: alpha's dead peer (gamma, kill -9)
+/// and its StandAlone one (beta) each get one "still ..." line after a minute, naming how
+/// long and how many attempts; gamma, back, is "connected, after 1 min without a
+/// connection".
+#[test]
+fn a_steady_condition_is_summed_up_after_a_minute() {
+    use common::cluster::{no_tweak, Cluster, ALPHA, BETA, GAMMA};
+    const TEST: &str = "lifecycle::a_steady_condition_is_summed_up_after_a_minute";
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &no_tweak);
+    c.wait_connected();
+    c.node("beta")
+        .daemon
+        .admin(&["disconnect", "r0"])
+        .expect_success();
+    c.node_mut("gamma").daemon.kill9();
+    let before = c.node("alpha").daemon.log().lines().count();
+    thread::sleep(Duration::from_secs(75));
+    c.node_mut("gamma").daemon.restart();
+    let back = std::time::Instant::now();
+    while !c.node("alpha").daemon.log().contains("connected, after")
+        && back.elapsed() < Duration::from_secs(15)
+    {
+        thread::sleep(Duration::from_millis(100));
+    }
+    let log = c.node("alpha").daemon.log();
+    let stretch: Vec<&str> = log.lines().skip(before).collect();
+    let count = |needle: &str| stretch.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(
+        count("still cannot reach node 2 at"),
+        1,
+        "one summary for the dead peer:\n{}",
+        stretch.join("\n")
+    );
+    assert_eq!(
+        count("still refuses the connection after 1 min ("),
+        1,
+        "one summary for the StandAlone peer:\n{}",
+        stretch.join("\n")
+    );
+    let summary = stretch
+        .iter()
+        .find(|l| l.contains("still cannot reach node 2 at"))
+        .unwrap();
+    let attempts: u64 = summary
+        .split_once("after 1 min (")
+        .and_then(|(_, rest)| rest.split_once(" attempts)"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no attempt count in {summary}"));
+    // One attempt every connect-interval (200 ms in the test cluster) for a minute.
+    assert!(attempts >= 100, "{summary}");
+    assert_eq!(
+        count("connected, after 1 min without a connection"),
+        1,
+        "gamma's return says how long it was away:\n{}",
+        stretch.join("\n")
+    );
+}
+
 /// Logs are for operators (issue 16): a steady condition is said once, not every second.
 /// Alpha's two peers stay away for 6 s, one dead (kill -9) and one StandAlone towards it
 /// (`tandem disconnect`, so it refuses alpha's every dial): alpha dials each many times,

@@ -123,6 +123,7 @@ impl NodeReactor {
                             s.wanted = true;
                             s.split_brain = None;
                             s.last_error = None;
+                            s.failing = None;
                             s.link.dial_now(std::time::Instant::now());
                         }
                         Ok(())

@@ -19,6 +19,7 @@ mod peer;
 mod peers;
 mod progress;
 mod reload;
+mod repeats;
 mod routing;
 mod sd_notify;
 mod setup;

@@ -4,6 +4,7 @@
 
 use super::links::Attempt;
 use super::peer::PeerConn;
+use super::repeats::{human, Repeats};
 use super::setup::{connect_from, random_challenge};
 use super::state::*;
 use crate::listener::Stream;
@@ -289,9 +290,13 @@ impl NodeReactor {
             self.dial_failed(r, d, reason, Attempt::Refused);
         } else if let Some(slot) = claimed.and_then(|id| res.peers.iter_mut().find(|p| p.id == id))
         {
-            // Its own dials fail the same way every interval: say it once.
+            // Its own dials fail the same way every interval: said once, then summed up.
+            let now = Instant::now();
             if slot.last_error.as_deref() != Some(reason.as_str()) {
                 error!(resource = %res.cfg.name, peer = %name, "peer handshake failed: {reason}");
+                slot.failing = Some(Repeats::begin(now));
+            } else if let Some(s) = slot.failing.as_mut().and_then(|f| f.again(now)) {
+                error!(resource = %res.cfg.name, peer = %name, "peer handshake still failing after {} ({} attempts): {reason}", human(s.lasted), s.count);
             }
             slot.last_error = Some(reason);
         } else {
@@ -357,8 +362,14 @@ impl NodeReactor {
         slot.stats.connected();
         slot.link.connected();
         slot.last_error = None;
+        let failed_for = (slot.failing.take()).map(|f| f.lasted(Instant::now()));
         if old.is_none() {
-            info!(resource = %res.cfg.name, peer = %pc.name, "connected");
+            match failed_for.filter(|d| d.as_secs() >= 60) {
+                Some(d) => {
+                    info!(resource = %res.cfg.name, peer = %pc.name, "connected, after {} without a connection", human(d))
+                }
+                None => info!(resource = %res.cfg.name, peer = %pc.name, "connected"),
+            }
         }
         let mut actions = Vec::new();
         res.engine.peer_up(peer, &mut actions);
@@ -374,15 +385,31 @@ impl NodeReactor {
             return;
         };
         slot.dialing = None;
-        slot.link.failed(how, Instant::now());
+        let now = Instant::now();
+        slot.link.failed(how, now);
+        let (name, addr) = (&slot.name, slot.address);
         if slot.last_error.as_deref() != Some(reason.as_str()) {
-            let (name, addr) = (&slot.name, slot.address);
             match how {
                 Attempt::Unreachable => {
                     info!(resource = %res.cfg.name, peer = %name, "cannot reach node {peer} at {addr}: {reason}; trying again every {:?}", res.cfg.net.connect_interval)
                 }
                 Attempt::Refused => {
                     warn!(resource = %res.cfg.name, peer = %name, "node {peer} at {addr} refused the connection: {reason}; trying again at up to {:?} intervals", res.cfg.net.max_connect_interval)
+                }
+            }
+            // Counted from the first failure since the last connection, whatever the
+            // reasons met since.
+            if slot.failing.is_none() {
+                slot.failing = Some(Repeats::begin(now));
+            }
+        } else if let Some(s) = slot.failing.as_mut().and_then(|f| f.again(now)) {
+            let (lasted, count) = (human(s.lasted), s.count);
+            match how {
+                Attempt::Unreachable => {
+                    info!(resource = %res.cfg.name, peer = %name, "still cannot reach node {peer} at {addr} after {lasted} ({count} attempts): {reason}")
+                }
+                Attempt::Refused => {
+                    warn!(resource = %res.cfg.name, peer = %name, "node {peer} at {addr} still refuses the connection after {lasted} ({count} attempts): {reason}")
                 }
             }
         }

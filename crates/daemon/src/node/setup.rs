@@ -411,6 +411,7 @@ fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
             split_brain: None,
             split_brain_resolved: None,
             last_error: None,
+            failing: None,
             stats: super::metrics_http::PeerStats::new(cfg.volumes.len()),
         })
         .collect()

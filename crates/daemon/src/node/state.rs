@@ -52,6 +52,8 @@ pub(super) struct PeerSlot {
     pub(super) wanted: bool,
     /// Why the last connection ended, for status.
     pub(super) last_error: Option<String>,
+    /// While `last_error` is met again at every attempt: when to sum it up in the log.
+    pub(super) failing: Option<super::repeats::Repeats>,
     /// Our replicas diverged (two Primaries while apart): not reconnected (`wanted` is
     /// off) until `tandem connect`; what happened, for status.
     pub(super) split_brain: Option<String>,
