@@ -870,6 +870,127 @@ fn the_node_tells_systemd_it_is_ready_and_stopping() {
     assert_eq!(&buf[..n], b"STOPPING=1");
 }
 
+/// `tandem adjust` adds a node to a running resource (issue 16): alpha and beta run r0
+/// without gamma (a third replica), which runs with all three and is refused meanwhile
+/// (it is no node of theirs). Under fio with verification through alpha, their files gain gamma and
+/// `tandem adjust` on both adds it: it connects, is synced in full and holds what they
+/// hold; fio never notices. Removing it again is named as needing a restart.
+#[test]
+fn adjust_adds_a_node_while_the_primary_writes() {
+    use common::cluster::{Cluster, KillOnDrop, Spec, ALPHA, BETA};
+    const TEST: &str = "lifecycle::adjust_adds_a_node_while_the_primary_writes";
+    // A third replica (not the usual diskless gamma): it is synced in full.
+    const GAMMA: Spec = Spec {
+        name: "gamma",
+        diskful: true,
+    };
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    // Quorum set, so that a third node does not change its default; a spare bitmap
+    // slot in every replica's metadata for the node to come.
+    let with_quorum = |text: String| {
+        text.replace(
+            "shared-secret =",
+            "quorum = \"majority\"\non-no-quorum = \"io-error\"\nshared-secret =",
+        )
+        .replace("  disk = \"/", "  max-peers = 2\n  disk = \"/")
+    };
+    let without_gamma = |text: &str| -> String {
+        let cut = text
+            .find("\n[[node]]\nname = \"gamma\"")
+            .expect("gamma's section");
+        text[..cut].to_string() + "\n"
+    };
+    let tweak = |node: &str, text: String| {
+        let text = with_quorum(text);
+        if node == "gamma" {
+            text
+        } else {
+            without_gamma(&text)
+        }
+    };
+    let mut c = Cluster::start(TEST, "C", &[ALPHA, BETA, GAMMA], &tweak);
+    let connected = wait_until(Duration::from_secs(20), || {
+        let st = c.node("alpha").daemon.admin(&["status", "--json"]);
+        st.success() && st.stdout.contains("Connected")
+    });
+    assert!(connected, "alpha and beta never connected");
+    let uri = c.node("alpha").uri();
+    let fio_log = c.node("alpha").daemon.config_dir.with_file_name("fio.log");
+    let out = File::create(&fio_log).unwrap();
+    let mut fio = KillOnDrop(
+        tool("fio")
+            .args([
+                "--name=r0",
+                "--ioengine=nbd",
+                &format!("--uri={uri}"),
+                "--rw=randwrite",
+                "--bs=4k",
+                "--iodepth=4",
+                "--size=32M",
+                "--time_based",
+                "--runtime=8",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--do_verify=1",
+            ])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting fio"),
+    );
+    thread::sleep(Duration::from_millis(1500));
+    let full = fs::read_to_string(c.node("gamma").daemon.config_dir.join("r0.toml")).unwrap();
+    for n in ["alpha", "beta"] {
+        let file = c.node(n).daemon.config_dir.join("r0.toml");
+        fs::write(&file, &full).unwrap();
+        let run = c.node(n).daemon.admin(&["adjust"]);
+        run.expect_success();
+        assert!(
+            run.stdout.contains("r0: node 2 (gamma) added"),
+            "{}",
+            run.describe()
+        );
+    }
+    let done = wait_timeout(&mut fio.0, Duration::from_secs(60));
+    assert!(
+        done.is_some_and(|s| s.success()),
+        "fio on r0 failed or hung while gamma was added ({done:?}):\n{}",
+        fs::read_to_string(&fio_log).unwrap_or_default()
+    );
+    c.wait_in_sync(Duration::from_secs(60));
+    c.assert_replicas_identical();
+    let log = c.node("alpha").daemon.log();
+    assert!(log.contains("adjust: node 2 added"), "{log}");
+    // Synced in full: every block but those fio's writes brought it live (its 32 MiB).
+    let gamma = c.node("gamma").daemon.log();
+    let pulled_kib: u64 = gamma
+        .split_once("resync from node ")
+        .and_then(|(_, rest)| rest.split_once(" KiB pulled"))
+        .and_then(|(head, _)| head.rsplit_once('(').map(|(_, n)| n.to_string()))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("gamma never finished a resync:\n{gamma}"));
+    let size_kib = fs::metadata(&c.node("gamma").disk).unwrap().len() / 1024;
+    assert!(
+        pulled_kib + 32 * 1024 >= size_kib,
+        "gamma pulled {pulled_kib} KiB of {size_kib}:\n{gamma}"
+    );
+
+    // Gamma out of alpha's files again: a node removed needs a restart.
+    let file = c.node("alpha").daemon.config_dir.join("r0.toml");
+    fs::write(&file, without_gamma(&full)).unwrap();
+    let run = c.node("alpha").daemon.admin(&["adjust"]);
+    assert!(run.stdout.contains("needs a restart"), "{}", run.describe());
+    let st = c.node("alpha").daemon.admin(&["status", "--json"]);
+    assert!(
+        st.stdout.contains("gamma"),
+        "gamma still a peer: {}",
+        st.describe()
+    );
+}
+
 /// ...and summed up after a minute (then at doubling intervals up to an hour), so that an
 /// operator reading the log later sees it still holds: alpha's dead peer (gamma, kill -9)
 /// and its StandAlone one (beta) each get one "still ..." line after a minute, naming how

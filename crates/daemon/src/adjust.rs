@@ -3,13 +3,13 @@
 //!
 //! What applies online: a new resource starts; the protocol (each write keeps the one it
 //! began under), the timing and resync-rate settings (`[net]`) and the after-split-brain
-//! policies of a running one change in place. What does not (it changes how replicas
-//! vote, what the peers agreed on at connect, or what is on disk) is named and left for
-//! the next start: the shared secret, volumes, nodes and quorum. A resource removed from the files stops, if it is a Secondary
+//! policies of a running one change in place, and a node added to it joins. What does not
+//! (it changes what the peers agreed on at connect, or what is on disk) is named and left
+//! for the next start: the shared secret, volumes, quorum, and a node removed or changed. A resource removed from the files stops, if it is a Secondary
 //! nobody uses. Nothing is half-applied: a resource's change is taken whole or not at
 //! all.
 
-use tandem_config::ResourceConfig;
+use tandem_config::{NodeConfig, ResourceConfig};
 
 /// A setting whose change needs the node restarted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +70,11 @@ pub fn plan(running: &[&ResourceConfig], idle: &[&str], wanted: &[ResourceConfig
                 let needs = needs_restart(r, w);
                 if !needs.is_empty() {
                     p.restart.push((w.name.clone(), needs));
-                } else if r.net != w.net || r.after_sb != w.after_sb || r.protocol != w.protocol {
+                } else if r.net != w.net
+                    || r.after_sb != w.after_sb
+                    || r.protocol != w.protocol
+                    || r.nodes != w.nodes
+                {
                     p.retune.push(w.clone());
                 } else {
                     p.unchanged += 1;
@@ -86,6 +90,18 @@ pub fn plan(running: &[&ResourceConfig], idle: &[&str], wanted: &[ResourceConfig
     p
 }
 
+/// The nodes `w` has that `r` lacks, when that is all that differs in the nodes (none
+/// removed, none changed): those join while the resource runs. `None`: a node was
+/// removed or changed (its address, name or volumes), which needs a restart.
+pub fn added_nodes<'a>(r: &ResourceConfig, w: &'a ResourceConfig) -> Option<Vec<&'a NodeConfig>> {
+    let kept = (r.nodes.iter()).all(|n| w.nodes.contains(n));
+    kept.then(|| {
+        (w.nodes.iter())
+            .filter(|m| !r.nodes.iter().any(|n| n.node_id == m.node_id))
+            .collect()
+    })
+}
+
 fn needs_restart(r: &ResourceConfig, w: &ResourceConfig) -> Vec<NeedsRestart> {
     let mut needs = Vec::new();
     if r.secret != w.secret {
@@ -94,7 +110,7 @@ fn needs_restart(r: &ResourceConfig, w: &ResourceConfig) -> Vec<NeedsRestart> {
     if r.volumes != w.volumes {
         needs.push(NeedsRestart::Volumes);
     }
-    if r.nodes != w.nodes {
+    if r.nodes != w.nodes && added_nodes(r, w).is_none() {
         needs.push(NeedsRestart::Nodes);
     }
     if r.quorum != w.quorum {
@@ -160,6 +176,31 @@ mod tests {
         assert!(p.retune.is_empty(), "a change is taken whole or not at all");
         let p = plan(&[&r0], &[], &[cfg("r0", "quorum = \"majority\"\n")]);
         assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Quorum])]);
+    }
+
+    const GAMMA: &str = "[[node]]\nname = \"c\"\nnode-id = 2\naddress = \"127.0.0.3:7000\"\n\
+                         [[node.volume]]\nnumber = 0\ndisk = \"/tmp/c.img\"\n";
+
+    #[test]
+    fn a_node_added_joins_online_one_removed_or_moved_needs_a_restart() {
+        // Quorum set in both, so that the third node does not change its default.
+        let q = "quorum = \"majority\"\n";
+        let r0 = cfg("r0", q);
+        let grown = cfg("r0", &format!("{q}\n{GAMMA}"));
+        let p = plan(&[&r0], &[], std::slice::from_ref(&grown));
+        assert_eq!(p.retune.len(), 1, "{p:?}");
+        let added = added_nodes(&r0, &grown).expect("only added");
+        assert_eq!(added.iter().map(|n| n.node_id).collect::<Vec<_>>(), [2]);
+        // Back to two: node 2 removed.
+        let p = plan(&[&grown], &[], std::slice::from_ref(&r0));
+        assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Nodes])]);
+        // Node 1 moved to another address, node 2 added.
+        let mut changed = grown.clone();
+        let beta = (changed.nodes.iter_mut()).find(|n| n.node_id == 1).unwrap();
+        beta.address = "127.0.0.9:7000".parse().unwrap();
+        assert!(added_nodes(&r0, &changed).is_none());
+        let p = plan(&[&r0], &[], &[changed]);
+        assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Nodes])]);
     }
 
     #[test]

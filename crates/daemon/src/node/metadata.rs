@@ -622,6 +622,42 @@ impl VolumeMeta {
         Ok(())
     }
 
+    /// Whether node `p` has a bitmap slot here or can get one (`add_peer` would not fail
+    /// for want of a slot).
+    pub(super) fn has_room_for(&self, p: NodeId) -> bool {
+        let sb = self.store.superblock();
+        sb.slot_of_peer(p).is_some() || sb.peers.iter().any(|s| s.node_id.is_none())
+    }
+
+    /// Node `p` was added to the running resource (`tandem adjust`): its bitmap slot (a
+    /// free one, or the one it had if it was configured before) holds `words` on disk
+    /// before the node is a peer, with no bitmap id, so a crash of ours keeps what the
+    /// engine lists it (everything).
+    pub(super) fn add_peer(&mut self, p: NodeId, words: &[u64]) -> Result<()> {
+        let mut sb = self.store.superblock().clone();
+        let slot = match sb.slot_of_peer(p) {
+            Some(slot) => slot,
+            None => sb
+                .peers
+                .iter()
+                .position(|s| s.node_id.is_none())
+                .with_context(|| {
+                    format!(
+                        "{}: no bitmap slot left for node {p} (the metadata has {}, all taken; set `max-peers` on the volume and remake the metadata to keep spare slots)",
+                        self.store.target().describe(),
+                        sb.peers.len()
+                    )
+                })?,
+        };
+        let pages = self.store.layout().bitmap_pages();
+        self.zero_on_disk[slot].fill(false);
+        self.store.write_bitmap_pages(slot, words, 0, pages)?;
+        self.store.sync()?;
+        sb.peers[slot] = PeerSlot::new(p);
+        self.store.write_superblock(&sb)?;
+        Ok(())
+    }
+
     /// The flags a crash is judged by, written (and synced) when they change: whether the
     /// replica is consistent (a crash then starts it `Crashed`, trusting its activity log,
     /// else `Existing`) and whether this node is Primary. Called before any write that

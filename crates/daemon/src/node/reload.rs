@@ -6,9 +6,12 @@
 //! changes nothing. The node no longer ends on SIGHUP without flushing, as it did when
 //! SIGHUP's default action killed it.
 
-use super::setup::spec_of;
+use super::setup::{peer_slot, spec_of};
 use super::state::{Ctx, Entry, NodeReactor, Presence};
 use std::io;
+use std::time::Instant;
+use tandem_config::{NodeConfig, ResourceConfig};
+use tandem_engine::replica::Bitmap;
 use tandem_engine::replica::Role;
 use tracing::{error, info, warn};
 
@@ -48,17 +51,32 @@ impl NodeReactor {
             return Ok(format!("{dir} read again: no change"));
         }
         let mut said = Vec::new();
+        let mut failed = false;
         for cfg in plan.retune {
             let r = self
                 .serving(&cfg.name)
                 .expect("planned from the running resources");
+            let name = cfg.name.clone();
+            let added: Vec<NodeConfig> = crate::adjust::added_nodes(&self.res[r].cfg, &cfg)
+                .expect("planned: nodes only added")
+                .into_iter()
+                .cloned()
+                .collect();
+            if let Err(why) = self.add_nodes(r, &cfg, &added) {
+                error!(resource = %name, "adjust: {why}; nothing of this resource changed");
+                said.push(format!("{name}: {why}; nothing of it changed"));
+                failed = true;
+                continue;
+            }
             let res = &mut self.res[r];
             res.engine.retune(&spec_of(&cfg, res.me, 0));
-            info!(resource = %cfg.name, "adjust: protocol, timeouts, resync rates and policies now as {} says", cfg.path.display());
+            info!(resource = %name, "adjust: protocol, timeouts, resync rates and policies now as {} says", cfg.path.display());
             said.push(format!(
-                "{}: protocol, timeouts, resync rates and policies applied",
-                cfg.name
+                "{name}: protocol, timeouts, resync rates and policies applied"
             ));
+            for n in &added {
+                said.push(format!("{name}: node {} ({}) added", n.node_id, n.name));
+            }
             res.cfg = cfg;
             self.touch(r);
         }
@@ -75,6 +93,7 @@ impl NodeReactor {
                 Err(e) => {
                     error!(resource = %name, "adjust: not started: {e:#}");
                     said.push(format!("{name}: not started: {e:#}"));
+                    failed = true;
                 }
             }
         }
@@ -119,7 +138,67 @@ impl NodeReactor {
                 "{name}: {what}: needs a restart of the node (nothing of it changed now)"
             ));
         }
-        Ok(said.join("\n"))
+        // What could not be done makes the command fail (exit status 1), after what
+        // could was done and said.
+        if failed {
+            Err(said.join("\n"))
+        } else {
+            Ok(said.join("\n"))
+        }
+    }
+
+    /// Nodes `added` join running resource `r` (its files now say `cfg`): each one's
+    /// bitmap slot in every replica both keep is written first, listing it everything (a
+    /// replica without a free slot refuses the whole change before anything is written),
+    /// then the engine takes it as a peer and it is dialled like the others. Its vote
+    /// counts at once.
+    fn add_nodes(
+        &mut self,
+        r: usize,
+        cfg: &ResourceConfig,
+        added: &[NodeConfig],
+    ) -> Result<(), String> {
+        let res = &self.res[r];
+        let keeps =
+            |n: &NodeConfig| -> Vec<bool> { n.volumes.iter().map(|v| !v.is_diskless()).collect() };
+        for n in added {
+            for (v, meta) in res.metas.iter().enumerate() {
+                let Some(meta) = meta else { continue };
+                if keeps(n)[v] && !meta.has_room_for(n.node_id) {
+                    return Err(format!(
+                        "node {} ({}) not added: {} has no bitmap slot left for it (set `max-peers` on the volume and remake the metadata to keep spare slots)",
+                        n.node_id,
+                        n.name,
+                        meta.describe()
+                    ));
+                }
+            }
+        }
+        for n in added {
+            let res = &mut self.res[r];
+            for (v, meta) in res.metas.iter_mut().enumerate() {
+                let Some(meta) = meta else { continue };
+                if !keeps(n)[v] {
+                    continue;
+                }
+                let mut all = Bitmap::new(cfg.volumes[v].size);
+                all.set_all();
+                meta.add_peer(n.node_id, all.words()).map_err(|e| {
+                    format!(
+                        "node {} ({}) not added: its bitmap slot could not be written: {e:#}",
+                        n.node_id, n.name
+                    )
+                })?;
+            }
+            let mut actions = Vec::new();
+            (res.engine)
+                .add_peer(n.node_id, keeps(n), &mut actions)
+                .map_err(|e| format!("node {} ({}) not added: {e}", n.node_id, n.name))?;
+            res.peers.push(peer_slot(cfg, n, Instant::now()));
+            info!(resource = %cfg.name, peer = %n.name, "adjust: node {} added (at {}); listed everything at its first connection", n.node_id, n.address);
+            self.run_actions(r, actions, Ctx::default());
+        }
+        Ok(())
     }
 
     /// The running resource of that name.

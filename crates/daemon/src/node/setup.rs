@@ -396,25 +396,29 @@ fn bind_nbd(ep: &Endpoint) -> Result<Listener> {
 /// The other nodes of a resource, not yet connected, each to be dialled at once.
 fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
     let now = Instant::now();
-    let net = &cfg.net;
-    cfg.nodes
-        .iter()
+    (cfg.nodes.iter())
         .filter(|n| n.node_id != me)
-        .map(|n| PeerSlot {
-            id: n.node_id,
-            name: n.name.clone(),
-            address: n.address,
-            conn: None,
-            dialing: None,
-            link: Link::new(net.connect_interval, net.max_connect_interval, now),
-            wanted: true,
-            split_brain: None,
-            split_brain_resolved: None,
-            last_error: None,
-            failing: None,
-            stats: super::metrics_http::PeerStats::new(cfg.volumes.len()),
-        })
+        .map(|n| peer_slot(cfg, n, now))
         .collect()
+}
+
+/// Node `n` of the resource as a peer, not yet connected, to be dialled at once.
+pub(super) fn peer_slot(cfg: &ResourceConfig, n: &NodeConfig, now: Instant) -> PeerSlot {
+    let net = &cfg.net;
+    PeerSlot {
+        id: n.node_id,
+        name: n.name.clone(),
+        address: n.address,
+        conn: None,
+        dialing: None,
+        link: Link::new(net.connect_interval, net.max_connect_interval, now),
+        wanted: true,
+        split_brain: None,
+        split_brain_resolved: None,
+        last_error: None,
+        failing: None,
+        stats: super::metrics_http::PeerStats::new(cfg.volumes.len()),
+    }
 }
 
 /// A resource's replicas opened and its engine restored from their metadata, before

@@ -665,6 +665,12 @@ impl Peers {
         self.0.iter().position(|p| p.id == id)
     }
 
+    /// A node added while running (`Resource::add_peer`): last, so no index moves.
+    pub(super) fn push(&mut self, peer: Peer) {
+        debug_assert!(self.index(peer.id).is_none());
+        self.0.push(peer);
+    }
+
     pub(super) fn get(&self, id: NodeId) -> Option<&Peer> {
         self.0.iter().find(|p| p.id == id)
     }

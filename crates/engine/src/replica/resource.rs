@@ -33,6 +33,8 @@ use tandem_wire::packet::{DiskState, Role};
 
 mod invariants;
 mod links;
+mod membership;
+pub use membership::AddPeerError;
 mod packets;
 mod timers;
 
@@ -195,28 +197,6 @@ impl Resource {
     /// The after-split-brain policies from now on (a configuration change).
     pub fn set_after_split_brain(&mut self, p: super::split_brain::AfterSplitBrain) {
         self.rep.spec.after_sb = p;
-    }
-
-    /// A configuration change applied while running (`tandem adjust`): the protocol, the
-    /// timeouts, the resync rates and the after-split-brain policies of `spec` from now
-    /// on. They are read afresh at each use; a write keeps the protocol it began under
-    /// (`Write::protocol`), and its flags tell the peers how to answer it. Nothing else of
-    /// `spec` may differ: who the nodes are, the volumes and the quorum need a restart.
-    pub fn retune(&mut self, spec: &ResourceSpec) {
-        let mine = &mut self.rep.spec;
-        assert!(
-            mine.me == spec.me
-                && mine.nodes == spec.nodes
-                && mine.sizes == spec.sizes
-                && mine.quorum == spec.quorum,
-            "retune changes only the protocol, timeouts, rates and policies"
-        );
-        mine.protocol = spec.protocol;
-        mine.ping_interval_ms = spec.ping_interval_ms;
-        mine.ping_timeout_ms = spec.ping_timeout_ms;
-        mine.timeout_ms = spec.timeout_ms;
-        mine.resync_rates = spec.resync_rates;
-        mine.after_sb = spec.after_sb;
     }
 
     /// `tandem connect --discard-my-data`: the next split brain found with `peer` (on the

@@ -165,6 +165,27 @@ impl Net {
         net
     }
 
+    /// Nodes 0 and 1 configured without node 2 (node 0 Primary, both up to date, linked),
+    /// and node 2 started with the replica `found`, configured with all three, no link
+    /// up: as before `tandem adjust` adds node 2 to nodes 0 and 1 (`Resource::add_peer`).
+    pub fn pair_and_a_newcomer(quorum: QuorumSpec, found: ReplicaAtStart) -> Net {
+        let mut net = Net::stopped(false, Protocol::C, quorum, |me| {
+            if me == 2 {
+                found
+            } else {
+                ReplicaAtStart::UpToDate
+            }
+        });
+        for me in [0, 1] {
+            let mut s = spec(me, false, Protocol::C, quorum, 0);
+            s.nodes.retain(|&(id, _)| id != 2);
+            net.nodes[me as usize] = Resource::new(s, vec![ReplicaAtStart::UpToDate]);
+        }
+        net.link_up(0, 1);
+        net.promote();
+        net
+    }
+
     /// Every node started, a diskful one with the replica `found(me)`; no link up.
     fn stopped(
         diskless_primary: bool,
