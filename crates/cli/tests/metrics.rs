@@ -333,9 +333,91 @@ fn bad_http_requests_get_errors_and_the_endpoint_keeps_serving() {
     );
 }
 
+/// The events stream the status page updates itself from (`GET /events`): Server-Sent
+/// Events, one `data:` line of JSON per change, as `tandem events --json` says it; here
+/// alpha's connection to beta going StandAlone (`tandem disconnect`) and coming back. The
+/// stream stays open past the 10 s an ordinary request may take.
+#[test]
+fn the_events_endpoint_streams_changes_as_server_sent_events() {
+    const TEST: &str = "metrics::the_events_endpoint_streams_changes_as_server_sent_events";
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            tweak: &with_metrics,
+            ..Setup::new("C", &[ALPHA, BETA])
+        },
+    );
+    c.wait_connected();
+    let a = metrics_addr(&c, "alpha");
+    let mut s = TcpStream::connect(&a).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    s.write_all(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    // Reads until `until` is in what arrived, or `within` passed.
+    let mut read_until = |got: &mut Vec<u8>, until: &str, within: Duration| -> bool {
+        let deadline = Instant::now() + within;
+        let mut buf = [0u8; 4096];
+        while Instant::now() < deadline {
+            if String::from_utf8_lossy(got).contains(until) {
+                return true;
+            }
+            match s.read(&mut buf) {
+                Ok(0) => return false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        String::from_utf8_lossy(got).contains(until)
+    };
+    assert!(read_until(&mut got, "\r\n\r\n", Duration::from_secs(5)));
+    let text = String::from_utf8_lossy(&got).to_string();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("Content-Type: text/event-stream"), "{text}");
+    // Quiet for longer than an ordinary request may take: still open.
+    std::thread::sleep(Duration::from_secs(11));
+    c.node("alpha")
+        .daemon
+        .admin(&["disconnect", "r0"])
+        .expect_success();
+    assert!(
+        read_until(&mut got, "StandAlone", Duration::from_secs(10)),
+        "no change streamed: {}",
+        String::from_utf8_lossy(&got)
+    );
+    c.node("alpha")
+        .daemon
+        .admin(&["connect", "r0"])
+        .expect_success();
+    assert!(
+        read_until(&mut got, "Connected", Duration::from_secs(20)),
+        "no reconnection streamed: {}",
+        String::from_utf8_lossy(&got)
+    );
+    let text = String::from_utf8_lossy(&got).to_string();
+    let events: Vec<Json> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect();
+    assert!(
+        events.iter().any(|e| e.to_string().contains("StandAlone")),
+        "{events:?}"
+    );
+    let page = http(&a, b"GET / HTTP/1.1\r\n\r\n", Duration::from_secs(10)).2;
+    assert!(
+        String::from_utf8_lossy(&page).contains("new EventSource(\"/events\")"),
+        "the page listens to the stream"
+    );
+}
+
 /// The status page (`GET /` on the metrics address) in a real browser, headless Chromium,
 /// during a resync: it fetches `/status.json` itself and shows each node, its states and
 /// the resync's progress bar, on the sync target and on the source; a screenshot is taken.
+/// The page is loaded as `/?poll` (no events stream): Chromium's virtual clock, which
+/// makes the dump deterministic, stands still while a request is open, and the stream
+/// never ends (it is tested on its own above).
 #[test]
 fn the_status_page_shows_a_resync_in_a_headless_browser() {
     const TEST: &str = "metrics::the_status_page_shows_a_resync_in_a_headless_browser";
@@ -413,7 +495,7 @@ fn the_status_page_shows_a_resync_in_a_headless_browser() {
             "--virtual-time-budget=3000",
         ])
         .arg("--dump-dom")
-        .arg(format!("http://{addr}/"));
+        .arg(format!("http://{addr}/?poll"));
         let r = run(&mut cmd, Duration::from_secs(60));
         r.expect_success();
         r.stdout
@@ -429,7 +511,7 @@ fn the_status_page_shows_a_resync_in_a_headless_browser() {
     ])
     .args(["--window-size=1100,400", "--hide-scrollbars"])
     .arg(format!("--screenshot={}", shot.display()))
-    .arg(format!("http://{b}/"));
+    .arg(format!("http://{b}/?poll"));
     run(&mut cmd, Duration::from_secs(60)).expect_success();
     let png = std::fs::read(&shot).expect("the screenshot");
     assert!(

@@ -514,6 +514,10 @@ impl NodeReactor {
             Entry::Http(mut h) => {
                 let _ = self.poll.registry().deregister(&mut h.stream);
                 self.scrapes.retain(|&s| s != k);
+                self.watchers.retain(|&w| w != k);
+                if self.watchers.is_empty() {
+                    self.events_sent.clear();
+                }
             }
             _ => {}
         }

@@ -1,5 +1,6 @@
-//! The events stream's watchers (`tandem events`): each gets every object's line as it
-//! exists, the end marker, then the changes. A resource is diffed (`crate::events::diff`)
+//! The events stream's watchers (`tandem events`, and the status page's `/events`): each
+//! gets every object's line as it exists, the end marker, then the changes (the page gets
+//! only the changes, as Server-Sent Events). A resource is diffed (`crate::events::diff`)
 //! only after something touched it (an engine event, a peer connected or lost, an admin
 //! verb, or the tick's sweep), and only while someone watches. A watcher that falls behind by more than
 //! `BACKLOG_MAX` is dropped, with a line in the log: it never holds up I/O or memory.
@@ -9,6 +10,7 @@
 
 use super::state::{Entry, NodeReactor};
 use crate::events::{diff, lines, statistics_diff, EventLine, Sent};
+use rustc_hash::FxHashMap as HashMap;
 use tracing::warn;
 
 /// A resource's counters alone change a line at most this often (writes in flight and
@@ -74,18 +76,23 @@ impl NodeReactor {
             return;
         }
         if self.watchers.is_empty() {
-            self.events_sent = (sent.into_iter())
-                .map(|(name, lines)| {
-                    let statistics_ms = now_ms;
-                    (
-                        name,
-                        Sent {
-                            lines,
-                            statistics_ms,
-                        },
-                    )
+            self.events_sent = baseline(sent, now_ms);
+        }
+        self.watchers.push(k);
+    }
+
+    /// Metrics connection `k` asked for `/events` (the status page): the changes from
+    /// now on, as Server-Sent Events; the page reads the state itself (`/status.json`).
+    pub(super) fn watch_http(&mut self, k: usize) {
+        self.send_events();
+        if self.watchers.is_empty() {
+            let sent = (self.status(None).into_iter())
+                .map(|status| {
+                    let ls = lines(&status);
+                    (status.name, ls)
                 })
                 .collect();
+            self.events_sent = baseline(sent, self.now_ms());
         }
         self.watchers.push(k);
     }
@@ -127,20 +134,28 @@ impl NodeReactor {
             return;
         }
         for k in self.watchers.clone() {
-            let Some(Entry::Control(c)) = self.entries.get_mut(k) else {
-                continue;
-            };
-            for (l, counters_alone) in &changes {
-                match (c.statistics, counters_alone) {
-                    (true, _) => c.queue_json(l),
-                    (false, false) => c.queue_json(&l.without_statistics()),
-                    (false, true) => {}
-                }
-            }
-            if c.backlog() > BACKLOG_MAX {
-                warn!(
-                    "an events watcher fell {} bytes behind: dropped (it never slows I/O)",
+            let backlog = match self.entries.get_mut(k) {
+                Some(Entry::Control(c)) => {
+                    for (l, counters_alone) in &changes {
+                        match (c.statistics, counters_alone) {
+                            (true, _) => c.queue_json(l),
+                            (false, false) => c.queue_json(&l.without_statistics()),
+                            (false, true) => {}
+                        }
+                    }
                     c.backlog()
+                }
+                Some(Entry::Http(h)) => {
+                    for (l, _) in changes.iter().filter(|(_, counters_alone)| !counters_alone) {
+                        h.queue_event(&l.without_statistics());
+                    }
+                    h.backlog()
+                }
+                _ => continue,
+            };
+            if backlog > BACKLOG_MAX {
+                warn!(
+                    "an events watcher fell {backlog} bytes behind: dropped (it never slows I/O)"
                 );
                 self.remove_entry(k);
                 continue;
@@ -148,4 +163,21 @@ impl NodeReactor {
             self.mark_dirty(k);
         }
     }
+}
+
+/// What every watcher is taken to have been sent when the first one starts: each
+/// resource's lines as they are now.
+fn baseline(sent: Vec<(String, Vec<EventLine>)>, now_ms: u64) -> HashMap<String, Sent> {
+    (sent.into_iter())
+        .map(|(name, lines)| {
+            let statistics_ms = now_ms;
+            (
+                name,
+                Sent {
+                    lines,
+                    statistics_ms,
+                },
+            )
+        })
+        .collect()
 }
