@@ -8,7 +8,8 @@
 //! peer that answers and refuses (StandAlone, wrong secret, another resource) is tried at
 //! a doubling interval up to `max-connect-interval`: it will not change its mind soon, and
 //! each attempt costs it a handshake. When both dials succeed, both ends keep the one the
-//! lower node id dialed, so they agree without a word.
+//! lower node id dialed, so they agree without a word; the higher id dials half an
+//! interval later after a start or a drop, so that both rarely succeed at once.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,9 @@ pub struct Link {
     next_dial: Instant,
     /// When the last attempt started: an unanswered one already waited its patience.
     last_attempt: Option<Instant>,
+    /// How long this end holds back its first dial after a start or a drop (see
+    /// [`Link::yielding`]).
+    defer: Duration,
 }
 
 impl Link {
@@ -42,7 +46,20 @@ impl Link {
             refusal_wait: base,
             next_dial: now,
             last_attempt: None,
+            defer: Duration::ZERO,
         }
+    }
+
+    /// This end has the higher node id, so the connection both ends keep is the one the
+    /// peer dials ([`preferred`]): after a start or a dropped session it dials half an
+    /// interval after the peer would, not at the same moment. Two dials that both succeed
+    /// cost a session that begins and is replaced at once (the engine sees a connection
+    /// come and go, and the log a quorum lost and regained); the peer's dial, if it can
+    /// reach us, comes first. If it cannot (a one-way firewall), ours still does.
+    pub fn yielding(mut self) -> Link {
+        self.defer = self.base / 2;
+        self.next_dial += self.defer;
+        self
     }
 
     /// A dial is due (the caller checks that no connection or attempt exists).
@@ -71,7 +88,7 @@ impl Link {
             Attempt::Unreachable => self
                 .last_attempt
                 .map_or(now, |t| t + self.base)
-                .max(now)
+                .max(now + self.defer)
                 .max(self.next_dial),
             Attempt::Refused => {
                 let w = self.refusal_wait;
@@ -204,6 +221,29 @@ mod tests {
             l.failed(Attempt::Unreachable, now);
             assert!(!l.due(now + S / 2), "redialled in a tight loop");
         }
+    }
+
+    #[test]
+    fn the_higher_id_dials_half_an_interval_after_the_lower_one() {
+        let t0 = Instant::now();
+        let lower = Link::new(S, 10 * S, t0);
+        let mut higher = Link::new(S, 10 * S, t0).yielding();
+        assert!(lower.due(t0));
+        assert!(!higher.due(t0) && !higher.due(t0 + S / 3) && higher.due(t0 + S / 2));
+        // A session that drops: the lower end redials at once, this one half an interval
+        // later.
+        higher.dialing(t0 + S / 2);
+        higher.connected();
+        let drop = t0 + 60 * S;
+        higher.failed(Attempt::Unreachable, drop);
+        assert!(!higher.due(drop) && higher.due(drop + S / 2));
+        // A dial of its own refused at once (the peer not up yet): the usual interval.
+        higher.dialing(drop + S / 2);
+        higher.failed(Attempt::Unreachable, drop + S / 2);
+        assert!(!higher.due(drop + S) && higher.due(drop + S / 2 + S));
+        // An administrator's connect is not held back.
+        higher.dial_now(drop + 2 * S);
+        assert!(higher.due(drop + 2 * S));
     }
 
     #[test]

@@ -194,7 +194,7 @@ impl NodeReactor {
             (res.engine)
                 .add_peer(n.node_id, keeps(n), &mut actions)
                 .map_err(|e| format!("node {} ({}) not added: {e}", n.node_id, n.name))?;
-            res.peers.push(peer_slot(cfg, n, Instant::now()));
+            res.peers.push(peer_slot(cfg, res.me, n, Instant::now()));
             info!(resource = %cfg.name, peer = %n.name, "adjust: node {} added (at {}); listed everything at its first connection", n.node_id, n.address);
             self.run_actions(r, actions, Ctx::default());
         }

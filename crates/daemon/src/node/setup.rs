@@ -398,20 +398,31 @@ fn peer_slots(cfg: &ResourceConfig, me: NodeId) -> Vec<PeerSlot> {
     let now = Instant::now();
     (cfg.nodes.iter())
         .filter(|n| n.node_id != me)
-        .map(|n| peer_slot(cfg, n, now))
+        .map(|n| peer_slot(cfg, me, n, now))
         .collect()
 }
 
-/// Node `n` of the resource as a peer, not yet connected, to be dialled at once.
-pub(super) fn peer_slot(cfg: &ResourceConfig, n: &NodeConfig, now: Instant) -> PeerSlot {
+/// Node `n` of the resource as a peer of node `me`, not yet connected, to be dialled at
+/// once (half an interval later if `me` has the higher id: `Link::yielding`).
+pub(super) fn peer_slot(
+    cfg: &ResourceConfig,
+    me: NodeId,
+    n: &NodeConfig,
+    now: Instant,
+) -> PeerSlot {
     let net = &cfg.net;
+    let link = Link::new(net.connect_interval, net.max_connect_interval, now);
     PeerSlot {
         id: n.node_id,
         name: n.name.clone(),
         address: n.address,
         conn: None,
         dialing: None,
-        link: Link::new(net.connect_interval, net.max_connect_interval, now),
+        link: if me > n.node_id {
+            link.yielding()
+        } else {
+            link
+        },
         wanted: true,
         split_brain: None,
         split_brain_resolved: None,

@@ -56,21 +56,25 @@ impl Replicas {
         let peer = self.peers[i].id;
         let kept = |b: &Option<Bitmap>| b.as_ref().is_some_and(|b| b.count() > 0);
         for (v, &in_sync) in in_sync.iter().enumerate() {
-            let suspect = kept(&self.vols[v].suspect);
+            let suspect = self.vols[v].suspect.as_ref().filter(|b| b.count() > 0);
             let pv = &mut self.peers[i].vols[v];
-            let doubtful = suspect || kept(&pv.unanswered) || kept(&pv.unconfirmed);
+            let unsettled = kept(&pv.unanswered) || kept(&pv.unconfirmed);
             // Not in sync: an id kept from before still holds, since what changed on
             // this connection changed in the bitmap too (blocks it was served and may
             // not have written are put back, data we pulled voided the id already,
-            // writes it missed are marked). A connection that ended before the two were
-            // in sync (a second one replacing it when both nodes dialed, a link that
-            // dropped during the lists after a whole-cluster restart) then does not cost
-            // the peer a full resync at the next restart (cli test
+            // writes it missed are marked), and so does our own suspect ranges' doubt
+            // where the bitmap names them (a crash adds them to every peer's bitmap at
+            // restore). A connection that ended before the two were in sync (a second
+            // one replacing it when both nodes dialed, a link that dropped during the
+            // lists after a whole-cluster restart) then does not cost the peer a full
+            // resync at the next restart (cli test
             // `a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log`).
-            let gi = match (doubtful, in_sync) {
-                (true, _) => None,
-                (false, true) => Some(pv.gen.current),
-                (false, false) => pv.bitmap_gi,
+            let gi = match (in_sync, unsettled, suspect) {
+                (_, true, _) => None,
+                (true, false, None) => Some(pv.gen.current),
+                (true, false, Some(_)) => None,
+                (false, false, Some(s)) if !within(s, &pv.oos) => None,
+                (false, false, _) => pv.bitmap_gi,
             };
             if pv.bitmap_gi != gi {
                 pv.bitmap_gi = gi;
@@ -113,6 +117,11 @@ impl Replicas {
         let at = |gi: u64| position(&me.gen, gi);
         matches!((at(pv.gen.current), at(base)), (Some(theirs), Some(base)) if theirs <= base)
     }
+}
+
+/// Every block `a` names is in `b` too.
+fn within(a: &Bitmap, b: &Bitmap) -> bool {
+    (a.words().iter().zip(b.words())).all(|(x, y)| x & !y == 0)
 }
 
 /// How far back `gi` is in `g`'s lineage: 0 for the current id, then the history, newest
