@@ -554,7 +554,7 @@ fn sighup_rereads_the_configuration_and_the_node_goes_on() {
 /// files with an error change nothing and say so (exit status 1).
 #[test]
 fn adjust_starts_a_new_resource_while_the_other_writes_on() {
-    use common::cluster::{no_tweak, Cluster, KillOnDrop, ALPHA, BETA};
+    use common::cluster::{no_tweak, Cluster, ALPHA, BETA};
     const TEST: &str = "lifecycle::adjust_starts_a_new_resource_while_the_other_writes_on";
     if !require_fio_nbd(TEST) {
         return;
@@ -563,29 +563,7 @@ fn adjust_starts_a_new_resource_while_the_other_writes_on() {
     c.wait_connected();
     let uri = c.node("alpha").uri();
     let fio_log = c.node("alpha").daemon.config_dir.with_file_name("fio.log");
-    let out = File::create(&fio_log).unwrap();
-    let mut fio = KillOnDrop(
-        tool("fio")
-            .args([
-                "--name=r0",
-                "--ioengine=nbd",
-                &format!("--uri={uri}"),
-                "--rw=randwrite",
-                "--bs=4k",
-                "--iodepth=4",
-                "--size=32M",
-                "--time_based",
-                "--runtime=8",
-                "--verify=crc32c",
-                "--verify_fatal=1",
-                "--do_verify=1",
-            ])
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("starting fio"),
-    );
+    let mut fio = fio_verifying_in_background(&uri, &fio_log);
     thread::sleep(Duration::from_millis(1000));
 
     // r1: r0's file with its own name, port, backing files and NBD sockets.
@@ -870,6 +848,34 @@ fn the_node_tells_systemd_it_is_ready_and_stopping() {
     assert_eq!(&buf[..n], b"STOPPING=1");
 }
 
+/// fio writing 32 MiB at random through `uri` for 8 s with verification (its output to
+/// `log`), left running while the test changes the node under it.
+fn fio_verifying_in_background(uri: &str, log: &Path) -> common::cluster::KillOnDrop {
+    let out = File::create(log).unwrap();
+    common::cluster::KillOnDrop(
+        tool("fio")
+            .args([
+                "--name=r0",
+                "--ioengine=nbd",
+                &format!("--uri={uri}"),
+                "--rw=randwrite",
+                "--bs=4k",
+                "--iodepth=4",
+                "--size=32M",
+                "--time_based",
+                "--runtime=8",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--do_verify=1",
+            ])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("starting fio"),
+    )
+}
+
 /// `tandem adjust` adds a node to a running resource (issue 16): alpha and beta run r0
 /// without gamma (a third replica), which runs with all three and is refused meanwhile
 /// (it is no node of theirs). Under fio with verification through alpha, their files gain gamma and
@@ -877,7 +883,7 @@ fn the_node_tells_systemd_it_is_ready_and_stopping() {
 /// hold; fio never notices. Removing it again is named as needing a restart.
 #[test]
 fn adjust_adds_a_node_while_the_primary_writes() {
-    use common::cluster::{Cluster, KillOnDrop, Spec, ALPHA, BETA};
+    use common::cluster::{Cluster, Spec, ALPHA, BETA};
     const TEST: &str = "lifecycle::adjust_adds_a_node_while_the_primary_writes";
     // A third replica (not the usual diskless gamma): it is synced in full.
     const GAMMA: Spec = Spec {
@@ -918,29 +924,7 @@ fn adjust_adds_a_node_while_the_primary_writes() {
     assert!(connected, "alpha and beta never connected");
     let uri = c.node("alpha").uri();
     let fio_log = c.node("alpha").daemon.config_dir.with_file_name("fio.log");
-    let out = File::create(&fio_log).unwrap();
-    let mut fio = KillOnDrop(
-        tool("fio")
-            .args([
-                "--name=r0",
-                "--ioengine=nbd",
-                &format!("--uri={uri}"),
-                "--rw=randwrite",
-                "--bs=4k",
-                "--iodepth=4",
-                "--size=32M",
-                "--time_based",
-                "--runtime=8",
-                "--verify=crc32c",
-                "--verify_fatal=1",
-                "--do_verify=1",
-            ])
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("starting fio"),
-    );
+    let mut fio = fio_verifying_in_background(&uri, &fio_log);
     thread::sleep(Duration::from_millis(1500));
     let full = fs::read_to_string(c.node("gamma").daemon.config_dir.join("r0.toml")).unwrap();
     for n in ["alpha", "beta"] {

@@ -15,18 +15,7 @@ use tandem_engine::replica::{DiskState, Event, Msg, NotQuiet, PEER_ACK_DELAY_MS}
 /// of the volume), is proven by the ids, and node 2 pulls the block from it.
 #[test]
 fn a_whole_cluster_back_from_clean_stops_lists_an_older_replica_its_bitmap() {
-    let mut net = Net::diskless_primary();
-    net.write(1, BLOCK, 4096);
-    assert_eq!(net.answer(1), Some(Ok(())));
-    net.tick(PEER_ACK_DELAY_MS);
-    net.link_down(0, 2);
-    net.link_down(1, 2);
-    net.restart_cleanly(2);
-    net.write(2, 5 * BLOCK, 4096);
-    assert_eq!(net.answer(2), Some(Ok(())));
-    net.tick(PEER_ACK_DELAY_MS);
-    net.link_down(0, 1);
-    net.restart_cleanly(1);
+    let mut net = both_stopped_cleanly_after_node_2_missed_block_5();
     let before = net.events.len();
     net.link_up(1, 2);
     let listed = older_listed(&net, before, 1, 2);
@@ -50,18 +39,7 @@ fn a_whole_cluster_back_from_clean_stops_lists_an_older_replica_its_bitmap() {
 /// again (before: everything, as if the bitmap counted from no id).
 #[test]
 fn a_connection_ended_before_the_sync_keeps_the_bitmaps_id() {
-    let mut net = Net::diskless_primary();
-    net.write(1, BLOCK, 4096);
-    assert_eq!(net.answer(1), Some(Ok(())));
-    net.tick(PEER_ACK_DELAY_MS);
-    net.link_down(0, 2);
-    net.link_down(1, 2);
-    net.restart_cleanly(2);
-    net.write(2, 5 * BLOCK, 4096);
-    assert_eq!(net.answer(2), Some(Ok(())));
-    net.tick(PEER_ACK_DELAY_MS);
-    net.link_down(0, 1);
-    net.restart_cleanly(1);
+    let mut net = both_stopped_cleanly_after_node_2_missed_block_5();
     // Node 2's list to node 1 (and all after it) is lost with the link: node 1 never
     // hears that every replica met, and stays ranked by its restart.
     net.hold_at(2, 1, |m| matches!(m, Msg::OutOfSync { .. }));
@@ -250,6 +228,24 @@ fn resync_data_from_a_third_node_keeps_the_bitmap_from_covering_a_peer() {
     net.link_up(0, 1);
     net.link_up(0, 2);
     net.assert_converges();
+}
+
+/// Node 2 left in sync and stopped cleanly; block 5 was written on node 1 alone; node 1
+/// stopped cleanly too, and the diskless Primary is gone: no link up.
+fn both_stopped_cleanly_after_node_2_missed_block_5() -> Net {
+    let mut net = Net::diskless_primary();
+    net.write(1, BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 2);
+    net.link_down(1, 2);
+    net.restart_cleanly(2);
+    net.write(2, 5 * BLOCK, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    net.tick(PEER_ACK_DELAY_MS);
+    net.link_down(0, 1);
+    net.restart_cleanly(1);
+    net
 }
 
 /// `OlderPeerListed` events of node `n` about `peer` since event `since`: (the bitmap's
