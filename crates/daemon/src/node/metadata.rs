@@ -13,7 +13,7 @@ use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
 use tandem_engine::replica::{GenIds, NodeId, Persisted, PrimaryRun, ReplicaAtStart};
 use tandem_meta::{
     ActivityLog, CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax,
-    PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, WaitId, AL_EXTENT,
+    PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, Superblock, WaitId, AL_EXTENT,
 };
 use tandem_storage::{Backing, OpenOptions};
 use tracing::{info, warn};
@@ -608,18 +608,23 @@ impl VolumeMeta {
         sb.writer = None;
         for &p in peers {
             if sb.slot_of_peer(p).is_none() {
-                let Some(free) = sb.peers.iter().position(|s| s.node_id.is_none()) else {
-                    bail!(
-                        "{}: no bitmap slot left for node {p} (the metadata has {}, all taken); `tandem create-md --force` remakes it for the configured nodes (the replica is then resynced in full; set `max-peers` on the volume to keep spare slots for nodes added later)",
-                        self.store.target().describe(),
-                        sb.peers.len()
-                    );
-                };
+                let free = self.free_slot(&sb, p)?;
                 sb.peers[free] = PeerSlot::new(p);
             }
         }
         self.store.write_superblock(&sb)?;
         Ok(())
+    }
+
+    /// A bitmap slot no node holds, for node `p`.
+    fn free_slot(&self, sb: &Superblock, p: NodeId) -> Result<usize> {
+        (sb.peers.iter().position(|s| s.node_id.is_none())).with_context(|| {
+            format!(
+                "{}: no bitmap slot left for node {p} (the metadata has {}, all taken); `tandem create-md --force` remakes it for the configured nodes (the replica is then resynced in full; set `max-peers` on the volume to keep spare slots for nodes added later)",
+                self.store.target().describe(),
+                sb.peers.len()
+            )
+        })
     }
 
     /// Whether node `p` has a bitmap slot here or can get one (`add_peer` would not fail
@@ -637,17 +642,7 @@ impl VolumeMeta {
         let mut sb = self.store.superblock().clone();
         let slot = match sb.slot_of_peer(p) {
             Some(slot) => slot,
-            None => sb
-                .peers
-                .iter()
-                .position(|s| s.node_id.is_none())
-                .with_context(|| {
-                    format!(
-                        "{}: no bitmap slot left for node {p} (the metadata has {}, all taken; set `max-peers` on the volume and remake the metadata to keep spare slots)",
-                        self.store.target().describe(),
-                        sb.peers.len()
-                    )
-                })?,
+            None => self.free_slot(&sb, p)?,
         };
         let pages = self.store.layout().bitmap_pages();
         self.zero_on_disk[slot].fill(false);

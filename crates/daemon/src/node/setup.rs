@@ -208,8 +208,10 @@ impl NodeReactor {
     /// before the metadata is even opened, so a refusal leaves the replica as it was. At
     /// start the metadata comes first, as before: binding first shifted when peers met at
     /// a whole-cluster restart, and cli `a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log`
-    /// then saw beta listed everything in 8 of 12 runs (0 of 12 with this order; the
-    /// ordering it depends on is not traced).
+    /// then saw beta listed everything in 8 of 12 runs. Traced since: both nodes' dials
+    /// succeeded, the second connection replaced the first just after the lists, and the
+    /// engine voided the bitmap id at that disconnect (fixed in `bitmap_gi.rs`, and made
+    /// rare by `Link::yielding`); the order here no longer matters for it.
     pub(super) fn add_resource(
         &mut self,
         cfg: ResourceConfig,

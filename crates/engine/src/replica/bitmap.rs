@@ -163,6 +163,15 @@ impl Bitmap {
         self.words.iter().zip(&other.words).any(|(w, o)| w & o != 0)
     }
 
+    /// Every block set here is set in `other` too (same size and block).
+    pub fn within(&self, other: &Bitmap) -> bool {
+        debug_assert_eq!((self.blocks, self.block), (other.blocks, other.block));
+        self.words
+            .iter()
+            .zip(&other.words)
+            .all(|(w, o)| w & !o == 0)
+    }
+
     /// Clears every block set in `other` (same size and block).
     pub fn subtract(&mut self, other: &Bitmap) {
         debug_assert_eq!((self.blocks, self.block), (other.blocks, other.block));

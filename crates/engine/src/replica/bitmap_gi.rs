@@ -70,10 +70,9 @@ impl Replicas {
             // resync at the next restart (cli test
             // `a_whole_cluster_killed_lists_an_older_replica_only_its_bitmap_and_log`).
             let gi = match (in_sync, unsettled, suspect) {
-                (_, true, _) => None,
+                (_, true, _) | (true, _, Some(_)) => None,
                 (true, false, None) => Some(pv.gen.current),
-                (true, false, Some(_)) => None,
-                (false, false, Some(s)) if !within(s, &pv.oos) => None,
+                (false, false, Some(s)) if !s.within(&pv.oos) => None,
                 (false, false, _) => pv.bitmap_gi,
             };
             if pv.bitmap_gi != gi {
@@ -117,11 +116,6 @@ impl Replicas {
         let at = |gi: u64| position(&me.gen, gi);
         matches!((at(pv.gen.current), at(base)), (Some(theirs), Some(base)) if theirs <= base)
     }
-}
-
-/// Every block `a` names is in `b` too.
-fn within(a: &Bitmap, b: &Bitmap) -> bool {
-    (a.words().iter().zip(b.words())).all(|(x, y)| x & !y == 0)
 }
 
 /// How far back `gi` is in `g`'s lineage: 0 for the current id, then the history, newest
