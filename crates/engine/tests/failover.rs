@@ -708,3 +708,57 @@ fn an_old_primary_told_of_a_run_it_never_followed_fails_what_it_held() {
             }
         )));
 }
+
+/// Failover soak seed 370004285, its first fault. Node 1, back from a crash with the ids
+/// it had then, is being synced (resync data lost on the way) and takes the Primary's
+/// writes. Node 2, up to date with newer ids, is cut off from the Primary, which writes
+/// block 5 on nodes 0 and 1 only; node 1 relays that node 2 lacks it. Node 2 must take the
+/// relay as a write it missed: turned back as node 1's lack (node 1's ids are older), node
+/// 2 stayed up to date without the write and later served the block as current.
+#[test]
+fn a_relayed_write_of_a_primary_out_of_reach_is_a_write_missed_whatever_the_relays_ids() {
+    let mut net = Net::new();
+    net.crash(1, &[]);
+    write_on(&mut net, 0, 1, 3);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    let g1 = *net.nodes[1].generation(0).unwrap();
+    let g2 = *net.nodes[2].generation(0).unwrap();
+    assert!(g2.history.contains(&g1.current), "{g2:?} from {g1:?}");
+    // Node 1 comes back and is synced, but no resync data reaches it.
+    net.pass = |_, to, m| !(to == 1 && matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(1, 2);
+    net.link_up(0, 1);
+    assert_eq!(net.disk(1), DiskState::Inconsistent);
+    assert_eq!(net.disk(2), DiskState::UpToDate);
+    assert!(net.claims(2, 1) > 0, "node 2 claims block 3 on node 1");
+    net.link_down(0, 2);
+    let told_before = net.listed(2, 1).len();
+    write_on(&mut net, 0, 2, 5);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    assert!(
+        net.listed(1, 2).contains(&(5 * 4096, 4096)),
+        "node 1 relays the write node 2 missed: {:?}",
+        net.listed(1, 2)
+    );
+    assert_eq!(
+        net.listed(2, 1)[told_before..],
+        [],
+        "node 2 turned the relay back"
+    );
+    assert_eq!(
+        net.disk(2),
+        DiskState::Inconsistent,
+        "node 2 missed block 5"
+    );
+    net.pass = |_, _, _| true;
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.link_up(1, 2);
+    net.assert_converges();
+    for n in 0..3 {
+        assert_eq!(net.block(n, 5)[0], 2, "node {n}");
+        assert_eq!(net.block(n, 3)[0], 1, "node {n}");
+    }
+}

@@ -106,6 +106,17 @@ impl Replicas {
         })
     }
 
+    /// Peer `i`'s notices of volume `v` are live (its list to us ended) and it follows a
+    /// Primary while we follow none and are none: what it tells us we lack is a write of
+    /// that Primary, which we missed.
+    pub(super) fn relays_primary_beyond(&self, i: usize, v: usize) -> bool {
+        let p = &self.peers[i];
+        p.vols[v].listed
+            && self.role != Role::Primary
+            && self.peers.primary().is_none()
+            && !p.primaries.minus(NodeSet::one(self.spec.me)).is_empty()
+    }
+
     /// Peer `i` announced itself Primary: another connected Primary we follow already.
     pub(super) fn second_primary(&self, i: usize) -> Option<NodeId> {
         let newcomer = self.peers[i].id;
