@@ -2650,6 +2650,35 @@ fn a_whole_cluster_back_from_a_crash_settles_by_generation_ids() {
     assert_eq!(b.generation(0), Some(&g));
 }
 
+/// As above, but the winner's activity-log extents are in no bitmap of its: it met the
+/// other up to date with the same ids before (both running), and its claims became ranges
+/// to pull from it, listed to no one (`claims_become_suspect`); then the other crashed too.
+/// Proven the reference, the winner has the others take those extents: kept out of every
+/// list, a write of its that failed stayed on it alone (failover soak seed 370002353).
+#[test]
+fn a_replica_proven_by_generation_ids_has_the_others_take_its_suspect_ranges() {
+    let g = gen(7, &[]);
+    let mut a = started(0, ReplicaAtStart::Crashed);
+    a.restore_suspect(0, [(0, 8192)]).unwrap();
+    a.restore_peer(0, 1, &[0u64; (1 << 20) / 4096 / 64], false, None)
+        .unwrap();
+    a.restore_generation(0, g, false).unwrap();
+    let mut b = back_with_ids(1, true, g, &[(65536, 4096)]);
+    let (_, out_b) = whole_cluster_meets(&mut a, &mut b);
+    assert_eq!(a.disk(0), DiskState::UpToDate);
+    assert_eq!(b.disk(0), DiskState::UpToDate, "{:?}", events(&out_b));
+    // Its own extents are pulled again after the winner's notice (it keeps them until a
+    // resync under a Primary's list ends): what counts is which ranges, not how often.
+    let mut pulled = resync_requests(&out_b);
+    pulled.sort();
+    pulled.dedup();
+    assert_eq!(
+        pulled,
+        vec![(0, 8192), (65536, 4096)],
+        "the winner's extents and its own"
+    );
+}
+
 /// The same whole-cluster crash after node 1 was cut off while node 0 took writes (the
 /// Primary changed the ids first): node 1's ids are older, so node 0 is the source even
 /// though node 1 has the lower rank otherwise, and node 1's own claims are pulled, not

@@ -144,7 +144,7 @@ impl Replicas {
         let current = self.vols[v].gen.current;
         let vol = &mut self.vols[v];
         vol.unproven = false;
-        vol.suspect = None;
+        let suspect = vol.suspect.take();
         for p in self.peers.iter_mut() {
             if p.vols[v].repl == Repl::SyncTarget {
                 p.vols[v].repl = Repl::Established;
@@ -152,6 +152,13 @@ impl Replicas {
         }
         let why = DiskChange::ProvenByGeneration { current };
         self.set_disk(v, DiskState::UpToDate, why, out);
+        // Our suspect ranges (activity-log extents of writes that may be here alone) are
+        // the reference's now: the others take them, as DRBD resyncs a crashed Primary's
+        // extents from the source. Kept out of their lists (we meant to pull them), a
+        // write of ours that failed stayed here alone (failover soak seed 370002353).
+        if let Some(suspect) = suspect.filter(|s| s.count() > 0) {
+            self.diskful_peers_lack(v, &suspect, out);
+        }
         self.offer_to_outdated(v, out);
     }
 
