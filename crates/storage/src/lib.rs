@@ -8,4 +8,4 @@ mod aligned;
 mod backing;
 
 pub use aligned::AlignedBuf;
-pub use backing::{Backing, BackingKind, OpenOptions, StorageError, ZeroError};
+pub use backing::{Backing, BackingKind, OpenOptions, Span, StorageError, ZeroError};
