@@ -135,6 +135,12 @@ impl LocalVol {
                 || (self.disk == DiskState::Outdated && !self.unproven && !self.created))
     }
 
+    /// The Primary reads here rather than asking a peer: every block of the replica is
+    /// current. Block status answers from its allocation map on the same condition.
+    pub(super) fn serves_reads(&self) -> bool {
+        self.disk == DiskState::UpToDate
+    }
+
     pub(super) fn up_to_date(&self) -> bool {
         self.diskful && self.disk == DiskState::UpToDate
     }

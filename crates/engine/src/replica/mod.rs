@@ -65,6 +65,7 @@ pub use nodeset::NodeSet;
 pub use pace::ResyncRates;
 pub use persist::{NotQuiet, Persisted, PersistedPeer, RestoreError};
 pub use quorum::{OnNoQuorum, QuorumCount, QuorumSpec, Votes};
+pub use requests::AllocationMap;
 pub use resource::AddPeerError;
 pub use resource::Resource;
 pub use run::PrimaryRun;

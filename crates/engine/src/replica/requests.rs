@@ -25,6 +25,7 @@ mod flushing;
 mod reading;
 mod suspended;
 
+pub use reading::AllocationMap;
 use suspended::{Gate, Suspended};
 
 const EIO: u32 = Errno::Io.code();

@@ -446,6 +446,17 @@ impl Resource {
         self.rep.peers.primary()
     }
 
+    /// Where a block status request for `volume` is answered from, now: refused as a read
+    /// would be, else the local replica's allocation map where reads are served locally,
+    /// else nowhere (everything is reported as data). The engine never sees the request:
+    /// the driver answers it at once, which orders it after every write completed before
+    /// it arrived (a write completes only once written to the local replica, if there is
+    /// one), and writes still in flight need no order (NBD gives none between requests in
+    /// flight together).
+    pub fn allocation_map(&self, volume: u16) -> Result<super::AllocationMap, IoError> {
+        self.app.allocation_map(&self.rep, volume as usize)
+    }
+
     /// A new application request on `volume`, already validated by the frontend.
     pub fn submit(&mut self, req: ReqId, volume: u16, io: Io, out: &mut Vec<RAction>) {
         if io.is_write() {

@@ -1,14 +1,25 @@
 //! The application's reads on the Primary: served by the local replica if it is up to
 //! date, else by an up-to-date peer (round robin), tried elsewhere when one fails.
 
-use super::Requests;
+use super::{Gate, Requests};
 use crate::io::{DiskKind, IoError, ReqId};
 use crate::replica::action::RAction;
 use crate::replica::event::ProtocolError;
 use crate::replica::msg::{DataRef, Msg, Token};
 use crate::replica::replicas::Replicas;
 use crate::replica::spec::NodeId;
-use tandem_wire::packet::DiskState;
+use tandem_wire::packet::{DiskState, Role};
+
+/// Where the answer to a block status request comes from (see
+/// [`Resource::allocation_map`](crate::replica::Resource::allocation_map)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocationMap {
+    /// The local replica's: a read would be served here, so its holes are the volume's.
+    Local,
+    /// None: no replica here can say (diskless, being synced, not current). The whole
+    /// range is data, which is always a true answer.
+    Unknown,
+}
 
 impl Requests {
     /// Sends a read to the local replica if it is up to date, else to an up-to-date peer
@@ -22,7 +33,7 @@ impl Requests {
         let r = self.reads.get(req).expect("routing an unknown read");
         let v = r.volume as usize;
         let (volume, offset, len) = (r.volume, r.offset, r.len);
-        if rep.vols[v].disk == DiskState::UpToDate {
+        if rep.vols[v].serves_reads() {
             self.reads.read_locally(req);
             let kind = DiskKind::Read { offset, len };
             return out.push(RAction::Disk {
@@ -63,6 +74,26 @@ impl Requests {
             len,
         };
         out.push(RAction::Send { peer, msg });
+    }
+
+    /// A block status request of volume `v`, decided as a read is (see `submit_io` and
+    /// [`Self::route_read`]): refused where a read would be, from the local replica's map
+    /// where a read would be served locally. Held reads (no quorum, suspend-io) wait; a
+    /// block status need not, "all data" is true meanwhile.
+    pub(in crate::replica) fn allocation_map(
+        &self,
+        rep: &Replicas,
+        v: usize,
+    ) -> Result<AllocationMap, IoError> {
+        if rep.role != Role::Primary {
+            return Err(IoError::ReadOnly);
+        }
+        match Gate::of(rep, v) {
+            Gate::Fail => Err(IoError::NoQuorum),
+            Gate::Hold => Ok(AllocationMap::Unknown),
+            Gate::Go if rep.vols[v].serves_reads() => Ok(AllocationMap::Local),
+            Gate::Go => Ok(AllocationMap::Unknown),
+        }
     }
 
     pub(in crate::replica) fn on_read_reply(
