@@ -1,7 +1,8 @@
 //! Fuzzes the transmission-phase request decoder.
 //!
 //! Input layout: byte 0 picks the export's flags and block sizes, bytes 1..9 its size, bytes
-//! 9..13 the chunk sizes the stream is fed in; the rest is the stream. Invariants: no panic,
+//! 9..13 the chunk sizes the stream is fed in (byte 9's low bit also whether a metadata
+//! context was negotiated); the rest is the stream. Invariants: no panic,
 //! never more consumed than given, the payload contract, every accepted request aligned and
 //! inside the export, `NeedMore` only when more bytes are really needed, and the same items
 //! whether the stream arrives in chunks or whole.
@@ -55,6 +56,7 @@ fn params(data: &[u8]) -> TransmissionParams {
         read_only: b & 1 != 0,
         block,
         structured_replies: b & 2 != 0,
+        meta_context: (data[9] & 1 != 0).then_some(1),
     }
 }
 
@@ -70,6 +72,10 @@ fn check_accepted(p: &TransmissionParams, offset: u64, len: u32, command: Comman
             assert!(u128::from(offset) + u128::from(len) <= u128::from(p.size));
             if matches!(c, Command::Read | Command::Write { .. }) {
                 assert!(len <= p.block.maximum);
+            }
+            if let Command::BlockStatus { context, .. } = c {
+                assert!(p.structured_replies);
+                assert_eq!(Some(context), p.meta_context);
             }
             assert!(!(p.read_only && c.is_write()));
         }

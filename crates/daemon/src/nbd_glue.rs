@@ -22,6 +22,7 @@ pub(crate) fn io_of(req: &Request) -> Io {
         Command::Flush => Io::Flush,
         Command::Cache => Io::Cache { offset, len },
         Command::Disconnect => unreachable!("a disconnect is handled by the connection"),
+        Command::BlockStatus { .. } => unreachable!("no metadata context is offered yet"),
     }
 }
 

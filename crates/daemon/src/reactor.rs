@@ -256,6 +256,8 @@ impl Reactor {
                         read_only: export.read_only,
                         block: export.block,
                         structured_replies: neg.structured_replies,
+                        // Block status is not answered yet: refused without a context.
+                        meta_context: None,
                     };
                     let mut decoder = RequestDecoder::new(params);
                     decoder.stream_writes_from(LARGE_WRITE);

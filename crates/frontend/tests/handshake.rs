@@ -138,6 +138,17 @@ fn done(export: usize, structured_replies: bool, transmission_flags: u16) -> Han
         export,
         structured_replies,
         transmission_flags,
+        meta_context: None,
+    })
+}
+
+/// [`done`] with `base:allocation` selected (id 1).
+fn done_meta(export: usize, transmission_flags: u16) -> HandshakeStep {
+    HandshakeStep::Done(Negotiated {
+        export,
+        structured_replies: true,
+        transmission_flags,
+        meta_context: Some(1),
     })
 }
 
@@ -362,21 +373,21 @@ fn unknown_option_is_unsupported_and_haggling_continues() {
     let mut out = Vec::new();
     let input = cat(&[
         &modern(),
-        &opt(9, b"meta"), // LIST_META_CONTEXT
+        &opt(11, b"ext"), // EXTENDED_HEADERS
         &opt(0xdead_beef, b""),
         &opt(OPT_GO, &info_data(b"scratch", &[])),
     ]);
     let (n, step) = hs.feed(&input, &exports(), false, &mut out);
     assert_eq!((n, step), (input.len(), done(2, false, RW_FLAGS)));
     let r = replies(&out);
-    assert_eq!((r[0].option, r[0].kind), (9, REP_ERR_UNSUP));
+    assert_eq!((r[0].option, r[0].kind), (11, REP_ERR_UNSUP));
     assert_eq!((r[1].option, r[1].kind), (0xdead_beef, REP_ERR_UNSUP));
     // Error payloads are human-readable UTF-8.
     assert!(std::str::from_utf8(&r[0].payload).is_ok());
     assert_eq!(r.last().unwrap().kind, REP_ACK);
     let refusals = hs.take_refusals();
     assert_eq!(refusals.len(), 2, "{refusals:?}");
-    assert!(refusals[0].contains("LIST_META_CONTEXT"), "{refusals:?}");
+    assert!(refusals[0].contains("EXTENDED_HEADERS"), "{refusals:?}");
     assert!(hs.take_refusals().is_empty());
 }
 
@@ -865,6 +876,228 @@ fn shutdown_that_starts_mid_handshake() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Metadata contexts
+
+/// Data of NBD_OPT_LIST_META_CONTEXT / NBD_OPT_SET_META_CONTEXT.
+fn meta_data(name: &[u8], queries: &[&[u8]]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    v.extend_from_slice(name);
+    v.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        v.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        v.extend_from_slice(q);
+    }
+    v
+}
+
+fn context(id: u32, name: &str) -> Vec<u8> {
+    cat(&[&id.to_be_bytes(), name.as_bytes()])
+}
+
+fn structured() -> Vec<u8> {
+    cat(&[&modern(), &opt(OPT_STRUCTURED_REPLY, b"")])
+}
+
+/// The replies to the options after `prefix` (structured replies negotiated), and the step.
+fn after_structured(options: &[&[u8]]) -> (HandshakeStep, Vec<Reply>) {
+    let input = cat(&[&structured(), &options.concat()]);
+    let (n, step, out) = run(&input);
+    assert_eq!(n, input.len());
+    let r = replies(&out);
+    assert_eq!(r[0], rep(OPT_STRUCTURED_REPLY, REP_ACK, b""));
+    (step, r[1..].to_vec())
+}
+
+#[test]
+fn list_meta_context_offers_base_allocation() {
+    let listed = vec![
+        rep(
+            OPT_LIST_META_CONTEXT,
+            REP_META_CONTEXT,
+            &context(0, "base:allocation"),
+        ),
+        rep(OPT_LIST_META_CONTEXT, REP_ACK, b""),
+    ];
+    let nothing = vec![rep(OPT_LIST_META_CONTEXT, REP_ACK, b"")];
+    let cases: Vec<(Vec<&[u8]>, &Vec<Reply>)> = vec![
+        (vec![], &listed),
+        (vec![b"base:"], &listed),
+        (vec![b"base:allocation"], &listed),
+        (
+            vec![b"base:", b"base:allocation", b"qemu:dirty-bitmap:x"],
+            &listed,
+        ),
+        (vec![b"base:nothing"], &nothing),
+        (vec![b"qemu:dirty-bitmap:x", b"x-foo:"], &nothing),
+    ];
+    for (queries, expect) in cases {
+        for name in [&b"disk0"[..], b"", b"archive"] {
+            let list = opt(OPT_LIST_META_CONTEXT, &meta_data(name, &queries));
+            let (step, r) = after_structured(&[&list]);
+            assert_eq!(step, HandshakeStep::NeedMore);
+            assert_eq!(&r, expect, "queries {queries:?} on {name:?}");
+        }
+    }
+    // LIST selects nothing, so it needs no structured replies.
+    let input = cat(&[&modern(), &opt(OPT_LIST_META_CONTEXT, &meta_data(b"", &[]))]);
+    let (_, _, out) = run(&input);
+    assert_eq!(replies(&out), listed);
+}
+
+#[test]
+fn set_meta_context_selects_base_allocation_for_the_export_entered() {
+    let set = |name: &[u8], queries: &[&[u8]]| opt(OPT_SET_META_CONTEXT, &meta_data(name, queries));
+    let selected = [
+        rep(
+            OPT_SET_META_CONTEXT,
+            REP_META_CONTEXT,
+            &context(1, "base:allocation"),
+        ),
+        rep(OPT_SET_META_CONTEXT, REP_ACK, b""),
+    ];
+    let go = |name: &[u8]| opt(OPT_GO, &info_data(name, &[]));
+
+    let (step, r) = after_structured(&[&set(b"scratch", &[b"base:allocation"]), &go(b"scratch")]);
+    assert_eq!(step, done_meta(2, RW_FLAGS_STRUCTURED));
+    assert_eq!(r[..2], selected[..]);
+    // Repeated queries select it once; other namespaces are ignored.
+    let (step, r) = after_structured(&[
+        &set(
+            b"archive",
+            &[b"qemu:x", b"base:allocation", b"base:allocation"],
+        ),
+        &go(b"archive"),
+    ]);
+    assert_eq!(step, done_meta(1, RO_FLAGS_STRUCTURED));
+    assert_eq!(r[..2], selected[..]);
+    // The empty name is the default export, whichever way it is named.
+    let (step, _) = after_structured(&[&set(b"", &[b"base:allocation"]), &go(b"disk0")]);
+    assert_eq!(step, done_meta(0, RW_FLAGS_STRUCTURED));
+    // NBD_OPT_EXPORT_NAME enters it too (its answer is no option reply).
+    let input = cat(&[
+        &structured(),
+        &set(b"disk0", &[b"base:allocation"]),
+        &opt(OPT_EXPORT_NAME, b"disk0"),
+    ]);
+    let (n, step, _) = run(&input);
+    assert_eq!((n, step), (input.len(), done_meta(0, RW_FLAGS_STRUCTURED)));
+
+    // Selected for another export than the one entered: none.
+    let (step, _) = after_structured(&[&set(b"disk0", &[b"base:allocation"]), &go(b"scratch")]);
+    assert_eq!(step, done(2, true, RW_FLAGS_STRUCTURED));
+    // No query, or only the wildcard (which SET ignores): nothing selected, just an ACK.
+    for queries in [&[][..], &[&b"base:"[..]], &[&b"base:other"[..]]] {
+        let (step, r) = after_structured(&[&set(b"disk0", queries), &go(b"disk0")]);
+        assert_eq!(step, done(0, true, RW_FLAGS_STRUCTURED), "{queries:?}");
+        assert_eq!(r[0], rep(OPT_SET_META_CONTEXT, REP_ACK, b""), "{queries:?}");
+    }
+    // A later SET replaces the selection, even one that fails.
+    for later in [
+        set(b"disk0", &[]),
+        set(b"nope", &[b"base:allocation"]),
+        set(b"disk0", &[b"nocolon"]),
+    ] {
+        let (step, _) =
+            after_structured(&[&set(b"disk0", &[b"base:allocation"]), &later, &go(b"disk0")]);
+        assert_eq!(step, done(0, true, RW_FLAGS_STRUCTURED));
+    }
+    // LIST and INFO leave it be.
+    let (step, _) = after_structured(&[
+        &set(b"disk0", &[b"base:allocation"]),
+        &opt(OPT_LIST_META_CONTEXT, &meta_data(b"scratch", &[])),
+        &opt(OPT_INFO, &info_data(b"scratch", &[])),
+        &go(b"disk0"),
+    ]);
+    assert_eq!(step, done_meta(0, RW_FLAGS_STRUCTURED));
+}
+
+#[test]
+fn set_meta_context_needs_structured_replies() {
+    let input = cat(&[
+        &modern(),
+        &opt(
+            OPT_SET_META_CONTEXT,
+            &meta_data(b"disk0", &[b"base:allocation"]),
+        ),
+        &opt(OPT_GO, &info_data(b"disk0", &[])),
+    ]);
+    let (n, step, out) = run(&input);
+    assert_eq!((n, step), (input.len(), done(0, false, RW_FLAGS)));
+    let r = replies(&out);
+    assert_eq!(r[0].kind, REP_ERR_INVALID);
+    assert!(String::from_utf8_lossy(&r[0].payload).contains("structured"));
+}
+
+#[test]
+fn meta_context_for_an_unknown_export_is_unknown() {
+    for option in [OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT] {
+        let (step, r) =
+            after_structured(&[&opt(option, &meta_data(b"nope", &[b"base:allocation"]))]);
+        assert_eq!(step, HandshakeStep::NeedMore);
+        assert_eq!(kinds_of(&r), vec![(option, REP_ERR_UNKNOWN)]);
+    }
+}
+
+fn kinds_of(r: &[Reply]) -> Vec<(u32, u32)> {
+    r.iter().map(|r| (r.option, r.kind)).collect()
+}
+
+#[test]
+fn malformed_meta_context_data_is_invalid_and_haggling_continues() {
+    let good = meta_data(b"disk0", &[b"base:allocation"]);
+    let mut long_name = meta_data(&[b'a'; 4097], &[]);
+    long_name.truncate(4 + 4097 + 4);
+    let bad: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", vec![]),
+        ("short name length", vec![0, 0]),
+        ("name past the end", cat(&[&100u32.to_be_bytes(), b"disk0"])),
+        ("no query count", cat(&[&5u32.to_be_bytes(), b"disk0"])),
+        ("name too long", long_name),
+        (
+            "count past the end",
+            cat(&[&good[..9], &2u32.to_be_bytes(), &good[13..]]),
+        ),
+        ("huge count", cat(&[&good[..9], &u32::MAX.to_be_bytes()])),
+        ("query length cut", good[..15].to_vec()),
+        ("query past the end", good[..good.len() - 1].to_vec()),
+        ("trailing bytes", cat(&[&good, b"x"])),
+        (
+            "query too long",
+            cat(&[
+                &good[..9],
+                &1u32.to_be_bytes(),
+                &4097u32.to_be_bytes(),
+                &[b'b'; 4097],
+            ]),
+        ),
+        ("query not UTF-8", meta_data(b"disk0", &[b"base:\xff"])),
+        ("name not UTF-8", meta_data(b"disk\xff", &[])),
+        ("name with NUL", meta_data(b"disk\0", &[])),
+        (
+            "query without namespace",
+            meta_data(b"disk0", &[b"allocation"]),
+        ),
+        (
+            "query with empty namespace",
+            meta_data(b"disk0", &[b":allocation"]),
+        ),
+    ];
+    for (what, data) in &bad {
+        for option in [OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT] {
+            let (step, r) =
+                after_structured(&[&opt(option, data), &opt(OPT_GO, &info_data(b"disk0", &[]))]);
+            assert_eq!(step, done(0, true, RW_FLAGS_STRUCTURED), "{what}");
+            assert_eq!(r[0].option, option, "{what}");
+            assert_eq!(r[0].kind, REP_ERR_INVALID, "{what}");
+            let msg = String::from_utf8(r[0].payload.clone()).expect("UTF-8 message");
+            assert!(!msg.is_empty(), "{what}");
+            assert_eq!(r[1].option, OPT_GO, "{what}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Split invariance
 
 /// Feeds `input` in the given chunks the way a driver does (keeping unconsumed bytes), and
@@ -916,9 +1149,16 @@ fn option_strategy() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         4 => (name.clone(), items.clone()).prop_map(|(n, i)| opt(OPT_INFO, &info_data(&n, &i))),
         1 => (name.clone(), items).prop_map(|(n, i)| opt(OPT_GO, &info_data(&n, &i))),
-        1 => name.prop_map(|n| opt(OPT_EXPORT_NAME, &n)),
+        1 => name.clone().prop_map(|n| opt(OPT_EXPORT_NAME, &n)),
         2 => Just(opt(OPT_LIST, b"")),
         2 => Just(opt(OPT_STRUCTURED_REPLY, b"")),
+        2 => (name, prop::collection::vec(meta_query(), 0..3), any::<bool>()).prop_map(
+            |(n, q, set)| {
+                let q: Vec<&[u8]> = q.iter().map(Vec::as_slice).collect();
+                let option = if set { OPT_SET_META_CONTEXT } else { OPT_LIST_META_CONTEXT };
+                opt(option, &meta_data(&n, &q))
+            }
+        ),
         1 => Just(opt(OPT_STARTTLS, b"")),
         1 => Just(opt(OPT_ABORT, b"")),
         3 => (any::<u32>(), prop::collection::vec(any::<u8>(), 0..40)).prop_map(|(o, d)| opt(o, &d)),
@@ -926,6 +1166,15 @@ fn option_strategy() -> impl Strategy<Value = Vec<u8>> {
         1 => (any::<u32>(), (MAX_OPTION_LEN + 1)..=u32::MAX).prop_map(|(o, len)| {
             cat(&[&IHAVEOPT.to_be_bytes(), &o.to_be_bytes(), &len.to_be_bytes()])
         }),
+    ]
+}
+
+fn meta_query() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"base:allocation".to_vec()),
+        Just(b"base:".to_vec()),
+        Just(b"qemu:dirty-bitmap:a".to_vec()),
+        prop::collection::vec(any::<u8>(), 0..8),
     ]
 }
 
@@ -1017,7 +1266,7 @@ proptest! {
             let r = replies(&out);
             for reply in &r {
                 prop_assert!(
-                    [REP_ACK, REP_SERVER, REP_INFO, REP_ERR_UNSUP, REP_ERR_POLICY, REP_ERR_INVALID, REP_ERR_UNKNOWN, REP_ERR_SHUTDOWN]
+                    [REP_ACK, REP_SERVER, REP_INFO, REP_META_CONTEXT, REP_ERR_UNSUP, REP_ERR_POLICY, REP_ERR_INVALID, REP_ERR_UNKNOWN, REP_ERR_SHUTDOWN]
                         .contains(&reply.kind)
                 );
                 if shutting_down {

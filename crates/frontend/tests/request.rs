@@ -22,6 +22,7 @@ fn params(
         read_only,
         block: BlockSizes::new(minimum),
         structured_replies,
+        meta_context: None,
     }
 }
 
@@ -412,7 +413,7 @@ fn write_payload_is_exactly_len_bytes() {
 
 #[test]
 fn unknown_command_is_einval() {
-    for typ in [7u16, 8, 9, 0x80, 0xffff] {
+    for typ in [8u16, 9, 0x80, 0xffff] {
         let bytes = hdr(0, typ, 77, 0, 512);
         assert_eq!(
             single(rw(), &bytes),
@@ -420,6 +421,123 @@ fn unknown_command_is_einval() {
             "type {typ}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block status
+
+/// A 1 GiB export with structured replies and `base:allocation` selected as context `id`.
+fn with_context(id: u32, minimum: u32, read_only: bool) -> TransmissionParams {
+    TransmissionParams {
+        meta_context: Some(id),
+        ..params(SIZE, read_only, minimum, true)
+    }
+}
+
+#[test]
+fn block_status_without_a_metadata_context_is_einval() {
+    let no_context = params(SIZE, false, 512, true);
+    // Only reachable through a confused driver (the handshake selects contexts only with
+    // structured replies): still no structured reply may be promised.
+    let unstructured = TransmissionParams {
+        meta_context: Some(1),
+        ..params(SIZE, false, 512, false)
+    };
+    for (i, p) in [no_context, unstructured, rw()].into_iter().enumerate() {
+        for flags in [0, CMD_FLAG_REQ_ONE] {
+            let cookie = 10 + i as u64;
+            assert_eq!(
+                single(p, &hdr(flags, CMD_BLOCK_STATUS, cookie, 0, 4096)),
+                rej(cookie, CMD_BLOCK_STATUS, 0, 4096, Errno::Inval),
+                "{p:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn block_status_carries_req_one_and_the_context_id() {
+    let p = with_context(7, 512, false);
+    assert_eq!(
+        single(p, &hdr(0, CMD_BLOCK_STATUS, 1, 4096, 8192)),
+        req(
+            1,
+            4096,
+            8192,
+            Command::BlockStatus {
+                req_one: false,
+                context: 7
+            }
+        )
+    );
+    assert_eq!(
+        single(p, &hdr(CMD_FLAG_REQ_ONE, CMD_BLOCK_STATUS, 2, 0, 512)),
+        req(
+            2,
+            0,
+            512,
+            Command::BlockStatus {
+                req_one: true,
+                context: 7
+            }
+        )
+    );
+    // Nothing about it writes: a read-only export answers it too.
+    let ro = with_context(7, 512, true);
+    assert!(matches!(
+        single(ro, &hdr(0, CMD_BLOCK_STATUS, 3, 0, 512)),
+        Out::Req(..)
+    ));
+    for flags in [
+        CMD_FLAG_FUA,
+        CMD_FLAG_DF,
+        CMD_FLAG_NO_HOLE,
+        CMD_FLAG_FAST_ZERO,
+        1 << 9,
+    ] {
+        assert_eq!(
+            single(p, &hdr(flags, CMD_BLOCK_STATUS, 4, 0, 512)),
+            rej(4, CMD_BLOCK_STATUS, 0, 512, Errno::Inval),
+            "flags {flags:#x}"
+        );
+    }
+}
+
+#[test]
+fn block_status_lengths_are_checked_like_a_trim() {
+    let p = with_context(1, 4096, false);
+    let bs = |offset, len| single(p, &hdr(0, CMD_BLOCK_STATUS, 9, offset, len));
+    let ok = |offset, len| {
+        req(
+            9,
+            offset,
+            len,
+            Command::BlockStatus {
+                req_one: false,
+                context: 1,
+            },
+        )
+    };
+    let einval = |offset, len| rej(9, CMD_BLOCK_STATUS, offset, len, Errno::Inval);
+    // No payload either way: the maximum payload size does not bound it.
+    let large = TransmissionParams {
+        size: 16 << 30,
+        ..p
+    };
+    let big = (u32::MAX / 4096) * 4096;
+    assert_eq!(
+        single(large, &hdr(0, CMD_BLOCK_STATUS, 9, 4096, big)),
+        ok(4096, big)
+    );
+    assert_eq!(bs(SIZE - 4096, 4096), ok(SIZE - 4096, 4096));
+    assert_eq!(bs(0, 0), einval(0, 0));
+    assert_eq!(bs(512, 4096), einval(512, 4096));
+    assert_eq!(bs(0, 4096 + 512), einval(0, 4096 + 512));
+    // Past the end is EINVAL (the spec's word for block status), never ENOSPC.
+    assert_eq!(bs(SIZE - 4096, 8192), einval(SIZE - 4096, 8192));
+    assert_eq!(bs(SIZE, 4096), einval(SIZE, 4096));
+    let near = u64::MAX / 4096 * 4096;
+    assert_eq!(bs(near, 8192), einval(near, 8192));
 }
 
 #[test]
@@ -966,12 +1084,16 @@ fn params_strategy() -> impl Strategy<Value = TransmissionParams> {
         Just(u64::MAX),
         Just(u64::MAX - 65535),
     ];
-    (size, any::<bool>(), block_sizes(), any::<bool>()).prop_map(
-        |(size, read_only, block, structured_replies)| TransmissionParams {
+    // A metadata context is only ever negotiated with structured replies; the decoder must
+    // still refuse block status if handed one without them.
+    let meta = prop_oneof![Just(None), (1u32..4).prop_map(Some)];
+    (size, any::<bool>(), block_sizes(), any::<bool>(), meta).prop_map(
+        |(size, read_only, block, structured_replies, meta_context)| TransmissionParams {
             size,
             read_only,
             block,
             structured_replies,
+            meta_context,
         },
     )
 }
@@ -1037,10 +1159,18 @@ fn model(p: &TransmissionParams, r: &ModelReq) -> Result<Command, Errno> {
         offset,
         len,
     } = *r;
-    if typ > CMD_WRITE_ZEROES {
+    if typ > CMD_BLOCK_STATUS {
         return Err(Errno::Inval);
     }
-    let mut allowed = CMD_FLAG_FUA;
+    let block_status = typ == CMD_BLOCK_STATUS;
+    if block_status && (p.meta_context.is_none() || !p.structured_replies) {
+        return Err(Errno::Inval);
+    }
+    let mut allowed = if block_status {
+        CMD_FLAG_REQ_ONE
+    } else {
+        CMD_FLAG_FUA
+    };
     if typ == CMD_WRITE_ZEROES {
         allowed |= CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO;
     }
@@ -1083,6 +1213,10 @@ fn model(p: &TransmissionParams, r: &ModelReq) -> Result<Command, Errno> {
         CMD_WRITE => Command::Write { fua },
         CMD_TRIM => Command::Trim { fua },
         CMD_CACHE => Command::Cache,
+        CMD_BLOCK_STATUS => Command::BlockStatus {
+            req_one: flags & CMD_FLAG_REQ_ONE != 0,
+            context: p.meta_context.unwrap(),
+        },
         _ => Command::WriteZeroes {
             fua,
             no_hole: flags & CMD_FLAG_NO_HOLE != 0,
@@ -1105,7 +1239,8 @@ fn model_req(p: TransmissionParams) -> impl Strategy<Value = ModelReq> {
         2 => Just(CMD_TRIM),
         1 => Just(CMD_CACHE),
         2 => Just(CMD_WRITE_ZEROES),
-        1 => 7u16..=u16::MAX,
+        2 => Just(CMD_BLOCK_STATUS),
+        1 => 8u16..=u16::MAX,
     ];
     let flags = prop_oneof![
         6 => Just(0u16),
@@ -1113,6 +1248,7 @@ fn model_req(p: TransmissionParams) -> impl Strategy<Value = ModelReq> {
         1 => Just(CMD_FLAG_DF),
         1 => Just(CMD_FLAG_NO_HOLE),
         1 => Just(CMD_FLAG_FAST_ZERO),
+        1 => Just(CMD_FLAG_REQ_ONE),
         1 => Just(CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO),
         1 => (0u32..16).prop_map(|b| 1u16 << b),
     ];
@@ -1228,6 +1364,7 @@ fn large_writes_can_be_streamed_by_the_caller() {
         read_only: false,
         block: tandem_frontend::nbd::BlockSizes::new(512),
         structured_replies: false,
+        meta_context: None,
     };
     let mut d = RequestDecoder::new(params);
     d.stream_writes_from(1 << 20);

@@ -220,6 +220,8 @@ impl NodeReactor {
                         read_only: false,
                         block: export.block,
                         structured_replies: neg.structured_replies,
+                        // Block status is not answered yet: refused without a context.
+                        meta_context: None,
                     };
                     conn.phase = Phase::Transmission {
                         volume: v,

@@ -5,6 +5,7 @@
 //! hang up. It never blocks and never allocates per byte.
 
 use super::export::ExportInfo;
+use super::meta::{self, MetaRequest};
 use super::wire::*;
 
 /// Options larger than this are not buffered: the client is hung up on (the spec allows a
@@ -20,6 +21,9 @@ pub struct Negotiated {
     pub export: usize,
     pub structured_replies: bool,
     pub transmission_flags: u16,
+    /// The id of `base:allocation` if the client selected it for this export:
+    /// `NBD_CMD_BLOCK_STATUS` is allowed only then.
+    pub meta_context: Option<u32>,
 }
 
 /// Why the server hangs up during the handshake. Each is logged with the client's address.
@@ -66,6 +70,8 @@ pub struct Handshake {
     state: State,
     no_zeroes: bool,
     structured: bool,
+    /// The export (index) the last `NBD_OPT_SET_META_CONTEXT` selected `base:allocation` for.
+    meta_for: Option<usize>,
     options: u32,
     refusals: Vec<String>,
 }
@@ -82,6 +88,7 @@ impl Handshake {
             state: State::ClientFlags,
             no_zeroes: false,
             structured: false,
+            meta_for: None,
             options: 0,
             refusals: Vec::new(),
         }
@@ -211,11 +218,7 @@ impl Handshake {
                 if !self.no_zeroes {
                     out.extend_from_slice(&[0u8; 124]);
                 }
-                Some(HandshakeStep::Done(Negotiated {
-                    export: index,
-                    structured_replies: self.structured,
-                    transmission_flags: flags,
-                }))
+                Some(HandshakeStep::Done(self.negotiated(index, flags)))
             }
             OPT_ABORT => {
                 reply(out, option, REP_ACK, &[]);
@@ -268,6 +271,10 @@ impl Handshake {
                 None
             }
             OPT_INFO | OPT_GO => self.info_or_go(option, data, exports, out),
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                self.meta_context(option, data, exports, out);
+                None
+            }
             _ => {
                 self.error(out, option, REP_ERR_UNSUP, "option not supported");
                 None
@@ -340,13 +347,65 @@ impl Handshake {
         reply(out, option, REP_ACK, &[]);
         if option == OPT_GO {
             self.state = State::Finished;
-            return Some(HandshakeStep::Done(Negotiated {
-                export: index,
-                structured_replies: self.structured,
-                transmission_flags: flags,
-            }));
+            return Some(HandshakeStep::Done(self.negotiated(index, flags)));
         }
         None
+    }
+
+    fn negotiated(&self, export: usize, transmission_flags: u16) -> Negotiated {
+        Negotiated {
+            export,
+            structured_replies: self.structured,
+            transmission_flags,
+            // The spec ties the selection to the export then entered; one made for another
+            // export does not carry over.
+            meta_context: (self.meta_for == Some(export)).then_some(meta::BASE_ALLOCATION_ID),
+        }
+    }
+
+    /// `NBD_OPT_LIST_META_CONTEXT` and `NBD_OPT_SET_META_CONTEXT`.
+    fn meta_context(
+        &mut self,
+        option: u32,
+        data: &[u8],
+        exports: &[ExportInfo],
+        out: &mut Vec<u8>,
+    ) {
+        let set = option == OPT_SET_META_CONTEXT;
+        if set {
+            // A SET replaces the selection even when it fails.
+            self.meta_for = None;
+            // Block status is only ever answered in structured replies (LIST may come
+            // first: it selects nothing).
+            if !self.structured {
+                let msg = "NBD_OPT_SET_META_CONTEXT needs structured replies negotiated first";
+                return self.error(out, option, REP_ERR_INVALID, msg);
+            }
+        }
+        let request = match MetaRequest::parse(data) {
+            Ok(r) => r,
+            Err(e) => return self.error(out, option, REP_ERR_INVALID, &e.to_string()),
+        };
+        let Some(index) = find_export(exports, request.export) else {
+            let name: String = request.export.chars().take(64).collect();
+            return self.error(
+                out,
+                option,
+                REP_ERR_UNKNOWN,
+                &format!("export {name:?} not found"),
+            );
+        };
+        if set {
+            if request.selects_base_allocation() {
+                self.meta_for = Some(index);
+                let payload = meta::context_reply(meta::BASE_ALLOCATION_ID, meta::BASE_ALLOCATION);
+                reply(out, option, REP_META_CONTEXT, &payload);
+            }
+        } else if let Some(name) = request.listed() {
+            // The id of a listed context is reserved; the spec asks for zero.
+            reply(out, option, REP_META_CONTEXT, &meta::context_reply(0, name));
+        }
+        reply(out, option, REP_ACK, &[]);
     }
 
     fn error(&mut self, out: &mut Vec<u8>, option: u32, kind: u32, message: &str) {
@@ -404,8 +463,8 @@ fn option_name(option: u32) -> String {
         OPT_INFO => "INFO".into(),
         OPT_GO => "GO".into(),
         OPT_STRUCTURED_REPLY => "STRUCTURED_REPLY".into(),
-        9 => "LIST_META_CONTEXT".into(),
-        10 => "SET_META_CONTEXT".into(),
+        OPT_LIST_META_CONTEXT => "LIST_META_CONTEXT".into(),
+        OPT_SET_META_CONTEXT => "SET_META_CONTEXT".into(),
         11 => "EXTENDED_HEADERS".into(),
         n => format!("#{n}"),
     }

@@ -1,6 +1,7 @@
 //! Encoders for transmission-phase replies. They append to a caller-owned buffer so a batch of
 //! replies goes out in one write.
 
+use super::block_status::Extent;
 use super::wire::*;
 
 /// A simple reply header; for a successful read on a connection without structured replies
@@ -42,6 +43,20 @@ pub fn read_data_chunk(out: &mut Vec<u8>, cookie: u64, offset: u64, len: u32) {
     out.extend_from_slice(&offset.to_be_bytes());
 }
 
+/// The `BLOCK_STATUS` chunk for metadata context `context`, final: tandem offers one
+/// context, so a reply is this one chunk. `extents` must not be empty (the spec asks for at
+/// least one descriptor).
+pub fn block_status(out: &mut Vec<u8>, cookie: u64, context: u32, extents: &[Extent]) {
+    debug_assert!(!extents.is_empty());
+    let len = 4 + 8 * extents.len() as u32;
+    structured_header(out, REPLY_FLAG_DONE, REPLY_TYPE_BLOCK_STATUS, cookie, len);
+    out.extend_from_slice(&context.to_be_bytes());
+    for e in extents {
+        out.extend_from_slice(&e.len.to_be_bytes());
+        out.extend_from_slice(&e.flags.to_be_bytes());
+    }
+}
+
 /// A final error chunk with a human-readable message (truncated to fit the spec's limits).
 pub fn structured_error(out: &mut Vec<u8>, cookie: u64, error: u32, message: &str) {
     let mut msg = &message.as_bytes()[..message.len().min(MAX_STRING)];
@@ -67,5 +82,38 @@ pub fn error(out: &mut Vec<u8>, structured: bool, cookie: u64, errno: Errno, mes
         structured_error(out, cookie, errno.code(), message);
     } else {
         simple(out, cookie, errno.code());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_status_chunk_layout() {
+        let mut out = vec![0xee];
+        let extents = [
+            Extent {
+                len: 4096,
+                flags: 0,
+            },
+            Extent {
+                len: 1 << 20,
+                flags: STATE_HOLE | STATE_ZERO,
+            },
+        ];
+        block_status(&mut out, 0x0102_0304_0506_0708, 9, &extents);
+        let mut want = vec![0xee];
+        want.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        want.extend_from_slice(&REPLY_FLAG_DONE.to_be_bytes());
+        want.extend_from_slice(&5u16.to_be_bytes());
+        want.extend_from_slice(&0x0102_0304_0506_0708u64.to_be_bytes());
+        want.extend_from_slice(&20u32.to_be_bytes()); // 4 + 2 × 8
+        want.extend_from_slice(&9u32.to_be_bytes());
+        for (len, flags) in [(4096u32, 0u32), (1 << 20, 3)] {
+            want.extend_from_slice(&len.to_be_bytes());
+            want.extend_from_slice(&flags.to_be_bytes());
+        }
+        assert_eq!(out, want);
     }
 }

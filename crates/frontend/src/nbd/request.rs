@@ -16,6 +16,9 @@ pub struct TransmissionParams {
     pub read_only: bool,
     pub block: BlockSizes,
     pub structured_replies: bool,
+    /// The id of the metadata context the client selected (`Negotiated::meta_context`):
+    /// `NBD_CMD_BLOCK_STATUS` is refused without one.
+    pub meta_context: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +37,11 @@ pub enum Command {
         fast: bool,
     },
     Cache,
+    /// `req_one`: answer with exactly one descriptor. `context`: the id the reply names.
+    BlockStatus {
+        req_one: bool,
+        context: u32,
+    },
     Disconnect,
 }
 
@@ -212,6 +220,13 @@ fn validate(
 ) -> Result<Command, (Errno, &'static str)> {
     let fua = flags & CMD_FLAG_FUA != 0;
     let allowed = match typ {
+        CMD_BLOCK_STATUS if p.meta_context.is_none() || !p.structured_replies => {
+            return Err((
+                Errno::Inval,
+                "block status without a metadata context negotiated",
+            ))
+        }
+        CMD_BLOCK_STATUS => CMD_FLAG_REQ_ONE,
         CMD_READ if p.structured_replies => CMD_FLAG_FUA | CMD_FLAG_DF,
         CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
         CMD_READ | CMD_WRITE | CMD_DISC | CMD_FLUSH | CMD_TRIM | CMD_CACHE => CMD_FLAG_FUA,
@@ -232,6 +247,10 @@ fn validate(
         }
         CMD_TRIM => Command::Trim { fua },
         CMD_CACHE => Command::Cache,
+        CMD_BLOCK_STATUS => Command::BlockStatus {
+            req_one: flags & CMD_FLAG_REQ_ONE != 0,
+            context: p.meta_context.expect("checked above"),
+        },
         CMD_WRITE_ZEROES => Command::WriteZeroes {
             fua,
             no_hole: flags & CMD_FLAG_NO_HOLE != 0,
