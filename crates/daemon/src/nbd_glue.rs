@@ -1,9 +1,19 @@
 //! The NBD request glue `tandem serve` and `tandem node` share: a decoded command as the
-//! engine's request, and the engine's error as the errno and message a client gets.
+//! engine's request, the engine's error as the errno and message a client gets, and block
+//! status answered from a store's allocation map.
 
 use std::io;
 use tandem_engine::{Io, IoError};
-use tandem_frontend::nbd::{reply, Command, Errno, Request};
+use tandem_frontend::nbd::{block_status, reply, Command, Errno, Request, Stretch};
+use tandem_storage::Backing;
+
+/// Spans of a file's allocation map one block status request reads at most: about twice
+/// as many lseek calls on the event loop, however fragmented the file. A longer map is
+/// answered in part, and clients ask again from where the answer ends.
+const MAX_SPANS: usize = 256;
+/// With `NBD_CMD_FLAG_REQ_ONE` only the first descriptor is sent: a few spans are enough
+/// to know where it ends (a hole narrower than a block merges into the data around it).
+const MAX_SPANS_ONE: usize = 4;
 
 /// The engine's request for an NBD command (not `Disconnect`: a connection's own matter).
 pub(crate) fn io_of(req: &Request) -> Io {
@@ -22,8 +32,32 @@ pub(crate) fn io_of(req: &Request) -> Io {
         Command::Flush => Io::Flush,
         Command::Cache => Io::Cache { offset, len },
         Command::Disconnect => unreachable!("a disconnect is handled by the connection"),
-        Command::BlockStatus { .. } => unreachable!("no metadata context is offered yet"),
+        Command::BlockStatus { .. } => unreachable!("block status is answered by the driver"),
     }
+}
+
+/// Answers a block status request (`base:allocation`) into `out`: from the allocation map
+/// of `store` if given, else the whole range as data (what a server may always say).
+/// `min_block`: the export's minimum block size, which every descriptor is a multiple of.
+pub(crate) fn block_status(
+    out: &mut Vec<u8>,
+    req: &Request,
+    min_block: u32,
+    store: Option<&Backing>,
+) {
+    let Command::BlockStatus { req_one, context } = req.command else {
+        unreachable!("not a block status request: {req:?}")
+    };
+    let cap = if req_one { MAX_SPANS_ONE } else { MAX_SPANS };
+    let map = store
+        .map(|b| b.allocation(req.offset, u64::from(req.len), cap))
+        .unwrap_or_default();
+    let map = map.iter().map(|s| Stretch {
+        len: s.len,
+        hole: s.hole,
+    });
+    let extents = block_status::descriptors(req.offset, req.len, min_block, req_one, map);
+    reply::block_status(out, req.cookie, context, &extents);
 }
 
 /// Answers a request that arrived while the daemon shuts down: it is not started.
@@ -102,5 +136,27 @@ mod tests {
             describe(IoError::ReadOnly, Served::Replicated).0,
             Errno::Perm
         );
+    }
+
+    #[test]
+    fn block_status_without_a_store_is_one_data_descriptor() {
+        let req = Request {
+            cookie: 5,
+            offset: 8192,
+            len: 1 << 20,
+            command: Command::BlockStatus {
+                req_one: false,
+                context: 3,
+            },
+        };
+        let mut out = Vec::new();
+        block_status(&mut out, &req, 4096, None);
+        let mut want = Vec::new();
+        let data = tandem_frontend::nbd::Extent {
+            len: 1 << 20,
+            flags: 0,
+        };
+        reply::block_status(&mut want, 5, 3, &[data]);
+        assert_eq!(out, want);
     }
 }

@@ -250,14 +250,13 @@ impl Reactor {
                 }
                 HandshakeStep::Done(neg) => {
                     let export = &self.core.exports[neg.export];
-                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, "transmission phase");
+                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, block_status = neg.meta_context.is_some(), "transmission phase");
                     let params = TransmissionParams {
                         size: export.size,
                         read_only: export.read_only,
                         block: export.block,
                         structured_replies: neg.structured_replies,
-                        // Block status is not answered yet: refused without a context.
-                        meta_context: None,
+                        meta_context: neg.meta_context,
                     };
                     let mut decoder = RequestDecoder::new(params);
                     decoder.stream_writes_from(LARGE_WRITE);
@@ -549,6 +548,9 @@ fn next_request(c: &mut Conn, core: &mut Core, k: usize, shutting_down: bool) ->
         }
         Decoded::Request(req, _) if shutting_down => {
             nbd_glue::refuse_shutting_down(&mut c.out, structured, req.cookie);
+        }
+        Decoded::Request(req, _) if matches!(req.command, Command::BlockStatus { .. }) => {
+            core.block_status(volume, &req, &mut c.out);
         }
         Decoded::Request(req, payload) => {
             c.in_flight += 1;

@@ -8,7 +8,7 @@ use crate::nbd_glue;
 use crate::worker::{os_error, Done, Job, Workers};
 use slab::Slab;
 use std::sync::Arc;
-use tandem_engine::{Action, DiskKind, DiskOp, DiskToken, Io, IoError, ReqId, Volume};
+use tandem_engine::{Action, DiskKind, DiskOp, DiskState, DiskToken, Io, IoError, ReqId, Volume};
 use tandem_frontend::nbd::{reply, ExportInfo, Request};
 use tandem_storage::Backing;
 
@@ -94,6 +94,21 @@ impl Core {
             .engine
             .submit(ReqId(id as u64), io, &mut self.actions);
         self.run_actions(volume, Some((id, current)));
+    }
+
+    /// Answers a block status request into its connection's reply buffer `out`, from the
+    /// file's allocation map, on the spot. That orders it as a read is: every write
+    /// answered before it arrived has been carried out (a write is answered after its
+    /// pwrite or fallocate returns), so lseek sees it; writes still in flight need no
+    /// order. A volume whose disk failed answers it as it answers reads.
+    pub(crate) fn block_status(&mut self, volume: usize, req: &Request, out: &mut Vec<u8>) {
+        self.submitted += 1;
+        let v = &self.volumes[volume];
+        if v.engine.disk_state() == DiskState::Failed {
+            let (errno, msg) = nbd_glue::describe(IoError::NoData, nbd_glue::Served::Local);
+            return reply::structured_error(out, req.cookie, errno.code(), &msg);
+        }
+        nbd_glue::block_status(out, req, v.export.block.minimum, Some(&v.backing));
     }
 
     pub(crate) fn worker_done(&mut self, done: Done<(usize, DiskOp)>) {

@@ -1189,6 +1189,9 @@ pub struct Reply {
     pub message: String,
     /// Chunk types in arrival order; empty for a simple reply.
     pub chunks: Vec<u16>,
+    /// A block status reply's metadata context id and descriptors (length, flags).
+    pub context: Option<u32>,
+    pub extents: Vec<(u32, u32)>,
     covered: u64,
 }
 
@@ -1362,6 +1365,32 @@ impl Nbd {
         assert_eq!(r.error, 0, "FLUSH failed: {}", r.describe());
     }
 
+    /// NBD_CMD_BLOCK_STATUS (the connection selected a metadata context): the
+    /// descriptors (length, flags), checked to start at `offset`, to stay inside the
+    /// request, and to be exactly one with `req_one`.
+    #[track_caller]
+    pub fn block_status(&mut self, offset: u64, len: u32, req_one: bool) -> Vec<(u32, u32)> {
+        let flags = if req_one { CMD_FLAG_REQ_ONE } else { 0 };
+        let r = self.request(flags, CMD_BLOCK_STATUS, offset, len, &[]);
+        assert_eq!(
+            r.error,
+            0,
+            "BLOCK_STATUS {offset}+{len} failed: {}",
+            r.describe()
+        );
+        assert!(!r.extents.is_empty(), "BLOCK_STATUS without descriptors");
+        let total: u64 = r.extents.iter().map(|&(l, _)| u64::from(l)).sum();
+        assert!(
+            total <= u64::from(len),
+            "descriptors cover {total} bytes of a {len}-byte request: {:?}",
+            r.extents
+        );
+        if req_one {
+            assert_eq!(r.extents.len(), 1, "REQ_ONE: {:?}", r.extents);
+        }
+        r.extents
+    }
+
     /// The next complete reply, whichever request it answers.
     #[track_caller]
     pub fn recv(&mut self) -> Reply {
@@ -1389,6 +1418,8 @@ impl Nbd {
                         data,
                         message: String::new(),
                         chunks: Vec::new(),
+                        context: None,
+                        extents: Vec::new(),
                         covered: 0,
                     };
                 }
@@ -1427,6 +1458,8 @@ impl Nbd {
             },
             message: String::new(),
             chunks: Vec::new(),
+            context: None,
+            extents: Vec::new(),
             covered: 0,
         });
         reply.chunks.push(typ);
@@ -1481,6 +1514,29 @@ impl Nbd {
                 let at = in_request(offset, u64::from(len));
                 reply.data[at..at + len as usize].fill(0);
                 reply.covered += u64::from(len);
+            }
+            REPLY_TYPE_BLOCK_STATUS => {
+                assert_eq!(
+                    p.command, CMD_BLOCK_STATUS,
+                    "BLOCK_STATUS chunk for command {}",
+                    p.command
+                );
+                assert!(
+                    payload.len() >= 12 && (payload.len() - 4).is_multiple_of(8),
+                    "BLOCK_STATUS chunk of {} bytes",
+                    payload.len()
+                );
+                assert!(
+                    reply.context.is_none(),
+                    "two BLOCK_STATUS chunks for one context"
+                );
+                reply.context = Some(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+                for d in payload[4..].chunks_exact(8) {
+                    let len = u32::from_be_bytes(d[..4].try_into().unwrap());
+                    let flags = u32::from_be_bytes(d[4..].try_into().unwrap());
+                    assert_ne!(len, 0, "block status descriptor of length 0");
+                    reply.extents.push((len, flags));
+                }
             }
             t if t & 0x8000 != 0 => {
                 assert!(payload.len() >= 6, "error chunk of {} bytes", payload.len());

@@ -11,7 +11,7 @@ use mio::{Interest, Token as MioToken};
 use std::io;
 use std::ops::ControlFlow;
 use std::time::Instant;
-use tandem_engine::replica::{AutoPromote, DataRef, RAction, Role};
+use tandem_engine::replica::{AllocationMap, AutoPromote, DataRef, RAction, Role};
 use tandem_engine::{Io, IoError, ReqId};
 use tandem_frontend::nbd::{
     reply, Command, Decoded, Errno, HandshakeStep, Request, RequestDecoder, TransmissionParams,
@@ -178,6 +178,27 @@ impl NodeReactor {
             Decoded::Request(req, _) if self.shutting_down => {
                 nbd_glue::refuse_shutting_down(&mut conn.out, structured, req.cookie);
             }
+            Decoded::Request(req, _) if matches!(req.command, Command::BlockStatus { .. }) => {
+                self.handled += 1;
+                let res = &self.res[r];
+                let min_block = res.exports[v].block.minimum;
+                // Answered on the spot: see `Resource::allocation_map` for why that is in
+                // order with the writes.
+                match res.engine.allocation_map(v as u16) {
+                    Ok(AllocationMap::Local) => {
+                        let store = res.backings.get(v).and_then(Option::as_deref);
+                        nbd_glue::block_status(&mut conn.out, &req, min_block, store);
+                    }
+                    Ok(AllocationMap::Unknown) => {
+                        nbd_glue::block_status(&mut conn.out, &req, min_block, None);
+                    }
+                    Err(e) => {
+                        let (errno, msg) = nbd_glue::describe(e, Served::Replicated);
+                        debug!(client = %conn.name, cookie = req.cookie, "block status refused: {msg}");
+                        reply::error(&mut conn.out, structured, req.cookie, errno, &msg);
+                    }
+                }
+            }
             Decoded::Request(req, payload) => {
                 conn.in_flight += 1;
                 self.submit_nbd(k, r, v, req, payload, structured);
@@ -220,8 +241,7 @@ impl NodeReactor {
                         read_only: false,
                         block: export.block,
                         structured_replies: neg.structured_replies,
-                        // Block status is not answered yet: refused without a context.
-                        meta_context: None,
+                        meta_context: neg.meta_context,
                     };
                     conn.phase = Phase::Transmission {
                         volume: v,
