@@ -762,3 +762,45 @@ fn a_relayed_write_of_a_primary_out_of_reach_is_a_write_missed_whatever_the_rela
         assert_eq!(net.block(n, 3)[0], 1, "node {n}");
     }
 }
+
+/// Failover seed 183. Node 1, back from a crash and being synced, takes a write of the
+/// diskless Primary that never reaches node 2; the Primary dies before it completes. At
+/// their meeting node 1 claims the write's block on node 2 (its last write of that run is
+/// older), and, unproven against node 2 up to date, pulls the claim from node 2 instead.
+/// The write's sectors, fresh on node 1 with their writer gone, must take node 2's data:
+/// protected, they stayed on node 1 alone and the replicas differed with none marked.
+#[test]
+fn a_pulled_claim_takes_the_peers_data_over_orphaned_fresh_sectors() {
+    let mut net = Net::diskless_primary();
+    net.crash(1, &[]);
+    write_on(&mut net, 0, 1, 3);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    // Node 1 comes back to the Primary and is synced, but no resync data reaches it.
+    net.pass = |_, to, m| !(to == 1 && matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(0, 1);
+    assert_eq!(net.disk(1), DiskState::Inconsistent);
+    // Block 5 reaches node 1 only; the Primary dies before it completes.
+    net.hold(0, 2);
+    write_on(&mut net, 0, 2, 5);
+    assert_eq!(net.block(1, 5)[0], 2, "node 1 wrote it");
+    assert_eq!(net.answer(2), None);
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    net.pass = |_, _, _| true;
+    net.link_up(1, 2);
+    // With no Primary and node 0 away, node 1 waits for one (see `pick_source`).
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    for _ in 0..100 {
+        net.tick(50);
+    }
+    assert_eq!(net.disk(1), DiskState::UpToDate);
+    assert_eq!(net.disk(2), DiskState::UpToDate);
+    assert_eq!(net.block(1, 3)[0], 1);
+    assert_eq!(net.block(2, 3)[0], 1);
+    assert_eq!(
+        net.block(1, 5)[0],
+        net.block(2, 5)[0],
+        "block 5 differs: 2 on node 1, none on node 2"
+    );
+    assert!(net.block(1, 5) == net.block(2, 5));
+}

@@ -288,7 +288,13 @@ impl Resync {
     /// ids: with a rule that also listed more to older peers, failover seed 262 lost an
     /// acknowledged write held by the dead Primary and the sync target alone, listed by a
     /// replica current with ids older than that Primary's.
-    fn orphan_listed(&mut self, offset: u64, len: u64, claimed: Option<&Bitmap>, gen: &GenIds) {
+    pub(super) fn orphan_listed(
+        &mut self,
+        offset: u64,
+        len: u64,
+        claimed: Option<&Bitmap>,
+        gen: &GenIds,
+    ) {
         let holds = |gi: u64| gi == 0 || gi == gen.current || gen.history.contains(&gi);
         if !self.orphan_gens.iter().all(|&gi| holds(gi)) {
             return;

@@ -733,6 +733,13 @@ impl Replicas {
             vol.crashed_under = None;
             rs.to_pull.union_with(&pv.oos);
             rs.cursor = 0;
+            // Our fresh sectors there whose writer is gone are pulled too, as if the peer
+            // had listed them: pulled but protected, they stayed here alone (failover seed
+            // 183: a write of a dead diskless Primary that reached us only, which we
+            // claimed on the peer when it told us its last write of that run).
+            for (offset, len) in pv.oos.runs(vol.size, u64::MAX) {
+                rs.orphan_listed(offset, len, None, &pv.gen);
+            }
         }
         pv.oos.clear_range(0, vol.size);
         pv.wrote_apart = false;
