@@ -804,3 +804,47 @@ fn a_pulled_claim_takes_the_peers_data_over_orphaned_fresh_sectors() {
     );
     assert!(net.block(1, 5) == net.block(2, 5));
 }
+
+/// Failover soak seed 370000394. Node 1 is being synced (its resync data lost) when node
+/// 2 is cut off and the Primary writes block 5 on nodes 0 and 1 alone, acknowledged: the
+/// Primary's ids move past node 2's, and node 1 holds a claim relayed from that run. The
+/// Primary dies; node 2, up to date with older ids, meets node 1, whose ids (a sync
+/// target takes none) are older still. Node 1's claim stands: node 2 missed a write of a
+/// run that rotated past it. Yielded (node 1 pulling block 5 from node 2), node 2 stayed
+/// up to date without the write and was promoted with node 1's vote; the Primary's
+/// return then met diverged ids.
+#[test]
+fn a_claim_relayed_from_a_dead_primarys_run_past_the_peers_ids_stands() {
+    let mut net = Net::new();
+    // Node 1, alone, misses block 3 (the ids move on without it) and is then synced.
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    write_on(&mut net, 0, 9, 3);
+    assert_eq!(net.answer(9), Some(Ok(())));
+    net.pass = |_, to, m| !(to == 1 && matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(0, 1);
+    assert_eq!(net.disk(1), DiskState::Inconsistent);
+    net.link_down(0, 2);
+    write_on(&mut net, 0, 1, 5);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    assert_eq!(net.block(1, 5)[0], 1, "node 1 took the write");
+    let g0 = *net.nodes[0].generation(0).unwrap();
+    let g2 = *net.nodes[2].generation(0).unwrap();
+    assert!(g0.history.contains(&g2.current), "{g0:?} past {g2:?}");
+    net.link_down(0, 1);
+    net.pass = |_, _, _| true;
+    net.link_up(1, 2);
+    assert!(
+        net.listed(1, 2).contains(&(5 * 4096, 4096)),
+        "node 1 yielded its claim: {:?}",
+        net.listed(1, 2)
+    );
+    // Node 2 cannot tell that claim from a stale one: it keeps neither the claim nor
+    // the connection (no quorum through node 1), and waits for the Primary's return.
+    assert_eq!(
+        drop_reason(&net, 2, 1),
+        Some(LinkLoss::Misbehaved(ProtocolError::LackPrimaryWrites {
+            volume: 0
+        }))
+    );
+}

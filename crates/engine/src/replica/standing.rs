@@ -336,10 +336,23 @@ impl Replicas {
     /// ids of the peer do not make such a claim stale (they do not order replicas: ours
     /// may be older only because we were being synced when the Primary rotated them).
     /// Byte ranges, block-aligned; past `Relayed::CAP` a claim is not among them.
+    ///
+    /// With no Primary connected, they stand too while that Primary is gone and the peer's
+    /// ids do not hold the last ids we heard from it: that run rotated them past the peer,
+    /// so the peer missed writes of it, and our copy of those it relayed may be the only
+    /// one left (failover soak seed 370000394: a replica being synced yielded such claims
+    /// to a peer with older ids, that peer was promoted without the writes, and the dead
+    /// Primary's return met diverged ids).
     pub(super) fn primary_relays(&self, i: usize, v: usize) -> Option<Vec<(u64, u64)>> {
         let r = self.peers[i].vols[v].relayed.as_ref()?;
-        let p = self.peers.primary_listed(v)?;
-        (p.id == r.node && p.conn == r.conn).then(|| r.ranges.clone())
+        if let Some(p) = self.peers.primary_listed(v) {
+            return (p.id == r.node && p.conn == r.conn).then(|| r.ranges.clone());
+        }
+        let writer = self.peers.get(r.node).filter(|w| !w.up)?;
+        let last = writer.vols[v].gen.current;
+        let theirs = &self.peers[i].vols[v].gen;
+        let holds = last == 0 || last == theirs.current || theirs.history.contains(&last);
+        (!holds).then(|| r.ranges.clone())
     }
 
     /// The Primary `node` stepped down: its relays are void (another Primary, apart from
