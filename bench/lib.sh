@@ -188,6 +188,38 @@ bench_traps() {
   trap 'exit 143' TERM
 }
 
+# bench_wait_nbd NAME SOCK SIZE — until the export at SOCK answers with SIZE bytes,
+# while every process of NAME (the caller's PIDS[NAME]) still runs.
+bench_wait_nbd() {
+  local s=$1 sock=$2 want=$3 i size
+  for ((i = 0; i < 300; i++)); do
+    bench_alive "${PIDS[$s]}" || { tail -n 30 "$WORKDIR/logs/$s".*log >&2 || true; die "$s exited during startup"; }
+    if [[ -S $sock ]] && size=$(nbdinfo --size "nbd+unix:///?socket=$sock" 2>/dev/null); then
+      [[ $size == "$want" ]] || die "$s exports $size bytes, expected $want"
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -n 30 "$WORKDIR/logs/$s".*log >&2 || true
+  die "$s: no NBD export on $sock within 30 s"
+}
+
+# bench_remove_workdir — an exit's cleanup of the files: the workdir if we made it, else
+# what we made in it (the caller's CREATED) and our fio and log folders. KEEP_WORKDIR=1
+# keeps everything. Returns 1 when kept.
+bench_remove_workdir() {
+  local f
+  if [[ $KEEP_WORKDIR == 1 ]]; then
+    log "kept workdir $WORKDIR"
+    return 1
+  elif [[ $OWN_WORKDIR == 1 ]]; then
+    rm -rf -- "$WORKDIR"
+  else
+    for f in "${CREATED[@]}"; do rm -rf -- "$f"; done
+    rm -rf -- "$WORKDIR/fio" "$WORKDIR/logs"
+  fi
+}
+
 # add_cmd KEY CMD... — record a server process's command line for the report:
 # appended as one shell-quoted line to the caller's SRV_CMDS[KEY] (declare -A).
 add_cmd() {

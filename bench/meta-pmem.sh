@@ -147,17 +147,8 @@ CREATED=() # files and directories made in a WORKDIR / PMEM_DIR that is not ours
 
 cleanup() {
   bench_stop_all
-  if [[ $KEEP_WORKDIR == 1 ]]; then
-    log "kept workdir $WORKDIR${PMEM_DIR:+ and pmem dir $PMEM_DIR}"
-    return
-  fi
+  bench_remove_workdir || { [[ -z ${PMEM_DIR:-} ]] || log "kept pmem dir $PMEM_DIR"; return; }
   local f
-  if [[ $OWN_WORKDIR == 1 ]]; then
-    rm -rf -- "$WORKDIR"
-  else
-    for f in "${CREATED[@]}"; do rm -rf -- "$f"; done
-    rm -rf -- "$WORKDIR/fio" "$WORKDIR/logs"
-  fi
   if [[ $OWN_PMEM == 1 ]]; then
     rm -rf -- "$PMEM_DIR"
   elif [[ -n ${PMEM_DIR:-} ]]; then
@@ -200,21 +191,8 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# wait_nbd VARIANT SOCK — until the export at SOCK answers with the right size
-# (and both daemons of VARIANT are still running).
-wait_nbd() {
-  local v=$1 sock=$2 i size
-  for ((i = 0; i < 300; i++)); do
-    bench_alive "${PIDS[$v]}" || { tail -n 30 "$WORKDIR/logs/$v".*.log >&2 || true; die "$v: a node exited during startup"; }
-    if [[ -S $sock ]] && size=$(nbdinfo --size "nbd+unix:///?socket=$sock" 2>/dev/null); then
-      [[ $size == "$SIZE" ]] || die "$v exports $size bytes, expected $SIZE"
-      return 0
-    fi
-    sleep 0.1
-  done
-  tail -n 30 "$WORKDIR/logs/$v".*.log >&2 || true
-  die "$v: no NBD export on $sock within 30 s"
-}
+# wait_nbd VARIANT SOCK — until the export at SOCK answers with the right size.
+wait_nbd() { bench_wait_nbd "$1" "$2" "$SIZE"; }
 
 # meta_disk_of VARIANT NODE — the node volume's meta-disk value.
 meta_disk_of() {

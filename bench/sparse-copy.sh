@@ -148,32 +148,12 @@ DEST=$WORKDIR/copy.img
 
 cleanup() {
   bench_stop_all
-  if [[ $KEEP_WORKDIR == 1 ]]; then
-    log "kept workdir $WORKDIR"
-  elif [[ $OWN_WORKDIR == 1 ]]; then
-    rm -rf -- "$WORKDIR"
-  else
-    local f
-    for f in "${CREATED[@]}"; do rm -rf -- "$f"; done
-    rm -rf -- "$WORKDIR/logs" "$WORKDIR/fio"
-  fi
+  bench_remove_workdir || true
 }
 bench_traps
 
 # wait_nbd SERVER SOCK — until the export at SOCK answers with the right size.
-wait_nbd() {
-  local s=$1 sock=$2 i size
-  for ((i = 0; i < 300; i++)); do
-    bench_alive "${PIDS[$s]}" || { tail -n 30 "$WORKDIR/logs/$s".*log >&2 || true; die "$s exited during startup"; }
-    if [[ -S $sock ]] && size=$(nbdinfo --size "nbd+unix:///?socket=$sock" 2>/dev/null); then
-      [[ $size == "$SIZE_B" ]] || die "$s exports $size bytes, expected $SIZE_B"
-      return 0
-    fi
-    sleep 0.1
-  done
-  tail -n 30 "$WORKDIR/logs/$s".*log >&2 || true
-  die "$s: no NBD export on $sock within 30 s"
-}
+wait_nbd() { bench_wait_nbd "$1" "$2" "$SIZE_B"; }
 
 # describe_img SERVER FILE — data ranges and allocation of the image, for the report.
 describe_img() {
