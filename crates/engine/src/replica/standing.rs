@@ -156,8 +156,16 @@ impl Replicas {
         // the reference's now: the others take them, as DRBD resyncs a crashed Primary's
         // extents from the source. Kept out of their lists (we meant to pull them), a
         // write of ours that failed stayed here alone (failover soak seed 370002353).
+        // Not where a peer is marked already (listed, or to be): pulled once.
         if let Some(suspect) = suspect.filter(|s| s.count() > 0) {
-            self.diskful_peers_lack(v, &suspect, out);
+            let size = self.vols[v].size;
+            for p in self.peers.iter_mut().filter(|p| p.vols[v].diskful) {
+                let mut rest = suspect.clone();
+                rest.subtract(&p.vols[v].oos);
+                for (offset, len) in rest.runs(size, u64::from(tandem_wire::MAX_DATA)) {
+                    p.lacks(v, offset, len as u32, out);
+                }
+            }
         }
         self.offer_to_outdated(v, out);
     }
