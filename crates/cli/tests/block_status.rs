@@ -1,7 +1,7 @@
 //! Block status (`base:allocation`) with real clients: `nbdinfo --map`, `qemu-img map`, and
 //! copies by `nbdcopy` and `qemu-img convert` that skip the holes; for `tandem serve` and
-//! for a replicated resource (answered from an up-to-date Primary's replica, and as all
-//! data by a diskless Primary). A raw client checks the protocol's edges: the negotiation,
+//! for a replicated resource (answered from an up-to-date Primary's replica, and by a
+//! diskless Primary from an up-to-date peer's). A raw client checks the protocol's edges: the negotiation,
 //! EINVAL without a context, REQ_ONE, and that an answer sees the writes answered before
 //! it was asked.
 
@@ -112,14 +112,20 @@ fn qemu_img_map(uri: &str) -> Vec<(u64, u64, u32)> {
     merge(entries.collect::<Vec<_>>())
 }
 
-/// Copies `uri` with `nbdcopy` and with `qemu-img convert` to new files: both equal
-/// `contents`, and both are sparse, allocating about what was written (`written` bytes)
-/// rather than the volume's size: the copies skipped the holes.
-fn copies_are_equal_and_sparse(dir: &TestDir, uri: &str, contents: &[u8], written: u64) {
-    let by_nbdcopy = dir.join("nbdcopy.img");
+/// Copies `uri` with `nbdcopy` and with `qemu-img convert` to new files (named after
+/// `from`): both equal `contents`, and both are sparse, allocating about what was written
+/// (`written` bytes) rather than the volume's size: the copies skipped the holes.
+fn copies_are_equal_and_sparse(
+    dir: &TestDir,
+    from: &str,
+    uri: &str,
+    contents: &[u8],
+    written: u64,
+) {
+    let by_nbdcopy = dir.join(format!("{from}-nbdcopy.img"));
     sparse_file(&by_nbdcopy, 0);
     run(tool("nbdcopy").arg(uri).arg(&by_nbdcopy), TOOL_TIMEOUT).expect_success();
-    let by_qemu = dir.join("convert.img");
+    let by_qemu = dir.join(format!("{from}-convert.img"));
     run(
         tool("qemu-img")
             .args(["convert", "-f", "raw", "-O", "raw", uri])
@@ -224,7 +230,8 @@ fn serve_maps_data_and_holes_for_nbdinfo_and_qemu_and_copies_skip_the_holes() {
     assert_eq!(nbdinfo_map(&uri), want, "nbdinfo --map");
     assert_eq!(qemu_img_map(&uri), want, "qemu-img map");
     let written = WRITES.iter().map(|w| w.1).sum();
-    copies_are_equal_and_sparse(&dir, &uri, &expected_contents(VOLUME, &WRITES), written);
+    let contents = expected_contents(VOLUME, &WRITES);
+    copies_are_equal_and_sparse(&dir, "serve", &uri, &contents, written);
 }
 
 /// With a minimum block size of 64 KiB, holes are reported in whole blocks only: a block
@@ -325,10 +332,12 @@ fn serve_block_status_follows_answered_writes_and_needs_a_context() {
 
 /// A resource of two diskful nodes and a diskless one: the up-to-date Primary answers from
 /// its replica (holes where nothing was written), and the diskless Primary, which has no
-/// replica to ask, reports everything as data. Both serve the same bytes.
+/// replica, from an up-to-date peer's (`AllocReq`): the same map, so copies through it
+/// skip the holes too. Both serve the same bytes, and a write answered through the
+/// diskless Primary is in its next answer.
 #[test]
-fn replicated_resource_maps_holes_on_an_up_to_date_primary_and_all_data_on_a_diskless_one() {
-    const TEST: &str = "block_status::replicated_resource_maps_holes_on_an_up_to_date_primary_and_all_data_on_a_diskless_one";
+fn replicated_resource_maps_holes_on_an_up_to_date_primary_and_through_a_diskless_one() {
+    const TEST: &str = "block_status::replicated_resource_maps_holes_on_an_up_to_date_primary_and_through_a_diskless_one";
     if !require_tools(TEST, &["nbdinfo", "qemu-img", "nbdcopy"]) {
         return;
     }
@@ -355,7 +364,7 @@ fn replicated_resource_maps_holes_on_an_up_to_date_primary_and_all_data_on_a_dis
     assert_eq!(qemu_img_map(&uri), want, "qemu-img map on the Primary");
     let contents = expected_contents(VOLUME, &WRITES);
     let written = WRITES.iter().map(|w| w.1).sum();
-    copies_are_equal_and_sparse(&c.dir, &uri, &contents, written);
+    copies_are_equal_and_sparse(&c.dir, "alpha", &uri, &contents, written);
 
     // Alpha steps down once its last client left; gamma's first client promotes it.
     c.wait_for("alpha Secondary", READY_TIMEOUT, |statuses| {
@@ -368,17 +377,30 @@ fn replicated_resource_maps_holes_on_an_up_to_date_primary_and_all_data_on_a_dis
     let uri = c.node("gamma").uri();
     assert_eq!(
         nbdinfo_map(&uri),
-        [(0, VOLUME, DATA)],
+        want,
         "nbdinfo --map on the diskless Primary"
     );
-    let copy = c.dir.join("from-gamma.img");
-    sparse_file(&copy, 0);
-    run(tool("nbdcopy").arg(&uri).arg(&copy), TOOL_TIMEOUT).expect_success();
-    assert_same_data(
-        "copy through the diskless Primary",
-        &contents,
-        &fs::read(&copy).unwrap(),
+    assert_eq!(
+        qemu_img_map(&uri),
+        want,
+        "qemu-img map on the diskless Primary"
     );
+    copies_are_equal_and_sparse(&c.dir, "gamma", &uri, &contents, written);
+
+    let (mut client, _) = go_with_block_status(&c.node("gamma").nbd, RESOURCE);
+    assert_eq!(
+        client.block_status(0, VOLUME as u32, true),
+        [(MIB as u32, HOLE)],
+        "REQ_ONE: the first descriptor only"
+    );
+    // A write answered through the diskless Primary is in the peer's map it asks next.
+    let (offset, len) = (20 * MIB, 64 * KIB);
+    client.write(offset, &random_bytes(9, len as usize));
+    assert_eq!(
+        client.block_status(offset - 4096, len as u32 + 8192, false),
+        [(4096, HOLE), (len as u32, DATA), (4096, HOLE)]
+    );
+    drop(client);
     c.wait_in_sync(SYNC_TIMEOUT);
     c.stop_all();
 }

@@ -1,11 +1,12 @@
 //! The NBD request glue `tandem serve` and `tandem node` share: a decoded command as the
 //! engine's request, the engine's error as the errno and message a client gets, and block
-//! status answered from a store's allocation map.
+//! status answered from a store's allocation map (ours, or a peer's sent to us).
 
 use std::io;
 use tandem_engine::{Io, IoError};
 use tandem_frontend::nbd::{block_status, reply, Command, Errno, Request, Stretch};
 use tandem_storage::Backing;
+use tandem_wire::packet::{AllocExtent, MAX_ALLOC_EXTENTS};
 
 /// Spans of a file's allocation map one block status request reads at most: about twice
 /// as many lseek calls on the event loop, however fragmented the file. A longer map is
@@ -45,9 +46,7 @@ pub(crate) fn block_status(
     min_block: u32,
     store: Option<&Backing>,
 ) {
-    let Command::BlockStatus { req_one, context } = req.command else {
-        unreachable!("not a block status request: {req:?}")
-    };
+    let req_one = matches!(req.command, Command::BlockStatus { req_one: true, .. });
     let cap = if req_one { MAX_SPANS_ONE } else { MAX_SPANS };
     let map = store
         .map(|b| b.allocation(req.offset, u64::from(req.len), cap))
@@ -56,8 +55,57 @@ pub(crate) fn block_status(
         len: s.len,
         hole: s.hole,
     });
+    answer_block_status(out, req, min_block, map);
+}
+
+/// Answers a block status request from the map an up-to-date peer sent (extents in their
+/// wire form, `AllocReply`'s), or, without one, with the whole range as data. The peer's
+/// extents are of its replica of the same volume: the same offsets, from the request's.
+pub(crate) fn block_status_from_peer(
+    out: &mut Vec<u8>,
+    req: &Request,
+    min_block: u32,
+    extents: Option<&[u8]>,
+) {
+    let map = extents
+        .into_iter()
+        .flat_map(AllocExtent::decode_all)
+        .map(|e| Stretch {
+            len: u64::from(e.len),
+            hole: e.hole,
+        });
+    answer_block_status(out, req, min_block, map);
+}
+
+fn answer_block_status(
+    out: &mut Vec<u8>,
+    req: &Request,
+    min_block: u32,
+    map: impl IntoIterator<Item = Stretch>,
+) {
+    let Command::BlockStatus { req_one, context } = req.command else {
+        unreachable!("not a block status request: {req:?}")
+    };
     let extents = block_status::descriptors(req.offset, req.len, min_block, req_one, map);
     reply::block_status(out, req.cookie, context, &extents);
+}
+
+/// The map of a range of `backing` for a peer's block status, in `AllocReply`'s wire form:
+/// at most `MAX_ALLOC_EXTENTS` extents, as many system calls on the event loop as a local
+/// block status costs. Returns the number of extents.
+pub(crate) fn allocation_extents(
+    backing: &Backing,
+    offset: u64,
+    len: u32,
+    out: &mut Vec<u8>,
+) -> u32 {
+    let spans = backing.allocation(offset, u64::from(len), MAX_ALLOC_EXTENTS);
+    for s in &spans {
+        // A span lies inside the range asked, whose length is a u32.
+        let len = u32::try_from(s.len).unwrap_or(u32::MAX);
+        AllocExtent { len, hole: s.hole }.encode(out);
+    }
+    spans.len() as u32
 }
 
 /// Answers a request that arrived while the daemon shuts down: it is not started.
@@ -157,6 +205,40 @@ mod tests {
             flags: 0,
         };
         reply::block_status(&mut want, 5, 3, &[data]);
+        assert_eq!(out, want);
+    }
+
+    /// A peer's map, as its extents came: the same descriptors a local map gives (holes in
+    /// whole minimum blocks, cut at the request's end); none, or an error, all data.
+    #[test]
+    fn block_status_from_a_peers_extents() {
+        let req = Request {
+            cookie: 7,
+            offset: 4096,
+            len: 65536,
+            command: Command::BlockStatus {
+                req_one: false,
+                context: 2,
+            },
+        };
+        let mut extents = Vec::new();
+        for (len, hole) in [(6144, true), (4096, false), (1 << 20, true)] {
+            AllocExtent { len, hole }.encode(&mut extents);
+        }
+        let mut out = Vec::new();
+        block_status_from_peer(&mut out, &req, 4096, Some(&extents));
+        let mut want = Vec::new();
+        let ext = |len, flags| tandem_frontend::nbd::Extent { len, flags };
+        let hole = tandem_frontend::nbd::wire::STATE_HOLE | tandem_frontend::nbd::wire::STATE_ZERO;
+        // 4096..10240 is a hole over one whole block; the data block 10240..14336 makes
+        // 8192..16384 data; the rest is a hole up to the request's end.
+        let descriptors = [ext(4096, hole), ext(8192, 0), ext(53248, hole)];
+        reply::block_status(&mut want, 7, 2, &descriptors);
+        assert_eq!(out, want);
+        let mut out = Vec::new();
+        block_status_from_peer(&mut out, &req, 4096, None);
+        let mut want = Vec::new();
+        reply::block_status(&mut want, 7, 2, &[ext(65536, 0)]);
         assert_eq!(out, want);
     }
 }

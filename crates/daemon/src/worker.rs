@@ -112,5 +112,9 @@ pub fn execute(backing: &Backing, kind: DiskKind, buf: Option<&mut [u8]>) -> Res
             }),
         DiskKind::Cache { offset, len } => backing.cache(offset, u64::from(len)).map_err(os_error),
         DiskKind::Flush => backing.sync_data().map_err(os_error),
+        // Made on the event loop (`NodeReactor::allocation`: bounded, and its result is a
+        // number of extents this answer has no room for). A peer's request must never
+        // panic a node: refused.
+        DiskKind::Allocation { .. } => Err(IoError::Os(libc::EINVAL)),
     }
 }

@@ -106,6 +106,15 @@ pub enum DiskKind {
     },
     /// Make every write that completed before this was issued durable.
     Flush,
+    /// Map the range into data and holes, for a peer's block status: the driver puts the
+    /// map (at most `tandem_wire::packet::MAX_ALLOC_EXTENTS` extents from `offset`, each an
+    /// `AllocExtent` in its wire form) in the reply buffer, as a read does, and reports it
+    /// with [`Resource::allocation_done`](crate::replica::Resource::allocation_done). It
+    /// changes nothing and needs no buffer from the engine.
+    Allocation {
+        offset: u64,
+        len: u32,
+    },
 }
 
 impl DiskKind {
@@ -116,7 +125,8 @@ impl DiskKind {
             | DiskKind::Write { offset, .. }
             | DiskKind::Trim { offset, .. }
             | DiskKind::Zero { offset, .. }
-            | DiskKind::Cache { offset, .. } => offset,
+            | DiskKind::Cache { offset, .. }
+            | DiskKind::Allocation { offset, .. } => offset,
             DiskKind::Flush => 0,
         }
     }
@@ -129,7 +139,8 @@ impl DiskKind {
             | DiskKind::Write { len, .. }
             | DiskKind::Trim { len, .. }
             | DiskKind::Zero { len, .. }
-            | DiskKind::Cache { len, .. } => len,
+            | DiskKind::Cache { len, .. }
+            | DiskKind::Allocation { len, .. } => len,
             DiskKind::Flush => 0,
         }
     }

@@ -81,7 +81,8 @@ impl Volume {
             | DiskKind::Write { offset, len }
             | DiskKind::Trim { offset, len }
             | DiskKind::Zero { offset, len, .. }
-            | DiskKind::Cache { offset, len } => offset + u64::from(len) <= self.size,
+            | DiskKind::Cache { offset, len }
+            | DiskKind::Allocation { offset, len } => offset + u64::from(len) <= self.size,
             DiskKind::Flush => true,
         });
         let barrier_after = io.needs_flush_after();

@@ -14,7 +14,9 @@ fn class(kind: DiskKind) -> OpClass {
     match kind {
         DiskKind::Write { .. } | DiskKind::Zero { .. } | DiskKind::Trim { .. } => OpClass::Write,
         DiskKind::Flush => OpClass::Sync,
-        DiskKind::Read { .. } | DiskKind::Cache { .. } => OpClass::Other,
+        DiskKind::Read { .. } | DiskKind::Cache { .. } | DiskKind::Allocation { .. } => {
+            OpClass::Other
+        }
     }
 }
 

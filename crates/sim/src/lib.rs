@@ -57,7 +57,7 @@ use tandem_engine::replica::{
 };
 use tandem_engine::sync_plan::{SyncPlan, SyncStart};
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
-use tandem_wire::packet::{Decoded, Packet};
+use tandem_wire::packet::{AllocExtent, Decoded, Packet, ALLOC_EXTENT_LEN};
 
 /// What a run looks like.
 #[derive(Clone, Debug)]
@@ -726,6 +726,11 @@ impl Sim {
             | Msg::ResyncReply {
                 data: Some(d), len, ..
             } => Some(self.resolve(from, d, inputs, len as usize)),
+            Msg::AllocReply {
+                data: Some(d),
+                extents,
+                ..
+            } => Some(self.resolve(from, d, inputs, extents as usize * ALLOC_EXTENT_LEN)),
             _ => None,
         };
         if from == 0 || self.sc.failover {
@@ -761,7 +766,8 @@ impl Sim {
         let data: Option<&[u8]> = match packet {
             Packet::Write { data, .. }
             | Packet::ReadReply { data, .. }
-            | Packet::ResyncReply { data, .. } => Some(data),
+            | Packet::ResyncReply { data, .. }
+            | Packet::AllocReply { extents: data, .. } => Some(data),
             _ => None,
         };
         let data = data.map(|d| d.to_vec());
@@ -789,10 +795,9 @@ impl Sim {
     }
 
     fn disk_done(&mut self, node: NodeId, op: u64) {
-        let is_read = self.nodes[node as usize]
-            .ops
-            .get(&op)
-            .is_some_and(|st| matches!(st.kind, DiskKind::Read { .. }));
+        let is_read = self.nodes[node as usize].ops.get(&op).is_some_and(|st| {
+            matches!(st.kind, DiskKind::Read { .. } | DiskKind::Allocation { .. })
+        });
         let token = self.nodes[node as usize].ops.get(&op).map(|st| st.token);
         let out = self.finish_disk_op(node, op);
         self.run_actions(node, out, &Inputs::default());
@@ -849,6 +854,13 @@ impl Sim {
                     .synced(st.covers.expect("a flush knows what it covers"));
             }
             DiskKind::Cache { .. } => {}
+            // The simulated disk keeps no allocation map: one data extent, always true.
+            // (The simulator issues no block status; a peer's request could still ask.)
+            DiskKind::Allocation { len, .. } => {
+                let mut map = Vec::new();
+                AllocExtent { len, hole: false }.encode(&mut map);
+                n.data.read_done(st.token, map);
+            }
         }
         let n = &mut self.nodes[node as usize];
         let ahead = match st.kind {
@@ -865,9 +877,13 @@ impl Sim {
             ));
         }
         let mut out = Vec::new();
-        self.nodes[node as usize]
-            .engine
-            .disk_done(volume, st.token, st.kind, Ok(()), &mut out);
+        let engine = &mut self.nodes[node as usize].engine;
+        match st.kind {
+            DiskKind::Allocation { .. } => {
+                engine.allocation_done(volume, st.token, Ok(1), &mut out)
+            }
+            _ => engine.disk_done(volume, st.token, st.kind, Ok(()), &mut out),
+        }
         if let Some(s) = ahead {
             // Syncing ahead of a flush that is probably coming (see `sync_plan`).
             self.start_sync(node, s);

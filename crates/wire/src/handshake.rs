@@ -283,6 +283,8 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::Outdated { .. } => "Outdated",
         Packet::ReadReq { .. } => "ReadReq",
         Packet::ReadReply { .. } => "ReadReply",
+        Packet::AllocReq { .. } => "AllocReq",
+        Packet::AllocReply { .. } => "AllocReply",
         Packet::ResyncReq { .. } => "ResyncReq",
         Packet::ResyncReply { .. } => "ResyncReply",
         Packet::OutOfSync { .. } => "OutOfSync",

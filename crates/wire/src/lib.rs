@@ -35,8 +35,10 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// Version 5: `PeerAck` (writes settled on every replica) and `PrimaryLost`.
 /// Version 6: `InSync` (a replica the Primary synced holds all its writes).
 /// Version 7: `Volume` may carry `PULLED_ELSEWHERE` (a version-6 node would refuse the flag).
-pub const VERSION_MIN: u16 = 7;
-pub const VERSION_MAX: u16 = 7;
+/// Version 8: `AllocReq` and `AllocReply` (a diskless Primary's block status answered by an
+/// up-to-date peer).
+pub const VERSION_MIN: u16 = 8;
+pub const VERSION_MAX: u16 = 8;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

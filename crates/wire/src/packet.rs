@@ -115,6 +115,46 @@ pub mod write_flags {
     pub const ALL: u32 = FUA | ACK_RECV | ACK_WRITE | MAY_PUNCH;
 }
 
+/// Most extents one [`Packet::AllocReply`] carries: the answering node walks its file's
+/// map at most this far (a bounded number of `lseek` calls on its event loop), and the
+/// asker's client asks again from where the answer ends.
+pub const MAX_ALLOC_EXTENTS: usize = 256;
+/// Bytes of one extent of a [`Packet::AllocReply`]: `(length u32, flags u32)`, big-endian.
+pub const ALLOC_EXTENT_LEN: usize = 8;
+
+/// Flags of an extent of a [`Packet::AllocReply`].
+pub mod alloc_flags {
+    /// The extent is a hole in the sender's replica: it reads as zeroes.
+    pub const HOLE: u32 = 1 << 0;
+    pub const ALL: u32 = HOLE;
+}
+
+/// One extent of a [`Packet::AllocReply`]: `len` bytes that are allocated (or of unknown
+/// state) or a hole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocExtent {
+    pub len: u32,
+    pub hole: bool,
+}
+
+impl AllocExtent {
+    /// Appends its wire form to an [`Packet::AllocReply`]'s extents.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.len.to_be_bytes());
+        let flags = if self.hole { alloc_flags::HOLE } else { 0 };
+        out.extend_from_slice(&flags.to_be_bytes());
+    }
+
+    /// The extents of a decoded [`Packet::AllocReply`] (checked by `decode`: whole pairs,
+    /// nonzero lengths, known flags).
+    pub fn decode_all(extents: &[u8]) -> impl Iterator<Item = AllocExtent> + '_ {
+        extents.chunks_exact(ALLOC_EXTENT_LEN).map(|c| AllocExtent {
+            len: u32::from_be_bytes(c[0..4].try_into().unwrap()),
+            hole: u32::from_be_bytes(c[4..8].try_into().unwrap()) & alloc_flags::HOLE != 0,
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet<'a> {
     /// First packet on a connection, from both sides.
@@ -277,6 +317,25 @@ pub enum Packet<'a> {
         errno: u32,
         data: &'a [u8],
     },
+    /// A diskless (or not up-to-date) Primary asks an up-to-date peer which parts of a
+    /// range of its replica are holes (an NBD block status). `len`: nonzero, any size (no
+    /// payload: the answer is bounded by [`MAX_ALLOC_EXTENTS`] instead).
+    AllocReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    /// The answer to [`Packet::AllocReq`]: consecutive extents from the asked offset
+    /// (at most [`MAX_ALLOC_EXTENTS`], possibly short of the range's end), each
+    /// [`AllocExtent`] in its wire form; none with a nonzero `errno` (the sender's replica
+    /// is not up to date or failed: the asker reports the range as data).
+    AllocReply {
+        volume: u16,
+        id: u64,
+        errno: u32,
+        extents: &'a [u8],
+    },
     /// A sync target pulls a block range from its sync source.
     ResyncReq {
         volume: u16,
@@ -349,6 +408,8 @@ mod kind {
     pub const RESYNC_REQ: u16 = 22;
     pub const RESYNC_REPLY: u16 = 23;
     pub const OUT_OF_SYNC: u16 = 24;
+    pub const ALLOC_REQ: u16 = 28;
+    pub const ALLOC_REPLY: u16 = 29;
     pub const PING: u16 = 30;
     pub const PING_ACK: u16 = 31;
     pub const SPLIT_BRAIN: u16 = 32;
@@ -402,6 +463,8 @@ impl Packet<'_> {
             Packet::SyncProgress { .. } => SYNC_PROGRESS,
             Packet::ReadReq { .. } => READ_REQ,
             Packet::ReadReply { .. } => READ_REPLY,
+            Packet::AllocReq { .. } => ALLOC_REQ,
+            Packet::AllocReply { .. } => ALLOC_REPLY,
             Packet::ResyncReq { .. } => RESYNC_REQ,
             Packet::ResyncReply { .. } => RESYNC_REPLY,
             Packet::OutOfSync { .. } => OUT_OF_SYNC,
@@ -413,9 +476,13 @@ impl Packet<'_> {
     }
 }
 
+/// An [`Packet::AllocReply`]'s bytes before its extents: volume, id, errno.
+const ALLOC_REPLY_FIXED: usize = 2 + 8 + 4;
+
 fn limit(kind: u16) -> u32 {
     match kind {
         kind::WRITE | kind::READ_REPLY | kind::RESYNC_REPLY => MAX_DATA + 64,
+        kind::ALLOC_REPLY => (ALLOC_REPLY_FIXED + MAX_ALLOC_EXTENTS * ALLOC_EXTENT_LEN) as u32,
         _ => MAX_CONTROL_BODY,
     }
 }
@@ -575,6 +642,28 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u64(id);
             w.u32(errno);
             w.bytes(data);
+        }
+        Packet::AllocReq {
+            volume,
+            id,
+            offset,
+            len,
+        } => {
+            w.u16(volume);
+            w.u64(id);
+            w.u64(offset);
+            w.u32(len);
+        }
+        Packet::AllocReply {
+            volume,
+            id,
+            errno,
+            extents,
+        } => {
+            w.u16(volume);
+            w.u64(id);
+            w.u32(errno);
+            w.bytes(extents);
         }
         Packet::ResyncReply {
             volume,
@@ -773,6 +862,26 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             errno: r.u32()?,
             data: r.rest(),
         },
+        ALLOC_REQ => Packet::AllocReq {
+            volume: r.u16()?,
+            id: r.u64()?,
+            offset: r.u64()?,
+            len: match r.u32()? {
+                0 => return Err(r.bad("AllocReq's length is zero")),
+                l => l,
+            },
+        },
+        ALLOC_REPLY => {
+            let (volume, id, errno) = (r.u16()?, r.u64()?, r.u32()?);
+            let extents = r.rest();
+            check_extents(&r, errno, extents)?;
+            Packet::AllocReply {
+                volume,
+                id,
+                errno,
+                extents,
+            }
+        }
         RESYNC_REQ => Packet::ResyncReq {
             volume: r.u16()?,
             id: r.u64()?,
@@ -812,6 +921,27 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         return Err(r.bad("trailing bytes"));
     }
     Ok(Decoded::Packet(p, total))
+}
+
+/// An [`Packet::AllocReply`]'s extents: whole pairs (their number is bounded by the
+/// kind's length limit), each nonzero with known flags, and none in an error reply.
+fn check_extents(r: &Reader<'_>, errno: u32, extents: &[u8]) -> Result<(), WireError> {
+    if !extents.len().is_multiple_of(ALLOC_EXTENT_LEN) {
+        return Err(r.bad("AllocReply's extents are not whole (length, flags) pairs"));
+    }
+    if errno != 0 && !extents.is_empty() {
+        return Err(r.bad("an AllocReply with an error carries extents"));
+    }
+    for c in extents.chunks_exact(ALLOC_EXTENT_LEN) {
+        let (len, flags) = (&c[0..4], u32::from_be_bytes(c[4..8].try_into().unwrap()));
+        if len == [0; 4] {
+            return Err(r.bad("an AllocReply extent of length zero"));
+        }
+        if flags & !alloc_flags::ALL != 0 {
+            return Err(r.bad("unknown AllocReply extent flags"));
+        }
+    }
+    Ok(())
 }
 
 struct Writer<'a>(&'a mut Vec<u8>);
@@ -1014,6 +1144,24 @@ mod tests {
                 errno: 0,
                 data: &[1; 4096],
             },
+            Packet::AllocReq {
+                volume: 1,
+                id: 5,
+                offset: 1 << 20,
+                len: u32::MAX,
+            },
+            Packet::AllocReply {
+                volume: 1,
+                id: 5,
+                errno: 0,
+                extents: &[0, 0, 16, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1],
+            },
+            Packet::AllocReply {
+                volume: 0,
+                id: 6,
+                errno: 5,
+                extents: &[],
+            },
             Packet::ResyncReq {
                 volume: 0,
                 id: 4,
@@ -1159,6 +1307,96 @@ mod tests {
             matches!(decode(&b), Err(WireError::Malformed { .. })),
             "unknown split-brain flags"
         );
+    }
+
+    fn alloc_reply(errno: u32, extents: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        let p = Packet::AllocReply {
+            volume: 0,
+            id: 1,
+            errno,
+            extents,
+        };
+        encode(&p, &mut b);
+        b
+    }
+
+    #[test]
+    fn alloc_extents_round_trip() {
+        let extents = [
+            AllocExtent {
+                len: 4096,
+                hole: false,
+            },
+            AllocExtent {
+                len: u32::MAX,
+                hole: true,
+            },
+        ];
+        let mut bytes = Vec::new();
+        for e in &extents {
+            e.encode(&mut bytes);
+        }
+        let b = alloc_reply(0, &bytes);
+        let Ok(Decoded::Packet(Packet::AllocReply { extents: got, .. }, _)) = decode(&b) else {
+            panic!("not decoded")
+        };
+        assert_eq!(AllocExtent::decode_all(got).collect::<Vec<_>>(), extents);
+        // The most a reply may carry passes.
+        let most = [0u8, 0, 2, 0, 0, 0, 0, 0].repeat(MAX_ALLOC_EXTENTS);
+        assert!(matches!(
+            decode(&alloc_reply(0, &most)),
+            Ok(Decoded::Packet(..))
+        ));
+    }
+
+    #[test]
+    fn malformed_alloc_packets_are_refused() {
+        // One extent more than allowed: refused from the header, before its body came.
+        let most = [0u8, 0, 2, 0, 0, 0, 0, 0].repeat(MAX_ALLOC_EXTENTS);
+        let mut b = alloc_reply(0, &most);
+        let over = (b.len() - HEADER_LEN + ALLOC_EXTENT_LEN) as u32;
+        b[8..12].copy_from_slice(&over.to_be_bytes());
+        assert!(
+            matches!(
+                decode(&b[..HEADER_LEN]),
+                Err(WireError::TooLong {
+                    kind: kind::ALLOC_REPLY,
+                    ..
+                })
+            ),
+            "oversize"
+        );
+        let refused = |b: &[u8], what: &str| {
+            assert!(
+                matches!(decode(b), Err(WireError::Malformed { .. })),
+                "{what}"
+            );
+        };
+        refused(
+            &alloc_reply(0, &[0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0]),
+            "a pair and a half",
+        );
+        refused(&alloc_reply(0, &[0, 0, 2, 0]), "half a pair");
+        refused(&alloc_reply(0, &[0, 0, 0, 0, 0, 0, 0, 1]), "a zero length");
+        refused(&alloc_reply(0, &[0, 0, 2, 0, 0, 0, 0, 2]), "unknown flags");
+        refused(
+            &alloc_reply(5, &[0, 0, 2, 0, 0, 0, 0, 0]),
+            "an error with extents",
+        );
+        let truncated = &alloc_reply(0, &[])[..HEADER_LEN + 10];
+        let mut b = truncated.to_vec();
+        b[8..12].copy_from_slice(&10u32.to_be_bytes());
+        refused(&b, "no room for the errno");
+        let mut b = Vec::new();
+        let req = Packet::AllocReq {
+            volume: 0,
+            id: 1,
+            offset: 0,
+            len: 0,
+        };
+        encode(&req, &mut b);
+        refused(&b, "a zero-length request");
     }
 
     proptest::proptest! {

@@ -5,7 +5,8 @@
 
 use proptest::prelude::*;
 use tandem_wire::packet::{
-    split_brain_flags, volume_flags, write_flags, DiskState, GenIds, Role, GI_HISTORY,
+    split_brain_flags, volume_flags, write_flags, AllocExtent, DiskState, GenIds, Role, GI_HISTORY,
+    MAX_ALLOC_EXTENTS,
 };
 use tandem_wire::{decode, encode, Decoded, Packet};
 
@@ -20,11 +21,27 @@ struct Fields {
     flags: u32,
     data: Vec<u8>,
     text: String,
+    /// A block status answer's extents, well formed (see `alloc_extents`).
+    extents: Vec<u8>,
+}
+
+/// Up to `MAX_ALLOC_EXTENTS` whole (length, flags) pairs from arbitrary bytes: nonzero
+/// lengths, known flags.
+fn alloc_extents(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in raw.chunks_exact(5).take(MAX_ALLOC_EXTENTS) {
+        let e = AllocExtent {
+            len: u32::from_be_bytes([c[0], c[1], c[2], c[3]]).max(1),
+            hole: c[4] % 2 == 1,
+        };
+        e.encode(&mut out);
+    }
+    out
 }
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..30,
+        0u8..32,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -34,6 +51,7 @@ fn fields() -> impl Strategy<Value = Fields> {
         "[ -~]{0,40}",
     )
         .prop_map(|(kind, a, b, c, d, flags, data, text)| Fields {
+            extents: alloc_extents(&data),
             kind,
             a,
             b,
@@ -186,6 +204,24 @@ fn packet(f: &Fields) -> Packet<'_> {
             primary: f.d as u8,
             incarnation: f.b,
             seq: f.a,
+        },
+        29 => Packet::AllocReq {
+            volume: f.d,
+            id: f.a,
+            offset: f.b,
+            len: f.c.max(1),
+        },
+        30 => Packet::AllocReply {
+            volume: f.d,
+            id: f.a,
+            errno: 0,
+            extents: &f.extents,
+        },
+        31 => Packet::AllocReply {
+            volume: f.d,
+            id: f.a,
+            errno: f.c.max(1),
+            extents: &[],
         },
         19 => Packet::ReadReply {
             id: f.a,

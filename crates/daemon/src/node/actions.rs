@@ -141,6 +141,7 @@ impl NodeReactor {
         };
         match a.kind {
             DiskKind::Read { offset, len } => self.read(a, backing, offset, len, out),
+            DiskKind::Allocation { offset, len } => self.allocation(a, &backing, offset, len, out),
             DiskKind::Write { offset, len } => {
                 let bytes = match data {
                     Bytes::Ref(d, ctx) => d
@@ -208,6 +209,25 @@ impl NodeReactor {
             self.pool.put(buf);
         }
         self.disk_done(a, result, out);
+    }
+
+    /// A peer's block status: the map of `len` bytes at `offset`, made on the loop as a
+    /// local one is (a bounded number of `lseek` calls), into a read buffer the reply takes.
+    fn allocation(
+        &mut self,
+        a: DiskAction,
+        backing: &Backing,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<RAction>,
+    ) {
+        let mut map = Vec::new();
+        let n = crate::nbd_glue::allocation_extents(backing, offset, len, &mut map);
+        let mut buf = self.pool.get(map.len());
+        buf.copy_from_slice(&map);
+        self.res[a.r].data.read_done(a.token, buf);
+        self.spent_reads.push((a.r, a.token));
+        (self.res[a.r].engine).allocation_done(a.volume, a.token, Ok(n), out);
     }
 
     /// A write of `len` bytes done on the loop: its held bytes go, the sync plan counts it.
@@ -429,6 +449,10 @@ impl NodeReactor {
             ..
         }
         | Msg::ResyncReply {
+            data: Some(DataRef::Disk(t)),
+            ..
+        }
+        | Msg::AllocReply {
             data: Some(DataRef::Disk(t)),
             ..
         } = msg

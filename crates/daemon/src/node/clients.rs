@@ -179,25 +179,7 @@ impl NodeReactor {
                 nbd_glue::refuse_shutting_down(&mut conn.out, structured, req.cookie);
             }
             Decoded::Request(req, _) if matches!(req.command, Command::BlockStatus { .. }) => {
-                self.handled += 1;
-                let res = &self.res[r];
-                let min_block = res.exports[v].block.minimum;
-                // Answered on the spot: see `Resource::allocation_map` for why that is in
-                // order with the writes.
-                match res.engine.allocation_map(v as u16) {
-                    Ok(AllocationMap::Local) => {
-                        let store = res.backings.get(v).and_then(Option::as_deref);
-                        nbd_glue::block_status(&mut conn.out, &req, min_block, store);
-                    }
-                    Ok(AllocationMap::Unknown) => {
-                        nbd_glue::block_status(&mut conn.out, &req, min_block, None);
-                    }
-                    Err(e) => {
-                        let (errno, msg) = nbd_glue::describe(e, Served::Replicated);
-                        debug!(client = %conn.name, cookie = req.cookie, "block status refused: {msg}");
-                        reply::error(&mut conn.out, structured, req.cookie, errno, &msg);
-                    }
-                }
+                self.block_status(k, r, v, req, structured);
             }
             Decoded::Request(req, payload) => {
                 conn.in_flight += 1;
@@ -205,6 +187,47 @@ impl NodeReactor {
             }
         }
         ControlFlow::Continue(n)
+    }
+
+    /// A block status request (`base:allocation`) of client `k`, answered where
+    /// `Resource::allocation_map` says: on the spot from the local replica's map, or with
+    /// the whole range as data (see there why that is in order with the writes); from an
+    /// up-to-date peer's map through the engine, as a read is; refused as a read would be.
+    fn block_status(&mut self, k: usize, r: usize, v: usize, req: Request, structured: bool) {
+        self.handled += 1;
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(k) else {
+            return;
+        };
+        let res = &self.res[r];
+        let min_block = res.exports[v].block.minimum;
+        match res.engine.allocation_map(v as u16) {
+            Ok(AllocationMap::Local) => {
+                let store = res.backings.get(v).and_then(Option::as_deref);
+                nbd_glue::block_status(&mut conn.out, &req, min_block, store);
+            }
+            Ok(AllocationMap::Unknown) => {
+                nbd_glue::block_status(&mut conn.out, &req, min_block, None);
+            }
+            Ok(AllocationMap::Peer) => {
+                conn.in_flight += 1;
+                let id = ReqId(self.slots.insert(Slot {
+                    entry: k,
+                    cookie: req.cookie,
+                    structured,
+                    answer: Answer::BlockStatus { req, min_block },
+                    arrived: Instant::now(),
+                    op: None,
+                }) as u64);
+                let mut actions = Vec::new();
+                (self.res[r].engine).block_status(id, v as u16, req.offset, req.len, &mut actions);
+                self.run_actions(r, actions, Ctx::default());
+            }
+            Err(e) => {
+                let (errno, msg) = nbd_glue::describe(e, Served::Replicated);
+                debug!(client = %conn.name, cookie = req.cookie, "block status refused: {msg}");
+                reply::error(&mut conn.out, structured, req.cookie, errno, &msg);
+            }
+        }
     }
 
     /// The NBD handshake of connection `k` (to volume `v` of resource `r`): true once it
@@ -288,7 +311,10 @@ impl NodeReactor {
             _ => {}
         }
         let io = nbd_glue::io_of(&req);
-        let read = matches!(io, Io::Read { .. }).then_some((req.offset, req.len));
+        let answer = match io {
+            Io::Read { offset, len } => Answer::Read { offset, len },
+            _ => Answer::Done,
+        };
         let op = match io {
             Io::Read { .. } => Some(Op::Read),
             Io::Write { .. } | Io::Trim { .. } | Io::Zero { .. } => Some(Op::Write),
@@ -299,7 +325,7 @@ impl NodeReactor {
             entry: k,
             cookie: req.cookie,
             structured,
-            read,
+            answer,
             arrived: Instant::now(),
             op,
         }) as u64);
@@ -429,8 +455,8 @@ impl NodeReactor {
         self.al_app_done(r, req);
         let slot = self.slots.remove(req.0 as usize);
         self.count_request(r, slot.op, slot.arrived);
-        // The read's bytes, taken out of the store (or borrowed from the packet being
-        // handled) so they are copied once, straight into the reply.
+        // The read's bytes (a peer's map), taken out of the store (or borrowed from the
+        // packet being handled) so they are copied once, straight into the reply.
         let disk_buf = match data {
             Some(DataRef::Disk(t)) => self.res[r].data.take_read(t),
             _ => None,
@@ -439,10 +465,6 @@ impl NodeReactor {
             Some(DataRef::Disk(_)) => disk_buf.as_deref(),
             Some(d) => self.res[r].data.resolve(d, ctx),
             None => None,
-        };
-        let bytes = match (result, slot.read) {
-            (Ok(()), Some((_, len))) => bytes.map(|b| &b[..len as usize]),
-            _ => None,
         };
         let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
             if let Some(b) = disk_buf {
@@ -455,46 +477,45 @@ impl NodeReactor {
             self.resume.push(slot.entry);
         }
         conn.in_flight -= 1;
-        match (result, slot.read, bytes) {
-            // Whatever became of it, a fenced client hears that the volume was taken away.
-            _ if conn.fenced => {
-                reply::error(
-                    &mut conn.out,
-                    slot.structured,
-                    slot.cookie,
-                    Errno::Io,
-                    FENCED,
-                );
-            }
-            (Ok(()), Some((offset, len)), Some(b)) => {
-                if slot.structured {
-                    reply::read_data_chunk(&mut conn.out, slot.cookie, offset, len);
-                } else {
-                    reply::simple(&mut conn.out, slot.cookie, 0);
-                }
-                conn.out.extend_from_slice(b);
-            }
-            (Ok(()), None, _) => reply::simple(&mut conn.out, slot.cookie, 0),
-            (Ok(()), Some(_), None) => {
-                error!(client = %conn.name, "read completed without data; answering EIO");
-                reply::error(
-                    &mut conn.out,
-                    slot.structured,
-                    slot.cookie,
-                    Errno::Io,
-                    "internal error: read data missing",
-                );
-            }
-            (Err(e), _, _) => {
-                let (errno, msg) = nbd_glue::describe(e, Served::Replicated);
-                debug!(client = %conn.name, cookie = slot.cookie, "request failed: {msg}");
-                reply::error(&mut conn.out, slot.structured, slot.cookie, errno, &msg);
-            }
-        }
+        reply_to(conn, &slot, result, bytes);
         if let Some(b) = disk_buf {
             self.pool.put(b);
         }
         let entry = slot.entry;
         self.mark_dirty(entry);
+    }
+}
+
+/// The reply to a completed request: one per kind of outcome.
+fn reply_to(conn: &mut Conn, slot: &Slot, result: Result<(), IoError>, bytes: Option<&[u8]>) {
+    let (out, structured, cookie) = (&mut conn.out, slot.structured, slot.cookie);
+    match (result, slot.answer) {
+        // Whatever became of it, a fenced client hears that the volume was taken away.
+        _ if conn.fenced => reply::error(out, structured, cookie, Errno::Io, FENCED),
+        (Err(e), _) => {
+            let (errno, msg) = nbd_glue::describe(e, Served::Replicated);
+            debug!(client = %conn.name, cookie, "request failed: {msg}");
+            reply::error(out, structured, cookie, errno, &msg);
+        }
+        (Ok(()), Answer::Done) => reply::simple(out, cookie, 0),
+        (Ok(()), Answer::Read { offset, len }) => match bytes {
+            Some(b) => {
+                if structured {
+                    reply::read_data_chunk(out, cookie, offset, len);
+                } else {
+                    reply::simple(out, cookie, 0);
+                }
+                out.extend_from_slice(&b[..len as usize]);
+            }
+            None => {
+                error!(client = %conn.name, "read completed without data; answering EIO");
+                let why = "internal error: read data missing";
+                reply::error(out, structured, cookie, Errno::Io, why);
+            }
+        },
+        // Without a map (no peer could answer) the whole range is data: always true.
+        (Ok(()), Answer::BlockStatus { req, min_block }) => {
+            nbd_glue::block_status_from_peer(out, &req, min_block, bytes);
+        }
     }
 }

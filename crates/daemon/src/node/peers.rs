@@ -256,7 +256,8 @@ impl NodeReactor {
         let data = match *p {
             Packet::Write { data, .. }
             | Packet::ReadReply { data, .. }
-            | Packet::ResyncReply { data, .. } => Some(data),
+            | Packet::ResyncReply { data, .. }
+            | Packet::AllocReply { extents: data, .. } => Some(data),
             _ => None,
         };
         if matches!(p, Packet::SyncProgress { .. }) {

@@ -214,10 +214,25 @@ pub(super) struct Slot {
     pub(super) entry: usize,
     pub(super) cookie: u64,
     pub(super) structured: bool,
-    pub(super) read: Option<(u64, u32)>,
+    pub(super) answer: Answer,
     /// When it arrived, and what it is, for the latency histograms.
     pub(super) arrived: Instant,
     pub(super) op: Option<crate::metrics::Op>,
+}
+
+/// What a request's reply carries besides its result.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Answer {
+    /// Nothing (a write, a flush, ...).
+    Done,
+    /// The `len` bytes read at `offset`.
+    Read { offset: u64, len: u32 },
+    /// Block status descriptors, from the map an up-to-date peer sent (`req` is the
+    /// block status request; `min_block` the export's minimum block size).
+    BlockStatus {
+        req: tandem_frontend::nbd::Request,
+        min_block: u32,
+    },
 }
 
 /// Bytes the engine may name while its actions run: those of the event being handled.

@@ -30,7 +30,19 @@ pub(super) struct Refused {
     pub(super) kind: DiskKind,
 }
 
-/// A peer's read (or resync read) waiting for an overlapping write to land here.
+/// What a peer asked to see of a range of our replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asked {
+    /// Its bytes, for a Primary's application read.
+    Read,
+    /// Its bytes, for a sync target's pull.
+    Resync,
+    /// Its allocation map, for a Primary's block status (`block_status.rs`).
+    Allocation,
+}
+
+/// A peer's read (resync read, block status) waiting for an overlapping write to land
+/// here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct WaitingRead {
     pub(super) peer: NodeId,
@@ -39,7 +51,7 @@ pub(super) struct WaitingRead {
     pub(super) id: u64,
     pub(super) offset: u64,
     pub(super) len: u32,
-    pub(super) resync: bool,
+    pub(super) what: Asked,
 }
 
 #[derive(Debug, Default)]

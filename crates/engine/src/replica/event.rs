@@ -654,6 +654,12 @@ pub enum ProtocolError {
         negative: bool,
     },
     UnknownRead(u64),
+    UnknownAllocation(u64),
+    /// A block status answer about another volume than the one asked.
+    AllocReplyVolume {
+        id: u64,
+        volume: u16,
+    },
     ReadReplyLength {
         got: usize,
         asked: u32,
@@ -717,6 +723,10 @@ impl fmt::Display for ProtocolError {
                 write!(f, "{what}acknowledgement of unknown write {seq}")
             }
             UnknownRead(id) => write!(f, "reply to unknown read {id}"),
+            UnknownAllocation(id) => write!(f, "reply to unknown block status request {id}"),
+            AllocReplyVolume { id, volume } => {
+                write!(f, "block status reply {id} about volume {volume}, not the one asked")
+            }
             ReadReplyLength { got, asked } => write!(f, "read reply of {got} bytes for {asked}"),
             ResyncReplyWithoutResync(id) => write!(f, "resync reply {id} without a resync"),
             UnknownResyncRequest(id) => write!(f, "resync reply to unknown request {id}"),

@@ -8,7 +8,8 @@
 //!
 //! Rooms (the map with what each owns and handles is in `docs/ARCHITECTURE.md`, "The
 //! engine's rooms"): `resource` dispatches over `replicas` (our replicas and the peers')
-//! and `requests` (the Primary's application I/O: `writes`, `reads`, `barriers`);
+//! and `requests` (the Primary's application I/O: `writes`, `reads`, `barriers`, block
+//! statuses);
 //! `receive` is what a Secondary does for its peers (`apply` queue), `sync` the
 //! out-of-sync lists and who syncs whom, `pull` a sync target's pulling (`resync`, `pace`),
 //! `settle` the peer acks (`acks`), `writer` the Primary's run a crash may trust,

@@ -4,7 +4,7 @@
 use super::nodeset::NodeSet;
 use super::spec::NodeId;
 use crate::io::ReqId;
-use tandem_wire::packet::{volume_flags, DiskState, GenIds, Packet, Role};
+use tandem_wire::packet::{volume_flags, DiskState, GenIds, Packet, Role, ALLOC_EXTENT_LEN};
 
 /// Names a disk operation so its completion finds its way back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,6 +19,8 @@ pub enum Token {
     PeerRead { peer: NodeId, conn: u32, id: u64 },
     /// Serving a peer's resync request.
     ResyncRead { peer: NodeId, conn: u32, id: u64 },
+    /// Mapping a range for a peer's block status (`DiskKind::Allocation`).
+    PeerAlloc { peer: NodeId, conn: u32, id: u64 },
     /// Applying part of a resync reply (we are the sync target).
     ResyncWrite { id: u64, part: u32 },
 }
@@ -152,6 +154,21 @@ pub enum Msg {
         id: u64,
         errno: u32,
         len: u32,
+        data: Option<DataRef>,
+    },
+    /// A block status of `volume`, asked of an up-to-date peer.
+    AllocReq {
+        volume: u16,
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
+    /// The answer: `extents` extents in their wire form at `data` (`None` on error).
+    AllocReply {
+        volume: u16,
+        id: u64,
+        errno: u32,
+        extents: u32,
         data: Option<DataRef>,
     },
     ResyncReq {
@@ -338,6 +355,29 @@ impl Msg {
                 id,
                 errno,
                 data: data(d, len),
+            },
+            Msg::AllocReq {
+                volume,
+                id,
+                offset,
+                len,
+            } => Packet::AllocReq {
+                volume,
+                id,
+                offset,
+                len,
+            },
+            Msg::AllocReply {
+                volume,
+                id,
+                errno,
+                extents,
+                data: d,
+            } => Packet::AllocReply {
+                volume,
+                id,
+                errno,
+                extents: data(d, extents * ALLOC_EXTENT_LEN as u32),
             },
             Msg::ResyncReq {
                 volume,

@@ -254,6 +254,8 @@ pub(super) struct Peer {
     pub(super) app_waiting: BTreeMap<u64, ReqId>,
     pub(super) barriers_out: BTreeMap<u64, u64>,
     pub(super) reads_out: BTreeMap<u64, ReqId>,
+    /// Block statuses asked of it (`block_status.rs`).
+    pub(super) allocs_out: BTreeMap<u64, ReqId>,
     // As receiver.
     pub(super) rx_pending: BTreeSet<u64>,
     /// Writes it sent us (as Primary) that it has not told settled (see `settle.rs`).
@@ -506,6 +508,7 @@ impl Peer {
             app_waiting: BTreeMap::new(),
             barriers_out: BTreeMap::new(),
             reads_out: BTreeMap::new(),
+            allocs_out: BTreeMap::new(),
             rx_pending: BTreeSet::new(),
             rx_unsettled: BTreeMap::new(),
             conn: 0,
@@ -573,6 +576,7 @@ impl Peer {
             app_waiting: std::mem::take(&mut self.app_waiting),
             barriers_out: std::mem::take(&mut self.barriers_out),
             reads_out: std::mem::take(&mut self.reads_out),
+            allocs_out: std::mem::take(&mut self.allocs_out),
         }
     }
 
@@ -586,9 +590,13 @@ impl Peer {
     }
 
     /// Answers it owes us that this room knows of: replicated writes not confirmed
-    /// written, barriers, reads (the caller adds resync requests and generation ids).
+    /// written, barriers, reads, block statuses (the caller adds resync requests and
+    /// generation ids).
     pub(super) fn owes_answers(&self) -> bool {
-        !self.unacked.is_empty() || !self.barriers_out.is_empty() || !self.reads_out.is_empty()
+        !self.unacked.is_empty()
+            || !self.barriers_out.is_empty()
+            || !self.reads_out.is_empty()
+            || !self.allocs_out.is_empty()
     }
 
     /// When the ping outstanding (if any) is overdue, judged as `judge` says: its
@@ -650,6 +658,7 @@ pub(super) struct Orphans {
     pub(super) app_waiting: BTreeMap<u64, ReqId>,
     pub(super) barriers_out: BTreeMap<u64, u64>,
     pub(super) reads_out: BTreeMap<u64, ReqId>,
+    pub(super) allocs_out: BTreeMap<u64, ReqId>,
 }
 
 /// The peers of a resource, and what is asked of them together.

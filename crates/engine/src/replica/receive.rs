@@ -1,10 +1,10 @@
 //! What a Secondary (or a sync source) does for its peers: applies the Primary's writes
-//! in order, answers its barriers once they are written and flushed, and serves reads
-//! and resync reads of its replica.
+//! in order, answers its barriers once they are written and flushed, and serves reads,
+//! resync reads and block statuses (`block_status.rs`) of its replica.
 
 use super::acks::Received;
 use super::action::RAction;
-use super::apply::WaitingRead;
+use super::apply::{Asked, WaitingRead};
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::Bitmap;
 use super::event::{LocalFailure, ProtocolError};
@@ -85,9 +85,19 @@ impl Replicas {
                 id,
                 offset,
                 len,
+            }
+            | Packet::AllocReq {
+                volume,
+                id,
+                offset,
+                len,
             } => {
                 self.check_range(volume, offset, u64::from(len))?;
-                let resync = matches!(packet, Packet::ResyncReq { .. });
+                let what = match packet {
+                    Packet::ResyncReq { .. } => Asked::Resync,
+                    Packet::AllocReq { .. } => Asked::Allocation,
+                    _ => Asked::Read,
+                };
                 let conn = self.peers[i].conn;
                 let ask = WaitingRead {
                     peer,
@@ -95,7 +105,7 @@ impl Replicas {
                     id,
                     offset,
                     len,
-                    resync,
+                    what,
                 };
                 self.serve_read(volume, ask, out);
             }
@@ -253,7 +263,7 @@ impl Replicas {
         }
     }
 
-    /// A peer's read (or resync read) of our replica.
+    /// A peer's read (resync read, block status) of our replica.
     pub(super) fn serve_read(&mut self, volume: u16, ask: WaitingRead, out: &mut Vec<RAction>) {
         let v = volume as usize;
         let WaitingRead {
@@ -262,33 +272,42 @@ impl Replicas {
             id,
             offset,
             len,
-            resync,
+            what,
         } = ask;
-        let serve = if resync {
-            self.has_range(v, offset, u64::from(len))
-        } else {
-            self.vols[v].disk == DiskState::UpToDate
+        let serve = match what {
+            Asked::Resync => self.has_range(v, offset, u64::from(len)),
+            Asked::Read | Asked::Allocation => self.vols[v].disk == DiskState::UpToDate,
         };
         if !serve {
             // For a resync, not an error: we lack it too for now; the target asks
             // elsewhere or later.
-            let errno = if resync { EAGAIN } else { EIO };
-            let msg = reply(resync, volume, id, offset, len, errno, None);
+            let errno = if what == Asked::Resync { EAGAIN } else { EIO };
+            let msg = reply(what, volume, id, offset, len, errno, None);
             return out.push(RAction::Send { peer, msg });
         }
         // A read must see every write that reached us before it: wait for overlapping ones.
+        // So must a block status: a hole it reports may be a write's range still landing.
         if self.vols[v].apply.busy(offset, u64::from(len)) {
             return self.vols[v].apply.wait_read(ask);
         }
-        let token = if resync {
-            Token::ResyncRead { peer, conn, id }
-        } else {
-            Token::PeerRead { peer, conn, id }
+        let (token, kind) = match what {
+            Asked::Read => (
+                Token::PeerRead { peer, conn, id },
+                DiskKind::Read { offset, len },
+            ),
+            Asked::Resync => (
+                Token::ResyncRead { peer, conn, id },
+                DiskKind::Read { offset, len },
+            ),
+            Asked::Allocation => (
+                Token::PeerAlloc { peer, conn, id },
+                DiskKind::Allocation { offset, len },
+            ),
         };
         out.push(RAction::Disk {
             volume,
             token,
-            kind: DiskKind::Read { offset, len },
+            kind,
             data: None,
         });
     }
@@ -352,16 +371,18 @@ impl Replicas {
             let served = pv.served.get_or_insert_with(|| Bitmap::new(size));
             pv.oos.move_range(offset, u64::from(len), served);
         }
-        let msg = reply(resync, volume, id, offset, len, errno, data);
+        let what = if resync { Asked::Resync } else { Asked::Read };
+        let msg = reply(what, volume, id, offset, len, errno, data);
         if current.is_some() {
             out.push(RAction::Send { peer, msg });
         }
     }
 }
 
-/// The answer to a peer's read (`resync`: a resync read) of `len` bytes at `offset`.
+/// The answer to a peer's read (resync read) of `len` bytes at `offset`; to a block
+/// status only an error (see `allocation_done` for the map).
 fn reply(
-    resync: bool,
+    what: Asked,
     volume: u16,
     id: u64,
     offset: u64,
@@ -369,21 +390,27 @@ fn reply(
     errno: u32,
     data: Option<DataRef>,
 ) -> Msg {
-    if resync {
-        Msg::ResyncReply {
+    match what {
+        Asked::Resync => Msg::ResyncReply {
             volume,
             id,
             offset,
             errno,
             len,
             data,
-        }
-    } else {
-        Msg::ReadReply {
+        },
+        Asked::Read => Msg::ReadReply {
             id,
             errno,
             len,
             data,
-        }
+        },
+        Asked::Allocation => Msg::AllocReply {
+            volume,
+            id,
+            errno,
+            extents: 0,
+            data: None,
+        },
     }
 }

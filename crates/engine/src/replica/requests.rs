@@ -1,7 +1,8 @@
 //! The application's requests on the Primary: writes (ordered, replicated, answered
-//! once every replica did as the protocol asks), reads (routed to a current replica) and
-//! barriers (FLUSH and FUA made durable on every replica; reads and barriers in
-//! `requests/reading.rs` and `requests/flushing.rs`).
+//! once every replica did as the protocol asks), reads (routed to a current replica),
+//! barriers (FLUSH and FUA made durable on every replica) and block statuses (reads,
+//! barriers and block statuses in `requests/reading.rs`, `requests/flushing.rs` and
+//! `requests/block_status.rs`).
 
 use super::acks::{Local, Settling};
 use super::action::RAction;
@@ -21,11 +22,13 @@ use rustc_hash::FxHashMap as HashMap;
 use tandem_wire::packet::{write_flags as wf, DiskState, Packet, Role};
 use tandem_wire::Errno;
 
+mod block_status;
 mod flushing;
 mod reading;
 mod suspended;
 
-pub use reading::AllocationMap;
+pub use block_status::AllocationMap;
+use block_status::BlockStatuses;
 use suspended::{Gate, Suspended};
 
 const EIO: u32 = Errno::Io.code();
@@ -36,6 +39,8 @@ pub(super) struct Requests {
     pub(super) writes: Writes,
     pub(super) reads: Reads,
     pub(super) barriers: Barriers,
+    /// Block statuses asked of peers (see `requests/block_status.rs`).
+    pub(super) block_statuses: BlockStatuses,
     /// Generation ids changed before a write that missed a replica completes.
     pub(super) rotations: Rotations,
     /// Writes sent and not yet settled everywhere (see `settle.rs`).
@@ -53,6 +58,7 @@ impl Requests {
             writes: Writes::new(volumes),
             reads: Reads::default(),
             barriers: Barriers::default(),
+            block_statuses: BlockStatuses::default(),
             rotations: Rotations::new(volumes),
             settling: Settling::default(),
             flushes_parked: HashMap::default(),
@@ -60,7 +66,7 @@ impl Requests {
         }
     }
 
-    /// A peer's answer to a write, barrier or read we sent it. A packet that breaks the
+    /// A peer's answer to a write, barrier, read or block status we sent it. A packet that breaks the
     /// protocol drops the connection.
     pub(super) fn on_answer(
         &mut self,
@@ -102,6 +108,15 @@ impl Requests {
             Packet::ReadReply { id, errno, data } => {
                 self.on_read_reply(rep, i, id, errno, data.len(), out)?
             }
+            Packet::AllocReply {
+                volume,
+                id,
+                errno,
+                extents,
+            } => {
+                let mapped = errno == 0 && !extents.is_empty();
+                self.on_alloc_reply(rep, i, volume, id, mapped, out)?
+            }
             _ => unreachable!("not an answer: {packet:?}"),
         }
         Ok(())
@@ -111,6 +126,7 @@ impl Requests {
     pub(super) fn in_flight(&self) -> usize {
         self.writes.len()
             + self.reads.len()
+            + self.block_statuses.len()
             + self.barriers.requests()
             + self.flushes_parked.len()
             + self.suspended.len()

@@ -448,13 +448,48 @@ impl Resource {
 
     /// Where a block status request for `volume` is answered from, now: refused as a read
     /// would be, else the local replica's allocation map where reads are served locally,
-    /// else nowhere (everything is reported as data). The engine never sees the request:
-    /// the driver answers it at once, which orders it after every write completed before
-    /// it arrived (a write completes only once written to the local replica, if there is
-    /// one), and writes still in flight need no order (NBD gives none between requests in
-    /// flight together).
+    /// else an up-to-date peer's where reads go to one ([`Resource::block_status`]), else
+    /// nowhere (everything is reported as data). Answered locally, the engine never sees
+    /// the request: the driver answers it at once, which orders it after every write
+    /// completed before it arrived (a write completes only once written to the local
+    /// replica, if there is one), and writes still in flight need no order (NBD gives none
+    /// between requests in flight together).
     pub fn allocation_map(&self, volume: u16) -> Result<super::AllocationMap, IoError> {
         self.app.allocation_map(&self.rep, volume as usize)
+    }
+
+    /// A block status request for `len` bytes of `volume` at `offset` that
+    /// [`Resource::allocation_map`] said an up-to-date peer answers: an application
+    /// request, completed with the peer's extents (`tandem_wire::packet::AllocExtent`s, in
+    /// their wire form, from `offset`) as a read's data, or, wherever no peer could answer,
+    /// `Ok` without data: the whole range is data. The peer answers once every write it
+    /// received before the request has landed, so the map shows every write completed
+    /// before it was submitted.
+    pub fn block_status(
+        &mut self,
+        req: ReqId,
+        volume: u16,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<RAction>,
+    ) {
+        self.app
+            .block_status(&mut self.rep, req, volume, offset, len, out);
+        self.after_event(out);
+    }
+
+    /// The driver mapped a range for a peer's block status ([`DiskKind::Allocation`]):
+    /// `Ok(n)`, `n` extents (at most `tandem_wire::packet::MAX_ALLOC_EXTENTS`) in their
+    /// wire form in the read buffer of `token`, as [`super::DataRef::Disk`] names it.
+    pub fn allocation_done(
+        &mut self,
+        volume: u16,
+        token: Token,
+        result: Result<u32, IoError>,
+        out: &mut Vec<RAction>,
+    ) {
+        self.rep.allocation_done(volume, token, result, out);
+        self.after_event(out);
     }
 
     /// A new application request on `volume`, already validated by the frontend.
@@ -531,6 +566,11 @@ impl Resource {
             }
             Token::PeerRead { .. } | Token::ResyncRead { .. } => {
                 self.rep.peer_read_done(volume, token, kind, result, out)
+            }
+            // Completed as any other operation (a failure, say): no extents to send.
+            Token::PeerAlloc { .. } => {
+                self.rep
+                    .allocation_done(volume, token, result.map(|()| 0), out)
             }
             Token::ResyncWrite { .. } => {
                 self.rep.vols[v].apply.landed(kind.offset(), token);

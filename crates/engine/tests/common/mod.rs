@@ -19,6 +19,7 @@ use tandem_engine::replica::{
     GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
+use tandem_wire::packet::{AllocExtent, MAX_ALLOC_EXTENTS};
 
 pub const SIZE: u64 = 1 << 20;
 pub const BLOCK: u64 = 4096;
@@ -99,6 +100,9 @@ pub struct Net {
     pub dropped: Vec<(NodeId, NodeId)>,
     /// Application completions: (node, request, result).
     pub done: Vec<(NodeId, ReqId, Result<(), IoError>)>,
+    /// The bytes of completions that named some (a read's, a block status's map):
+    /// (node, request, bytes).
+    pub done_data: Vec<(NodeId, ReqId, Vec<u8>)>,
     pub events: Vec<(NodeId, Event)>,
     /// Split brains left unresolved (`RAction::SplitBrain`): (node, peer, why). The link
     /// is cut, as a driver stops the connection.
@@ -213,6 +217,7 @@ impl Net {
             settled: Vec::new(),
             dropped: Vec::new(),
             done: Vec::new(),
+            done_data: Vec::new(),
             events: Vec::new(),
             split_brains: Vec::new(),
             diskless_primary,
@@ -369,6 +374,27 @@ impl Net {
     /// Node `n`'s disk requests wait: what it is sent has not landed yet.
     pub fn hold_disk(&mut self, n: NodeId) {
         self.stores[n as usize].held = true;
+    }
+
+    /// Node `n`'s held disk requests (see `hold_disk`) land, in order, and its disk
+    /// answers at once again.
+    pub fn release_disk(&mut self, n: NodeId) {
+        let store = &mut self.stores[n as usize];
+        store.held = false;
+        for job in std::mem::take(&mut store.parked) {
+            self.queue.push_back((n, job));
+        }
+        self.run();
+    }
+
+    /// The kinds of node `n`'s held disk requests, in order.
+    pub fn parked(&self, n: NodeId) -> Vec<DiskKind> {
+        (self.stores[n as usize].parked.iter())
+            .filter_map(|j| match j {
+                Job::Disk { kind, .. } => Some(*kind),
+                Job::Send { .. } => None,
+            })
+            .collect()
     }
 
     /// Node `n`'s held disk requests (see `hold_disk`) fail with EIO, in order, and its
@@ -577,7 +603,13 @@ impl Net {
                 RAction::Forget { key } => {
                     self.stores[n as usize].kept.remove(&key);
                 }
-                RAction::Complete { req, result, .. } => self.done.push((n, req, result)),
+                RAction::Complete { req, result, data } => {
+                    if let Some(d) = data {
+                        let bytes = self.resolve(n, d, &inputs);
+                        self.done_data.push((n, req, bytes));
+                    }
+                    self.done.push((n, req, result));
+                }
                 RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
                 RAction::Disconnect { peer, .. } => self.dropped.push((n, peer)),
                 RAction::Event(e) => self.events.push((n, e)),
@@ -642,6 +674,27 @@ impl Net {
                     let disk = &mut self.stores[n as usize].disk;
                     let range = |o: u64, l: u32| o as usize..(o + u64::from(l)) as usize;
                     let mut read = None;
+                    if let DiskKind::Allocation { offset, len } = kind {
+                        let map = allocation(&disk[range(offset, len)]);
+                        let mut out = Vec::new();
+                        let n_extents = map.len() as u32;
+                        let bytes: Vec<u8> = map
+                            .iter()
+                            .flat_map(|e| {
+                                let mut b = Vec::new();
+                                e.encode(&mut b);
+                                b
+                            })
+                            .collect();
+                        let node = &mut self.nodes[n as usize];
+                        node.allocation_done(volume, token, Ok(n_extents), &mut out);
+                        let inputs = Inputs {
+                            read: Some((token, &bytes)),
+                            ..Inputs::default()
+                        };
+                        self.queue_actions(n, out, inputs);
+                        continue;
+                    }
                     match kind {
                         DiskKind::Read { offset, len } => {
                             read = Some(disk[range(offset, len)].to_vec());
@@ -652,7 +705,7 @@ impl Net {
                         DiskKind::Trim { offset, len } | DiskKind::Zero { offset, len, .. } => {
                             disk[range(offset, len)].fill(0);
                         }
-                        DiskKind::Cache { .. } | DiskKind::Flush => {}
+                        DiskKind::Cache { .. } | DiskKind::Flush | DiskKind::Allocation { .. } => {}
                     }
                     let mut out = Vec::new();
                     self.nodes[n as usize].disk_done(volume, token, kind, Ok(()), &mut out);
@@ -724,6 +777,23 @@ impl Net {
         };
         self.queue_actions(n, out, inputs);
         self.run();
+    }
+
+    /// The application asks node `n` for the block status of `len` bytes at `offset`, as
+    /// the daemon does where `Resource::allocation_map` says a peer answers.
+    pub fn block_status(&mut self, n: NodeId, req: u64, offset: u64, len: u32) {
+        let mut out = Vec::new();
+        self.nodes[n as usize].block_status(ReqId(req), 0, offset, len, &mut out);
+        self.queue_actions(n, out, Inputs::default());
+        self.run();
+    }
+
+    /// The map a block status request `req` of node `n` completed with: `None` if it
+    /// completed without one (the whole range is data), unanswered or failed.
+    pub fn block_status_answer(&self, n: NodeId, req: u64) -> Option<Vec<AllocExtent>> {
+        (self.done_data.iter())
+            .find(|&&(m, r, _)| m == n && r == ReqId(req))
+            .map(|(_, _, b)| AllocExtent::decode_all(b).collect())
     }
 
     pub fn write(&mut self, req: u64, offset: u64, len: u32) {
@@ -900,4 +970,22 @@ fn blocks(ranges: impl IntoIterator<Item = (u64, u32)>) -> BTreeSet<u64> {
     (ranges.into_iter())
         .flat_map(|(o, len)| o / BLOCK..(o + u64::from(len)).div_ceil(BLOCK))
         .collect()
+}
+
+/// The allocation map of `bytes` as this disk keeps it: a 4 KiB block of zeroes (or the
+/// zero tail of the range) is a hole, adjacent extents of one kind merged, at most
+/// `MAX_ALLOC_EXTENTS` of them (the rest is left out, as a driver stops at its cap).
+fn allocation(bytes: &[u8]) -> Vec<AllocExtent> {
+    let mut map: Vec<AllocExtent> = Vec::new();
+    for chunk in bytes.chunks(BLOCK as usize) {
+        let hole = chunk.iter().all(|&b| b == 0);
+        let len = chunk.len() as u32;
+        let full = map.len() == MAX_ALLOC_EXTENTS;
+        match map.last_mut() {
+            Some(last) if last.hole == hole => last.len += len,
+            _ if full => break,
+            _ => map.push(AllocExtent { len, hole }),
+        }
+    }
+    map
 }

@@ -1,25 +1,14 @@
 //! The application's reads on the Primary: served by the local replica if it is up to
 //! date, else by an up-to-date peer (round robin), tried elsewhere when one fails.
 
-use super::{Gate, Requests};
+use super::Requests;
 use crate::io::{DiskKind, IoError, ReqId};
 use crate::replica::action::RAction;
 use crate::replica::event::ProtocolError;
 use crate::replica::msg::{DataRef, Msg, Token};
 use crate::replica::replicas::Replicas;
 use crate::replica::spec::NodeId;
-use tandem_wire::packet::{DiskState, Role};
-
-/// Where the answer to a block status request comes from (see
-/// [`Resource::allocation_map`](crate::replica::Resource::allocation_map)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AllocationMap {
-    /// The local replica's: a read would be served here, so its holes are the volume's.
-    Local,
-    /// None: no replica here can say (diskless, being synced, not current). The whole
-    /// range is data, which is always a true answer.
-    Unknown,
-}
+use tandem_wire::packet::DiskState;
 
 impl Requests {
     /// Sends a read to the local replica if it is up to date, else to an up-to-date peer
@@ -43,17 +32,8 @@ impl Requests {
                 data: None,
             });
         }
-        // A peer says UpToDate until it hears what it missed: never read from it where we
-        // know it lacks writes.
-        let candidates: Vec<NodeId> = rep
-            .peers
-            .up()
-            .filter(|p| {
-                p.vols[v].disk == Some(DiskState::UpToDate)
-                    && !p.vols[v].oos.any_in(offset, u64::from(len))
-                    && !self.reads.tried(req, p.id)
-            })
-            .map(|p| p.id)
+        let candidates: Vec<NodeId> = read_sources(rep, v, offset, u64::from(len))
+            .filter(|&p| !self.reads.tried(req, p))
             .collect();
         if candidates.is_empty() {
             self.reads.end(req);
@@ -74,26 +54,6 @@ impl Requests {
             len,
         };
         out.push(RAction::Send { peer, msg });
-    }
-
-    /// A block status request of volume `v`, decided as a read is (see `submit_io` and
-    /// [`Self::route_read`]): refused where a read would be, from the local replica's map
-    /// where a read would be served locally. Held reads (no quorum, suspend-io) wait; a
-    /// block status need not, "all data" is true meanwhile.
-    pub(in crate::replica) fn allocation_map(
-        &self,
-        rep: &Replicas,
-        v: usize,
-    ) -> Result<AllocationMap, IoError> {
-        if rep.role != Role::Primary {
-            return Err(IoError::ReadOnly);
-        }
-        match Gate::of(rep, v) {
-            Gate::Fail => Err(IoError::NoQuorum),
-            Gate::Hold => Ok(AllocationMap::Unknown),
-            Gate::Go if rep.vols[v].serves_reads() => Ok(AllocationMap::Local),
-            Gate::Go => Ok(AllocationMap::Unknown),
-        }
     }
 
     pub(in crate::replica) fn on_read_reply(
@@ -129,4 +89,21 @@ impl Requests {
         });
         Ok(())
     }
+}
+
+/// The connected peers a read of this range of volume `v` may go to: up to date, and not
+/// known to lack a block of it (a peer says UpToDate until it hears what it missed: never
+/// read from it where we know it lacks writes).
+pub(in crate::replica) fn read_sources(
+    rep: &Replicas,
+    v: usize,
+    offset: u64,
+    len: u64,
+) -> impl Iterator<Item = NodeId> + '_ {
+    rep.peers
+        .up()
+        .filter(move |p| {
+            p.vols[v].disk == Some(DiskState::UpToDate) && !p.vols[v].oos.any_in(offset, len)
+        })
+        .map(|p| p.id)
 }

@@ -36,6 +36,7 @@ impl Resource {
                 .map_err(|e| format!("node {}: {e}", p.id))?;
         }
         self.app.writes.check(peers, down)?;
+        (self.app.block_statuses).check(self.rep.peers.iter().map(|p| &p.allocs_out))?;
         self.app.settling.check()?;
         for (req, w) in self.app.writes.iter() {
             if w.local == Stage::Done(false) && !self.rep.vols[w.volume as usize].diskful {

@@ -141,6 +141,7 @@ impl Resource {
                 self.app.route_read(&mut self.rep, req, out);
             }
         }
+        self.app.block_statuses_lost(orphans.allocs_out, out);
         for (v, vol) in self.rep.vols.iter_mut().enumerate() {
             if vol.resync.as_mut().is_some_and(|rs| rs.source_lost(peer)) {
                 let volume = v as u16;

@@ -105,7 +105,8 @@ impl Resource {
             | Packet::Zero { .. }
             | Packet::Barrier { .. }
             | Packet::ReadReq { .. }
-            | Packet::ResyncReq { .. } => {
+            | Packet::ResyncReq { .. }
+            | Packet::AllocReq { .. } => {
                 self.rep
                     .on_request(&mut self.app.barriers, i, packet, out)?
             }
@@ -113,7 +114,8 @@ impl Resource {
             | Packet::WriteAck { .. }
             | Packet::NegAck { .. }
             | Packet::BarrierAck { .. }
-            | Packet::ReadReply { .. } => self.app.on_answer(&mut self.rep, i, packet, out)?,
+            | Packet::ReadReply { .. }
+            | Packet::AllocReply { .. } => self.app.on_answer(&mut self.rep, i, packet, out)?,
             Packet::ResyncReply {
                 volume,
                 id,
