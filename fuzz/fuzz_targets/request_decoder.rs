@@ -57,6 +57,7 @@ fn params(data: &[u8]) -> TransmissionParams {
         block,
         structured_replies: b & 2 != 0,
         meta_context: (data[9] & 1 != 0).then_some(1),
+        block_sizes: data[9] & 2 == 0,
     }
 }
 
@@ -65,7 +66,11 @@ fn check_accepted(p: &TransmissionParams, offset: u64, len: u32, command: Comman
         Command::Disconnect => {}
         Command::Flush => assert_eq!((offset, len), (0, 0)),
         c => {
-            let min = u64::from(p.block.minimum);
+            let min = if p.block_sizes {
+                u64::from(p.block.minimum)
+            } else {
+                1
+            };
             assert!(len > 0);
             assert_eq!(offset % min, 0);
             assert_eq!(u64::from(len) % min, 0);

@@ -257,6 +257,8 @@ impl Reactor {
                         block: export.block,
                         structured_replies: neg.structured_replies,
                         meta_context: neg.meta_context,
+                        // Until the daemon serves byte-granular requests, every client is held to them.
+                        block_sizes: true,
                     };
                     let mut decoder = RequestDecoder::new(params);
                     decoder.stream_writes_from(LARGE_WRITE);

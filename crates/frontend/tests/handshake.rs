@@ -139,7 +139,19 @@ fn done(export: usize, structured_replies: bool, transmission_flags: u16) -> Han
         structured_replies,
         transmission_flags,
         meta_context: None,
+        block_sizes: false,
     })
+}
+
+/// `step` (a `Done`) for a client that asked for `NBD_INFO_BLOCK_SIZE` in its GO.
+fn sized(step: HandshakeStep) -> HandshakeStep {
+    match step {
+        HandshakeStep::Done(n) => HandshakeStep::Done(Negotiated {
+            block_sizes: true,
+            ..n
+        }),
+        other => other,
+    }
 }
 
 /// [`done`] with `base:allocation` selected (id 1).
@@ -149,6 +161,7 @@ fn done_meta(export: usize, transmission_flags: u16) -> HandshakeStep {
         structured_replies: true,
         transmission_flags,
         meta_context: Some(1),
+        block_sizes: false,
     })
 }
 
@@ -544,7 +557,10 @@ fn info_with_inconsistent_lengths_is_invalid() {
 
 #[test]
 fn info_replies_export_and_block_size() {
-    let input = cat(&[&modern(), &opt(OPT_INFO, &info_data(b"disk0", &[]))]);
+    let input = cat(&[
+        &modern(),
+        &opt(OPT_INFO, &info_data(b"disk0", &[INFO_BLOCK_SIZE])),
+    ]);
     let (n, step, out) = run(&input);
     assert_eq!((n, step), (input.len(), HandshakeStep::NeedMore));
     assert_eq!(
@@ -612,75 +628,118 @@ fn info_replies_name_and_description_when_asked() {
                 REP_INFO,
                 &cat(&[&INFO_NAME.to_be_bytes(), b"archive"])
             ),
-            rep(OPT_INFO, REP_INFO, &info_block(4096, 4096, 32 << 20)),
             rep(OPT_INFO, REP_ACK, b""),
         ]
     );
 }
 
+/// Block sizes go only to a client that asks: one that does not is served at any byte
+/// granularity (the spec's default minimum of 1), which an unasked 512 would contradict.
+/// A GO that asks binds the client to them (`Negotiated::block_sizes`); an INFO that asked
+/// before a GO that does not binds nothing.
+#[test]
+fn block_sizes_are_sent_to_clients_that_ask_and_bind_only_their_go() {
+    for (options, export, sized_go) in [
+        (
+            opt(OPT_GO, &info_data(b"archive", &[INFO_BLOCK_SIZE])),
+            1,
+            true,
+        ),
+        (opt(OPT_GO, &info_data(b"archive", &[])), 1, false),
+        (
+            cat(&[
+                &opt(OPT_INFO, &info_data(b"", &[INFO_BLOCK_SIZE])),
+                &opt(OPT_GO, &info_data(b"", &[INFO_NAME])),
+            ]),
+            0,
+            false,
+        ),
+    ] {
+        let input = cat(&[&modern(), &options]);
+        let (n, step, out) = run(&input);
+        let HandshakeStep::Done(neg) = step else {
+            panic!("not done: {step:?}");
+        };
+        assert_eq!(
+            (n, neg.export, neg.block_sizes),
+            (input.len(), export, sized_go)
+        );
+        let blocks: Vec<_> = replies(&out)
+            .into_iter()
+            .filter(|r| r.kind == REP_INFO && r.payload[..2] == INFO_BLOCK_SIZE.to_be_bytes())
+            .map(|r| r.option)
+            .collect();
+        let e = &exports()[export];
+        let asked: Vec<u32> = match (sized_go, export) {
+            (true, _) => vec![OPT_GO],
+            (false, 0) => vec![OPT_INFO],
+            _ => vec![],
+        };
+        assert_eq!(blocks, asked, "{options:?}");
+        if sized_go {
+            let r = replies(&out);
+            assert!(r.contains(&rep(
+                OPT_GO,
+                REP_INFO,
+                &info_block(e.block.minimum, e.block.preferred, e.block.maximum)
+            )));
+        }
+    }
+    // NBD_OPT_EXPORT_NAME cannot ask: never bound.
+    let input = cat(&[&modern(), &opt(OPT_EXPORT_NAME, b"scratch")]);
+    let (_, step, _) = run(&input);
+    assert_eq!(step, done(2, false, RW_FLAGS));
+}
+
 #[test]
 fn go_ends_in_done_with_export_and_structured_flag() {
-    let cases: Vec<(Vec<u8>, HandshakeStep)> = vec![
-        (
-            opt(OPT_GO, &info_data(b"disk0", &[])),
-            done(0, false, RW_FLAGS),
-        ),
-        (
-            opt(OPT_GO, &info_data(b"archive", &[])),
-            done(1, false, RO_FLAGS),
-        ),
-        (
-            opt(OPT_GO, &info_data(b"scratch", &[])),
-            done(2, false, RW_FLAGS),
-        ),
-        (opt(OPT_GO, &info_data(b"", &[])), done(0, false, RW_FLAGS)),
-        (
-            cat(&[
-                &opt(OPT_STRUCTURED_REPLY, b""),
-                &opt(OPT_GO, &info_data(b"archive", &[])),
-            ]),
-            done(1, true, RO_FLAGS_STRUCTURED),
-        ),
-        (
-            cat(&[
-                &opt(OPT_STRUCTURED_REPLY, b""),
-                &opt(OPT_GO, &info_data(b"scratch", &[])),
-            ]),
-            done(2, true, RW_FLAGS_STRUCTURED),
-        ),
-    ];
-    for (options, expect) in cases {
-        let input = cat(&[&modern(), &options]);
-        // Bytes after GO belong to the transmission phase and are not consumed.
-        let with_tail = cat(&[&input, &[0x25, 0x60, 0x95, 0x13]]);
-        let (n, step, out) = run(&with_tail);
-        assert_eq!((n, &step), (input.len(), &expect));
-        let HandshakeStep::Done(neg) = step else {
-            unreachable!()
-        };
-        let e = &exports()[neg.export];
-        let r = replies(&out);
-        let go: Vec<_> = r.iter().filter(|r| r.option == OPT_GO).cloned().collect();
-        assert_eq!(
-            go,
-            vec![
-                rep(
-                    OPT_GO,
-                    REP_INFO,
-                    &info_export(e.size, neg.transmission_flags)
-                ),
-                rep(
-                    OPT_GO,
-                    REP_INFO,
-                    &info_block(e.block.minimum, e.block.preferred, e.block.maximum)
-                ),
-                rep(OPT_GO, REP_ACK, b""),
-            ]
-        );
-        assert_eq!(
-            neg.transmission_flags,
-            e.transmission_flags(neg.structured_replies)
-        );
+    // Each GO once without and once with NBD_INFO_BLOCK_SIZE asked for.
+    for asked in [false, true] {
+        let items: &[u16] = if asked { &[INFO_BLOCK_SIZE] } else { &[] };
+        let go = |name: &[u8]| opt(OPT_GO, &info_data(name, items));
+        let cases: Vec<(Vec<u8>, HandshakeStep)> = vec![
+            (go(b"disk0"), done(0, false, RW_FLAGS)),
+            (go(b"archive"), done(1, false, RO_FLAGS)),
+            (go(b"scratch"), done(2, false, RW_FLAGS)),
+            (go(b""), done(0, false, RW_FLAGS)),
+            (
+                cat(&[&opt(OPT_STRUCTURED_REPLY, b""), &go(b"archive")]),
+                done(1, true, RO_FLAGS_STRUCTURED),
+            ),
+            (
+                cat(&[&opt(OPT_STRUCTURED_REPLY, b""), &go(b"scratch")]),
+                done(2, true, RW_FLAGS_STRUCTURED),
+            ),
+        ];
+        for (options, expect) in cases {
+            let expect = if asked { sized(expect) } else { expect };
+            let input = cat(&[&modern(), &options]);
+            // Bytes after GO belong to the transmission phase and are not consumed.
+            let with_tail = cat(&[&input, &[0x25, 0x60, 0x95, 0x13]]);
+            let (n, step, out) = run(&with_tail);
+            assert_eq!((n, &step), (input.len(), &expect));
+            let HandshakeStep::Done(neg) = step else {
+                unreachable!()
+            };
+            let e = &exports()[neg.export];
+            let r = replies(&out);
+            let go: Vec<_> = r.iter().filter(|r| r.option == OPT_GO).cloned().collect();
+            let mut want = vec![rep(
+                OPT_GO,
+                REP_INFO,
+                &info_export(e.size, neg.transmission_flags),
+            )];
+            if asked {
+                let block = info_block(e.block.minimum, e.block.preferred, e.block.maximum);
+                want.push(rep(OPT_GO, REP_INFO, &block));
+            }
+            want.push(rep(OPT_GO, REP_ACK, b""));
+            assert_eq!(go, want);
+            assert_eq!(
+                neg.transmission_flags,
+                e.transmission_flags(neg.structured_replies)
+            );
+        }
     }
 }
 
@@ -697,9 +756,7 @@ fn info_then_go_on_another_export() {
         kinds(&out),
         vec![
             (OPT_INFO, REP_INFO),
-            (OPT_INFO, REP_INFO),
             (OPT_INFO, REP_ACK),
-            (OPT_GO, REP_INFO),
             (OPT_GO, REP_INFO),
             (OPT_GO, REP_INFO),
             (OPT_GO, REP_ACK),
@@ -1226,7 +1283,7 @@ fn option_limit_counts_options_not_feeds() {
     let cuts: Vec<usize> = (0..input.len()).collect();
     let (n, step, out) = feed_chunked(&input, &cuts, false);
     assert_eq!((n, step), (input.len(), done(1, false, RO_FLAGS)));
-    assert_eq!(replies(&out).len(), MAX_OPTIONS as usize - 1 + 3);
+    assert_eq!(replies(&out).len(), MAX_OPTIONS as usize - 1 + 2);
     // One more option before the GO is one too many, also byte by byte.
     let mut more = modern();
     more.extend_from_slice(&opt(5000, b""));

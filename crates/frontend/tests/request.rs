@@ -23,6 +23,7 @@ fn params(
         block: BlockSizes::new(minimum),
         structured_replies,
         meta_context: None,
+        block_sizes: true,
     }
 }
 
@@ -211,14 +212,19 @@ fn check_item(p: &TransmissionParams, avail: &[u8], n: usize, out: &Decoded<'_>)
     }
 }
 
-/// Every accepted request lies within the export and is aligned.
+/// Every accepted request lies within the export, and is aligned if the client agreed to
+/// block sizes.
 fn check_accepted(p: &TransmissionParams, r: &Request) {
     match r.command {
         Command::Disconnect => {}
         Command::Flush => assert_eq!((r.offset, r.len), (0, 0)),
         c => {
             assert!(r.len > 0);
-            let min = u64::from(p.block.minimum);
+            let min = if p.block_sizes {
+                u64::from(p.block.minimum)
+            } else {
+                1
+            };
             assert_eq!(r.offset % min, 0, "{r:?}");
             assert_eq!(u64::from(r.len) % min, 0, "{r:?}");
             assert!(
@@ -750,6 +756,71 @@ fn misaligned_requests_are_einval() {
     );
 }
 
+/// A client that did not agree to block sizes may address single bytes: the same
+/// requests the test above refuses are accepted, while bounds, zero lengths and the
+/// maximum payload still hold.
+#[test]
+fn a_client_without_block_sizes_may_address_single_bytes() {
+    let p = TransmissionParams {
+        block_sizes: false,
+        ..params(SIZE, false, 4096, false)
+    };
+    for typ in [CMD_READ, CMD_WRITE, CMD_TRIM, CMD_CACHE, CMD_WRITE_ZEROES] {
+        for (offset, len) in [
+            (512, 4096),
+            (4096, 512),
+            (1, 4096),
+            (4096, 4097),
+            (8191, 8193),
+            (1, 1),
+            (510, 3),
+        ] {
+            let Out::Req(r, payload) = single(p, &wire(0, typ, 42, offset, len)) else {
+                panic!("{typ} {offset} {len} refused");
+            };
+            assert_eq!((r.offset, r.len), (offset, len));
+            if typ == CMD_WRITE {
+                assert_eq!(payload.len(), len as usize);
+            }
+        }
+        let writes_data = typ == CMD_WRITE || typ == CMD_WRITE_ZEROES;
+        let past = if writes_data {
+            Errno::NoSpc
+        } else {
+            Errno::Inval
+        };
+        assert_eq!(
+            single(p, &wire(0, typ, 43, SIZE - 1, 2)),
+            rej(43, typ, SIZE - 1, 2, past),
+            "{typ}"
+        );
+        assert!(matches!(
+            single(p, &wire(0, typ, 44, SIZE - 1, 1)),
+            Out::Req(..)
+        ));
+        assert_eq!(
+            single(p, &wire(0, typ, 45, 3, 0)),
+            rej(45, typ, 3, 0, Errno::Inval)
+        );
+    }
+    let over = MAX_PAYLOAD + 1;
+    assert_eq!(
+        single(p, &hdr(0, CMD_READ, 46, 1, over)),
+        rej(46, CMD_READ, 1, over, Errno::Inval)
+    );
+    // Bytes of a refused unaligned write are skipped as for any refused write.
+    let agreed = params(SIZE, false, 4096, false);
+    let stream = [wire(0, CMD_WRITE, 47, 1, 3), hdr(0, CMD_FLUSH, 48, 0, 0)].concat();
+    let (items, _) = drive(agreed, &[&stream]);
+    assert_eq!(
+        items,
+        vec![
+            rej(47, CMD_WRITE, 1, 3, Errno::Inval),
+            req(48, 0, 0, Command::Flush)
+        ]
+    );
+}
+
 #[test]
 fn beyond_the_end_is_enospc_for_writes_einval_otherwise() {
     let p = rw();
@@ -1087,15 +1158,26 @@ fn params_strategy() -> impl Strategy<Value = TransmissionParams> {
     // A metadata context is only ever negotiated with structured replies; the decoder must
     // still refuse block status if handed one without them.
     let meta = prop_oneof![Just(None), (1u32..4).prop_map(Some)];
-    (size, any::<bool>(), block_sizes(), any::<bool>(), meta).prop_map(
-        |(size, read_only, block, structured_replies, meta_context)| TransmissionParams {
-            size,
-            read_only,
-            block,
-            structured_replies,
-            meta_context,
-        },
+    (
+        size,
+        any::<bool>(),
+        block_sizes(),
+        any::<bool>(),
+        meta,
+        any::<bool>(),
     )
+        .prop_map(
+            |(size, read_only, block, structured_replies, meta_context, agreed)| {
+                TransmissionParams {
+                    size,
+                    read_only,
+                    block,
+                    structured_replies,
+                    meta_context,
+                    block_sizes: agreed,
+                }
+            },
+        )
 }
 
 /// Splits `stream` into chunks whose sizes cycle through `sizes`.
@@ -1198,7 +1280,7 @@ fn model(p: &TransmissionParams, r: &ModelReq) -> Result<Command, Errno> {
         return Err(Errno::Inval);
     }
     let min = u64::from(p.block.minimum);
-    if offset % min != 0 || u64::from(len) % min != 0 {
+    if p.block_sizes && (offset % min != 0 || u64::from(len) % min != 0) {
         return Err(Errno::Inval);
     }
     if u128::from(offset) + u128::from(len) > u128::from(p.size) {
@@ -1365,6 +1447,7 @@ fn large_writes_can_be_streamed_by_the_caller() {
         block: tandem_frontend::nbd::BlockSizes::new(512),
         structured_replies: false,
         meta_context: None,
+        block_sizes: true,
     };
     let mut d = RequestDecoder::new(params);
     d.stream_writes_from(1 << 20);

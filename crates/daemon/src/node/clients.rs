@@ -265,6 +265,8 @@ impl NodeReactor {
                         block: export.block,
                         structured_replies: neg.structured_replies,
                         meta_context: neg.meta_context,
+                        // Until the daemon serves byte-granular requests, every client is held to them.
+                        block_sizes: true,
                     };
                     conn.phase = Phase::Transmission {
                         volume: v,

@@ -24,6 +24,11 @@ pub struct Negotiated {
     /// The id of `base:allocation` if the client selected it for this export:
     /// `NBD_CMD_BLOCK_STATUS` is allowed only then.
     pub meta_context: Option<u32>,
+    /// The client asked for `NBD_INFO_BLOCK_SIZE` in its `NBD_OPT_GO` and so agreed to
+    /// honour the block sizes it was sent. Any other client (`NBD_OPT_EXPORT_NAME`, or GO
+    /// without the request) may send requests of any byte granularity (the spec's default
+    /// minimum block size is 1).
+    pub block_sizes: bool,
 }
 
 /// Why the server hangs up during the handshake. Each is logged with the client's address.
@@ -218,7 +223,7 @@ impl Handshake {
                 if !self.no_zeroes {
                     out.extend_from_slice(&[0u8; 124]);
                 }
-                Some(HandshakeStep::Done(self.negotiated(index, flags)))
+                Some(HandshakeStep::Done(self.negotiated(index, flags, false)))
             }
             OPT_ABORT => {
                 reply(out, option, REP_ACK, &[]);
@@ -336,23 +341,28 @@ impl Handshake {
             info.extend_from_slice(export.description.as_bytes());
             reply(out, option, REP_INFO, &info);
         }
-        // Sent whether asked or not (the spec allows it): clients that honour it avoid
-        // misaligned requests, the others get EINVAL for them.
-        info.clear();
-        info.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
-        info.extend_from_slice(&export.block.minimum.to_be_bytes());
-        info.extend_from_slice(&export.block.preferred.to_be_bytes());
-        info.extend_from_slice(&export.block.maximum.to_be_bytes());
-        reply(out, option, REP_INFO, &info);
+        // Only to a client that asked: a GO that asked binds the client to these sizes,
+        // and every other client is served at any byte granularity (the spec's default
+        // minimum of 1), which an unasked minimum of 512 would contradict (libnbd, for
+        // one, then refuses unaligned requests itself).
+        let asked = wants(INFO_BLOCK_SIZE);
+        if asked {
+            info.clear();
+            info.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+            info.extend_from_slice(&export.block.minimum.to_be_bytes());
+            info.extend_from_slice(&export.block.preferred.to_be_bytes());
+            info.extend_from_slice(&export.block.maximum.to_be_bytes());
+            reply(out, option, REP_INFO, &info);
+        }
         reply(out, option, REP_ACK, &[]);
         if option == OPT_GO {
             self.state = State::Finished;
-            return Some(HandshakeStep::Done(self.negotiated(index, flags)));
+            return Some(HandshakeStep::Done(self.negotiated(index, flags, asked)));
         }
         None
     }
 
-    fn negotiated(&self, export: usize, transmission_flags: u16) -> Negotiated {
+    fn negotiated(&self, export: usize, transmission_flags: u16, block_sizes: bool) -> Negotiated {
         Negotiated {
             export,
             structured_replies: self.structured,
@@ -360,6 +370,7 @@ impl Handshake {
             // The spec ties the selection to the export then entered; one made for another
             // export does not carry over.
             meta_context: (self.meta_for == Some(export)).then_some(meta::BASE_ALLOCATION_ID),
+            block_sizes,
         }
     }
 

@@ -19,6 +19,10 @@ pub struct TransmissionParams {
     /// The id of the metadata context the client selected (`Negotiated::meta_context`):
     /// `NBD_CMD_BLOCK_STATUS` is refused without one.
     pub meta_context: Option<u32>,
+    /// The client agreed to honour `block` (`Negotiated::block_sizes`): a request not
+    /// aligned to its minimum is refused. Any other client may address single bytes; the
+    /// maximum payload and the export's bounds hold for every client.
+    pub block_sizes: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +58,8 @@ impl Command {
     }
 }
 
-/// A request that passed validation: offset and length are aligned and inside the export.
+/// A request that passed validation: inside the export, and aligned to the minimum block
+/// size if the client agreed to block sizes (`TransmissionParams::block_sizes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
     pub cookie: u64,
@@ -268,7 +273,8 @@ fn validate(
         return Err((Errno::Inval, "length exceeds the maximum block size"));
     }
     let min = u64::from(p.block.minimum);
-    if !offset.is_multiple_of(min) || !u64::from(len).is_multiple_of(min) {
+    let aligned = offset.is_multiple_of(min) && u64::from(len).is_multiple_of(min);
+    if p.block_sizes && !aligned {
         return Err((
             Errno::Inval,
             "offset or length not aligned to the minimum block size",
