@@ -16,6 +16,7 @@ pub mod metrics;
 mod nbd_glue;
 pub mod node;
 mod reactor;
+mod rmw;
 pub mod serve;
 mod serve_core;
 mod worker;

@@ -73,6 +73,8 @@ impl Reactor {
                 actions: Vec::with_capacity(64),
                 completions: Vec::with_capacity(64),
                 submitted: 0,
+                jobs: Slab::new(),
+                waiting: Default::default(),
             },
             signal_rx,
             next_conn_id: 0,
@@ -250,15 +252,14 @@ impl Reactor {
                 }
                 HandshakeStep::Done(neg) => {
                     let export = &self.core.exports[neg.export];
-                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, block_status = neg.meta_context.is_some(), "transmission phase");
+                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, block_status = neg.meta_context.is_some(), block_sizes = neg.block_sizes, "transmission phase");
                     let params = TransmissionParams {
                         size: export.size,
                         read_only: export.read_only,
                         block: export.block,
                         structured_replies: neg.structured_replies,
                         meta_context: neg.meta_context,
-                        // Until the daemon serves byte-granular requests, every client is held to them.
-                        block_sizes: true,
+                        block_sizes: neg.block_sizes,
                     };
                     let mut decoder = RequestDecoder::new(params);
                     decoder.stream_writes_from(LARGE_WRITE);
@@ -289,8 +290,18 @@ impl Reactor {
     /// Turns completed requests into replies on their connections.
     fn deliver_completions(&mut self) {
         let mut resume = Vec::new();
-        for (req, result) in self.core.completions.drain(..) {
+        // Handling a part of an unaligned request, or leaving a gate, submits more, whose
+        // inline completions are taken up by the next round below.
+        let mut batch = std::mem::take(&mut self.core.completions);
+        for (req, result) in batch.drain(..) {
             let slot = self.core.slots.remove(req.0 as usize);
+            if let Some((job, io)) = slot.part {
+                self.core.part_done(job, io, result, slot.data);
+                continue;
+            }
+            if let Some(t) = slot.ticket {
+                self.core.leave_gate(slot.volume, t);
+            }
             let c = self
                 .conns
                 .get_mut(slot.conn)
@@ -340,6 +351,9 @@ impl Reactor {
                     }
                 }
             }
+        }
+        if self.core.completions.is_empty() {
+            self.core.completions = batch;
         }
         resume.sort_unstable();
         resume.dedup();

@@ -103,6 +103,7 @@ pub(crate) fn open_volumes(exports: &[ExportConfig]) -> Result<Vec<VolumeCtx>> {
             inline_rw: !e.direct,
             backing: Arc::new(backing),
             export,
+            gate: Default::default(),
         });
     }
     Ok(volumes)

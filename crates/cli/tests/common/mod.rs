@@ -1243,6 +1243,43 @@ impl Nbd {
         Nbd::go_after_flags(conn, export, structured)
     }
 
+    /// [`Nbd::go`] without asking for `NBD_INFO_BLOCK_SIZE`: a client not bound to block
+    /// sizes, which may address single bytes.
+    #[track_caller]
+    pub fn go_unsized(mut conn: Conn, export: &str, structured: bool) -> Nbd {
+        conn.greeting();
+        conn.client_flags(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        if structured {
+            conn.option(OPT_STRUCTURED_REPLY, &[]);
+            assert_eq!(
+                conn.option_reply().kind,
+                REP_ACK,
+                "NBD_OPT_STRUCTURED_REPLY"
+            );
+        }
+        conn.option(OPT_GO, &info_request(export, &[]));
+        let details = conn
+            .info_replies(OPT_GO)
+            .unwrap_or_else(|r| panic!("NBD_OPT_GO {export:?} refused: {:?}", r.message()));
+        Nbd::transmission(conn, structured, details)
+    }
+
+    /// The old way in, `NBD_OPT_EXPORT_NAME`, which cannot ask for block sizes.
+    #[track_caller]
+    pub fn export_name(mut conn: Conn, export: &str) -> Nbd {
+        conn.greeting();
+        conn.client_flags(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+        conn.option(OPT_EXPORT_NAME, export.as_bytes());
+        let size = conn.recv_u64("the NBD_OPT_EXPORT_NAME reply");
+        let flags = conn.recv_u16("the NBD_OPT_EXPORT_NAME reply");
+        let details = ExportDetails {
+            size: Some(size),
+            flags,
+            ..Default::default()
+        };
+        Nbd::transmission(conn, false, details)
+    }
+
     /// The rest of [`Nbd::go`], for tests that sent other options first.
     #[track_caller]
     pub fn go_after_flags(mut conn: Conn, export: &str, structured: bool) -> Nbd {

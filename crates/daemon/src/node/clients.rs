@@ -12,7 +12,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::time::Instant;
 use tandem_engine::replica::{AllocationMap, AutoPromote, DataRef, RAction, Role};
-use tandem_engine::{Io, IoError, ReqId};
+use tandem_engine::{IoError, ReqId};
 use tandem_frontend::nbd::{
     reply, Command, Decoded, Errno, HandshakeStep, Request, RequestDecoder, TransmissionParams,
 };
@@ -217,6 +217,9 @@ impl NodeReactor {
                     answer: Answer::BlockStatus { req, min_block },
                     arrived: Instant::now(),
                     op: None,
+                    vol: v as u16,
+                    ticket: None,
+                    part: None,
                 }) as u64);
                 let mut actions = Vec::new();
                 (self.res[r].engine).block_status(id, v as u16, req.offset, req.len, &mut actions);
@@ -265,8 +268,7 @@ impl NodeReactor {
                         block: export.block,
                         structured_replies: neg.structured_replies,
                         meta_context: neg.meta_context,
-                        // Until the daemon serves byte-granular requests, every client is held to them.
-                        block_sizes: true,
+                        block_sizes: neg.block_sizes,
                     };
                     conn.phase = Phase::Transmission {
                         volume: v,
@@ -312,25 +314,41 @@ impl NodeReactor {
             Command::Flush => flushes.flushed(),
             _ => {}
         }
-        let io = nbd_glue::io_of(&req);
-        let answer = match io {
-            Io::Read { offset, len } => Answer::Read { offset, len },
+        let answer = match req.command {
+            Command::Read => Answer::Read {
+                offset: req.offset,
+                len: req.len,
+            },
             _ => Answer::Done,
         };
-        let op = match io {
-            Io::Read { .. } => Some(Op::Read),
-            Io::Write { .. } | Io::Trim { .. } | Io::Zero { .. } => Some(Op::Write),
-            Io::Flush => Some(Op::Flush),
+        let op = match req.command {
+            Command::Read => Some(Op::Read),
+            Command::Write { .. } | Command::Trim { .. } | Command::WriteZeroes { .. } => {
+                Some(Op::Write)
+            }
+            Command::Flush => Some(Op::Flush),
             _ => None,
         };
-        let id = ReqId(self.slots.insert(Slot {
+        let slot = Slot {
             entry: k,
             cookie: req.cookie,
             structured,
             answer,
             arrived: Instant::now(),
             op,
-        }) as u64);
+            vol: v as u16,
+            ticket: None,
+            part: None,
+        };
+        if !crate::rmw::is_aligned(&req, self.res[r].exports[v].block.minimum) {
+            return self.submit_unaligned(r, req, payload, slot);
+        }
+        let io = nbd_glue::io_of(&req);
+        let id = self.slots.insert(slot);
+        if io.is_write() && !self.enter_gate(r, id, io, req.offset, req.len, payload) {
+            return;
+        }
+        let id = ReqId(id as u64);
         let mut actions = Vec::new();
         self.res[r].engine.submit(id, v as u16, io, &mut actions);
         self.run_actions(
@@ -456,22 +474,47 @@ impl NodeReactor {
     ) {
         self.al_app_done(r, req);
         let slot = self.slots.remove(req.0 as usize);
-        self.count_request(r, slot.op, slot.arrived);
-        // The read's bytes (a peer's map), taken out of the store (or borrowed from the
-        // packet being handled) so they are copied once, straight into the reply.
+        // The read's bytes (or a peer's map), taken out of the store (or borrowed from
+        // the packet being handled) so they are copied once, straight into the reply.
         let disk_buf = match data {
             Some(DataRef::Disk(t)) => self.res[r].data.take_read(t),
             _ => None,
         };
+        let kept: Option<Vec<u8>>;
         let bytes: Option<&[u8]> = match data {
             Some(DataRef::Disk(_)) => disk_buf.as_deref(),
-            Some(d) => self.res[r].data.resolve(d, ctx),
+            Some(DataRef::Incoming { at }) => ctx.incoming.and_then(|b| b.get(at as usize..)),
+            // Not what reads complete with: copied, so the store is not borrowed.
+            Some(d) => {
+                kept = self.res[r].data.resolve(d, ctx).map(<[u8]>::to_vec);
+                kept.as_deref()
+            }
             None => None,
         };
-        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
-            if let Some(b) = disk_buf {
-                self.pool.put(b);
+        if let Some((job, io)) = slot.part {
+            self.part_done(job, io, result, bytes);
+        } else {
+            if let Some(t) = slot.ticket {
+                self.leave_gate(r, slot.vol, t);
             }
+            self.answer(r, slot, result, bytes);
+        }
+        if let Some(b) = disk_buf {
+            self.pool.put(b);
+        }
+    }
+
+    /// Answers the request of `slot` (taken out of the table) with `result` and, for a
+    /// read, `bytes` (at least its length; `reply_to` cuts them).
+    pub(super) fn answer(
+        &mut self,
+        r: usize,
+        slot: Slot,
+        result: Result<(), IoError>,
+        bytes: Option<&[u8]>,
+    ) {
+        self.count_request(r, slot.op, slot.arrived);
+        let Some(Entry::Nbd { conn, .. }) = self.entries.get_mut(slot.entry) else {
             return;
         };
         if conn.in_flight == crate::conn::MAX_IN_FLIGHT {
@@ -480,9 +523,6 @@ impl NodeReactor {
         }
         conn.in_flight -= 1;
         reply_to(conn, &slot, result, bytes);
-        if let Some(b) = disk_buf {
-            self.pool.put(b);
-        }
         let entry = slot.entry;
         self.mark_dirty(entry);
     }

@@ -32,7 +32,11 @@ impl NodeReactor {
             let wake = self
                 .engine_wake
                 .map_or(self.next_tick, |w| w.min(self.next_tick));
-            let timeout = wake.saturating_duration_since(Instant::now());
+            // Something a sync ahead set off waits to be issued: only a look for I/O.
+            let timeout = match self.deferred.is_empty() {
+                true => wake.saturating_duration_since(Instant::now()),
+                false => Duration::ZERO,
+            };
             let stretch = if self.res.iter().any(ResCtx::flush_heavy) {
                 FLUSH_HEAVY_POLL
             } else {
@@ -67,15 +71,22 @@ impl NodeReactor {
             self.send_events();
             self.advance_scrapes();
             self.flush_dirty();
-            while !self.resume.is_empty() {
-                for k in std::mem::take(&mut self.resume) {
-                    self.service_nbd(k);
+            loop {
+                while !self.resume.is_empty() {
+                    for k in std::mem::take(&mut self.resume) {
+                        self.service_nbd(k);
+                    }
+                    self.flush_dirty();
                 }
-                self.flush_dirty();
-            }
-            while !self.al_commits.is_empty() || !self.al_ready.is_empty() {
-                self.al_commit_pending();
-                self.issue_al_ready();
+                while !self.al_commits.is_empty() || !self.al_ready.is_empty() {
+                    self.al_commit_pending();
+                    self.issue_al_ready();
+                    self.flush_dirty();
+                }
+                if self.deferred.is_empty() {
+                    break;
+                }
+                self.issue_deferred();
                 self.flush_dirty();
             }
             if !self.syncs_ahead.is_empty() {

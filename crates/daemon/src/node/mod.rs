@@ -27,6 +27,7 @@ mod state;
 mod status_page;
 mod sync_reports;
 mod transport;
+mod unaligned;
 mod unsynced;
 mod watchers;
 

@@ -187,6 +187,9 @@ impl NodeReactor {
             last_scrape_build: Duration::ZERO,
             scrape_sizes: Vec::new(),
             handled: 0,
+            jobs: Slab::new(),
+            held: HashMap::default(),
+            deferred: Default::default(),
         };
         for cfg in configs {
             me.add_resource(cfg, &opts.node, false)?;
@@ -274,6 +277,7 @@ impl NodeReactor {
             .map(|v| engine.disk(v as u16))
             .collect();
         info!(resource = %cfg.name, node = %my.name, node_id = my.node_id, "replication on {}; disks {states:?}", my.address);
+        let n_volumes = exports.len();
         self.res.push(ResCtx {
             me: my.node_id,
             my_address: my.address,
@@ -298,6 +302,7 @@ impl NodeReactor {
             meta_failed: MetaFailed::No,
             presence: Presence::Serving,
             stats: super::metrics_http::ResStats::new(&my),
+            gates: (0..n_volumes).map(|_| Default::default()).collect(),
         });
         Ok(())
     }

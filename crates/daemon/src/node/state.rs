@@ -7,6 +7,7 @@ use super::peer::PeerConn;
 use crate::bufpool::{BufPool, DataBuf};
 use crate::conn::Conn;
 use crate::listener::Listener;
+use crate::rmw::Ticket;
 use crate::worker::Workers;
 use mio::{Poll, Token as MioToken};
 use rustc_hash::FxHashMap as HashMap;
@@ -112,6 +113,8 @@ pub(super) struct ResCtx {
     pub(super) presence: Presence,
     /// Its counters for the metrics (`metrics_http.rs`).
     pub(super) stats: super::metrics_http::ResStats,
+    /// Per volume: its NBD writes ordered around read-modify-writes (`crate::rmw`).
+    pub(super) gates: Vec<crate::rmw::Gate>,
 }
 
 /// A resource's life on this node.
@@ -209,7 +212,7 @@ pub(super) enum Entry {
     Http(Box<super::metrics_http::HttpConn>),
 }
 
-/// An in-flight NBD request.
+/// An in-flight NBD request, or an aligned part of one (`part`).
 pub(super) struct Slot {
     pub(super) entry: usize,
     pub(super) cookie: u64,
@@ -218,6 +221,48 @@ pub(super) struct Slot {
     /// When it arrived, and what it is, for the latency histograms.
     pub(super) arrived: Instant,
     pub(super) op: Option<crate::metrics::Op>,
+    pub(super) vol: u16,
+    /// A write's place in its volume's gate, left when it completes.
+    pub(super) ticket: Option<Ticket>,
+    /// A part (this engine request) of an unaligned request's job: (job, request). Its
+    /// completion goes to the job, which answers the client once every part has ended.
+    pub(super) part: Option<(usize, tandem_engine::Io)>,
+}
+
+/// An unaligned NBD request served in aligned parts (`crate::rmw::Job`), answered as
+/// slot `slot` once they have all ended.
+pub(super) struct NodeJob {
+    pub(super) job: crate::rmw::Job,
+    pub(super) r: usize,
+    pub(super) v: u16,
+    pub(super) slot: usize,
+    pub(super) ticket: Option<Ticket>,
+}
+
+/// A write a volume's gate holds back.
+pub(super) enum Held {
+    /// The request in slot `id`, to submit as `io` with its payload.
+    Plain {
+        id: usize,
+        io: tandem_engine::Io,
+        payload: Option<Vec<u8>>,
+    },
+    /// A job, to start with its reads.
+    Job(usize),
+}
+
+/// Engine submissions an engine action decided (a gate let a write go, a job's reads
+/// ended), which never nest inside the actions being run: issued right after them.
+pub(super) enum Deferred {
+    Plain {
+        r: usize,
+        v: u16,
+        id: usize,
+        io: tandem_engine::Io,
+        payload: Option<Vec<u8>>,
+    },
+    JobReads(usize),
+    JobWrites(usize),
 }
 
 /// What a request's reply carries besides its result.
@@ -341,4 +386,9 @@ pub(super) struct NodeReactor {
     /// its families was (the next one makes room for as much).
     pub(super) last_scrape_build: Duration,
     pub(super) scrape_sizes: Vec<usize>,
+    /// Unaligned NBD requests being served in parts (`crate::rmw`).
+    pub(super) jobs: Slab<NodeJob>,
+    /// Writes their volume's gate holds back, by (resource, volume, ticket).
+    pub(super) held: HashMap<(usize, u16, Ticket), Held>,
+    pub(super) deferred: std::collections::VecDeque<Deferred>,
 }
