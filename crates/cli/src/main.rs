@@ -303,7 +303,9 @@ struct ServeArgs {
     /// Listen on this TCP address. Default 127.0.0.1:10809 when no --socket or --listen is given.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Vec<SocketAddr>,
-    /// Minimum block size advertised to clients and enforced on requests.
+    /// Minimum block size advertised to clients that ask for block sizes and enforced on
+    /// their requests. Other clients may address single bytes: requests not aligned to it
+    /// are served by reading (and for writes rewriting) the whole blocks they touch.
     #[arg(long, default_value_t = 512)]
     block_size: u32,
     /// Description shown to clients (nbdinfo).
