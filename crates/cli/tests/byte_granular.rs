@@ -263,15 +263,19 @@ fn a_replicated_pair_answers_clients_without_block_sizes_byte_for_byte() {
 fn libnbd_without_block_sizes_reads_and_writes_single_bytes() {
     const TEST: &str = "byte_granular::libnbd_without_block_sizes_reads_and_writes_single_bytes";
     // nbdsh's own interpreter may not be the one with the bindings; any python3 that
-    // imports `nbd` runs the same script.
+    // imports `nbd` runs the same script (libnbd 1.12 or later: set_request_block_size).
+    let probe = "import nbd; nbd.NBD().set_request_block_size(False)";
     let python = ["/usr/bin/python3", "python3"].into_iter().find(|p| {
         std::process::Command::new(p)
-            .args(["-c", "import nbd"])
+            .args(["-c", probe])
             .output()
             .is_ok_and(|o| o.status.success())
     });
     let Some(python) = python else {
-        return skip(TEST, "no python3 with libnbd's bindings (python3-libnbd)");
+        return skip(
+            TEST,
+            "no python3 with libnbd's bindings, 1.12 or later (python3-libnbd)",
+        );
     };
     let dir = TestDir::new(TEST);
     let path = dir.join("disk.img");

@@ -30,8 +30,10 @@ pub struct Extent {
 const DATA: u32 = 0;
 const HOLE: u32 = STATE_HOLE | STATE_ZERO;
 
-/// The descriptors answering a request for `len` bytes at `offset` (validated: aligned to
-/// `min_block`, inside the export) from the store's `map` of it. The map may stop short of
+/// The descriptors answering a request for `len` bytes at `offset` (validated: inside the
+/// export; aligned to `min_block` unless the client did not agree to block sizes, whose
+/// descriptors then start and end where its request does) from the store's `map` of it.
+/// Holes are claimed over whole blocks of `min_block` only, in either case. The map may stop short of
 /// the request (a store bounds its work; the client asks again from where the answer ends)
 /// and may run past it (cut off); an empty map is the whole range as data.
 pub fn descriptors(
@@ -201,6 +203,19 @@ mod tests {
         assert_eq!(descriptors(0, 16384, 512, true, m), ext(&[(8192, 3)]));
         let m = map(&[(1 << 20, true)]);
         assert_eq!(descriptors(0, 4096, 512, true, m), ext(&[(4096, 3)]));
+    }
+
+    /// A client without block sizes may ask at any byte: the answer starts and ends at its
+    /// bytes, holes still over whole blocks.
+    #[test]
+    fn an_unaligned_request_is_tiled_from_its_first_byte() {
+        let m = map(&[(100, false), (5000, true), (10_000, false)]);
+        assert_eq!(
+            descriptors(1000, 10_000, 512, false, m),
+            ext(&[(536, 0), (4096, 3), (5368, 0)])
+        );
+        let m = map(&[(3, true)]);
+        assert_eq!(descriptors(1, 3, 512, true, m), ext(&[(3, 0)]));
     }
 
     #[test]
