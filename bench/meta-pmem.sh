@@ -161,34 +161,7 @@ bench_traps
 # both nodes are UpToDate, the peer link Connected/Established, nothing out
 # of sync.
 vstate() {
-  python3 - "$TANDEM_BIN" "${VDIR[$1]}" "${NODES[@]}" <<'PY'
-import json, subprocess, sys
-tbin, vdir, nodes = sys.argv[1], sys.argv[2], sys.argv[3:]
-ok = True
-for n in nodes:
-    try:
-        out = subprocess.run([tbin, "status", "--json", "--control", f"{vdir}/{n}.ctl"],
-                             capture_output=True, text=True, timeout=5)
-        res = [r for r in json.loads(out.stdout) if r["name"] == "r0"][0]
-    except Exception as e:  # not up yet
-        print(f"{n}: no status ({type(e).__name__})")
-        ok = False
-        continue
-    disks = [v["disk"] for v in res["volumes"]]
-    ok &= all(d == "UpToDate" for d in disks)
-    peers = []
-    for p in res["peers"]:
-        vols = p["volumes"]
-        ok &= p["connection"] == "Connected" and all(
-            v["replication"] == "Established" and v["peer_disk"] == "UpToDate"
-            and v["out_of_sync_kib"] == 0 for v in vols)
-        peers.append(f"{p['name']} {p['connection']}/"
-                     + ",".join(f"{v['peer_disk']}/{v['replication']}"
-                                f"/oos {v['out_of_sync_kib']} KiB" for v in vols)
-                     + (f" (last error: {p['last_error']})" if p.get("last_error") else ""))
-    print(f"{n}: {res['role']}, disk {','.join(disks)}; peers: " + "; ".join(peers))
-sys.exit(0 if ok else 1)
-PY
+  python3 "$SCRIPT_DIR/node_state.py" "$TANDEM_BIN" "${VDIR[$1]}" "${NODES[@]}"
 }
 
 # wait_nbd VARIANT SOCK — until the export at SOCK answers with the right size.

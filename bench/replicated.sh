@@ -127,36 +127,7 @@ TDIR=$WORKDIR/tandem
 # every peer link is Connected/Established, alpha and beta are UpToDate and
 # nothing is out of sync.
 tandem_state() {
-  python3 - "$TANDEM_BIN" "$TDIR" "$DISKLESS" "${NODES[@]}" <<'PY'
-import json, subprocess, sys
-tbin, tdir, diskless, nodes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-ok = True
-for n in nodes:
-    try:
-        out = subprocess.run([tbin, "status", "--json", "--control", f"{tdir}/{n}.ctl"],
-                             capture_output=True, text=True, timeout=5)
-        res = [r for r in json.loads(out.stdout) if r["name"] == "r0"][0]
-    except Exception as e:  # not up yet
-        print(f"{n}: no status ({type(e).__name__})")
-        ok = False
-        continue
-    disks = [v["disk"] for v in res["volumes"]]
-    want = "Diskless" if n == diskless else "UpToDate"
-    ok &= all(d == want for d in disks)
-    peers = []
-    for p in res["peers"]:
-        pw = "Diskless" if p["name"] == diskless else "UpToDate"
-        vols = p["volumes"]
-        ok &= p["connection"] == "Connected" and all(
-            v["replication"] == "Established" and v["peer_disk"] == pw
-            and v["out_of_sync_kib"] == 0 for v in vols)
-        peers.append(f"{p['name']} {p['connection']}/"
-                     + ",".join(f"{v['peer_disk']}/{v['replication']}"
-                                f"/oos {v['out_of_sync_kib']} KiB" for v in vols)
-                     + (f" (last error: {p['last_error']})" if p.get("last_error") else ""))
-    print(f"{n}: {res['role']}, disk {','.join(disks)}; peers: " + "; ".join(peers))
-sys.exit(0 if ok else 1)
-PY
+  python3 "$SCRIPT_DIR/node_state.py" "$TANDEM_BIN" "$TDIR" --diskless "$DISKLESS" "${NODES[@]}"
 }
 
 start_tandem() {

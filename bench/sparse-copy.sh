@@ -194,33 +194,7 @@ NODES=(alpha beta) # both diskful; alpha is Primary and serves NBD
 # node_state — one line per node; exit 0 when both are UpToDate, the peer
 # link Connected/Established and nothing out of sync.
 node_state() {
-  python3 - "$TANDEM_BIN" "$NDIR" "${NODES[@]}" <<'PY'
-import json, subprocess, sys
-tbin, d, nodes = sys.argv[1], sys.argv[2], sys.argv[3:]
-ok = True
-for n in nodes:
-    try:
-        out = subprocess.run([tbin, "status", "--json", "--control", f"{d}/{n}.ctl"],
-                             capture_output=True, text=True, timeout=5)
-        res = [r for r in json.loads(out.stdout) if r["name"] == "r0"][0]
-    except Exception as e:  # not up yet
-        print(f"{n}: no status ({type(e).__name__})")
-        ok = False
-        continue
-    disks = [v["disk"] for v in res["volumes"]]
-    ok &= all(x == "UpToDate" for x in disks)
-    peers = []
-    for p in res["peers"]:
-        vols = p["volumes"]
-        ok &= p["connection"] == "Connected" and all(
-            v["replication"] == "Established" and v["peer_disk"] == "UpToDate"
-            and v["out_of_sync_kib"] == 0 for v in vols)
-        peers.append(f"{p['name']} {p['connection']}/"
-                     + ",".join(f"{v['peer_disk']}/{v['replication']}"
-                                f"/oos {v['out_of_sync_kib']} KiB" for v in vols))
-    print(f"{n}: {res['role']}, disk {','.join(disks)}; peers: " + "; ".join(peers))
-sys.exit(0 if ok else 1)
-PY
+  python3 "$SCRIPT_DIR/node_state.py" "$TANDEM_BIN" "$NDIR" "${NODES[@]}"
 }
 
 wait_node_state() {
