@@ -574,6 +574,56 @@ fn a_killed_primary_returns_and_pulls_only_its_activity_log() {
     c.assert_replicas_identical();
 }
 
+/// kill -9 of both replicas' nodes after writes; beta starts alone (`Crashed`, Outdated:
+/// alpha, the other replica, is not there to prove it) and is killed again. Its second
+/// start is `Crashed` too, with its generation ids: an Outdated replica takes no writes,
+/// and its activity log still names where it may differ. When alpha returns the two settle
+/// by ids and pull only the log's extents, not the whole volume. Before, the second start
+/// was `Existing` (its metadata said "not consistent"): synced in full, and a replica
+/// holding the only copy of an acknowledged write lost it to an older one (failover soak
+/// seed 370003279).
+#[test]
+fn a_replica_killed_twice_before_it_is_proven_still_starts_crashed() {
+    const TEST: &str = "metadata::a_replica_killed_twice_before_it_is_proven_still_starts_crashed";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 12);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("alpha").daemon.kill9();
+    c.node_mut("beta").daemon.kill9();
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    let waiting = wait_until(SYNC_TIMEOUT, || disk_of(&c, "beta") == "Outdated");
+    assert!(waiting, "beta alone:\n{}", c.describe());
+    let beta = c.node_mut("beta");
+    beta.daemon.kill9();
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    let log = c.node("beta").daemon.log();
+    let last = &log[log.rfind("==== test harness: start").unwrap_or(0)..];
+    assert!(last.contains("starts Crashed"), "{last}");
+    let alpha = c.node_mut("alpha");
+    alpha.daemon.restart();
+    alpha.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_connected();
+    let up = wait_until(SYNC_TIMEOUT, || {
+        disk_of(&c, "alpha") == "UpToDate" && disk_of(&c, "beta") == "UpToDate"
+    });
+    assert!(up, "not UpToDate without --force:\n{}", c.describe());
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let total = total_pulled(c.node("alpha")) + total_pulled(c.node("beta"));
+    eprintln!("{TEST}: {total} bytes pulled in all after beta's second kill (activity logs 8 MiB; full {SIZE})");
+    assert!(
+        total <= 16 * MIB,
+        "pulled {total} bytes (the logs name 8 MiB; a full resync is {SIZE}):\n{}",
+        c.node("beta").daemon.log()
+    );
+    c.assert_replicas_identical();
+}
+
 /// The benchmarks' ceiling, `--unsafe-no-activity-log`, is safe in the one way that
 /// matters: a node run without the log never marks its replica consistent while running,
 /// so after kill -9 it is synced in full (it does not trust a log it never kept), and the

@@ -2679,6 +2679,55 @@ fn a_replica_proven_by_generation_ids_has_the_others_take_its_suspect_ranges() {
     );
 }
 
+/// A replica back from a crash and not yet proven (Outdated: it takes no writes) that
+/// crashes again starts as after the first crash, as a driver restores it from what
+/// `consistent` and `suspect_ranges` said: with its ids, ranking above an older replica.
+/// Before, its metadata said "not consistent": it restarted with no standing, the older
+/// replica won the contest, and the acknowledged write only it held was pulled over
+/// (failover seed 370003279).
+#[test]
+fn a_second_crash_before_the_proof_keeps_the_ids_and_the_suspect_ranges() {
+    let newer = gen(9, &[5]);
+    let mut a = back_with_ids(0, true, newer, &[(0, 8192)]);
+    let mut client = started(2, ReplicaAtStart::None);
+    connect((0, &mut a), (2, &mut client));
+    assert_eq!(
+        a.disk(0),
+        DiskState::Outdated,
+        "waits for the other replica"
+    );
+    // Crashed again: what the driver keeps decides how it starts.
+    let mut a = if a.consistent(0) {
+        back_with_ids(0, true, *a.generation(0).unwrap(), &a.suspect_ranges(0))
+    } else {
+        started(0, ReplicaAtStart::Existing)
+    };
+    assert_eq!(
+        a.suspect_ranges(0),
+        vec![(0, 8192)],
+        "the first crash's ranges"
+    );
+    let mut b = back_with_ids(1, true, gen(5, &[]), &[(65536, 4096)]);
+    let (out_a, out_b) = whole_cluster_meets(&mut a, &mut b);
+    assert_eq!(a.disk(0), DiskState::UpToDate, "{:?}", events(&out_a));
+    assert!(
+        resync_requests(&out_a).is_empty(),
+        "the newer replica pulls nothing: {:?}",
+        events(&out_a)
+    );
+    assert_eq!(
+        b.generation(0).map(|g| g.current),
+        Some(9),
+        "{:?}",
+        events(&out_b)
+    );
+    assert_eq!(
+        pulled_bytes(&out_b),
+        1 << 20,
+        "the older one is synced in full"
+    );
+}
+
 /// The same whole-cluster crash after node 1 was cut off while node 0 took writes (the
 /// Primary changed the ids first): node 1's ids are older, so node 0 is the source even
 /// though node 1 has the lower rank otherwise, and node 1's own claims are pulled, not

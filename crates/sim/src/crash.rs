@@ -367,6 +367,9 @@ impl Sim {
         // (the engine's peer acks, `RAction::Settled`), or compared with the other
         // replicas once that Primary is lost.
         ranges.extend(n.engine.unsettled_writes(v as u16));
+        // A replica back from a crash and not proven yet keeps its suspect ranges (the
+        // daemon keeps those extents in the log, or in the unsynced map, until proven).
+        ranges.extend(n.engine.suspect_ranges(v as u16));
         if i == 0 || self.sc.failover {
             for (req, p) in &self.pending {
                 if self.req_node.get(req) != Some(&(i as NodeId)) {

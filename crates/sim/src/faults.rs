@@ -314,7 +314,11 @@ impl Sim {
                 let replica = self.sc.replica(node as usize, v);
                 let consistent = replica && n.engine.consistent(v as u16);
                 let suspect = if consistent {
-                    n.disk.unsynced_blocks(v)
+                    // With the suspect ranges of a crash not proven yet: the daemon keeps
+                    // them in the log (or the unsynced map) until proven.
+                    let mut s = n.disk.unsynced_blocks(v);
+                    s.extend(n.engine.suspect_ranges(v as u16));
+                    s
                 } else {
                     Vec::new()
                 };
@@ -384,7 +388,7 @@ impl Sim {
             for (v, (consistent, suspect)) in at_crash.into_iter().enumerate() {
                 if consistent {
                     self.crash_starts += 1;
-                    self.suspect_bytes += suspect.len() as u64 * 4096;
+                    self.suspect_bytes += suspect.iter().map(|&(_, len)| len).sum::<u64>();
                     // The only replica (nothing to pull from) keeps none.
                     let _ = n.engine.restore_suspect(v as u16, suspect);
                     if let Some(run) = writer.filter(|_| !power_lost) {
@@ -463,10 +467,8 @@ impl Sim {
             .collect();
         let kept = match kept {
             Ok(kept) => kept,
-            Err(NotQuiet::Unsettled(_)) => {
-                self.note(format!(
-                    "node {node}: writes of a Primary not settled; left as after a crash"
-                ));
+            Err(e @ (NotQuiet::Unsettled(_) | NotQuiet::Unproven(_))) => {
+                self.note(format!("node {node}: {e}; left as after a crash"));
                 return None;
             }
             Err(e) => panic!("seed {}: a clean stop: {e}", self.sc.seed),

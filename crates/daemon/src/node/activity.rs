@@ -482,7 +482,12 @@ impl NodeReactor {
             let (gen, writer) = (rc.engine.generation(v as u16), rc.engine.writer());
             let engine = &rc.engine;
             let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
-            if let Err(e) = m.set_state(consistent, primary, gen, writer, bitmap_gi) {
+            // Proven, or being synced: what the map held for a second crash may go.
+            let proven = engine.suspect_ranges(v as u16).is_empty();
+            let done = m
+                .set_state(consistent, primary, gen, writer, bitmap_gi)
+                .and_then(|()| if proven { m.release_unsynced() } else { Ok(()) });
+            if let Err(e) = done {
                 error!(resource = %rc.cfg.name, volume = v,
                     "writing the metadata of {} failed: {}; the replicas of this resource detach", m.describe(), crate::error_chain(&e));
                 if rc.meta_failed == MetaFailed::No {

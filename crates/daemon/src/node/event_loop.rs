@@ -178,7 +178,12 @@ impl NodeReactor {
                     Ok(()) => {
                         info!(resource = %r.cfg.name, volume = v, "metadata of {}: stopped cleanly", m.describe())
                     }
-                    Err(e) if matches!(e.downcast_ref(), Some(NotQuiet::Unsettled(_))) => {
+                    Err(e)
+                        if matches!(
+                            e.downcast_ref(),
+                            Some(NotQuiet::Unsettled(_) | NotQuiet::Unproven(_))
+                        ) =>
+                    {
                         info!(resource = %r.cfg.name, volume = v,
                         "metadata of {}: not marked clean ({}); left as after a crash: the next start pulls what the activity log names, unless it meets the same Primary run again", m.describe(), crate::error_chain(&e))
                     }

@@ -162,6 +162,9 @@ pub(super) struct Opened {
     /// took writes from, which settles `suspect` if met again (see the engine's
     /// `writer.rs`).
     pub(super) writer: Option<PrimaryRun>,
+    /// `suspect` holds the unsynced map's extents (a crash in another boot): while the
+    /// replica stays consistent they are kept (`VolumeMeta::hold_unsynced`).
+    pub(super) map_in_suspect: bool,
     pub(super) meta: VolumeMeta,
 }
 
@@ -295,6 +298,7 @@ pub(super) fn open_replica(
             restore: Vec::new(),
             suspect: Vec::new(),
             writer: None,
+            map_in_suspect: false,
             meta: VolumeMeta::new(store, al, Vec::new()),
         });
     }
@@ -422,6 +426,9 @@ pub(super) fn open_replica(
         restore,
         suspect,
         writer,
+        map_in_suspect: found == ReplicaAtStart::Crashed
+            && !same_boot
+            && map.iter().any(|&w| w != 0),
         meta: VolumeMeta::new(store, al, map),
     })
 }
@@ -595,6 +602,32 @@ impl VolumeMeta {
         if !pages.is_empty() {
             self.store.sync()?;
         }
+        Ok(())
+    }
+
+    /// Instead of `clear_unsynced` for a replica back from a crash in another boot that
+    /// stays consistent (not yet proven): the map's extents are among its suspect ranges
+    /// (`Resource::suspect_ranges`), and a second crash must find them again. They stay
+    /// until `release_unsynced`, and the boot is written as unknown meanwhile, so that a
+    /// crash of the process alone reads the map too.
+    pub(super) fn hold_unsynced(&mut self) -> Result<()> {
+        self.unsynced.hold();
+        let mut sb = self.store.superblock().clone();
+        sb.boot_id = [0; 16];
+        self.store.write_superblock(&sb)?;
+        Ok(())
+    }
+
+    /// The replica is proven, or being synced (no longer consistent): the held extents
+    /// leave the map with the next data sync, and the boot is this one again.
+    pub(super) fn release_unsynced(&mut self) -> Result<()> {
+        if !self.unsynced.holds() {
+            return Ok(());
+        }
+        self.unsynced.release(Instant::now());
+        let mut sb = self.store.superblock().clone();
+        sb.boot_id = unsynced::boot_id();
+        self.store.write_superblock(&sb)?;
         Ok(())
     }
 

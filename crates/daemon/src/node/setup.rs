@@ -456,6 +456,7 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
     let mut disks = Vec::new();
     let mut restore = Vec::new();
     let mut suspect = Vec::new();
+    let mut held = Vec::new();
     let mut exports = Vec::new();
     for (v, vc) in cfg.volumes.iter().enumerate() {
         let nv = &my.volumes[v];
@@ -463,6 +464,7 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
             None => {
                 backings.push(None);
                 metas.push(None);
+                held.push(false);
                 disks.push(ReplicaAtStart::None);
             }
             Some(path) => {
@@ -472,6 +474,7 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
                 metas.push(Some(o.meta));
                 restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
                 suspect.push((v as u16, o.suspect, o.writer));
+                held.push(o.map_in_suspect);
             }
         }
         exports.push(ExportInfo {
@@ -516,9 +519,17 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
                     let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
                     m.set_state(consistent, false, gen, None, bitmap_gi)
                 })
-                // Only now: a crash before this line still found the suspects (a
-                // crashed replica is unproven, so not consistent, until synced).
-                .and_then(|()| m.clear_unsynced())
+                // Only now: a crash before this line still found the suspects. A crashed
+                // replica stays consistent until proven or synced (it takes no writes
+                // meanwhile, and its log's extents stay in the log), and keeps the map's
+                // extents it counted among them.
+                .and_then(|()| {
+                    if held[v] && activity_log && !engine.suspect_ranges(v as u16).is_empty() {
+                        m.hold_unsynced()
+                    } else {
+                        m.clear_unsynced()
+                    }
+                })
                 .with_context(|| format!("volume {}", cfg.volumes[v].number))?;
         }
     }

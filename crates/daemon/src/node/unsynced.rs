@@ -25,6 +25,9 @@ use tandem_meta::MD_BLOCK;
 /// Extents one map page holds.
 const EXTENTS_PER_PAGE: u64 = MD_BLOCK * 8;
 
+/// The epoch of a held extent: no sync covers it (see `Unsynced::hold`).
+const HELD: u64 = u64::MAX;
+
 #[derive(Debug, Default)]
 pub(super) struct Unsynced {
     /// The map, one bit per extent (empty: the metadata has none, version 1).
@@ -69,7 +72,10 @@ impl Unsynced {
         assert!(self.present(), "recording extents without an unsynced map");
         let mut pages = Vec::new();
         for &e in extents {
-            self.epoch_of.insert(e, self.epoch);
+            let epoch = self.epoch_of.entry(e).or_insert(self.epoch);
+            if *epoch != HELD {
+                *epoch = self.epoch;
+            }
             let (w, bit) = ((e / 64) as usize, e % 64);
             if self.words[w] & (1 << bit) == 0 {
                 self.words[w] |= 1 << bit;
@@ -103,7 +109,7 @@ impl Unsynced {
             pages.push(u64::from(e) / EXTENTS_PER_PAGE);
             false
         });
-        if self.epoch_of.is_empty() {
+        if !self.epoch_of.values().any(|&e| e != HELD) {
             self.since = None;
         } else if !pages.is_empty() {
             self.since = Some(started);
@@ -111,6 +117,35 @@ impl Unsynced {
         pages.sort_unstable();
         pages.dedup();
         pages
+    }
+
+    /// Keeps every extent recorded so far until `release`, whatever syncs complete: they
+    /// were read back after a crash in another boot, and the replica, not yet proven, keeps
+    /// them among the ranges where it may differ from its peers (its suspect ranges). A
+    /// second crash must find them again; the start-up fdatasync made their data durable,
+    /// so no sync is due for them.
+    pub(super) fn hold(&mut self) {
+        for e in self.epoch_of.values_mut() {
+            *e = HELD;
+        }
+        self.since = None;
+    }
+
+    /// Some extents are held.
+    pub(super) fn holds(&self) -> bool {
+        self.epoch_of.values().any(|&e| e == HELD)
+    }
+
+    /// The held extents go with the next sync that completes.
+    pub(super) fn release(&mut self, now: Instant) {
+        let mut released = false;
+        for e in self.epoch_of.values_mut().filter(|e| **e == HELD) {
+            *e = self.epoch;
+            released = true;
+        }
+        if released {
+            self.since.get_or_insert(now);
+        }
     }
 
     /// Everything is durable (the start-up fdatasync, a clean stop): the map empties. The
@@ -218,6 +253,30 @@ mod tests {
         let u = Unsynced::new(vec![1 << 9], t0);
         assert_eq!(u.len(), 1);
         assert!(u.due(t0 + s, s));
+    }
+
+    #[test]
+    fn held_extents_outlive_every_sync_until_released() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut u = Unsynced::new(vec![1 << 4 | 1 << 9], t0);
+        u.hold();
+        assert!(u.holds());
+        assert!(!u.due(t0 + s * 100, s), "nothing to sync for held extents");
+        let mark = u.started();
+        assert!(u.synced(mark, t0).is_empty());
+        assert!(u.clear().is_empty(), "not even a clear");
+        u.record(&[4, 20], t0);
+        let mark = u.started();
+        assert_eq!(u.synced(mark, t0), vec![0], "20 goes, 4 stays held");
+        assert_eq!(set_extents(u.words()).collect::<Vec<_>>(), vec![4, 9]);
+        assert!(!u.due(t0 + s * 100, s));
+        u.release(t0);
+        assert!(!u.holds());
+        assert!(u.due(t0 + s, s));
+        let mark = u.started();
+        assert_eq!(u.synced(mark, t0), vec![0]);
+        assert_eq!(u.len(), 0);
     }
 
     #[test]

@@ -127,12 +127,21 @@ impl LocalVol {
 
     /// It may start again as [`ReplicaAtStart::Consistent`] after a clean stop, or as
     /// [`ReplicaAtStart::Crashed`] after a crash: UpToDate, or Outdated after a clean
-    /// restart and waiting for proof. Not while being synced, failed, created empty, or
-    /// unproven (a crash or no metadata, not yet synced under a Primary).
+    /// restart and waiting for proof, or Outdated back from a crash with its suspect
+    /// ranges (an Outdated replica takes no writes: a second crash finds it as the first
+    /// left it, and the driver keeps those ranges, [`Resource::suspect_ranges`]). Not
+    /// while being synced, failed, created empty, or unproven without suspect ranges (no
+    /// metadata). Before, a second crash before the proof restarted it Existing, its ids
+    /// dropped: holding the only copy of an acknowledged write, it lost the contest to an
+    /// older replica and the write was pulled over (failover seed 370003279).
+    ///
+    /// [`Resource::suspect_ranges`]: super::Resource::suspect_ranges
     pub(super) fn keeps_consistent(&self) -> bool {
         self.diskful
             && (self.disk == DiskState::UpToDate
-                || (self.disk == DiskState::Outdated && !self.unproven && !self.created))
+                || (self.disk == DiskState::Outdated
+                    && (!self.unproven || self.suspect.is_some())
+                    && !self.created))
     }
 
     /// The Primary reads here rather than asking a peer: every block of the replica is

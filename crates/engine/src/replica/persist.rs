@@ -56,6 +56,12 @@ pub enum NotQuiet {
     /// the log's extents, or meets the same Primary run again and trusts its list.
     #[error("{0} writes received from a Primary are not settled on every replica")]
     Unsettled(usize),
+    /// Back from a crash and not yet proven: only the activity log (or what the driver
+    /// kept with it, [`Resource::suspect_ranges`]) names where the replica may differ from
+    /// its peers, and a clean mark would forget them (it would start as proven). The
+    /// driver leaves the metadata as after a crash, as for `Unsettled`.
+    #[error("back from a crash and not yet proven: {0} bytes may differ from the peers")]
+    Unproven(u64),
 }
 
 /// Why a peer's bitmap cannot be restored.
@@ -118,6 +124,9 @@ impl Resource {
         // with a protocol-B write received and unwritten, was the cleanest after every node
         // crashed, and the contest made it the source: the write was lost).
         let landing = vol.apply.busy(0, vol.size);
+        if let Some(s) = vol.suspect.as_ref().filter(|_| vol.keeps_consistent()) {
+            return Err(NotQuiet::Unproven(s.count() * s.block_size()));
+        }
         Ok(Persisted {
             consistent: vol.keeps_consistent() && !landing,
             up_to_date,
@@ -198,6 +207,21 @@ impl Resource {
     pub fn out_of_sync_words(&self, volume: u16, node: NodeId) -> Option<&[u64]> {
         let p = self.rep.peers.get(node)?;
         p.vols.get(volume as usize).map(|pv| pv.oos.words())
+    }
+
+    /// The ranges of volume `volume` where a replica back from a crash and not yet
+    /// proven may differ from its peers (what [`Resource::restore_suspect`] gave it), while
+    /// [`Resource::consistent`] says so with them: a crash now must find them again (in the
+    /// activity log, or wherever the driver kept them), with the log's extents of any
+    /// write since. Empty once proven or being synced.
+    pub fn suspect_ranges(&self, volume: u16) -> Vec<(u64, u64)> {
+        let Some(vol) = self.rep.vols.get(volume as usize) else {
+            return Vec::new();
+        };
+        match &vol.suspect {
+            Some(s) if vol.keeps_consistent() => s.runs(vol.size, u64::MAX).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Before the first event: the ranges where a replica that started
