@@ -1018,6 +1018,7 @@ fn a_primary_being_synced_writes_after_the_resync_write_to_the_same_range() {
                     id,
                     offset,
                     errno: 0,
+                    lacking: 0,
                     data: &data,
                 },
                 &mut out,
@@ -1248,6 +1249,7 @@ fn a_write_sent_before_the_primarys_list_is_not_overwritten_by_resync() {
             id,
             offset,
             errno: 0,
+            lacking: 0,
             data: &[0; 4096],
         },
         &mut out,
@@ -1379,6 +1381,7 @@ fn without_an_up_to_date_replica_a_resync_waits_quietly() {
                         id,
                         offset,
                         errno: 11,
+                        lacking: 0,
                         data: &[],
                     };
                     beta.packet(0, &refusal, &mut out);
@@ -1784,6 +1787,7 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
                     id: *id,
                     offset: *offset,
                     errno: 0,
+                    lacking: 0,
                     data: &data,
                 };
                 r.packet(0, &reply, &mut next);
@@ -2249,6 +2253,7 @@ fn a_primary_pulling_its_crashed_extents_keeps_its_own_newer_writes() {
             id,
             offset,
             errno: 0,
+            lacking: 0,
             data: &[0; 8192],
         },
         &mut out,

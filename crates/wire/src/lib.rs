@@ -37,8 +37,10 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// Version 7: `Volume` may carry `PULLED_ELSEWHERE` (a version-6 node would refuse the flag).
 /// Version 8: `AllocReq` and `AllocReply` (a diskless Primary's block status answered by an
 /// up-to-date peer).
-pub const VERSION_MIN: u16 = 8;
-pub const VERSION_MAX: u16 = 8;
+/// Version 9: `ResyncReply` carries `lacking` (the nodes the sender marks as lacking the
+/// range), four bytes a version-8 node would take as data.
+pub const VERSION_MIN: u16 = 9;
+pub const VERSION_MAX: u16 = 9;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

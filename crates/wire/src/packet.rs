@@ -348,6 +348,10 @@ pub enum Packet<'a> {
         id: u64,
         offset: u64,
         errno: u32,
+        /// Other diskful nodes (bit `n` = node id `n`) the sender's bitmaps say lack its
+        /// content of this range: the receiver, holding that content once written, marks
+        /// those it does not reach, so that they still learn of it if the sender is gone.
+        lacking: u32,
         data: &'a [u8],
     },
     /// The receiver lacks this range: the sender holds (or, a diskless Primary, made)
@@ -670,12 +674,14 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             id,
             offset,
             errno,
+            lacking,
             data,
         } => {
             w.u16(volume);
             w.u64(id);
             w.u64(offset);
             w.u32(errno);
+            w.u32(lacking);
             w.bytes(data);
         }
         Packet::OutOfSync {
@@ -893,6 +899,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
             id: r.u64()?,
             offset: r.u64()?,
             errno: r.u32()?,
+            lacking: r.u32()?,
             data: r.rest(),
         },
         OUT_OF_SYNC => Packet::OutOfSync {
@@ -1173,6 +1180,7 @@ mod tests {
                 id: 4,
                 offset: 0,
                 errno: 0,
+                lacking: 0b101,
                 data: &[2; 100],
             },
             Packet::OutOfSync {

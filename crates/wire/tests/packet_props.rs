@@ -153,6 +153,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             id: f.a,
             offset: f.b,
             errno: 0,
+            lacking: f.c,
             data: &f.data,
         },
         14 => Packet::OutOfSync {
@@ -233,6 +234,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             id: f.a,
             offset: f.b,
             errno: f.c.max(1),
+            lacking: 0,
             data: &[],
         },
     }

@@ -182,6 +182,8 @@ pub enum Msg {
         id: u64,
         offset: u64,
         errno: u32,
+        /// Diskful nodes the sender marks as lacking its content of the range.
+        lacking: NodeSet,
         len: u32,
         data: Option<DataRef>,
     },
@@ -395,6 +397,7 @@ impl Msg {
                 id,
                 offset,
                 errno,
+                lacking,
                 len,
                 data: d,
             } => Packet::ResyncReply {
@@ -402,6 +405,7 @@ impl Msg {
                 id,
                 offset,
                 errno,
+                lacking: lacking.bits(),
                 data: data(d, len),
             },
             Msg::OutOfSync {

@@ -8,6 +8,7 @@ use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::{Bitmap, BLOCK};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
 use super::msg::{DataRef, Msg, Token};
+use super::nodeset::NodeSet;
 use super::peer::{KeptClaims, Peer};
 use super::replicas::Replicas;
 use super::resync::Resync;
@@ -217,8 +218,7 @@ impl Replicas {
         i: usize,
         volume: u16,
         id: u64,
-        offset: u64,
-        errno: u32,
+        (offset, errno, lacking): (u64, u32, NodeSet),
         data_len: usize,
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
@@ -259,6 +259,19 @@ impl Replicas {
         self.data_arrives(v, out);
         self.pulled(v, out);
         self.vols[v].pulled_from.insert(peer);
+        // Our replica takes the source's content here: the nodes its bitmaps say lack it
+        // lack ours too, and only the source knew. Those we do not reach are marked, so
+        // that they are listed when we meet even once the source is gone (failover seed
+        // 29: a Primary's failed write, pulled here, was marked for the third node only on
+        // that Primary; it died, and the third node kept the old block when this one was
+        // promoted). Marking every node we do not reach instead made claims on nodes that
+        // held the block, and two replicas each claiming the other lacks it redialled for
+        // ever (failover seed 337009897).
+        for p in (self.peers.iter_mut()).filter(|p| lacking.contains(p.id)) {
+            if p.id != peer && !p.up && p.vols[v].diskful {
+                p.lacks(v, offset, req_len, out);
+            }
+        }
         let rs = self.vols[v].resync.as_mut().expect("data_arrives keeps it");
         rs.pulled += u64::from(req_len);
         rs.pace.answered(self.now_ms, u64::from(req_len));

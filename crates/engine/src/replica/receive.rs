@@ -371,8 +371,27 @@ impl Replicas {
             let served = pv.served.get_or_insert_with(|| Bitmap::new(size));
             pv.oos.move_range(offset, u64::from(len), served);
         }
-        let what = if resync { Asked::Resync } else { Asked::Read };
-        let msg = reply(what, volume, id, offset, len, errno, data);
+        let msg = if resync {
+            // Who else lacks what we send (our bitmaps for them): the puller holds it next.
+            let lacking = (self.peers.iter())
+                .filter(|p| p.id != peer && p.vols[v].diskful)
+                .filter(|p| errno == 0 && p.vols[v].oos.any_in(offset, u64::from(len)))
+                .fold(NodeSet::EMPTY, |mut s, p| {
+                    s.insert(p.id);
+                    s
+                });
+            Msg::ResyncReply {
+                volume,
+                id,
+                offset,
+                errno,
+                lacking,
+                len,
+                data,
+            }
+        } else {
+            reply(Asked::Read, volume, id, offset, len, errno, data)
+        };
         if current.is_some() {
             out.push(RAction::Send { peer, msg });
         }
@@ -396,6 +415,7 @@ fn reply(
             id,
             offset,
             errno,
+            lacking: NodeSet::EMPTY,
             len,
             data,
         },
