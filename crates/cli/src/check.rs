@@ -19,6 +19,15 @@ pub fn check(config_dir: &Path, node: Option<&str>) -> Result<()> {
             .to_string_lossy();
         match loaded {
             Ok(cfg) => {
+                // The node's own TLS files are on this machine: read them too.
+                let tls = node
+                    .and_then(|n| cfg.node(n))
+                    .map(|me| tandem_daemon::tls::node_nbd_tls(&me.tls));
+                if let Some(Err(e)) = tls {
+                    errors += 1;
+                    println!("error  {shown}: {}", tandem_daemon::error_chain(&e));
+                    continue;
+                }
                 let here = node.map(|n| match cfg.node(n) {
                     Some(_) => {
                         named += 1;

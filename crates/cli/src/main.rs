@@ -317,6 +317,28 @@ struct ServeArgs {
     disk_threads: usize,
     #[command(flatten)]
     busy_poll: BusyPollArg,
+    /// TLS for clients (NBD_OPT_STARTTLS, X.509): off; on (clients that ask get TLS, the
+    /// others are served in the clear); require (nothing but STARTTLS before TLS).
+    /// TLS-PSK is not supported (rustls has no external pre-shared keys).
+    #[arg(long, value_enum, default_value_t = TlsArg::Off)]
+    tls: TlsArg,
+    /// The server's certificate chain (PEM, leaf first); its subject alternative names must
+    /// hold the host name or address clients connect to. Needed with --tls=on|require.
+    #[arg(long, value_name = "PEM")]
+    tls_certificate: Option<PathBuf>,
+    /// The server certificate's private key (PEM).
+    #[arg(long, value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+    /// Mutual authentication: clients must present a certificate this CA (PEM) signed.
+    #[arg(long, value_name = "PEM")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TlsArg {
+    Off,
+    On,
+    Require,
 }
 
 fn main() {
@@ -484,7 +506,37 @@ fn serve(args: ServeArgs) -> Result<()> {
         listen,
         disk_threads: args.disk_threads,
         busy_poll: args.busy_poll.window(),
+        tls: serve_tls(&args)?,
     })
+}
+
+/// `--tls` and its files, checked for what belongs together (the files are read at start).
+fn serve_tls(args: &ServeArgs) -> Result<Option<tandem_daemon::tls::NbdTlsConfig>> {
+    use tandem_daemon::tls::{CertFiles, NbdTlsConfig, TlsMode};
+    let mode = match args.tls {
+        TlsArg::Off => {
+            if args.tls_certificate.is_some()
+                || args.tls_key.is_some()
+                || args.tls_client_ca.is_some()
+            {
+                bail!("--tls-certificate, --tls-key and --tls-client-ca need --tls=on or --tls=require");
+            }
+            return Ok(None);
+        }
+        TlsArg::On => TlsMode::On,
+        TlsArg::Require => TlsMode::Require,
+    };
+    let (Some(certificate), Some(key)) = (&args.tls_certificate, &args.tls_key) else {
+        bail!("--tls=on|require needs the server's --tls-certificate and --tls-key");
+    };
+    Ok(Some(NbdTlsConfig {
+        mode,
+        files: CertFiles {
+            certificate: certificate.clone(),
+            key: key.clone(),
+        },
+        client_ca: args.tls_client_ca.clone(),
+    }))
 }
 
 #[cfg(test)]

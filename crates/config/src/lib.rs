@@ -58,6 +58,10 @@
 //! | `name` | unique, `[A-Za-z0-9_.-]{1,64}`; matched against the node's own name |
 //! | `node-id` | `0..=31`, unique |
 //! | `address` | replication address: IP literal and port (`"10.0.0.1:7789"`, `"[fd00::1]:7789"`), unique |
+//! | `nbd-tls` | TLS for this node's NBD endpoints of the resource (`NBD_OPT_STARTTLS`, X.509): `"off"` (default), `"on"` (clients that ask get TLS, others are served in the clear) or `"require"` (a client must start TLS before anything else); needs `tls-certificate` and `tls-key` |
+//! | `tls-certificate` | the node's certificate chain, PEM, leaf first (its subject alternative names must hold the host names or addresses clients use); relative paths are relative to the configuration file's directory |
+//! | `tls-key` | its private key, PEM (PKCS#8, PKCS#1 or SEC1); set with `tls-certificate` |
+//! | `nbd-tls-client-ca` | optional, with `nbd-tls`: NBD clients must present a certificate this CA (PEM) signed (mutual authentication); without it any client may connect |
 //! | `metrics` | optional: where this node serves Prometheus metrics over HTTP (`GET /metrics`), IP literal and port, e.g. `"127.0.0.1:9942"`; off when no file sets it. It is the node's, not the resource's: one endpoint serves all the node's resources, so the files that set it for a node must name the same address ([`node_metrics`]; `tandem node --metrics` overrides them) |
 //!
 //! Each node has one `[[node.volume]]` table for **every** `[[volume]]` (no missing, no duplicate,
@@ -329,8 +333,37 @@ pub struct NodeConfig {
     /// of the resource, so every file that sets it for the node must agree
     /// ([`node_metrics`]).
     pub metrics: Option<SocketAddr>,
+    /// Its certificate and key, and TLS for its NBD clients.
+    pub tls: NodeTls,
     /// One entry per [`ResourceConfig::volumes`], in the same order.
     pub volumes: Vec<NodeVolume>,
+}
+
+/// `nbd-tls`: what a node's NBD endpoints of the resource offer of TLS.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NbdTls {
+    /// No TLS (`NBD_OPT_STARTTLS` refused).
+    #[default]
+    Off,
+    /// TLS for clients that ask (STARTTLS); the others are served in the clear.
+    On,
+    /// TLS only: a client must start TLS before any other option.
+    Require,
+}
+
+/// A node's TLS settings (`[[node]]`): file paths, made absolute (relative ones are
+/// relative to the configuration file's directory). The files are read by the daemon at
+/// start, not here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeTls {
+    /// `nbd-tls`.
+    pub nbd: NbdTls,
+    /// `tls-certificate`: the node's certificate chain (PEM), leaf first.
+    pub certificate: Option<PathBuf>,
+    /// `tls-key`: its private key (PEM).
+    pub key: Option<PathBuf>,
+    /// `nbd-tls-client-ca`: NBD clients must present a certificate this CA signed.
+    pub nbd_client_ca: Option<PathBuf>,
 }
 
 impl NodeConfig {

@@ -63,6 +63,10 @@ pub(crate) struct RawNode {
     pub node_id: i64,
     pub address: String,
     pub metrics: Option<String>,
+    pub nbd_tls: Option<String>,
+    pub tls_certificate: Option<String>,
+    pub tls_key: Option<String>,
+    pub nbd_tls_client_ca: Option<String>,
     #[serde(default)]
     pub volume: Vec<RawNodeVolume>,
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use crate::raw::{RawFile, RawNet, RawNode, RawResource, Scalar};
 use crate::{
     parse_duration, parse_size, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain,
-    ConfigError, Endpoint, NetConfig, NodeConfig, NodeVolume, OnNoQuorum, Protocol, QuorumConfig,
-    ResourceConfig, VolumeConfig, Votes,
+    ConfigError, Endpoint, NbdTls, NetConfig, NodeConfig, NodeTls, NodeVolume, OnNoQuorum,
+    Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes,
 };
 
 /// Limits, also documented in the crate docs.
@@ -587,6 +587,8 @@ fn node_config(
         Some(m) => Some(metrics_address(m).map_err(|e| cx.err(format!("{node}.metrics"), e))?),
     };
 
+    let tls = node_tls(cx, &node, &raw)?;
+
     // [[node.volume]]: collected by index into `volumes`, so the result is in the same order.
     let mut listed: Vec<Option<(usize, NodeVolume)>> = vec![None; volumes.len()];
     let mut endpoints: HashMap<Endpoint, String> = HashMap::new();
@@ -695,8 +697,58 @@ fn node_config(
         node_id,
         address,
         metrics,
+        tls,
         volumes: node_volumes,
     })
+}
+
+/// A node's `nbd-tls`, `tls-certificate`, `tls-key` and `nbd-tls-client-ca`.
+fn node_tls(cx: &Ctx, node: &str, raw: &RawNode) -> Result<NodeTls, ConfigError> {
+    let file = |key: &str, v: &Option<String>| -> Result<Option<PathBuf>, ConfigError> {
+        match v.as_deref() {
+            None => Ok(None),
+            Some("") => Err(cx.err(format!("{node}.{key}"), "must not be empty")),
+            Some(f) => Ok(Some(match cx.path.parent() {
+                Some(dir) if Path::new(f).is_relative() => dir.join(f),
+                _ => PathBuf::from(f),
+            })),
+        }
+    };
+    let nbd = match raw.nbd_tls.as_deref() {
+        None | Some("off") => NbdTls::Off,
+        Some("on") => NbdTls::On,
+        Some("require") => NbdTls::Require,
+        Some(other) => {
+            return Err(cx.err(
+                format!("{node}.nbd-tls"),
+                format!("{other:?} is not a TLS mode; expected \"off\", \"on\" or \"require\""),
+            ))
+        }
+    };
+    let tls = NodeTls {
+        nbd,
+        certificate: file("tls-certificate", &raw.tls_certificate)?,
+        key: file("tls-key", &raw.tls_key)?,
+        nbd_client_ca: file("nbd-tls-client-ca", &raw.nbd_tls_client_ca)?,
+    };
+    match (&tls.certificate, &tls.key) {
+        (Some(_), None) => return Err(cx.err(node, "tls-certificate is set without tls-key")),
+        (None, Some(_)) => return Err(cx.err(node, "tls-key is set without tls-certificate")),
+        (None, None) if nbd != NbdTls::Off => {
+            return Err(cx.err(
+                format!("{node}.nbd-tls"),
+                "TLS needs the node's certificate: set tls-certificate and tls-key",
+            ))
+        }
+        _ => {}
+    }
+    if tls.nbd_client_ca.is_some() && nbd == NbdTls::Off {
+        return Err(cx.err(
+            format!("{node}.nbd-tls-client-ca"),
+            "nbd-tls is off: set nbd-tls = \"on\" or \"require\" too, or remove it",
+        ));
+    }
+    Ok(tls)
 }
 
 /// A `metrics` value: where the node serves Prometheus metrics.

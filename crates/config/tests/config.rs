@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use tandem_config::{
     load, load_dir, parse, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain, ConfigError,
-    Endpoint, MetaDisk, NetConfig, NodeConfig, NodeVolume, OnNoQuorum, Protocol, QuorumConfig,
-    ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
+    Endpoint, MetaDisk, NbdTls, NetConfig, NodeConfig, NodeTls, NodeVolume, OnNoQuorum, Protocol,
+    QuorumConfig, ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
 };
 
 const EXAMPLE: &str = include_str!("../example/r0.toml");
@@ -157,6 +157,7 @@ fn example_parses_to_expected_structure() {
                 node_id: 0,
                 address: sa("10.0.0.1:7789"),
                 metrics: None,
+                tls: Default::default(),
                 volumes: vec![
                     NodeVolume {
                         number: 0,
@@ -181,6 +182,7 @@ fn example_parses_to_expected_structure() {
                 node_id: 1,
                 address: sa("10.0.0.2:7789"),
                 metrics: None,
+                tls: Default::default(),
                 volumes: vec![
                     NodeVolume {
                         number: 0,
@@ -205,6 +207,7 @@ fn example_parses_to_expected_structure() {
                 node_id: 2,
                 address: sa("10.0.0.3:7789"),
                 metrics: None,
+                tls: Default::default(),
                 volumes: vec![
                     NodeVolume {
                         number: 0,
@@ -851,6 +854,59 @@ fn node_address_format_and_uniqueness() {
     ))
     .unwrap();
     assert_eq!(ok.nodes[2].address, sa("[fd00::3]:7789"));
+}
+
+#[test]
+fn node_tls_keys_are_checked_and_paths_made_absolute() {
+    let alpha = "address = \"10.0.0.1:7789\"";
+    let with = |lines: &str| edit(alpha, &format!("{alpha}\n{lines}"));
+    let files = "tls-certificate = \"pki/alpha.pem\"\ntls-key = \"/etc/tandem/alpha.key\"";
+    let ok = parse(
+        &with(&format!(
+            "nbd-tls = \"require\"\n{files}\nnbd-tls-client-ca = \"ca.pem\""
+        )),
+        Path::new("/etc/tandem/r0.toml"),
+    )
+    .unwrap();
+    let t = &ok.nodes[0].tls;
+    assert_eq!(t.nbd, NbdTls::Require);
+    assert_eq!(
+        t.certificate.as_deref(),
+        Some(Path::new("/etc/tandem/pki/alpha.pem"))
+    );
+    assert_eq!(t.key.as_deref(), Some(Path::new("/etc/tandem/alpha.key")));
+    assert_eq!(
+        t.nbd_client_ca.as_deref(),
+        Some(Path::new("/etc/tandem/ca.pem"))
+    );
+    assert_eq!(ok.nodes[1].tls, NodeTls::default());
+    let on = parse_r0(&with(&format!("nbd-tls = \"on\"\n{files}"))).unwrap();
+    assert_eq!(on.nodes[0].tls.nbd, NbdTls::On);
+    assert_invalid(
+        &with("nbd-tls = \"yes\""),
+        "node[0] (alpha).nbd-tls",
+        "\"yes\" is not a TLS mode",
+    );
+    assert_invalid(
+        &with("nbd-tls = \"on\""),
+        "node[0] (alpha).nbd-tls",
+        "set tls-certificate and tls-key",
+    );
+    assert_invalid(
+        &with("tls-certificate = \"a.pem\""),
+        "node[0] (alpha)",
+        "without tls-key",
+    );
+    assert_invalid(
+        &with(&format!("{files}\nnbd-tls-client-ca = \"ca.pem\"")),
+        "node[0] (alpha).nbd-tls-client-ca",
+        "nbd-tls is off",
+    );
+    assert_invalid(
+        &with("nbd-tls = \"on\"\ntls-certificate = \"\"\ntls-key = \"k\""),
+        "node[0] (alpha).tls-certificate",
+        "must not be empty",
+    );
 }
 
 #[test]

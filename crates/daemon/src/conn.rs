@@ -3,6 +3,7 @@
 use crate::bufpool::DataBuf;
 use crate::listener::Stream;
 use std::io::{self, Read};
+use std::sync::Arc;
 use std::time::Instant;
 use tandem_frontend::nbd::{Handshake, Request, RequestDecoder};
 
@@ -65,6 +66,8 @@ pub struct Conn {
     /// The volume was taken from this client (`tandem secondary --force`): every request
     /// it has in flight or sends later is answered EIO.
     pub fenced: bool,
+    /// The listener's TLS, if it offers it: used when the client sends STARTTLS.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 pub enum ReadOutcome {
@@ -75,13 +78,19 @@ pub enum ReadOutcome {
 }
 
 impl Conn {
-    pub fn new(stream: Stream, name: String, deadline: Instant) -> Conn {
+    pub fn new(
+        stream: Stream,
+        name: String,
+        deadline: Instant,
+        tls: Option<&crate::tls::NbdTls>,
+    ) -> Conn {
         let mut out = Vec::with_capacity(64 << 10);
         Handshake::greeting(&mut out);
+        let mode = tls.map_or(Default::default(), |t| t.mode);
         Conn {
             stream,
             name,
-            phase: Phase::Handshake(Handshake::new()),
+            phase: Phase::Handshake(Handshake::with_tls(mode)),
             inbuf: vec![0; INITIAL_IN],
             in_start: 0,
             in_end: 0,
@@ -99,7 +108,34 @@ impl Conn {
             dirty: true,
             streaming: None,
             fenced: false,
+            tls: tls.map(|t| t.config.clone()),
         }
+    }
+
+    /// The handshake accepted STARTTLS (`HandshakeStep::StartTls`): what is queued (the
+    /// ACK) goes out in the clear, everything after is TLS, and bytes the client already
+    /// sent past its STARTTLS are TLS too.
+    pub fn start_tls(&mut self) -> io::Result<()> {
+        let config = self
+            .tls
+            .as_ref()
+            .expect("the handshake accepts STARTTLS only where TLS is configured");
+        let conn = crate::tls::server_connection(config)?;
+        let clear = self.out.split_off(self.out_pos);
+        self.out.clear();
+        self.out_pos = 0;
+        let received = self.input().to_vec();
+        self.consume(received.len());
+        if !received.is_empty() {
+            self.readable = true;
+        }
+        self.stream.start_tls(conn, clear, &received);
+        Ok(())
+    }
+
+    /// "TLSv1_3 ..." on a connection that started TLS, for its log lines.
+    pub fn tls_description(&self) -> Option<String> {
+        self.stream.tls().map(|t| t.describe())
     }
 
     /// Unprocessed input.
@@ -138,7 +174,7 @@ impl Conn {
                 Ok(0) => ReadOutcome::Eof,
                 Ok(n) => {
                     st.filled += n;
-                    if n < room {
+                    if n < room && !self.stream.input_pending() {
                         self.readable = false;
                     }
                     ReadOutcome::Data
@@ -167,7 +203,7 @@ impl Conn {
                 self.in_end += n;
                 // A read that did not fill the buffer emptied the socket; anything arriving
                 // later raises a new edge, so the EAGAIN read that would confirm it is saved.
-                if n < room {
+                if n < room && !self.stream.input_pending() {
                     self.readable = false;
                 }
                 ReadOutcome::Data
@@ -185,8 +221,9 @@ impl Conn {
         }
     }
 
+    /// Replies queued, or TLS records not yet sent.
     pub fn out_pending(&self) -> bool {
-        self.out_pos < self.out.len()
+        self.out_pos < self.out.len() || self.stream.output_pending()
     }
 
     /// Writes queued replies until done or the socket is full. Returns false on a socket

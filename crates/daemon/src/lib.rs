@@ -19,6 +19,7 @@ mod reactor;
 mod rmw;
 pub mod serve;
 mod serve_core;
+pub mod tls;
 mod worker;
 
 pub use serve::{ExportConfig, ListenAddr, ServeConfig};

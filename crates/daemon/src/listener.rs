@@ -4,6 +4,8 @@ use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
 
+use crate::tls::TlsSession;
+
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
@@ -16,11 +18,11 @@ impl Listener {
                 let (s, addr) = l.accept()?;
                 // Replies are batched by the event loop already; Nagle would only add latency.
                 s.set_nodelay(true)?;
-                Ok((Stream::Tcp(s), addr.to_string()))
+                Ok((Stream::tcp(s), addr.to_string()))
             }
             Listener::Unix(l, path) => {
                 let (s, _) = l.accept()?;
-                Ok((Stream::Unix(s), format!("unix:{}", path.display())))
+                Ok((Stream::unix(s), format!("unix:{}", path.display())))
             }
         }
     }
@@ -48,17 +50,99 @@ impl Drop for Listener {
     }
 }
 
-pub enum Stream {
+/// A connected socket, plain.
+pub enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
 
-impl Stream {
-    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s,
-            Stream::Unix(s) => s,
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
         }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write_vectored(bufs),
+            Socket::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A client's or peer's byte stream: a socket, in the clear or under TLS once
+/// [`Stream::start_tls`] wrapped it (`crate::tls`). Reads and writes carry plaintext either
+/// way; the readiness rules of the event loops hold for both (see `crate::tls`).
+pub struct Stream {
+    sock: Socket,
+    tls: Option<Box<TlsSession>>,
+}
+
+impl Stream {
+    pub fn tcp(s: TcpStream) -> Stream {
+        Stream {
+            sock: Socket::Tcp(s),
+            tls: None,
+        }
+    }
+
+    pub fn unix(s: UnixStream) -> Stream {
+        Stream {
+            sock: Socket::Unix(s),
+            tls: None,
+        }
+    }
+
+    /// The TCP socket underneath, if it is one (TLS or not).
+    pub fn tcp_socket(&self) -> Option<&TcpStream> {
+        match &self.sock {
+            Socket::Tcp(s) => Some(s),
+            Socket::Unix(_) => None,
+        }
+    }
+
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        match &mut self.sock {
+            Socket::Tcp(s) => s,
+            Socket::Unix(s) => s,
+        }
+    }
+
+    /// Runs TLS over this socket from now on. `clear` is sent in the clear first (what was
+    /// queued before TLS began: NBD's ACK to STARTTLS); `received` are bytes already read
+    /// from the socket that belong to TLS.
+    pub fn start_tls(&mut self, conn: rustls::Connection, clear: Vec<u8>, received: &[u8]) {
+        self.tls = Some(Box::new(TlsSession::new(conn, clear, received)));
+    }
+
+    pub fn tls(&self) -> Option<&TlsSession> {
+        self.tls.as_deref()
+    }
+
+    /// Bytes that must still go out on the socket below the plaintext the caller queues
+    /// (TLS records, handshake messages, alerts): the socket must be watched for room
+    /// while there are.
+    pub fn output_pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.output_pending())
+    }
+
+    /// Input the caller has not seen although the socket may be drained (a read came back
+    /// short with the end of the stream behind it): read again without waiting for an event.
+    pub fn input_pending(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.input_pending())
     }
 
     /// Watches the socket for input, and for room to write too while `writable` (replies
@@ -78,7 +162,8 @@ impl Stream {
         registry.reregister(self.source(), token, interest)
     }
 
-    /// Writes `out[*pos..]` until it is all sent (then clears `out`) or the socket is full.
+    /// Writes `out[*pos..]` until it is all sent (then clears `out`) or the socket is full;
+    /// under TLS, also what TLS still holds (see [`Stream::output_pending`]).
     pub fn write_queued(&mut self, out: &mut Vec<u8>, pos: &mut usize) -> io::Result<()> {
         while *pos < out.len() {
             match self.write(&out[*pos..]) {
@@ -91,31 +176,38 @@ impl Stream {
         }
         out.clear();
         *pos = 0;
+        if let Some(t) = &mut self.tls {
+            t.flush(&mut self.sock)?;
+        }
         Ok(())
     }
 
-    pub fn shutdown(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+    /// Closes the connection: under TLS a close_notify first, if the socket takes it.
+    pub fn shutdown(&mut self) {
+        if let Some(t) = &mut self.tls {
+            t.close(&mut self.sock);
+        }
+        let _ = match &self.sock {
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
         };
     }
 }
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
+        match &mut self.tls {
+            Some(t) => t.read(&mut self.sock, buf),
+            None => self.sock.read(buf),
         }
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
+        match &mut self.tls {
+            Some(t) => t.write(&mut self.sock, buf),
+            None => self.sock.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {

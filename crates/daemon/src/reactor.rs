@@ -7,6 +7,7 @@ use crate::conn::{Conn, Phase, ReadOutcome, Streaming};
 use crate::listener::Listener;
 use crate::nbd_glue::{self, Served};
 use crate::serve_core::{Core, Current, VolumeCtx, LARGE_WRITE};
+use crate::tls::{self, NbdTls};
 use crate::worker::Workers;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -35,6 +36,7 @@ pub struct Reactor {
     dirty: Vec<usize>,
     shutting_down: Option<Instant>,
     busy_poll: std::time::Duration,
+    tls: Option<NbdTls>,
 }
 
 impl Reactor {
@@ -43,6 +45,7 @@ impl Reactor {
         mut listeners: Vec<Listener>,
         workers: usize,
         busy_poll: std::time::Duration,
+        tls: Option<NbdTls>,
     ) -> io::Result<Reactor> {
         let poll = Poll::new()?;
         for (i, l) in listeners.iter_mut().enumerate() {
@@ -81,6 +84,7 @@ impl Reactor {
             dirty: Vec::new(),
             shutting_down: None,
             busy_poll,
+            tls,
         })
     }
 
@@ -162,7 +166,12 @@ impl Reactor {
                 continue;
             }
             debug!(client = %name, "connected");
-            entry.insert(Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT));
+            entry.insert(Conn::new(
+                stream,
+                name,
+                Instant::now() + HANDSHAKE_TIMEOUT,
+                self.tls.as_ref(),
+            ));
             self.dirty.push(k);
             self.service(k);
         }
@@ -199,7 +208,10 @@ impl Reactor {
                     // Serve what is buffered; a partial request left over is a truncated stream.
                 }
                 ReadOutcome::Error(e) => {
-                    info!(client = %c.name, "connection failed: {e}");
+                    match tls::failure(&e) {
+                        Some(t) => warn!(client = %c.name, "TLS failed, closing: {t}"),
+                        None => info!(client = %c.name, "connection failed: {e}"),
+                    }
                     c.dead = true;
                     break;
                 }
@@ -250,9 +262,18 @@ impl Reactor {
                     c.read_closed = true;
                     return;
                 }
+                HandshakeStep::StartTls => {
+                    debug!(client = %c.name, "STARTTLS accepted: TLS handshake");
+                    if let Err(e) = c.start_tls() {
+                        warn!(client = %c.name, "cannot start TLS: {e}");
+                        c.dead = true;
+                    }
+                    return;
+                }
                 HandshakeStep::Done(neg) => {
                     let export = &self.core.exports[neg.export];
-                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, block_status = neg.meta_context.is_some(), block_sizes = neg.block_sizes, "transmission phase");
+                    let tls = c.tls_description().unwrap_or_else(|| "off".into());
+                    info!(client = %c.name, export = %export.name, structured = neg.structured_replies, block_status = neg.meta_context.is_some(), block_sizes = neg.block_sizes, tls = %tls, "transmission phase");
                     let params = TransmissionParams {
                         size: export.size,
                         read_only: export.read_only,

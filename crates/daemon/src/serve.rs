@@ -3,6 +3,7 @@
 use crate::listener::Listener;
 use crate::reactor::Reactor;
 use crate::serve_core::VolumeCtx;
+use crate::tls::{NbdTls, NbdTlsConfig, TlsMode};
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,16 +39,35 @@ pub struct ServeConfig {
     pub disk_threads: usize,
     /// Busy-poll window after a burst of events (zero: always block).
     pub busy_poll: std::time::Duration,
+    /// NBD STARTTLS: off, or on/require with a certificate.
+    pub tls: Option<NbdTlsConfig>,
 }
 
 /// Opens every export, binds every address, and serves until SIGTERM or SIGINT.
 pub fn run(config: ServeConfig) -> Result<()> {
+    let tls = match &config.tls {
+        Some(t) => NbdTls::load(t).context("TLS")?,
+        None => None,
+    };
+    if let Some(t) = &config.tls {
+        if t.mode != TlsMode::Off {
+            let mutual = t.client_ca.as_ref().map(|c| c.display().to_string());
+            info!(mode = ?t.mode, certificate = %t.files.certificate.display(), client_ca = mutual.as_deref().unwrap_or("none"), "NBD TLS");
+        }
+    }
     let volumes = open_volumes(&config.exports)?;
     let listeners = bind(&config.listen)?;
     for l in &listeners {
         info!("listening on {}", l.describe());
     }
-    Reactor::new(volumes, listeners, config.disk_threads, config.busy_poll)?.run()?;
+    Reactor::new(
+        volumes,
+        listeners,
+        config.disk_threads,
+        config.busy_poll,
+        tls,
+    )?
+    .run()?;
     Ok(())
 }
 

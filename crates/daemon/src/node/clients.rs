@@ -41,7 +41,8 @@ impl NodeReactor {
                 warn!(client = %name, "cannot register: {e}");
                 continue;
             }
-            let conn = Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT);
+            let tls = self.res[r].nbd_tls.as_ref();
+            let conn = Conn::new(stream, name, Instant::now() + HANDSHAKE_TIMEOUT, tls);
             self.entries.insert(Entry::Nbd {
                 res: r,
                 vol: v,
@@ -69,7 +70,10 @@ impl NodeReactor {
                 }
                 ReadOutcome::Eof => conn.eof = true,
                 ReadOutcome::Error(e) => {
-                    debug!(client = %conn.name, "connection failed: {e}");
+                    match crate::tls::failure(&e) {
+                        Some(t) => warn!(client = %conn.name, "TLS failed, closing: {t}"),
+                        None => debug!(client = %conn.name, "connection failed: {e}"),
+                    }
                     conn.dead = true;
                     break;
                 }
@@ -247,11 +251,26 @@ impl NodeReactor {
                 self.shutting_down,
                 &mut conn.out,
             );
+            for refusal in h.take_refusals() {
+                if refusal.contains("ERR_UNSUP") {
+                    debug!(client = %conn.name, "{refusal}");
+                } else {
+                    info!(client = %conn.name, "{refusal}");
+                }
+            }
             conn.consume(n);
             match step {
                 HandshakeStep::NeedMore => {
                     if conn.eof {
                         conn.read_closed = true;
+                    }
+                    return false;
+                }
+                HandshakeStep::StartTls => {
+                    debug!(client = %conn.name, "STARTTLS accepted: TLS handshake");
+                    if let Err(e) = conn.start_tls() {
+                        warn!(client = %conn.name, "cannot start TLS: {e}");
+                        conn.dead = true;
                     }
                     return false;
                 }
@@ -278,7 +297,8 @@ impl NodeReactor {
                     conn.handshake_deadline = None;
                     // Attaching while a forced demotion waits: no longer served here.
                     conn.fenced = self.res[r].demote_pending;
-                    info!(client = %conn.name, export = %export.name, "NBD client attached");
+                    let tls = conn.tls_description().unwrap_or_else(|| "off".into());
+                    info!(client = %conn.name, export = %export.name, tls = %tls, "NBD client attached");
                     self.client_attached(r);
                 }
             }

@@ -33,7 +33,7 @@ impl NodeReactor {
             let _ = s.set_nodelay(true);
             match res[..] {
                 [r] => {
-                    self.new_peer_conn(r, Stream::Tcp(s), format!("{addr}"), None);
+                    self.new_peer_conn(r, Stream::tcp(s), format!("{addr}"), None);
                 }
                 _ => {
                     let res = res.clone();
@@ -476,7 +476,7 @@ impl NodeReactor {
                 match connect_from(self.res[r].my_address.ip(), addr) {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
-                        let key = self.new_peer_conn(r, Stream::Tcp(s), addr.to_string(), Some(id));
+                        let key = self.new_peer_conn(r, Stream::tcp(s), addr.to_string(), Some(id));
                         self.res[r].peers[i].dialing = key;
                         if key.is_none() {
                             let why = "could not start the connection".to_string();

@@ -89,7 +89,7 @@ impl NodeReactor {
             unreachable!("matched above");
         };
         let _ = self.poll.registry().deregister(&mut c.stream);
-        self.new_peer_conn(r, Stream::Tcp(c.stream), c.addr.to_string(), None);
+        self.new_peer_conn(r, Stream::tcp(c.stream), c.addr.to_string(), None);
     }
 
     /// Says why (as a handshake's `Error` would, best effort: the packet is small and the

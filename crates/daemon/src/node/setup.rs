@@ -229,6 +229,7 @@ impl NodeReactor {
                 None => return Ok(()),
             }
         }
+        let nbd_tls = nbd_tls(&cfg, &my)?;
         let mut nbd = Vec::new();
         for (v, vc) in cfg.volumes.iter().enumerate() {
             for ep in &my.volumes[v].nbd {
@@ -303,6 +304,7 @@ impl NodeReactor {
             presence: Presence::Serving,
             stats: super::metrics_http::ResStats::new(&my),
             gates: (0..n_volumes).map(|_| Default::default()).collect(),
+            nbd_tls,
         });
         Ok(())
     }
@@ -385,6 +387,23 @@ impl NodeReactor {
         info!("control socket {}", path.display());
         Ok(())
     }
+}
+
+/// The node's TLS for NBD clients of resource `cfg`, its files read and checked (a bad
+/// one refuses the resource, naming the file).
+fn nbd_tls(cfg: &ResourceConfig, my: &NodeConfig) -> Result<Option<crate::tls::NbdTls>> {
+    let loaded = crate::tls::node_nbd_tls(&my.tls)
+        .with_context(|| format!("resource {}: nbd-tls of node {}", cfg.name, my.name))?;
+    if let Some(t) = &loaded {
+        let certificate = my.tls.certificate.as_ref().map(|c| c.display().to_string());
+        let client_ca = my
+            .tls
+            .nbd_client_ca
+            .as_ref()
+            .map(|c| c.display().to_string());
+        info!(resource = %cfg.name, mode = ?t.mode, certificate = certificate.unwrap_or_default(), client_ca = client_ca.as_deref().unwrap_or("none"), "NBD TLS");
+    }
+    Ok(loaded)
 }
 
 /// An NBD listener bound (not yet registered).

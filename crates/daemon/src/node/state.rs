@@ -115,6 +115,8 @@ pub(super) struct ResCtx {
     pub(super) stats: super::metrics_http::ResStats,
     /// Per volume: its NBD writes ordered around read-modify-writes (`crate::rmw`).
     pub(super) gates: Vec<crate::rmw::Gate>,
+    /// TLS for its NBD clients (`nbd-tls`), loaded at start.
+    pub(super) nbd_tls: Option<crate::tls::NbdTls>,
 }
 
 /// A resource's life on this node.

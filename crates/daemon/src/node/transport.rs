@@ -31,9 +31,7 @@ impl AckWatch {
     /// time since the last one the kernel received, but no longer than we have seen bytes
     /// in flight: an idle link's last acknowledgement is old news).
     pub fn silent_for(&mut self, stream: &Stream, now: Instant) -> Option<Duration> {
-        let Stream::Tcp(s) = stream else {
-            return None;
-        };
+        let s = stream.tcp_socket()?;
         if self.since.is_none() && !self.sent {
             return None;
         }

@@ -1,8 +1,17 @@
 //! Fixed-newstyle option haggling, from the server's greeting to the transmission phase.
 //!
 //! [`Handshake`] is a pure state machine: the driver hands it whatever bytes arrived and gets
-//! back how many it consumed, the bytes to send, and whether to go on, enter transmission or
-//! hang up. It never blocks and never allocates per byte.
+//! back how many it consumed, the bytes to send, and whether to go on, enter transmission,
+//! start TLS or hang up. It never blocks and never allocates per byte.
+//!
+//! TLS (`NBD_OPT_STARTTLS`, the spec's "TLS support") is decided here and carried out by the
+//! driver: under [`TlsMode::On`] (the spec's SELECTIVETLS with no TLS-only export) or
+//! [`TlsMode::Require`] (FORCEDTLS) the answer to STARTTLS is an ACK and
+//! [`HandshakeStep::StartTls`]; the driver sends the ACK in the clear, wraps the socket in
+//! TLS, and feeds the decrypted bytes that follow to the same `Handshake`, which goes on with
+//! the options, all negotiation state from before STARTTLS forgotten. Under `Require` every
+//! option before STARTTLS but ABORT is answered `NBD_REP_ERR_TLS_REQD`, and an
+//! `NBD_OPT_EXPORT_NAME` (which cannot be answered with an error) hangs up.
 
 use super::export::ExportInfo;
 use super::meta::{self, MetaRequest};
@@ -50,6 +59,21 @@ pub enum CloseReason {
     UnknownExport(String),
     #[error("NBD_OPT_EXPORT_NAME refused: {0}")]
     ExportNameRefused(&'static str),
+    #[error("NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS: this server requires TLS")]
+    TlsRequired,
+}
+
+/// What a server offers of TLS (the spec's server modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    /// NOTLS: `NBD_OPT_STARTTLS` is refused with `NBD_REP_ERR_POLICY`.
+    #[default]
+    Off,
+    /// TLS at the client's choice (SELECTIVETLS with no TLS-only export): STARTTLS is
+    /// accepted, and a client that never sends it is served in the clear.
+    On,
+    /// FORCEDTLS: nothing but STARTTLS and ABORT is accepted before TLS.
+    Require,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +84,10 @@ pub enum HandshakeStep {
     Done(Negotiated),
     /// Hang up after sending what is in the output buffer.
     Close(CloseReason),
+    /// `NBD_OPT_STARTTLS` was accepted: send what is in the output buffer (the ACK) in the
+    /// clear, then start TLS (as the server) on the connection. Every byte after the
+    /// consumed ones is TLS; feed this handshake what TLS decrypts from then on.
+    StartTls,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +107,12 @@ pub struct Handshake {
     meta_for: Option<usize>,
     options: u32,
     refusals: Vec<String>,
+    tls_mode: TlsMode,
+    /// STARTTLS was accepted: everything since goes through TLS.
+    tls: bool,
+    /// An option was refused with `NBD_REP_ERR_TLS_REQD` (logged once per connection: a
+    /// plaintext client tries several before it gives up).
+    tls_refused: bool,
 }
 
 impl Default for Handshake {
@@ -88,7 +122,13 @@ impl Default for Handshake {
 }
 
 impl Handshake {
+    /// A handshake of a server without TLS.
     pub fn new() -> Handshake {
+        Handshake::with_tls(TlsMode::Off)
+    }
+
+    /// A handshake of a server offering TLS as `mode` says.
+    pub fn with_tls(tls_mode: TlsMode) -> Handshake {
         Handshake {
             state: State::ClientFlags,
             no_zeroes: false,
@@ -96,7 +136,15 @@ impl Handshake {
             meta_for: None,
             options: 0,
             refusals: Vec::new(),
+            tls_mode,
+            tls: false,
+            tls_refused: false,
         }
+    }
+
+    /// Whether STARTTLS was accepted on this connection.
+    pub fn tls_started(&self) -> bool {
+        self.tls
     }
 
     /// The server's opening bytes.
@@ -199,6 +247,23 @@ impl Handshake {
             self.error(out, option, REP_ERR_SHUTDOWN, "server is shutting down");
             return None;
         }
+        if self.tls_mode == TlsMode::Require
+            && !self.tls
+            && option != OPT_STARTTLS
+            && option != OPT_ABORT
+        {
+            if option == OPT_EXPORT_NAME {
+                self.state = State::Finished;
+                return Some(HandshakeStep::Close(CloseReason::TlsRequired));
+            }
+            self.error(
+                out,
+                option,
+                REP_ERR_TLS_REQD,
+                "this server requires TLS: send NBD_OPT_STARTTLS first",
+            );
+            return None;
+        }
         match option {
             OPT_EXPORT_NAME => {
                 let name = match std::str::from_utf8(data) {
@@ -245,15 +310,7 @@ impl Handshake {
                 reply(out, option, REP_ACK, &[]);
                 None
             }
-            OPT_STARTTLS => {
-                self.error(
-                    out,
-                    option,
-                    REP_ERR_POLICY,
-                    "TLS is not configured on this server",
-                );
-                None
-            }
+            OPT_STARTTLS => self.starttls(data, out),
             OPT_STRUCTURED_REPLY => {
                 if !data.is_empty() {
                     self.error(
@@ -285,6 +342,36 @@ impl Handshake {
                 None
             }
         }
+    }
+
+    fn starttls(&mut self, data: &[u8], out: &mut Vec<u8>) -> Option<HandshakeStep> {
+        let option = OPT_STARTTLS;
+        if self.tls_mode == TlsMode::Off {
+            self.error(
+                out,
+                option,
+                REP_ERR_POLICY,
+                "TLS is not configured on this server",
+            );
+        } else if !data.is_empty() {
+            self.error(
+                out,
+                option,
+                REP_ERR_INVALID,
+                "NBD_OPT_STARTTLS carries no data",
+            );
+        } else if self.tls {
+            self.error(out, option, REP_ERR_INVALID, "TLS is already running");
+        } else {
+            reply(out, option, REP_ACK, &[]);
+            self.tls = true;
+            // The spec: nothing negotiated before STARTTLS survives it (a man in the middle
+            // could have sent it).
+            self.structured = false;
+            self.meta_for = None;
+            return Some(HandshakeStep::StartTls);
+        }
+        None
     }
 
     fn info_or_go(
@@ -420,12 +507,18 @@ impl Handshake {
     }
 
     fn error(&mut self, out: &mut Vec<u8>, option: u32, kind: u32, message: &str) {
+        reply(out, option, kind, message.as_bytes());
+        if kind == REP_ERR_TLS_REQD {
+            if self.tls_refused {
+                return;
+            }
+            self.tls_refused = true;
+        }
         self.refusals.push(format!(
             "option {} refused ({}): {message}",
             option_name(option),
             rep_name(kind)
         ));
-        reply(out, option, kind, message.as_bytes());
     }
 }
 
@@ -488,6 +581,7 @@ fn rep_name(kind: u32) -> &'static str {
         REP_ERR_INVALID => "ERR_INVALID",
         REP_ERR_UNKNOWN => "ERR_UNKNOWN",
         REP_ERR_SHUTDOWN => "ERR_SHUTDOWN",
+        REP_ERR_TLS_REQD => "ERR_TLS_REQD",
         _ => "ERR",
     }
 }

@@ -19,6 +19,6 @@ pub mod wire;
 
 pub use block_status::{Extent, Stretch};
 pub use export::{BlockSizes, ExportInfo};
-pub use handshake::{CloseReason, Handshake, HandshakeStep, Negotiated};
+pub use handshake::{CloseReason, Handshake, HandshakeStep, Negotiated, TlsMode};
 pub use request::{Command, Decoded, Rejection, Request, RequestDecoder, TransmissionParams};
 pub use wire::Errno;
