@@ -104,7 +104,9 @@ impl PeerConn {
         let room = self.inbuf.len() - self.in_end;
         let n = self.stream.read(&mut self.inbuf[self.in_end..])?;
         self.in_end += n;
-        if n > 0 && n < room {
+        // Under TLS a short read drained the socket too, unless the end of the stream is
+        // behind the plaintext it returned (`crate::tls`).
+        if n > 0 && n < room && !self.stream.input_pending() {
             self.readable = false;
         }
         if n == room && self.inbuf.len() < GROWN_IN {
@@ -130,8 +132,9 @@ impl PeerConn {
         self.out.len() - self.out_pos
     }
 
+    /// Bytes queued, or TLS records not yet sent.
     pub fn out_pending(&self) -> bool {
-        self.out_pos < self.out.len()
+        self.out_pos < self.out.len() || self.stream.output_pending()
     }
 
     pub fn flush_out(&mut self) -> io::Result<()> {
