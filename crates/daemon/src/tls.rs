@@ -91,6 +91,21 @@ impl TlsSession {
         }
     }
 
+    /// The channel's RFC 9266 `tls-exporter` value, the same at both ends of one TLS 1.3
+    /// connection and different on any other (`tandem_wire::auth::respond_bound`); `None`
+    /// before the handshake is over, or under TLS 1.2.
+    pub fn channel_binding(&self) -> Option<[u8; tandem_wire::auth::EXPORTER_LEN]> {
+        if self.conn.is_handshaking()
+            || self.conn.protocol_version() != Some(rustls::ProtocolVersion::TLSv1_3)
+        {
+            return None;
+        }
+        let out = [0u8; tandem_wire::auth::EXPORTER_LEN];
+        self.conn
+            .export_keying_material(out, tandem_wire::auth::EXPORTER_LABEL, None)
+            .ok()
+    }
+
     pub(crate) fn output_pending(&self) -> bool {
         self.clear_pos < self.clear.len() || self.conn.wants_write()
     }

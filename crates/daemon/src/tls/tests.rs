@@ -209,6 +209,16 @@ fn bulk_both_ways_under_edge_triggered_readiness() {
     assert!(ends[0].got == down, "server to client bytes differ");
     assert!(ends[1].got == up, "client to server bytes differ");
     assert!(ends.iter().all(|e| e.s.tls().unwrap().established()));
+    // Both ends of the channel see one binding; another connection has another.
+    let binding = ends[0].s.tls().unwrap().channel_binding().unwrap();
+    assert_eq!(ends[1].s.tls().unwrap().channel_binding(), Some(binding));
+    let mut poll2 = Poll::new().unwrap();
+    let (c2, s2) = tls_pair(&poll2, &server, &client, Vec::new());
+    let mut other = [End::new(c2, b"x".to_vec()), End::new(s2, b"y".to_vec())];
+    drive(&mut poll2, &mut other, [1, 1]);
+    let b2 = other[0].s.tls().unwrap().channel_binding().unwrap();
+    assert_eq!(other[1].s.tls().unwrap().channel_binding(), Some(b2));
+    assert_ne!(binding, b2);
     let v = ends[1].s.tls().unwrap().describe();
     assert!(v.starts_with("TLSv1_3"), "{v}");
     // A close_notify is an end of stream.
