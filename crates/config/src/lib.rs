@@ -23,6 +23,8 @@
 //! | `after-sb-0pri` | split brain found with neither node Primary (DRBD's names): `"disconnect"` (default: both keep their data, the connection stops until an administrator acts), `"discard-younger-primary"` (the node that was not Primary when the two lost each other discards its changes), `"discard-older-primary"` (the one that was Primary then discards), both falling back to `discard-least-changes` when neither or both were; `"discard-zero-changes"` (a node that changed nothing discards; both changed: disconnect), `"discard-least-changes"` (the node with fewer changed blocks discards; a tie keeps the lower node-id's data) |
 //! | `after-sb-1pri` | split brain with one node Primary: `"disconnect"` (default), `"consensus"` (the `after-sb-0pri` verdict if it discards the Secondary's changes, else disconnect), `"discard-secondary"` (the Secondary discards its changes) |
 //! | `after-sb-2pri` | split brain with both Primary: `"disconnect"`, the only value (a Primary's data is never discarded) |
+//! | `tls` | TLS on the peer links (TLS 1.3), the same on every node: `"off"` (default), `"certificates"` (mutual X.509: each node shows its `tls-certificate`, which `tls-ca` must have signed and whose subject alternative names must hold the node's `name` (a DNS name) or its `address`'s IP; every node needs `tls-certificate` and `tls-key`), `"secret"` (no certificate files: each node makes a throwaway self-signed certificate at start, and the shared secret's challenge-response, bound to the TLS channel, authenticates both ends, so a man in the middle cannot relay it). A node refuses a peer whose `tls` differs |
+//! | `tls-ca` | with `tls = "certificates"` (and only then): the CA certificate(s), PEM, that sign the nodes' certificates; relative to the configuration file's directory |
 //!
 //! Exactly one of `shared-secret` and `shared-secret-file` must be set.
 //!
@@ -59,7 +61,7 @@
 //! | `node-id` | `0..=31`, unique |
 //! | `address` | replication address: IP literal and port (`"10.0.0.1:7789"`, `"[fd00::1]:7789"`), unique |
 //! | `nbd-tls` | TLS for this node's NBD endpoints of the resource (`NBD_OPT_STARTTLS`, X.509): `"off"` (default), `"on"` (clients that ask get TLS, others are served in the clear) or `"require"` (a client must start TLS before anything else); needs `tls-certificate` and `tls-key` |
-//! | `tls-certificate` | the node's certificate chain, PEM, leaf first (its subject alternative names must hold the host names or addresses clients use); relative paths are relative to the configuration file's directory |
+//! | `tls-certificate` | the node's certificate chain, PEM, leaf first (its subject alternative names must hold the host names or addresses clients use; with the resource's `tls = "certificates"` also the node's `name` or its `address`'s IP, and it serves as both TLS server and client: no extended key usage, or both serverAuth and clientAuth); relative paths are relative to the configuration file's directory |
 //! | `tls-key` | its private key, PEM (PKCS#8, PKCS#1 or SEC1); set with `tls-certificate` |
 //! | `nbd-tls-client-ca` | optional, with `nbd-tls`: NBD clients must present a certificate this CA (PEM) signed (mutual authentication); without it any client may connect |
 //! | `metrics` | optional: where this node serves Prometheus metrics over HTTP (`GET /metrics`), IP literal and port, e.g. `"127.0.0.1:9942"`; off when no file sets it. It is the node's, not the resource's: one endpoint serves all the node's resources, so the files that set it for a node must name the same address ([`node_metrics`]; `tandem node --metrics` overrides them) |
@@ -130,6 +132,10 @@ pub struct ResourceConfig {
     pub quorum: QuorumConfig,
     /// `after-sb-0pri`, `after-sb-1pri`, `after-sb-2pri`.
     pub after_sb: AfterSplitBrain,
+    /// `tls`: TLS on the peer links.
+    pub tls: PeerTls,
+    /// `tls-ca` (set exactly when `tls` is `Certificates`), made absolute.
+    pub tls_ca: Option<PathBuf>,
     /// The file this configuration was read from.
     pub path: PathBuf,
 }
@@ -219,6 +225,8 @@ impl fmt::Debug for ResourceConfig {
             .field("nodes", &self.nodes)
             .field("quorum", &self.quorum)
             .field("after_sb", &self.after_sb)
+            .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca)
             .field("path", &self.path)
             .finish()
     }
@@ -337,6 +345,29 @@ pub struct NodeConfig {
     pub tls: NodeTls,
     /// One entry per [`ResourceConfig::volumes`], in the same order.
     pub volumes: Vec<NodeVolume>,
+}
+
+/// `tls`: TLS on a resource's peer links.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PeerTls {
+    /// In the clear (the shared secret's challenge-response authenticates peers).
+    #[default]
+    Off,
+    /// Mutual X.509 with the nodes' `tls-certificate`s, signed by `tls-ca`.
+    Certificates,
+    /// Throwaway self-signed certificates; the challenge-response over the shared secret,
+    /// bound to the TLS channel, authenticates.
+    Secret,
+}
+
+impl fmt::Display for PeerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PeerTls::Off => "off",
+            PeerTls::Certificates => "certificates",
+            PeerTls::Secret => "secret",
+        })
+    }
 }
 
 /// `nbd-tls`: what a node's NBD endpoints of the resource offer of TLS.

@@ -31,6 +31,8 @@ pub(crate) struct RawResource {
     pub after_sb_0pri: Option<String>,
     pub after_sb_1pri: Option<String>,
     pub after_sb_2pri: Option<String>,
+    pub tls: Option<String>,
+    pub tls_ca: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

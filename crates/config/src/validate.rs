@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::raw::{RawFile, RawNet, RawNode, RawResource, Scalar};
 use crate::{
     parse_duration, parse_size, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain,
-    ConfigError, Endpoint, NbdTls, NetConfig, NodeConfig, NodeTls, NodeVolume, OnNoQuorum,
+    ConfigError, Endpoint, NbdTls, NetConfig, NodeConfig, NodeTls, NodeVolume, OnNoQuorum, PeerTls,
     Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes,
 };
 
@@ -166,6 +166,7 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
 
     let quorum = quorum_config(&cx, &resource, &nodes, volumes.len())?;
     let after_sb = after_sb(&cx, &resource)?;
+    let (tls, tls_ca) = peer_tls(&cx, &resource, &nodes)?;
     Ok(ResourceConfig {
         name: resource.name,
         protocol,
@@ -175,8 +176,68 @@ pub(crate) fn validate(raw: RawFile, path: &Path) -> Result<ResourceConfig, Conf
         nodes,
         quorum,
         after_sb,
+        tls,
+        tls_ca,
         path: path.to_owned(),
     })
+}
+
+/// `tls` and `tls-ca`: with certificates, the CA and every node's certificate and key are
+/// required (every node dials and is dialed).
+fn peer_tls(
+    cx: &Ctx,
+    r: &RawResource,
+    nodes: &[NodeConfig],
+) -> Result<(PeerTls, Option<PathBuf>), ConfigError> {
+    let tls = match r.tls.as_deref() {
+        None | Some("off") => PeerTls::Off,
+        Some("certificates") => PeerTls::Certificates,
+        Some("secret") => PeerTls::Secret,
+        Some(other) => {
+            return Err(cx.err(
+                "resource.tls",
+                format!(
+                    "{other:?} is not a TLS mode for peer links; expected \"off\", \"certificates\" or \"secret\""
+                ),
+            ))
+        }
+    };
+    let ca = match r.tls_ca.as_deref() {
+        None => None,
+        Some("") => return Err(cx.err("resource.tls-ca", "must not be empty")),
+        Some(f) => Some(match cx.path.parent() {
+            Some(dir) if Path::new(f).is_relative() => dir.join(f),
+            _ => PathBuf::from(f),
+        }),
+    };
+    match (tls, &ca) {
+        (PeerTls::Certificates, None) => {
+            return Err(cx.err(
+                "resource.tls-ca",
+                "tls = \"certificates\" needs tls-ca: the CA that signs the nodes' certificates",
+            ))
+        }
+        (PeerTls::Certificates, Some(_)) => {}
+        (_, Some(_)) => {
+            return Err(cx.err(
+                "resource.tls-ca",
+                format!(
+                    "only with tls = \"certificates\" (tls is \"{tls}\"): set it, or remove tls-ca"
+                ),
+            ))
+        }
+        (_, None) => {}
+    }
+    if tls == PeerTls::Certificates {
+        if let Some((i, n)) = (nodes.iter().enumerate()).find(|(_, n)| n.tls.certificate.is_none())
+        {
+            return Err(cx.err(
+                format!("node[{i}] ({}).tls-certificate", n.name),
+                "tls = \"certificates\" needs every node's certificate: set tls-certificate and tls-key",
+            ));
+        }
+    }
+    Ok((tls, ca))
 }
 
 /// `after-sb-0pri`, `after-sb-1pri`, `after-sb-2pri`: DRBD's names, each `disconnect` by

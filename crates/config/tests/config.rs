@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use tandem_config::{
     load, load_dir, parse, AfterSb0Pri, AfterSb1Pri, AfterSb2Pri, AfterSplitBrain, ConfigError,
-    Endpoint, MetaDisk, NbdTls, NetConfig, NodeConfig, NodeTls, NodeVolume, OnNoQuorum, Protocol,
-    QuorumConfig, ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
+    Endpoint, MetaDisk, NbdTls, NetConfig, NodeConfig, NodeTls, NodeVolume, OnNoQuorum, PeerTls,
+    Protocol, QuorumConfig, ResourceConfig, VolumeConfig, Votes, DEFAULT_AL_EXTENTS,
 };
 
 const EXAMPLE: &str = include_str!("../example/r0.toml");
@@ -229,6 +229,8 @@ fn example_parses_to_expected_structure() {
             },
         ],
         after_sb: AfterSplitBrain::default(),
+        tls: PeerTls::Off,
+        tls_ca: None,
         path: PathBuf::from("/etc/tandem/r0.toml"),
     };
     assert_eq!(cfg, expected);
@@ -906,6 +908,61 @@ fn node_tls_keys_are_checked_and_paths_made_absolute() {
         &with("nbd-tls = \"on\"\ntls-certificate = \"\"\ntls-key = \"k\""),
         "node[0] (alpha).tls-certificate",
         "must not be empty",
+    );
+}
+
+#[test]
+fn peer_tls_keys_are_checked_and_certificates_need_the_ca_and_every_node_s_files() {
+    let with = |lines: &str| edit("tls = \"off\"\n", &format!("{lines}\n"));
+    assert_eq!(parse_r0(EXAMPLE).unwrap().tls, PeerTls::Off);
+    let secret = parse_r0(&with("tls = \"secret\"")).unwrap();
+    assert_eq!((secret.tls, secret.tls_ca), (PeerTls::Secret, None));
+    assert_invalid(
+        &with("tls = \"on\""),
+        "resource.tls",
+        "\"on\" is not a TLS mode for peer links",
+    );
+    assert_invalid(
+        &with("tls = \"certificates\""),
+        "resource.tls-ca",
+        "needs tls-ca",
+    );
+    assert_invalid(
+        &with("tls = \"secret\"\ntls-ca = \"ca.pem\""),
+        "resource.tls-ca",
+        "only with tls = \"certificates\"",
+    );
+    assert_invalid(&with("tls-ca = \"ca.pem\""), "resource.tls-ca", "only with");
+    // Certificates: every node needs its own (gamma, the diskless one, too).
+    let certs = with("tls = \"certificates\"\ntls-ca = \"pki/ca.pem\"");
+    assert_invalid(
+        &certs,
+        "node[0] (alpha).tls-certificate",
+        "needs every node's certificate",
+    );
+    let mut text = certs.clone();
+    for (n, ip) in [("alpha", 1), ("beta", 2)] {
+        let addr = format!("address = \"10.0.0.{ip}:7789\"");
+        text = text.replace(
+            &addr,
+            &format!("{addr}\ntls-certificate = \"{n}.pem\"\ntls-key = \"{n}.key\""),
+        );
+    }
+    assert_invalid(
+        &text,
+        "node[2] (gamma).tls-certificate",
+        "needs every node's certificate",
+    );
+    let addr = "address = \"10.0.0.3:7789\"";
+    let text = text.replace(
+        addr,
+        &format!("{addr}\ntls-certificate = \"g.pem\"\ntls-key = \"g.key\""),
+    );
+    let ok = parse(&text, Path::new("/etc/tandem/r0.toml")).unwrap();
+    assert_eq!(ok.tls, PeerTls::Certificates);
+    assert_eq!(
+        ok.tls_ca.as_deref(),
+        Some(Path::new("/etc/tandem/pki/ca.pem"))
     );
 }
 

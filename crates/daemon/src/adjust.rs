@@ -5,7 +5,7 @@
 //! began under), the timing and resync-rate settings (`[net]`) and the after-split-brain
 //! policies of a running one change in place, and a node added to it joins. What does not
 //! (it changes what the peers agreed on at connect, or what is on disk) is named and left
-//! for the next start: the shared secret, volumes, quorum, and a node removed or changed. A resource removed from the files stops, if it is a Secondary
+//! for the next start: the shared secret, volumes, quorum, peer TLS (`tls`, `tls-ca`), and a node removed or changed. A resource removed from the files stops, if it is a Secondary
 //! nobody uses. Nothing is half-applied: a resource's change is taken whole or not at
 //! all.
 
@@ -18,6 +18,7 @@ pub enum NeedsRestart {
     Volumes,
     Nodes,
     Quorum,
+    Tls,
 }
 
 impl NeedsRestart {
@@ -27,6 +28,7 @@ impl NeedsRestart {
             NeedsRestart::Volumes => "[[volume]]",
             NeedsRestart::Nodes => "[[node]]",
             NeedsRestart::Quorum => "quorum",
+            NeedsRestart::Tls => "tls",
         }
     }
 }
@@ -116,6 +118,10 @@ fn needs_restart(r: &ResourceConfig, w: &ResourceConfig) -> Vec<NeedsRestart> {
     if r.quorum != w.quorum {
         needs.push(NeedsRestart::Quorum);
     }
+    // Peers agree on it at connect; its files are read at start.
+    if r.tls != w.tls || r.tls_ca != w.tls_ca {
+        needs.push(NeedsRestart::Tls);
+    }
     needs
 }
 
@@ -176,6 +182,8 @@ mod tests {
         assert!(p.retune.is_empty(), "a change is taken whole or not at all");
         let p = plan(&[&r0], &[], &[cfg("r0", "quorum = \"majority\"\n")]);
         assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Quorum])]);
+        let p = plan(&[&r0], &[], &[cfg("r0", "tls = \"secret\"\n")]);
+        assert_eq!(p.restart, vec![("r0".into(), vec![NeedsRestart::Tls])]);
     }
 
     const GAMMA: &str = "[[node]]\nname = \"c\"\nnode-id = 2\naddress = \"127.0.0.3:7000\"\n\
