@@ -128,6 +128,14 @@ impl Stream {
         self.tls = Some(Box::new(TlsSession::new(conn, clear, received)));
     }
 
+    /// [`Stream::start_tls`] on a peer link: the peer's first bytes may be a refusal in the
+    /// clear instead of TLS (`crate::tls::not_tls`).
+    pub fn start_tls_peer(&mut self, conn: rustls::Connection, clear: Vec<u8>, received: &[u8]) {
+        let mut t = Box::new(TlsSession::new(conn, clear, received));
+        t.sniff_clear();
+        self.tls = Some(t);
+    }
+
     pub fn tls(&self) -> Option<&TlsSession> {
         self.tls.as_deref()
     }

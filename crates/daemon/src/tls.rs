@@ -52,6 +52,9 @@ pub struct TlsSession {
     sock_eof: bool,
     /// Plaintext was returned with the end of the stream behind it.
     eof_next: bool,
+    /// No byte of the peer's went to rustls yet, and bytes that cannot start TLS are
+    /// handed back as [`NotTls`] (a peer link's refusal in the clear).
+    sniff: bool,
 }
 
 impl TlsSession {
@@ -68,7 +71,15 @@ impl TlsSession {
             clear_pos: 0,
             sock_eof: false,
             eof_next: false,
+            sniff: false,
         }
+    }
+
+    /// The peer's first bytes, if they cannot start TLS (neither a handshake record nor an
+    /// alert), are an error carrying them ([`not_tls`]) instead of a TLS failure: a peer
+    /// that refused us in the clear (its `Error` packet) is heard.
+    pub(crate) fn sniff_clear(&mut self) {
+        self.sniff = true;
     }
 
     pub fn connection(&self) -> &rustls::Connection {
@@ -162,6 +173,17 @@ impl TlsSession {
                     Err(e) => return partial(filled, e),
                 }
             }
+            if self.sniff {
+                // TLS records of type handshake (22) or alert (21).
+                if !matches!(self.raw[self.raw_start], 21 | 22) {
+                    let bytes = self.raw[self.raw_start..self.raw_end].to_vec();
+                    return partial(
+                        filled,
+                        io::Error::new(io::ErrorKind::InvalidData, NotTls(bytes)),
+                    );
+                }
+                self.sniff = false;
+            }
             let n = self
                 .conn
                 .read_tls(&mut &self.raw[self.raw_start..self.raw_end])?;
@@ -244,6 +266,23 @@ fn partial(filled: usize, e: io::Error) -> io::Result<usize> {
 
 fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// What a peer sent where TLS should have begun (see `TlsSession::sniff_clear`).
+#[derive(Debug)]
+pub struct NotTls(pub Vec<u8>);
+
+impl std::fmt::Display for NotTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the peer sent {} bytes that are not TLS", self.0.len())
+    }
+}
+
+impl std::error::Error for NotTls {}
+
+/// The bytes a peer sent instead of TLS, behind an I/O error of a TLS stream.
+pub fn not_tls(e: &io::Error) -> Option<&[u8]> {
+    Some(&e.get_ref()?.downcast_ref::<NotTls>()?.0)
 }
 
 /// The TLS failure behind an I/O error of a TLS stream (a handshake refused, a certificate
@@ -387,6 +426,9 @@ pub fn server_connection(config: &Arc<rustls::ServerConfig>) -> io::Result<rustl
         .map(rustls::Connection::from)
         .map_err(tls_error)
 }
+
+mod peer;
+pub use peer::{peer_names, PeerTls, PeerTlsMode};
 
 #[cfg(test)]
 mod tests;

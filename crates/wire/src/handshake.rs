@@ -9,6 +9,19 @@
 //! 3. on the peer's `Auth`, a side verifies the response and sends `AuthOk`;
 //! 4. a side is established once it has sent `AuthOk` and received the peer's.
 //!
+//! **TLS** ([`PeerHandshake::with_tls`]). The `Hello`s stay in the clear (a port several
+//! resources share routes a caller by its `Hello`) and carry each side's TLS mode
+//! ([`PeerTls`], in two of the `features` bits: [`TLS_CERTIFICATES`], [`TLS_SECRET`]).
+//! Modes are not negotiated: a side whose mode differs from the peer's refuses it
+//! ([`HandshakeError::TlsMismatch`], an `Error` packet in the clear), so neither end
+//! ever talks to the other in the clear when one of them wants TLS, and both log why.
+//! With the same mode on, step 2 becomes [`HandshakeStep::StartTls`]: the driver runs TLS
+//! over the socket (the dialer is the client), bytes after the `Hello` belong to TLS, and
+//! once TLS is up it calls [`PeerHandshake::tls_up`] with the channel's `tls-exporter`
+//! value; `Auth` is sent then, inside TLS, bound to that channel (`auth::respond_bound`),
+//! and steps 3 and 4 go on inside TLS. A driver that finds TLS failed (or the peer's
+//! certificate wrong) ends the handshake with [`PeerHandshake::tls_failed`].
+//!
 //! A side that refuses the peer sends an `Error` packet saying why before it gives up, so both
 //! ends can log the reason; a peer's `Error` ends the handshake with
 //! [`HandshakeError::PeerRefused`].
@@ -39,6 +52,58 @@ pub const ERR_PROTOCOL: u32 = 5;
 /// `tandem disconnect`, or a split brain): it accepts no session until `tandem connect`.
 /// Not a fault: the dialer retries at its longest interval and says so once.
 pub const ERR_STANDALONE: u32 = 6;
+
+/// The two ends' TLS modes differ, or TLS failed (the peer's certificate refused).
+pub const ERR_TLS: u32 = 7;
+
+/// `Hello` feature bit: the sender's peer links run TLS with certificates.
+pub const TLS_CERTIFICATES: u64 = 1 << 62;
+/// `Hello` feature bit: the sender's peer links run TLS authenticated by the shared secret.
+pub const TLS_SECRET: u64 = 1 << 63;
+const TLS_BITS: u64 = TLS_CERTIFICATES | TLS_SECRET;
+
+/// TLS on a resource's peer links (its `tls` setting), the same on every node of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerTls {
+    /// In the clear.
+    #[default]
+    Off,
+    /// Mutual X.509: each node's certificate signed by the resource's CA.
+    Certificates,
+    /// Ephemeral certificates trusted by no one; the shared secret's challenge-response,
+    /// bound to the TLS channel, authenticates both ends.
+    Secret,
+}
+
+impl PeerTls {
+    fn bits(self) -> u64 {
+        match self {
+            PeerTls::Off => 0,
+            PeerTls::Certificates => TLS_CERTIFICATES,
+            PeerTls::Secret => TLS_SECRET,
+        }
+    }
+
+    /// The mode a `Hello`'s features say; `None` for both bits at once.
+    fn of_bits(features: u64) -> Option<PeerTls> {
+        match features & TLS_BITS {
+            0 => Some(PeerTls::Off),
+            TLS_CERTIFICATES => Some(PeerTls::Certificates),
+            TLS_SECRET => Some(PeerTls::Secret),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for PeerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PeerTls::Off => "off",
+            PeerTls::Certificates => "certificates",
+            PeerTls::Secret => "secret",
+        })
+    }
+}
 
 /// The message sent with [`ERR_AUTH`].
 pub const AUTH_FAILED_MESSAGE: &str = "authentication failed: the shared secrets differ";
@@ -143,6 +208,10 @@ pub struct Established {
 pub enum HandshakeStep {
     /// Send what was produced, then feed more bytes.
     NeedMore,
+    /// Both ends want TLS: send what was produced in the clear, then run TLS over the
+    /// socket (the dialer as the client); bytes not consumed are the start of TLS. Once
+    /// TLS is up, call [`PeerHandshake::tls_up`] and feed what TLS decrypts.
+    StartTls,
     /// Authenticated. Bytes not consumed belong to the session.
     Established(Established),
     /// The connection is to be closed (after sending what was produced: it may hold an
@@ -207,6 +276,18 @@ pub enum HandshakeError {
         "node {me} is StandAlone towards node {peer} for resource {resource:?}: no connection until `tandem connect` on node {me}"
     )]
     StandAlone { me: u8, peer: u8, resource: String },
+    #[error(
+        "TLS mismatch on the peer links of resource {resource:?}: node {me} has tls = \"{ours}\", node {peer} has tls = \"{theirs}\" (set the same tls on every node)"
+    )]
+    TlsMismatch {
+        me: u8,
+        peer: u8,
+        resource: String,
+        ours: PeerTls,
+        theirs: PeerTls,
+    },
+    #[error("TLS with node {} failed: {reason}", .peer.map_or("?".to_string(), |p| p.to_string()))]
+    Tls { peer: Option<u8>, reason: String },
     #[error("the peer refused the connection: {} (code {code})", sanitize(.message))]
     PeerRefused { code: u32, message: String },
     #[error("protocol violation: {0}")]
@@ -225,6 +306,7 @@ impl HandshakeError {
             | HandshakeError::UnexpectedPeer { .. } => ERR_NODE,
             HandshakeError::AuthFailed { .. } => ERR_AUTH,
             HandshakeError::StandAlone { .. } => ERR_STANDALONE,
+            HandshakeError::TlsMismatch { .. } | HandshakeError::Tls { .. } => ERR_TLS,
             HandshakeError::PeerRefused { code, .. } => *code,
             HandshakeError::Protocol(_) => ERR_PROTOCOL,
         }
@@ -307,6 +389,8 @@ struct Peer {
 enum State {
     /// Hello sent; waiting for the peer's Hello.
     AwaitHello,
+    /// Both want TLS: waiting for the driver's `tls_up`, with the peer's challenge.
+    AwaitTls(Peer, [u8; CHALLENGE_LEN]),
     /// Auth sent; waiting for the peer's Auth.
     AwaitAuth(Peer),
     /// AuthOk sent; waiting for the peer's AuthOk.
@@ -318,6 +402,9 @@ enum State {
 /// The handshake of one peer connection. See the [module documentation](self).
 pub struct PeerHandshake {
     cfg: HandshakeConfig,
+    tls: PeerTls,
+    /// The TLS channel's `tls-exporter` value, once TLS is up: `Auth` is bound to it.
+    binding: Option<[u8; auth::EXPORTER_LEN]>,
     challenge: [u8; CHALLENGE_LEN],
     state: State,
     /// The node id of an accepted `Hello`, kept after a later failure so the caller can
@@ -342,6 +429,17 @@ impl PeerHandshake {
     /// Starts the handshake: appends our `Hello` to `out`. `challenge` must be fresh random
     /// bytes for every connection.
     pub fn new(cfg: HandshakeConfig, challenge: [u8; 32], out: &mut Vec<u8>) -> PeerHandshake {
+        PeerHandshake::with_tls(cfg, PeerTls::Off, challenge, out)
+    }
+
+    /// [`PeerHandshake::new`] for peer links with TLS mode `tls` (see the module's
+    /// documentation): the `Hello` says it, and a peer with another mode is refused.
+    pub fn with_tls(
+        cfg: HandshakeConfig,
+        tls: PeerTls,
+        challenge: [u8; 32],
+        out: &mut Vec<u8>,
+    ) -> PeerHandshake {
         debug_assert!(
             cfg.resource.len() <= MAX_STRING,
             "resource names are at most {MAX_STRING} bytes on the wire"
@@ -350,7 +448,7 @@ impl PeerHandshake {
             &Packet::Hello {
                 version_min: VERSION_MIN,
                 version_max: VERSION_MAX,
-                features: cfg.features,
+                features: (cfg.features & !TLS_BITS) | tls.bits(),
                 node_id: cfg.me,
                 resource: &cfg.resource,
                 challenge,
@@ -359,6 +457,8 @@ impl PeerHandshake {
         );
         PeerHandshake {
             cfg,
+            tls,
+            binding: None,
             challenge,
             state: State::AwaitHello,
             claimed: None,
@@ -372,9 +472,14 @@ impl PeerHandshake {
     /// - [`HandshakeStep::NeedMore`]: all of `input` was consumed (a partial frame is kept
     ///   internally, so `input` may be split anywhere);
     /// - [`HandshakeStep::Established`]: `input[consumed..]` is the start of the session;
+    /// - [`HandshakeStep::StartTls`]: send `out`, then start TLS; `input[consumed..]` is
+    ///   the start of it;
     /// - [`HandshakeStep::Failed`]: send `out`, then close the connection.
     ///
     /// Once established or failed, further calls consume nothing and return the same step.
+    /// While TLS starts, bytes fed are taken for packets sent in the clear instead of TLS:
+    /// the peer's `Error` (it refused our `Hello`) ends the handshake with its reason,
+    /// anything else is a protocol violation.
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> (usize, HandshakeStep) {
         if let State::Done(step) = &self.state {
             return (0, step.clone());
@@ -413,6 +518,49 @@ impl PeerHandshake {
             State::Done(HandshakeStep::Established(e)) => Some(e.peer),
             _ => self.claimed,
         }
+    }
+
+    /// Waiting for TLS to come up ([`HandshakeStep::StartTls`] was returned).
+    pub fn awaits_tls(&self) -> bool {
+        matches!(self.state, State::AwaitTls(..))
+    }
+
+    /// TLS is up; `binding` is its RFC 9266 `tls-exporter` value. Appends our `Auth`,
+    /// bound to the channel, to `out` (to be sent inside TLS); then feed what TLS
+    /// decrypts. Does nothing unless [`PeerHandshake::awaits_tls`].
+    pub fn tls_up(&mut self, binding: &[u8; auth::EXPORTER_LEN], out: &mut Vec<u8>) {
+        let State::AwaitTls(peer, their_challenge) = self.state.clone() else {
+            return;
+        };
+        let response = auth::respond_bound(
+            &self.cfg.secret,
+            &self.cfg.resource,
+            self.cfg.me,
+            &their_challenge,
+            binding,
+        );
+        encode(&Packet::Auth { response }, out);
+        self.binding = Some(*binding);
+        self.state = State::AwaitAuth(peer);
+    }
+
+    /// TLS failed (`reason`: the TLS error, or what is wrong with the peer's certificate):
+    /// the handshake ends. With `tell`, TLS is up and an `Error` saying why is appended to
+    /// `out` (for the peer to log); a failed TLS handshake has no channel left to say it.
+    pub fn tls_failed(&mut self, reason: String, tell: bool, out: &mut Vec<u8>) -> HandshakeStep {
+        if let State::Done(step) = &self.state {
+            return step.clone();
+        }
+        let e = HandshakeError::Tls {
+            peer: self.claimed,
+            reason,
+        };
+        if !tell {
+            let step = HandshakeStep::Failed(e);
+            self.state = State::Done(step.clone());
+            return step;
+        }
+        self.fail(e, out)
     }
 
     /// The final step, once established or failed.
@@ -469,9 +617,19 @@ impl PeerHandshake {
                     challenge,
                 },
                 State::AwaitHello,
-            ) => self
-                .check_hello(version_min, version_max, node_id, resource)
-                .map(|version| {
+            ) => match self.check_hello(version_min, version_max, node_id, resource, features) {
+                Ok(version) => {
+                    let peer = Peer {
+                        id: node_id,
+                        version,
+                        features: features & self.cfg.features & !TLS_BITS,
+                    };
+                    self.claimed = Some(node_id);
+                    if self.tls != PeerTls::Off {
+                        // Auth goes inside TLS, bound to it (`tls_up`).
+                        self.state = State::AwaitTls(peer, challenge);
+                        return Some(HandshakeStep::StartTls);
+                    }
                     let response = auth::respond(
                         &self.cfg.secret,
                         &self.cfg.resource,
@@ -479,13 +637,18 @@ impl PeerHandshake {
                         &challenge,
                     );
                     encode(&Packet::Auth { response }, out);
-                    self.claimed = Some(node_id);
-                    self.state = State::AwaitAuth(Peer {
-                        id: node_id,
-                        version,
-                        features: features & self.cfg.features,
-                    });
-                }),
+                    self.state = State::AwaitAuth(peer);
+                    Ok(())
+                }
+                Err(e) => {
+                    // A configured peer: its failures are told apart from strangers' (the
+                    // driver says a repeated one once).
+                    if matches!(e, HandshakeError::TlsMismatch { .. }) {
+                        self.claimed = Some(node_id);
+                    }
+                    Err(e)
+                }
+            },
             (Packet::Auth { response }, State::AwaitAuth(peer)) => {
                 self.check_auth(peer.id, &response).and_then(|()| {
                     if self.cfg.standalone_towards.contains(&peer.id) {
@@ -512,6 +675,7 @@ impl PeerHandshake {
             (p, state) => Err(ProtocolError::Unexpected {
                 expected: match state {
                     State::AwaitHello => "Hello",
+                    State::AwaitTls(..) => "TLS",
                     State::AwaitAuth(_) => "Auth",
                     State::AwaitAuthOk(_) => "AuthOk",
                     State::Done(_) => "nothing",
@@ -533,6 +697,7 @@ impl PeerHandshake {
         version_max: u16,
         node_id: u8,
         resource: &str,
+        features: u64,
     ) -> Result<u16, HandshakeError> {
         let me = self.cfg.me;
         let version = version_max.min(VERSION_MAX);
@@ -574,17 +739,36 @@ impl PeerHandshake {
                 resource: self.cfg.resource.clone(),
             });
         }
+        match PeerTls::of_bits(features) {
+            Some(theirs) if theirs == self.tls => {}
+            Some(theirs) => {
+                return Err(HandshakeError::TlsMismatch {
+                    me,
+                    peer: node_id,
+                    resource: self.cfg.resource.clone(),
+                    ours: self.tls,
+                    theirs,
+                })
+            }
+            None => {
+                let e = WireError::Malformed {
+                    kind: 1, // Hello
+                    what: "a Hello with two TLS modes",
+                };
+                return Err(ProtocolError::Wire(e).into());
+            }
+        }
         Ok(version)
     }
 
     fn check_auth(&self, peer: u8, response: &[u8; RESPONSE_LEN]) -> Result<(), HandshakeError> {
-        if auth::verify(
-            &self.cfg.secret,
-            &self.cfg.resource,
-            peer,
-            &self.challenge,
-            response,
-        ) {
+        let (secret, resource) = (&self.cfg.secret, &self.cfg.resource);
+        let ok = match &self.binding {
+            // Under TLS always bound: a response relayed from another channel fails.
+            Some(b) => auth::verify_bound(secret, resource, peer, &self.challenge, b, response),
+            None => auth::verify(secret, resource, peer, &self.challenge, response),
+        };
+        if ok {
             Ok(())
         } else {
             Err(HandshakeError::AuthFailed {
@@ -747,6 +931,162 @@ mod tests {
                 assert!(message.starts_with("resource mismatch: node 2"));
             }
             other => panic!("expected an Error packet, got {other:?}"),
+        }
+    }
+
+    fn tls_cfg(me: u8, peer: u8) -> HandshakeConfig {
+        HandshakeConfig {
+            me,
+            resource: "r0".into(),
+            secret: b"s3cret".to_vec(),
+            allowed_peers: vec![peer],
+            expect: None,
+            features: crate::features::SYNC_PROGRESS,
+            standalone_towards: Vec::new(),
+        }
+    }
+
+    /// Two sides after their Hellos crossed: (side, its step, what it sent since).
+    fn hellos(a: PeerTls, b: PeerTls) -> [(PeerHandshake, HandshakeStep, Vec<u8>); 2] {
+        let (mut ha, mut hb) = (Vec::new(), Vec::new());
+        let mut x = PeerHandshake::with_tls(tls_cfg(1, 2), a, [1; 32], &mut ha);
+        let mut y = PeerHandshake::with_tls(tls_cfg(2, 1), b, [2; 32], &mut hb);
+        let (mut ox, mut oy) = (Vec::new(), Vec::new());
+        let (n, sx) = x.feed(&hb, &mut ox);
+        assert_eq!(n, hb.len());
+        let (n, sy) = y.feed(&ha, &mut oy);
+        assert_eq!(n, ha.len());
+        [(x, sx, ox), (y, sy, oy)]
+    }
+
+    #[test]
+    fn tls_starts_after_the_hellos_and_auth_is_bound_to_the_channel() {
+        for mode in [PeerTls::Certificates, PeerTls::Secret] {
+            let [(mut x, sx, ox), (mut y, sy, oy)] = hellos(mode, mode);
+            assert_eq!((sx, sy), (HandshakeStep::StartTls, HandshakeStep::StartTls));
+            assert!(
+                ox.is_empty() && oy.is_empty(),
+                "nothing in the clear after Hello"
+            );
+            assert!(x.awaits_tls() && y.awaits_tls());
+            let binding = [9u8; auth::EXPORTER_LEN];
+            let (mut ax, mut ay) = (Vec::new(), Vec::new());
+            x.tls_up(&binding, &mut ax);
+            y.tls_up(&binding, &mut ay);
+            let (mut okx, mut oky) = (Vec::new(), Vec::new());
+            assert_eq!(x.feed(&ay, &mut okx).1, HandshakeStep::NeedMore);
+            assert_eq!(y.feed(&ax, &mut oky).1, HandshakeStep::NeedMore);
+            let ex = x.feed(&oky, &mut Vec::new()).1;
+            let ey = y.feed(&okx, &mut Vec::new()).1;
+            match (ex, ey) {
+                (HandshakeStep::Established(a), HandshakeStep::Established(b)) => {
+                    assert_eq!((a.peer, b.peer), (2, 1));
+                    assert_eq!(
+                        a.features,
+                        crate::features::SYNC_PROGRESS,
+                        "TLS bits masked"
+                    );
+                }
+                other => panic!("{mode}: not established: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_auth_relayed_from_another_tls_channel_fails() {
+        let [(mut x, _, _), (mut y, _, _)] = hellos(PeerTls::Secret, PeerTls::Secret);
+        // A man in the middle terminates TLS towards each side: two channels.
+        let (mut ax, mut ay) = (Vec::new(), Vec::new());
+        x.tls_up(&[1; auth::EXPORTER_LEN], &mut ax);
+        y.tls_up(&[2; auth::EXPORTER_LEN], &mut ay);
+        let mut out = Vec::new();
+        let (_, step) = x.feed(&ay, &mut out);
+        assert!(
+            matches!(
+                step,
+                HandshakeStep::Failed(HandshakeError::AuthFailed { peer: 2, .. })
+            ),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn a_tls_mode_mismatch_is_refused_by_both_sides_in_the_clear() {
+        for (a, b) in [
+            (PeerTls::Secret, PeerTls::Off),
+            (PeerTls::Off, PeerTls::Certificates),
+            (PeerTls::Certificates, PeerTls::Secret),
+        ] {
+            let sides = hellos(a, b);
+            for (side, step, out) in &sides {
+                let HandshakeStep::Failed(e) = step else {
+                    panic!("{a} vs {b}: {step:?}");
+                };
+                assert!(
+                    matches!(e, HandshakeError::TlsMismatch { .. }),
+                    "{a} vs {b}: {e:?}"
+                );
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("TLS mismatch") && msg.contains("tls = "),
+                    "{msg}"
+                );
+                assert!(!side.awaits_tls());
+                match decode(out).unwrap() {
+                    Decoded::Packet(Packet::Error { code, message }, _) => {
+                        assert_eq!(code, ERR_TLS);
+                        assert_eq!(message, msg);
+                    }
+                    other => panic!("not an Error: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_in_the_clear_instead_of_tls_ends_with_the_peers_reason() {
+        let [(mut x, _, _), _] = hellos(PeerTls::Secret, PeerTls::Secret);
+        let mut err = Vec::new();
+        refusal(ERR_NODE, "node 1 is not configured", &mut err);
+        let (_, step) = x.feed(&err, &mut Vec::new());
+        assert!(
+            matches!(&step, HandshakeStep::Failed(HandshakeError::PeerRefused { code: ERR_NODE, message }) if message.contains("not configured")),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn tls_failed_ends_the_handshake_and_tells_the_peer_only_when_asked() {
+        let [(mut x, _, _), (mut y, _, _)] = hellos(PeerTls::Secret, PeerTls::Secret);
+        let mut out = Vec::new();
+        let step = x.tls_failed("UnknownIssuer".into(), false, &mut out);
+        assert!(out.is_empty());
+        assert!(
+            matches!(&step, HandshakeStep::Failed(e @ HandshakeError::Tls { peer: Some(2), .. }) if e.to_string() == "TLS with node 2 failed: UnknownIssuer"),
+            "{step:?}"
+        );
+        assert_eq!(x.feed(b"more", &mut out), (0, step));
+        y.tls_up(&[3; auth::EXPORTER_LEN], &mut Vec::new());
+        let step = y.tls_failed("not its name".into(), true, &mut out);
+        assert!(matches!(
+            step,
+            HandshakeStep::Failed(HandshakeError::Tls { .. })
+        ));
+        assert!(matches!(
+            decode(&out).unwrap(),
+            Decoded::Packet(Packet::Error { code: ERR_TLS, .. }, _)
+        ));
+    }
+
+    #[test]
+    fn without_tls_the_hello_carries_no_tls_bits() {
+        let mut out = Vec::new();
+        let _ = PeerHandshake::new(tls_cfg(1, 2), [1; 32], &mut out);
+        match decode(&out).unwrap() {
+            Decoded::Packet(Packet::Hello { features, .. }, _) => {
+                assert_eq!(features, crate::features::SYNC_PROGRESS)
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

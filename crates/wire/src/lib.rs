@@ -16,7 +16,9 @@ pub mod handshake;
 pub mod packet;
 
 pub use errno::Errno;
-pub use handshake::{Established, HandshakeConfig, HandshakeError, HandshakeStep, PeerHandshake};
+pub use handshake::{
+    Established, HandshakeConfig, HandshakeError, HandshakeStep, PeerHandshake, PeerTls,
+};
 pub use packet::{decode, encode, Decoded, Packet, WireError};
 
 /// Feature bits a node offers in its `Hello`; a session uses those both offered.
@@ -24,6 +26,10 @@ pub mod features {
     /// `Packet::SyncProgress` may be sent (a node without it would take the unknown
     /// packet kind for a protocol error).
     pub const SYNC_PROGRESS: u64 = 1;
+    // Bits 62 and 63 are not features: they carry the sender's TLS mode for its peer links
+    // (`handshake::TLS_CERTIFICATES`, `handshake::TLS_SECRET`), which must equal ours.
+    // Nodes without TLS support ignore them (and send neither): a node with TLS on refuses
+    // them, no version change needed.
 }
 
 /// "TNDM".

@@ -14,10 +14,15 @@ use std::time::Instant;
 use tandem_engine::driver::SplitBrain;
 use tandem_engine::replica::{Event, NodeId};
 use tandem_wire::handshake::{
-    HandshakeConfig, HandshakeError, HandshakeStep as PeerStep, PeerHandshake,
+    HandshakeConfig, HandshakeError, HandshakeStep as PeerStep, PeerHandshake, PeerTls,
 };
 use tandem_wire::packet::{Decoded as Frame, Packet};
 use tracing::{debug, error, info, warn};
+
+/// An error of a TLS stream that TLS itself raised (or clear bytes where TLS should be).
+fn tls_failure(e: &io::Error) -> bool {
+    crate::tls::failure(e).is_some() || crate::tls::not_tls(e).is_some()
+}
 
 impl NodeReactor {
     pub(super) fn accept_peer(&mut self, k: usize) {
@@ -73,7 +78,8 @@ impl NodeReactor {
             }
         };
         let mut greeting = Vec::new();
-        let hs = PeerHandshake::new(cfg, challenge, &mut greeting);
+        let tls = res.peer_tls.as_ref().map_or(PeerTls::Off, |t| t.mode);
+        let hs = PeerHandshake::with_tls(cfg, tls, challenge, &mut greeting);
         let key = self.entries.vacant_key();
         let interest = Interest::READABLE | Interest::WRITABLE;
         if let Err(e) = self
@@ -123,9 +129,18 @@ impl NodeReactor {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     pc.readable = false;
+                    // The read may have brought TLS up without plaintext: the handshake
+                    // goes on now (our Auth), not at the peer's next bytes (it waits for it).
+                    if pc.hs.as_ref().is_some_and(|h| h.awaits_tls()) {
+                        self.process_peer(k);
+                    }
                     break;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if pc.hs.is_some() && pc.stream.tls().is_some() && tls_failure(&e) => {
+                    self.peer_tls_failed(k, &e);
+                    break;
+                }
                 Err(e) => {
                     // A session that breaks is a state change; an attempt that fails is
                     // reported by the dialer, once per reason (see dial_failed).
@@ -163,21 +178,61 @@ impl NodeReactor {
         let Some(hs) = pc.hs.as_mut() else {
             return true;
         };
+        if hs.awaits_tls() {
+            let Some(t) = pc.stream.tls().filter(|t| t.established()) else {
+                return false;
+            };
+            let tls = self.res[r].peer_tls.as_ref().expect("TLS started with it");
+            // A caller's certificate must be the node its Hello claimed (the dialer's
+            // verifier checked the other way round during the TLS handshake).
+            let checked = match (pc.dialed, pc.claimed) {
+                (None, Some(id)) => match self.res[r].peers.iter().find(|p| p.id == id) {
+                    Some(slot) => tls.check_client(
+                        t.connection(),
+                        &crate::tls::peer_names(&slot.name, slot.address.ip()),
+                    ),
+                    None => Err(format!("node {id} is not a peer")),
+                },
+                _ => Ok(()),
+            };
+            let step = match (checked, t.channel_binding()) {
+                (Ok(()), Some(binding)) => {
+                    debug!(peer = %pc.name, "TLS up: {}", t.describe());
+                    hs.tls_up(&binding, &mut pc.out);
+                    None
+                }
+                (Err(why), _) => Some(hs.tls_failed(why, true, &mut pc.out)),
+                (Ok(()), None) => {
+                    let why = format!("no channel binding ({}; TLS 1.3 is needed)", t.describe());
+                    Some(hs.tls_failed(why, true, &mut pc.out))
+                }
+            };
+            if let Some(PeerStep::Failed(e)) = step {
+                self.peer_handshake_ended(k, e);
+                return false;
+            }
+            // Our Auth goes out.
+            self.mark_dirty(k);
+        }
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return false;
+        };
+        let Some(hs) = pc.hs.as_mut() else {
+            return false;
+        };
         let (n, step) = hs.feed(&pc.inbuf[pc.in_start..pc.in_end], &mut pc.out);
         if let Some(id) = hs.peer() {
             pc.claimed = Some(id);
         }
-        let claimed = pc.claimed;
         pc.advance(n);
         match step {
             PeerStep::NeedMore => false,
+            PeerStep::StartTls => {
+                self.start_peer_tls(k);
+                false
+            }
             PeerStep::Failed(e) => {
-                pc.hs = None;
-                // Dead, but what is queued (an Error packet telling the peer why) still
-                // goes out before the close: see flush_entry.
-                pc.dead = true;
-                let (name, dialed) = (pc.name.clone(), pc.dialed);
-                self.handshake_failed(r, &name, dialed, claimed, &e);
+                self.peer_handshake_ended(k, e);
                 false
             }
             PeerStep::Established(est) => {
@@ -188,6 +243,92 @@ impl NodeReactor {
                 self.bind_peer_conn(r, k, est.peer, dialed);
                 true
             }
+        }
+    }
+
+    /// Peer connection `k`'s handshake failed with `e`: the connection is dropped (after
+    /// what is queued, an `Error` telling the peer why, went out: see flush_entry), and the
+    /// failure reported.
+    fn peer_handshake_ended(&mut self, k: usize, e: HandshakeError) {
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        pc.hs = None;
+        pc.dead = true;
+        let (r, name, dialed, claimed) = (pc.res, pc.name.clone(), pc.dialed, pc.claimed);
+        self.handshake_failed(r, &name, dialed, claimed, &e);
+        self.mark_dirty(k);
+    }
+
+    /// Both ends want TLS (`HandshakeStep::StartTls`): what is queued (our Hello, if not
+    /// all sent yet) goes out in the clear, everything after is TLS, and bytes the peer sent
+    /// past its Hello are TLS too. We are the client on a connection we dialed.
+    fn start_peer_tls(&mut self, k: usize) {
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let res = &self.res[pc.res];
+        let tls = res
+            .peer_tls
+            .as_ref()
+            .expect("the handshake starts TLS only with it");
+        let conn = match pc.dialed {
+            None => tls.server(),
+            Some(d) => match res.peers.iter().find(|p| p.id == d) {
+                Some(slot) => tls.client(crate::tls::peer_names(&slot.name, slot.address.ip())),
+                None => Err(io::Error::other(format!("node {d} is not a peer"))),
+            },
+        };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                let step =
+                    (pc.hs.as_mut()).map(|h| h.tls_failed(e.to_string(), false, &mut pc.out));
+                if let Some(PeerStep::Failed(e)) = step {
+                    self.peer_handshake_ended(k, e);
+                }
+                return;
+            }
+        };
+        let clear = pc.out.split_off(pc.out_pos);
+        pc.out.clear();
+        pc.out_pos = 0;
+        let received = pc.inbuf[pc.in_start..pc.in_end].to_vec();
+        pc.advance(received.len());
+        // What rustls is handed is read with the socket's next bytes.
+        pc.readable = true;
+        pc.stream.start_tls_peer(conn, clear, &received);
+        // The client's first flight goes out now.
+        self.mark_dirty(k);
+    }
+
+    /// Peer connection `k`'s TLS failed before the session began: the TLS error (an
+    /// untrusted certificate, the peer's alert) ends the handshake, reported as any
+    /// handshake failure; a peer that refused us in the clear instead of starting TLS is
+    /// heard (its `Error`).
+    fn peer_tls_failed(&mut self, k: usize, e: &io::Error) {
+        let Some(Entry::Peer(pc)) = self.entries.get_mut(k) else {
+            return;
+        };
+        let Some(hs) = pc.hs.as_mut() else {
+            return;
+        };
+        let mut ignored = Vec::new();
+        let step = match crate::tls::not_tls(e) {
+            Some(bytes) => match hs.feed(bytes, &mut ignored) {
+                (_, PeerStep::Failed(e)) => PeerStep::Failed(e),
+                _ => hs.tls_failed(e.to_string(), false, &mut ignored),
+            },
+            None => {
+                let why = match crate::tls::failure(e) {
+                    Some(t) => t.to_string(),
+                    None => e.to_string(),
+                };
+                hs.tls_failed(why, false, &mut ignored)
+            }
+        };
+        if let PeerStep::Failed(e) = step {
+            self.peer_handshake_ended(k, e);
         }
     }
 
@@ -365,11 +506,12 @@ impl NodeReactor {
         slot.last_error = None;
         let failed_for = (slot.failing.take()).map(|f| f.lasted(Instant::now()));
         if old.is_none() {
+            let tls = pc.stream.tls().map_or("off".into(), |t| t.describe());
             match failed_for.filter(|d| d.as_secs() >= 60) {
                 Some(d) => {
-                    info!(resource = %res.cfg.name, peer = %pc.name, "connected, after {} without a connection", human(d))
+                    info!(resource = %res.cfg.name, peer = %pc.name, tls = %tls, "connected, after {} without a connection", human(d))
                 }
-                None => info!(resource = %res.cfg.name, peer = %pc.name, "connected"),
+                None => info!(resource = %res.cfg.name, peer = %pc.name, tls = %tls, "connected"),
             }
         }
         let mut actions = Vec::new();

@@ -230,6 +230,7 @@ impl NodeReactor {
             }
         }
         let nbd_tls = nbd_tls(&cfg, &my)?;
+        let peer_tls = peer_tls(&cfg, &my)?;
         let mut nbd = Vec::new();
         for (v, vc) in cfg.volumes.iter().enumerate() {
             for ep in &my.volumes[v].nbd {
@@ -305,6 +306,7 @@ impl NodeReactor {
             stats: super::metrics_http::ResStats::new(&my),
             gates: (0..n_volumes).map(|_| Default::default()).collect(),
             nbd_tls,
+            peer_tls,
         });
         Ok(())
     }
@@ -402,6 +404,18 @@ fn nbd_tls(cfg: &ResourceConfig, my: &NodeConfig) -> Result<Option<crate::tls::N
             .as_ref()
             .map(|c| c.display().to_string());
         info!(resource = %cfg.name, mode = ?t.mode, certificate = certificate.unwrap_or_default(), client_ca = client_ca.as_deref().unwrap_or("none"), "NBD TLS");
+    }
+    Ok(loaded)
+}
+
+/// TLS on resource `cfg`'s peer links, its files read and checked (a bad one refuses the
+/// resource, naming the file) or its ephemeral certificate made.
+fn peer_tls(cfg: &ResourceConfig, my: &NodeConfig) -> Result<Option<crate::tls::PeerTls>> {
+    let loaded = crate::tls::PeerTls::load(cfg, my)
+        .with_context(|| format!("resource {}: tls of node {}", cfg.name, my.name))?;
+    if loaded.is_some() {
+        let ca = cfg.tls_ca.as_ref().map(|c| c.display().to_string());
+        info!(resource = %cfg.name, mode = %cfg.tls, ca = ca.as_deref().unwrap_or("none"), "TLS on the peer links");
     }
     Ok(loaded)
 }

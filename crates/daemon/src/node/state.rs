@@ -117,6 +117,8 @@ pub(super) struct ResCtx {
     pub(super) gates: Vec<crate::rmw::Gate>,
     /// TLS for its NBD clients (`nbd-tls`), loaded at start.
     pub(super) nbd_tls: Option<crate::tls::NbdTls>,
+    /// TLS on its peer links (`tls`), loaded at start.
+    pub(super) peer_tls: Option<crate::tls::PeerTls>,
 }
 
 /// A resource's life on this node.
