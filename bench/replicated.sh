@@ -36,6 +36,10 @@
 #   TANDEM_IPS       the three nodes' addresses (default "127.0.0.31 127.0.0.32 127.0.0.33")
 #   TANDEM_PORT      their replication port (default 7790)
 #   TANDEM_ARGS      extra `tandem node` arguments (all three daemons)
+#   TLS              TLS on tandem's peer links: off (default), secret (the
+#                    resource's tls = "secret": no files) or certificates (a
+#                    throwaway CA and node certificates made with openssl in
+#                    $WORKDIR/conf/pki); compare a run with and without it
 #   NBDKIT_ARGS      extra nbdkit arguments (the baseline and both quorum children)
 #   QUORUM_READ_PATTERN  quorum read-pattern: fifo (default: read child 0) or
 #                    quorum (read both children and compare)
@@ -53,7 +57,7 @@ BENCH_TAG=replicated
 ORIG_CMD="$0${*:+ $*}"
 bench_user_env SERVERS JOBS RUNTIME RAMP IMAGE_MB WORKDIR KEEP_WORKDIR RESULTS_DIR \
   DROP_CACHES WAIT_IDLE IDLE_PCT TANDEM_BIN TANDEM_BUILD TANDEM_PROTOCOL TANDEM_IPS \
-  TANDEM_PORT TANDEM_ARGS NBDKIT_ARGS QUORUM_READ_PATTERN QSD_ARGS TARGETS CHECK_REPLICAS
+  TANDEM_PORT TANDEM_ARGS TLS NBDKIT_ARGS QUORUM_READ_PATTERN QSD_ARGS TARGETS CHECK_REPLICAS
 bench_common_env
 SERVERS=${SERVERS:-tandem nbdkit qemu-quorum}
 TANDEM_PROTOCOL=${TANDEM_PROTOCOL:-C}
@@ -61,6 +65,7 @@ TANDEM_IPS=${TANDEM_IPS:-127.0.0.31 127.0.0.32 127.0.0.33}
 TANDEM_PORT=${TANDEM_PORT:-7790}
 QUORUM_READ_PATTERN=${QUORUM_READ_PATTERN:-fifo}
 CHECK_REPLICAS=${CHECK_REPLICAS:-1}
+TLS=${TLS:-off}
 # The issue's targets: tandem / peer.
 TARGETS=${TARGETS:-randwrite16x2 iops qemu-quorum >= 3; randwrite16x2 iops nbdkit >= 0.8; randread16x2 iops nbdkit >= 0.9; randwrite1 lat_mean nbdkit <= 2; randwrite1fsync iops nbdkit >= 0.8}
 
@@ -73,10 +78,13 @@ read -ra IPS <<<"$TANDEM_IPS"
 ((${#IPS[@]} == 3)) || die "TANDEM_IPS must list three addresses"
 [[ $QUORUM_READ_PATTERN == fifo || $QUORUM_READ_PATTERN == quorum ]] ||
   die "QUORUM_READ_PATTERN must be fifo or quorum"
+[[ $TLS == off || $TLS == secret || $TLS == certificates ]] ||
+  die "TLS must be off, secret or certificates"
 
 # ---------------------------------------------------------------- checks
 bench_need fio fio python3 python3 nbdinfo libnbd-bin nbdcopy libnbd-bin \
   dd coreutils truncate coreutils cmp diffutils
+[[ $TLS != certificates ]] || bench_need openssl openssl
 fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd ioengine"
 
 RUN_SERVERS=()
@@ -130,6 +138,27 @@ tandem_state() {
   python3 "$SCRIPT_DIR/node_state.py" "$TANDEM_BIN" "$TDIR" --diskless "$DISKLESS" "${NODES[@]}"
 }
 
+# make_pki DIR — a throwaway CA (DIR/ca.pem) and, for each node, DIR/NODE-cert.pem
+# and DIR/NODE-key.pem naming the node and its address (TLS=certificates).
+make_pki() {
+  local dir=$1 i n
+  mkdir -p "$dir"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 7 \
+    -subj "/CN=tandem bench CA" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -keyout "$dir/ca-key.pem" -out "$dir/ca.pem" 2>/dev/null || die "openssl: cannot make the CA"
+  for i in 0 1 2; do
+    n=${NODES[i]}
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$n" \
+      -keyout "$dir/$n-key.pem" -out "$dir/$n.csr" 2>/dev/null || die "openssl: cannot make $n's key"
+    printf 'subjectAltName=DNS:%s,IP:%s\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature\n' \
+      "$n" "${IPS[i]}" >"$dir/$n.ext"
+    openssl x509 -req -in "$dir/$n.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca-key.pem" \
+      -CAcreateserial -days 7 -extfile "$dir/$n.ext" -out "$dir/$n-cert.pem" 2>/dev/null ||
+      die "openssl: cannot sign $n's certificate"
+  done
+}
+
 start_tandem() {
   local ip n i port_busy="" conf=$WORKDIR/conf/r0.toml
   if command -v ss >/dev/null; then
@@ -141,12 +170,15 @@ start_tandem() {
   mkdir -p "$TDIR" "$WORKDIR/conf"
   CREATED+=("$TDIR" "$WORKDIR/conf")
   rm -f -- "$TDIR"/*
+  [[ $TLS != certificates ]] || make_pki "$WORKDIR/conf/pki"
   {
     echo "# Written by bench/replicated.sh: the same file for every node."
     echo "[resource]"
     echo "name = \"r0\""
     echo "protocol = \"$TANDEM_PROTOCOL\""
     echo "shared-secret = \"bench-replicated-$$\""
+    [[ $TLS == off ]] || echo "tls = \"$TLS\""
+    [[ $TLS != certificates ]] || echo "tls-ca = \"pki/ca.pem\""
     echo
     echo "[[volume]]"
     echo "number = 0"
@@ -158,6 +190,10 @@ start_tandem() {
       echo "name = \"$n\""
       echo "node-id = $i"
       echo "address = \"${IPS[i]}:$TANDEM_PORT\""
+      if [[ $TLS == certificates ]]; then
+        echo "tls-certificate = \"pki/$n-cert.pem\""
+        echo "tls-key = \"pki/$n-key.pem\""
+      fi
       echo "  [[node.volume]]"
       echo "  number = 0"
       if [[ $n == "$DISKLESS" ]]; then
@@ -371,7 +407,7 @@ has_server tandem && base_args=(--base tandem --targets "$TARGETS")
   echo "| prefill | the same random data through each server's export (\`nbdcopy --flush\`), checked on every replica file: $prefill |"
   echo "| page cache at start | ${CACHE_STATE} |"
   if has_server tandem; then
-    echo "| tandem | protocol $TANDEM_PROTOCOL; alpha (${IPS[0]}) and beta (${IPS[1]}) diskful, gamma (${IPS[2]}) diskless Primary, port $TANDEM_PORT; fio on gamma's socket |"
+    echo "| tandem | protocol $TANDEM_PROTOCOL; peer-link TLS $TLS; alpha (${IPS[0]}) and beta (${IPS[1]}) diskful, gamma (${IPS[2]}) diskless Primary, port $TANDEM_PORT; fio on gamma's socket |"
   fi
   if has_server qemu-quorum; then
     echo "| qemu-quorum | vote-threshold=2, read-pattern=$QUORUM_READ_PATTERN, children: NBD clients of two nbdkit file servers |"

@@ -20,9 +20,11 @@ pub fn check(config_dir: &Path, node: Option<&str>) -> Result<()> {
         match loaded {
             Ok(cfg) => {
                 // The node's own TLS files are on this machine: read them too.
-                let tls = node
-                    .and_then(|n| cfg.node(n))
-                    .map(|me| tandem_daemon::tls::node_nbd_tls(&me.tls));
+                let tls = node.and_then(|n| cfg.node(n)).map(|me| {
+                    tandem_daemon::tls::node_nbd_tls(&me.tls)?;
+                    tandem_daemon::tls::PeerTls::load(cfg, me)
+                        .map_err(|e| e.context(format!("tls of node {}", me.name)))
+                });
                 if let Some(Err(e)) = tls {
                     errors += 1;
                     println!("error  {shown}: {}", tandem_daemon::error_chain(&e));

@@ -404,4 +404,13 @@ fn a_missing_tls_ca_stops_the_node_at_start() {
         said.contains("no-such-ca.pem") && said.contains("tls-ca"),
         "{said}"
     );
+    // `tandem check` on the node's machine reads it too.
+    let r = run(
+        std::process::Command::new(tandem_bin())
+            .args(["check", "--name", "alpha", "--config-dir"])
+            .arg(&cfg),
+        Duration::from_secs(30),
+    );
+    assert!(!r.success(), "{}", r.describe());
+    assert!(r.stdout.contains("no-such-ca.pem"), "{}", r.describe());
 }
