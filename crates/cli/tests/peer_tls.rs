@@ -3,15 +3,25 @@
 //! over TLS; a node with TLS refuses a peer without it (either way round) and both say
 //! why; a peer whose certificate another CA signed, or that names another node, is
 //! refused with the TLS error in the logs. Certificates are made here (rcgen).
+//!
+//! Three nodes in network namespaces (see `common::netns`) with TLS on lose a cable under
+//! writes and resync over TLS once it is back; relays in the test, placed between the two
+//! nodes of a pair, record the peer link's bytes, in which data written with TLS is not
+//! found (and without TLS, as a control, is).
 
 mod common;
 
 use std::fs;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
+use common::netns::NetLab;
 use common::*;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -413,4 +423,381 @@ fn a_missing_tls_ca_stops_the_node_at_start() {
     );
     assert!(!r.success(), "{}", r.describe());
     assert!(r.stdout.contains("no-such-ca.pem"), "{}", r.describe());
+}
+
+// ---------------------------------------------------------------------------------------
+// Network namespaces: a cable cut and healed under TLS
+
+const NETNS_NODES: [Spec; 3] = [ALPHA, BETA, GAMMA];
+const NETNS_PORT: u16 = 7789;
+/// Short keepalives, as in `netns.rs`: a pulled cable is noticed within seconds.
+const NETNS_OPTS: &str = "ping-interval = \"700ms\"\nping-timeout = \"500ms\"\ntimeout = \"3s\"\n";
+/// The longest a pulled cable may go unnoticed (keepalive or write timeout, and slack).
+const DETECT_LIMIT: Duration = Duration::from_secs(8);
+
+fn connection(st: &Json, peer: &str) -> String {
+    peer_of(st, peer)
+        .map(|p| str_of(p, "connection").to_string())
+        .unwrap_or_else(|| format!("(no peer {peer})"))
+}
+
+/// KiB that `st`'s node records as out of sync with `peer`.
+fn out_of_sync_kib(st: &Json, peer: &str) -> u64 {
+    peer_of(st, peer)
+        .map(|p| {
+            arr_of(p, "volumes")
+                .iter()
+                .filter_map(|v| num_of(v, "out_of_sync_kib"))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// KiB pulled by the resyncs `node` finished (its log: "resync from node N finished (K KiB
+/// pulled)").
+fn kib_pulled(node: &Node) -> u64 {
+    node.daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains("resync from node") && l.contains("KiB pulled"))
+        .filter_map(|l| {
+            let at = l.find(" finished (")? + " finished (".len();
+            l[at..].split(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Alpha and beta (diskful) and gamma (diskless, the Primary), each in its own network
+/// namespace, with the resource's TLS set by `tweak`. Gamma writes; `victim`'s cable is
+/// pulled and gamma writes on (the first writes wait until the keepalive gives up on the
+/// victim, later ones go to the other replica alone, and gamma counts what the victim
+/// misses); the cable back, the victim reconnects and pulls what it missed, over TLS. The
+/// replicas end identical, the victim holds every write, and every `connected` line of
+/// every node (at least two with each peer across the cut) says TLS 1.3.
+fn cut_and_heal_over_tls(test: &'static str, victim: &'static str, tweak: Tweak<'_>) {
+    let net = match NetLab::new(NETNS_NODES.len()) {
+        Ok(net) => net,
+        Err(e) => {
+            skip(test, &format!("needs network namespaces: {e}"));
+            return;
+        }
+    };
+    // Declared after the lab: the daemons stop before their namespaces go.
+    let mut c = Cluster::start_with(
+        test,
+        Setup {
+            size: SIZE,
+            net: NETNS_OPTS,
+            placement: net.placement(NETNS_PORT),
+            tweak,
+            ..Setup::new("C", &NETNS_NODES)
+        },
+    );
+    let v = NETNS_NODES.iter().position(|s| s.name == victim).unwrap();
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+
+    let first = random_bytes(0x7152, 4 * MIB as usize);
+    let mut client = Nbd::go(Conn::unix(&c.node("gamma").nbd), RESOURCE, false);
+    client.write(0, &first);
+    client.flush();
+
+    net.cut(v);
+    let cut_at = Instant::now();
+    let second = random_bytes(0x7153, 8 * MIB as usize);
+    for (i, chunk) in second.chunks(MIB as usize).enumerate() {
+        client.write(8 * MIB + i as u64 * MIB, chunk);
+    }
+    client.flush();
+    c.wait_for("aware of the cut", DETECT_LIMIT, |statuses| {
+        for (me, st) in statuses {
+            for s in NETNS_NODES.iter().filter(|s| s.name != *me) {
+                let cut_off = *me == victim || s.name == victim;
+                if cut_off && connection(st, s.name) == "Connected" {
+                    return Err(format!("{me} still sees {} Connected", s.name));
+                }
+            }
+        }
+        Ok(())
+    });
+    eprintln!(
+        "{test}: the cut was noticed everywhere {:?} after it",
+        cut_at.elapsed()
+    );
+    let third = random_bytes(0x7154, 4 * MIB as usize);
+    client.write(20 * MIB, &third);
+    client.flush();
+    let missed = out_of_sync_kib(&c.node("gamma").status(), victim);
+    assert!(
+        missed >= 4 * 1024,
+        "gamma records {missed} KiB out of sync with {victim}, cut off while 12 MiB were written\n{}",
+        c.describe()
+    );
+
+    net.heal(v);
+    let healed_at = Instant::now();
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    eprintln!(
+        "{test}: reconnected and in sync {:?} after the heal",
+        healed_at.elapsed()
+    );
+    drop(client);
+    c.stop_all();
+    c.assert_replicas_identical();
+    let disk = &c.node(victim).disk;
+    for (what, at, data) in [
+        ("first", 0, &first),
+        ("second", 8 * MIB, &second),
+        ("third", 20 * MIB, &third),
+    ] {
+        assert_same_data(
+            &format!("{victim}'s replica: the {what} writes"),
+            data,
+            &read_at(disk, at, data.len()),
+        );
+    }
+    let pulled = kib_pulled(c.node(victim));
+    assert!(
+        pulled > 0,
+        "{victim} pulled nothing after the heal:\n{}",
+        c.node(victim).daemon.log()
+    );
+    for me in NETNS_NODES.iter().map(|s| s.name) {
+        let log = c.node(me).daemon.log();
+        let connected: Vec<&str> = log.lines().filter(|l| l.contains(" connected")).collect();
+        for l in &connected {
+            assert!(
+                l.contains("tls=TLSv1_3"),
+                "{me}: a connection without TLS: {l}"
+            );
+        }
+        for peer in NETNS_NODES.iter().map(|s| s.name).filter(|&p| p != me) {
+            let with_peer = connected
+                .iter()
+                .filter(|l| l.contains(&format!(" {peer})")))
+                .count();
+            let want = if me == victim || peer == victim { 2 } else { 1 };
+            assert!(
+                with_peer >= want,
+                "{me}'s log has {with_peer} \"connected\" lines with {peer}, not {want}:\n{log}"
+            );
+        }
+    }
+    drop(c);
+    drop(net);
+}
+
+#[test]
+fn three_namespaces_with_tls_secret_cut_heal_and_resync_over_tls() {
+    const TEST: &str = "peer_tls::three_namespaces_with_tls_secret_cut_heal_and_resync_over_tls";
+    let tweak = |_: &str, text: String| with_resource_lines(text, "tls = \"secret\"");
+    cut_and_heal_over_tls(TEST, "beta", &tweak);
+}
+
+/// With certificates (each naming its node), and alpha, which dials both its peers, cut off.
+#[test]
+fn three_namespaces_with_tls_certificates_cut_heal_and_resync_over_tls() {
+    const TEST: &str =
+        "peer_tls::three_namespaces_with_tls_certificates_cut_heal_and_resync_over_tls";
+    let scratch = TestDir::new(&format!("{TEST}-pki"));
+    let ca = Ca::new(scratch.join("pki"), "one");
+    let files: Vec<(&str, (PathBuf, PathBuf))> = NETNS_NODES
+        .iter()
+        .map(|s| (s.name, ca.node(s.name, &[s.name])))
+        .collect();
+    let tweak = |_: &str, text: String| {
+        let lines = format!(
+            "tls = \"certificates\"\ntls-ca = \"{}\"",
+            ca.file().display()
+        );
+        let mut text = with_resource_lines(text, &lines);
+        for (name, f) in &files {
+            text = with_node_files(text, name, f);
+        }
+        text
+    };
+    cut_and_heal_over_tls(TEST, "alpha", &tweak);
+}
+
+// ---------------------------------------------------------------------------------------
+// What crosses the wire
+
+/// What one direction of one relayed connection carried.
+type Recording = Arc<Mutex<Vec<u8>>>;
+
+/// A TCP relay on 127.0.0.1: each connection it accepts it forwards to `target`, recording
+/// every byte either way.
+struct Relay {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    accepter: Option<thread::JoinHandle<()>>,
+    /// Per connection and direction (to the target, from it), what crossed.
+    recorded: Arc<Mutex<Vec<[Recording; 2]>>>,
+}
+
+/// Copies `from` to `to`, recording, until either end closes; then closes the other.
+fn pump(mut from: TcpStream, mut to: TcpStream, rec: Recording) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        rec.lock().unwrap().extend_from_slice(&buf[..n]);
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+    let _ = from.shutdown(Shutdown::Read);
+}
+
+impl Relay {
+    fn start(target: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("the relay's listener");
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let recorded: Arc<Mutex<Vec<[Recording; 2]>>> = Arc::default();
+        let accepter = {
+            let (stop, recorded) = (stop.clone(), recorded.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let client = match listener.accept() {
+                        Ok((s, _)) => s,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            thread::sleep(Duration::from_millis(10));
+                            continue;
+                        }
+                        Err(e) => panic!("the relay's accept: {e}"),
+                    };
+                    client.set_nonblocking(false).unwrap();
+                    // The target not listening yet: the dialer sees its connection closed
+                    // and tries again.
+                    let Ok(server) = TcpStream::connect(target) else {
+                        continue;
+                    };
+                    let rec = [Arc::default(), Arc::default()];
+                    recorded.lock().unwrap().push(rec.clone());
+                    let [to_target, from_target] = rec;
+                    let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                    thread::spawn(move || pump(client, server, to_target));
+                    thread::spawn(move || pump(s2, c2, from_target));
+                }
+            })
+        };
+        Relay {
+            addr,
+            stop,
+            accepter: Some(accepter),
+            recorded,
+        }
+    }
+
+    /// Stops accepting; what was recorded, one buffer per connection and direction.
+    fn finish(mut self) -> Vec<Vec<u8>> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.accepter.take() {
+            t.join().expect("the relay's accepting thread");
+        }
+        let conns = self.recorded.lock().unwrap();
+        conns
+            .iter()
+            .flat_map(|c| c.iter().map(|r| r.lock().unwrap().clone()))
+            .collect()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// 16 bytes written over and over, to be looked for on the wire.
+const MARKER: &[u8; 16] = b"tandem-plaintxt!";
+
+/// A pair whose links run through [`Relay`]s: each node's copy of the resource file gives
+/// its peer's address as that of a relay to the peer (both ends dial; either connection
+/// may be the one kept). 1 MiB of [`MARKER`] is written through alpha and synced; both
+/// replicas hold it and end identical, the connections say `tls=<want_tls>`, and more than
+/// the data crossed the relays. Returns whether the marker is in what the relays recorded
+/// (any connection, either way).
+fn marker_on_the_wire(test: &'static str, tls: &str, want_tls: &str) -> bool {
+    let placement = loopback_placement(2);
+    let real: Vec<String> = placement.iter().map(|p| p.address.clone()).collect();
+    let relays: Vec<Relay> = real
+        .iter()
+        .map(|a| Relay::start(a.parse().unwrap()))
+        .collect();
+    let tweak = |node: &str, text: String| {
+        let mut text = match tls {
+            "off" => text,
+            _ => with_resource_lines(text, &format!("tls = \"{tls}\"")),
+        };
+        let peer = if node == "alpha" { 1 } else { 0 };
+        let at = format!("address = \"{}\"\n", real[peer]);
+        assert!(text.contains(&at), "test bug: no {at:?} in the file");
+        text = text.replacen(&at, &format!("address = \"{}\"\n", relays[peer].addr), 1);
+        text
+    };
+    let mut c = start_pair(test, placement, &tweak);
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let data = MARKER.repeat((MIB / 16) as usize);
+    let mut client = Nbd::go(Conn::unix(&c.node("alpha").nbd), RESOURCE, false);
+    client.write(MIB, &data);
+    client.flush();
+    drop(client);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.stop_all();
+    c.assert_replicas_identical();
+    assert_same_data(
+        "beta's replica",
+        &data,
+        &read_at(&c.node("beta").disk, MIB, data.len()),
+    );
+    for n in ["alpha", "beta"] {
+        let log = c.node(n).daemon.log();
+        let connected: Vec<&str> = log.lines().filter(|l| l.contains(" connected")).collect();
+        assert!(!connected.is_empty(), "{n} never connected:\n{log}");
+        for l in &connected {
+            assert!(l.contains(&format!("tls={want_tls}")), "{n}: {l}");
+        }
+    }
+    let recorded: Vec<Vec<u8>> = relays.into_iter().flat_map(Relay::finish).collect();
+    let carried: usize = recorded.iter().map(Vec::len).sum();
+    eprintln!(
+        "{test}: the relays carried {} connection(s), {carried} bytes",
+        recorded.len() / 2
+    );
+    assert!(
+        carried > data.len(),
+        "only {carried} bytes crossed the relays, for {} written: the link bypassed them",
+        data.len()
+    );
+    recorded
+        .iter()
+        .any(|r| r.windows(MARKER.len()).any(|w| w == MARKER))
+}
+
+/// With `tls = "secret"` the data written is nowhere in the bytes the peer link carried.
+#[test]
+fn the_peer_link_with_tls_secret_carries_no_plaintext() {
+    const TEST: &str = "peer_tls::the_peer_link_with_tls_secret_carries_no_plaintext";
+    assert!(
+        !marker_on_the_wire(TEST, "secret", "TLSv1_3"),
+        "the marker written through alpha crossed the TLS link in clear"
+    );
+}
+
+/// The control: without TLS the relays do see the data written (the test above can fail).
+#[test]
+fn the_peer_link_without_tls_carries_plaintext() {
+    const TEST: &str = "peer_tls::the_peer_link_without_tls_carries_plaintext";
+    assert!(
+        marker_on_the_wire(TEST, "off", "off"),
+        "the marker written through alpha is not in what the plain link carried"
+    );
 }
