@@ -115,24 +115,6 @@ fn status_of<'a>(statuses: &'a [(&'static str, Json)], name: &str) -> &'a Json {
     &statuses.iter().find(|(n, _)| *n == name).unwrap().1
 }
 
-fn connection(st: &Json, peer: &str) -> String {
-    peer_of(st, peer)
-        .map(|p| str_of(p, "connection").to_string())
-        .unwrap_or_else(|| format!("(no peer {peer})"))
-}
-
-/// KiB that `st`'s node records as out of sync with `peer`.
-fn out_of_sync_kib(st: &Json, peer: &str) -> u64 {
-    peer_of(st, peer)
-        .map(|p| {
-            arr_of(p, "volumes")
-                .iter()
-                .filter_map(|v| num_of(v, "out_of_sync_kib"))
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// FNV-1a of a whole file.
 fn file_checksum(path: &std::path::Path) -> u64 {
     checksum(&fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display())))

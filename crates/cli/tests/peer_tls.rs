@@ -439,24 +439,6 @@ const NETNS_OPTS: &str = "ping-interval = \"700ms\"\nping-timeout = \"500ms\"\nt
 /// The longest a pulled cable may go unnoticed (keepalive or write timeout, and slack).
 const DETECT_LIMIT: Duration = Duration::from_secs(8);
 
-fn connection(st: &Json, peer: &str) -> String {
-    peer_of(st, peer)
-        .map(|p| str_of(p, "connection").to_string())
-        .unwrap_or_else(|| format!("(no peer {peer})"))
-}
-
-/// KiB that `st`'s node records as out of sync with `peer`.
-fn out_of_sync_kib(st: &Json, peer: &str) -> u64 {
-    peer_of(st, peer)
-        .map(|p| {
-            arr_of(p, "volumes")
-                .iter()
-                .filter_map(|v| num_of(v, "out_of_sync_kib"))
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
 /// KiB pulled by the resyncs a node's `log` says it finished ("resync from node N
 /// finished (K KiB pulled)").
 fn kib_pulled(log: &str) -> u64 {

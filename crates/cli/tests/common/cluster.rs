@@ -699,3 +699,22 @@ pub fn log_line_with(log: &str, groups: &[&[&str]]) -> bool {
 pub fn wait_log_line(node: &Node, groups: &[&[&str]], timeout: Duration) -> bool {
     wait_until(timeout, || log_line_with(&node.daemon.log(), groups))
 }
+
+/// The state of `st`'s node's connection to `peer` (status JSON), or why there is none.
+pub fn connection(st: &Json, peer: &str) -> String {
+    peer_of(st, peer)
+        .map(|p| str_of(p, "connection").to_string())
+        .unwrap_or_else(|| format!("(no peer {peer})"))
+}
+
+/// KiB that `st`'s node records as out of sync with `peer`.
+pub fn out_of_sync_kib(st: &Json, peer: &str) -> u64 {
+    peer_of(st, peer)
+        .map(|p| {
+            arr_of(p, "volumes")
+                .iter()
+                .filter_map(|v| num_of(v, "out_of_sync_kib"))
+                .sum()
+        })
+        .unwrap_or(0)
+}
