@@ -22,62 +22,29 @@ use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::netns::NetLab;
+use common::pki::{TestCa, BOTH};
 use common::*;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 
 /// How long refused nodes are watched not connecting.
 const REFUSAL_WATCH: Duration = Duration::from_secs(3);
 const SIZE: u64 = 32 * MIB;
 
 /// A CA, as PEM files in `dir`, and node certificates it signs.
-struct Ca {
-    ca: CertifiedIssuer<'static, KeyPair>,
-    dir: PathBuf,
-}
+struct Ca(TestCa);
 
 impl Ca {
     fn new(dir: PathBuf, name: &str) -> Ca {
-        fs::create_dir_all(&dir).unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("tandem peers CA {name}"));
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-        Ca { ca, dir }
+        Ca(TestCa::new(&dir, name, "ca.pem"))
     }
 
     fn file(&self) -> PathBuf {
-        self.dir.join("ca.pem")
+        self.0.ca_file().to_path_buf()
     }
 
     /// A node certificate (server and client use) with `names` as its subject alternative
     /// names, as `<file>-cert.pem` and `<file>-key.pem`: (certificate, key).
     fn node(&self, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("tandem node {file}"));
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        let (c, k) = (
-            self.dir.join(format!("{file}-cert.pem")),
-            self.dir.join(format!("{file}-key.pem")),
-        );
-        fs::write(&c, cert.pem()).unwrap();
-        fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
+        self.0.leaf(file, names, &BOTH)
     }
 }
 

@@ -12,62 +12,24 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::cluster::*;
+use common::pki::{TestCa, Usage};
 use common::*;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A certificate authority and the files one server and its clients use.
+/// A certificate authority and the files one server and its clients use:
+/// `ca-cert.pem`, `server-cert.pem`, `server-key.pem`, `client-cert.pem`,
+/// `client-key.pem` in one directory, a server's files and a client's directory at once.
 struct Pki {
-    ca: CertifiedIssuer<'static, KeyPair>,
-    /// `ca-cert.pem`, `server-cert.pem`, `server-key.pem`, `client-cert.pem`,
-    /// `client-key.pem`: a server's files and a client's directory at once.
     dir: PathBuf,
 }
 
 impl Pki {
     fn new(dir: PathBuf, name: &str) -> Pki {
-        fs::create_dir_all(&dir).unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("tandem test CA {name}"));
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        fs::write(dir.join("ca-cert.pem"), ca.pem()).unwrap();
-        let pki = Pki { ca, dir };
-        pki.leaf(
-            "server",
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        pki.leaf("client", &[], ExtendedKeyUsagePurpose::ClientAuth);
-        pki
-    }
-
-    fn leaf(&self, role: &str, names: &[&str], usage: ExtendedKeyUsagePurpose) {
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("tandem test {role}"));
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        fs::write(self.dir.join(format!("{role}-cert.pem")), cert.pem()).unwrap();
-        fs::write(
-            self.dir.join(format!("{role}-key.pem")),
-            key.serialize_pem(),
-        )
-        .unwrap();
+        let ca = TestCa::new(&dir, name, "ca-cert.pem");
+        ca.leaf("server", &["localhost", "127.0.0.1"], &[Usage::ServerAuth]);
+        ca.leaf("client", &[], &[Usage::ClientAuth]);
+        Pki { dir }
     }
 
     fn file(&self, name: &str) -> PathBuf {

@@ -24,6 +24,7 @@ use tandem_frontend::nbd::wire::*;
 pub mod cluster;
 pub mod ext4;
 pub mod netns;
+pub mod pki;
 pub mod prom;
 
 pub const KIB: u64 = 1024;
