@@ -14,7 +14,7 @@ mod common;
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -46,6 +46,15 @@ impl Ca {
     fn node(&self, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
         self.0.leaf(file, names, &BOTH)
     }
+}
+
+/// `text` with `tls = "certificates"` trusting `ca`, alpha's and beta's certificate files
+/// `files` in their `[[node]]`s.
+fn with_certificates(text: String, ca: &Path, files: &[(PathBuf, PathBuf); 2]) -> String {
+    let lines = format!("tls = \"certificates\"\ntls-ca = \"{}\"", ca.display());
+    let text = with_resource_lines(text, &lines);
+    let text = with_node_files(text, "alpha", &files[0]);
+    with_node_files(text, "beta", &files[1])
 }
 
 /// `text` (a node's copy of the resource file) with `lines` added to `[resource]`.
@@ -181,15 +190,7 @@ fn a_pair_with_tls_certificates_replicates_and_resyncs_over_tls() {
     let placement = loopback_placement(2);
     // Alpha's certificate names the node, beta's its address: either will do.
     let files = certificate_files(&ca, &placement, [&["alpha"], &["IP"]]);
-    let tweak = |_: &str, text: String| {
-        let lines = format!(
-            "tls = \"certificates\"\ntls-ca = \"{}\"",
-            ca.file().display()
-        );
-        let text = with_resource_lines(text, &lines);
-        let text = with_node_files(text, "alpha", &files[0]);
-        with_node_files(text, "beta", &files[1])
-    };
+    let tweak = |_: &str, text: String| with_certificates(text, &ca.file(), &files);
     let mut c = start_pair(TEST, placement, &tweak);
     replicate_and_resync(&mut c);
 }
@@ -197,20 +198,7 @@ fn a_pair_with_tls_certificates_replicates_and_resyncs_over_tls() {
 /// Neither node sees the other Connected for a while, both keep running, and each node's
 /// log has a line holding every fragment of its entry in `says`.
 fn refused(c: &mut Cluster, says: [&[&str]; 2]) {
-    let deadline = Instant::now() + REFUSAL_WATCH;
-    while Instant::now() < deadline {
-        c.assert_running(&["alpha", "beta"]);
-        for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
-            let st = c.node(me).status();
-            let conn = peer_of(&st, other).map(|p| str_of(p, "connection"));
-            assert!(
-                conn.is_some_and(|s| s != "Connected"),
-                "{me} sees {other} {conn:?}\n{}",
-                c.describe()
-            );
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
+    c.assert_alpha_and_beta_never_connect(REFUSAL_WATCH, "one refuses the other");
     for (i, me) in ["alpha", "beta"].into_iter().enumerate() {
         let node = c.node(me);
         assert!(
@@ -285,10 +273,7 @@ fn a_peer_certificate_from_another_ca_is_refused() {
         } else {
             ca.file()
         };
-        let lines = format!("tls = \"certificates\"\ntls-ca = \"{}\"", trusted.display());
-        let text = with_resource_lines(text, &lines);
-        let text = with_node_files(text, "alpha", &files[0]);
-        with_node_files(text, "beta", &files[1])
+        with_certificates(text, &trusted, &files)
     };
     let mut c = start_pair(TEST, placement, &tweak);
     refused(
@@ -310,15 +295,7 @@ fn a_peer_certificate_naming_another_node_is_refused() {
     let ca = Ca::new(scratch.join("pki"), "one");
     let placement = loopback_placement(2);
     let files = certificate_files(&ca, &placement, [&["alpha", "IP"], &["gamma"]]);
-    let tweak = |_: &str, text: String| {
-        let lines = format!(
-            "tls = \"certificates\"\ntls-ca = \"{}\"",
-            ca.file().display()
-        );
-        let text = with_resource_lines(text, &lines);
-        let text = with_node_files(text, "alpha", &files[0]);
-        with_node_files(text, "beta", &files[1])
-    };
+    let tweak = |_: &str, text: String| with_certificates(text, &ca.file(), &files);
     let mut c = start_pair(TEST, placement, &tweak);
     refused(
         &mut c,

@@ -331,6 +331,25 @@ impl Cluster {
         }
     }
 
+    /// For `watch`, alpha and beta keep running and neither sees the other Connected
+    /// (`why`: what keeps them apart, for the failure message).
+    pub fn assert_alpha_and_beta_never_connect(&mut self, watch: Duration, why: &str) {
+        let deadline = Instant::now() + watch;
+        while Instant::now() < deadline {
+            self.assert_running(&["alpha", "beta"]);
+            for (me, other) in [("alpha", "beta"), ("beta", "alpha")] {
+                let st = self.node(me).status();
+                let conn = peer_of(&st, other).map(|p| str_of(p, "connection"));
+                assert!(
+                    conn.is_some_and(|s| s != "Connected"),
+                    "{me} sees {other} {conn:?} although {why}\n{}",
+                    self.describe()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn running(&mut self) -> Vec<&'static str> {
         self.nodes
             .iter_mut()
