@@ -134,6 +134,9 @@ pub(super) struct VolumeMeta {
     zero_on_disk: Vec<Vec<bool>>,
     /// Extents evicted with writes not yet durable (empty for version-1 metadata).
     unsynced: Unsynced,
+    /// The map as read at start names suspect ranges of the replica (a crash in another
+    /// boot): `unsynced_after_start` keeps them while the replica stays consistent.
+    map_in_suspect: bool,
 }
 
 /// Names the start of a data sync for a volume's metadata (`VolumeMeta::sync_started`).
@@ -162,9 +165,6 @@ pub(super) struct Opened {
     /// took writes from, which settles `suspect` if met again (see the engine's
     /// `writer.rs`).
     pub(super) writer: Option<PrimaryRun>,
-    /// `suspect` holds the unsynced map's extents (a crash in another boot): while the
-    /// replica stays consistent they are kept (`VolumeMeta::hold_unsynced`).
-    pub(super) map_in_suspect: bool,
     pub(super) meta: VolumeMeta,
 }
 
@@ -298,7 +298,6 @@ pub(super) fn open_replica(
             restore: Vec::new(),
             suspect: Vec::new(),
             writer: None,
-            map_in_suspect: false,
             meta: VolumeMeta::new(store, al, Vec::new()),
         });
     }
@@ -426,10 +425,12 @@ pub(super) fn open_replica(
         restore,
         suspect,
         writer,
-        map_in_suspect: found == ReplicaAtStart::Crashed
-            && !same_boot
-            && map.iter().any(|&w| w != 0),
-        meta: VolumeMeta::new(store, al, map),
+        meta: VolumeMeta {
+            map_in_suspect: found == ReplicaAtStart::Crashed
+                && !same_boot
+                && map.iter().any(|&w| w != 0),
+            ..VolumeMeta::new(store, al, map)
+        },
     })
 }
 
@@ -553,6 +554,7 @@ impl VolumeMeta {
             al,
             zero_on_disk: vec![vec![false; pages]; slots],
             unsynced: Unsynced::new(map, Instant::now()),
+            map_in_suspect: false,
         }
     }
 
@@ -593,28 +595,26 @@ impl VolumeMeta {
         Ok(())
     }
 
-    /// After the start-up fdatasync and once a crash would no longer trust what the map
-    /// named (`set_state` wrote the replica as not consistent, or it is the only one): every
-    /// write so far is durable, the map empties.
-    pub(super) fn clear_unsynced(&mut self) -> Result<()> {
+    /// After the start-up fdatasync, once `set_state` wrote what a crash is judged by:
+    /// every write so far is durable, so the map empties. Unless the replica keeps suspect
+    /// ranges (`keeps_suspect`: back from a crash, consistent and not yet proven,
+    /// `Resource::suspect_ranges`) that the map's extents are among (a crash in another
+    /// boot): a second crash must find them again. They stay until `release_unsynced`, and
+    /// the boot is written as unknown meanwhile, so that a crash of the process alone
+    /// reads the map too.
+    pub(super) fn unsynced_after_start(&mut self, keeps_suspect: bool) -> Result<()> {
+        if keeps_suspect && self.map_in_suspect {
+            self.unsynced.hold();
+            let mut sb = self.store.superblock().clone();
+            sb.boot_id = [0; 16];
+            self.store.write_superblock(&sb)?;
+            return Ok(());
+        }
         let pages = self.unsynced.clear();
         self.write_unsynced(&pages)?;
         if !pages.is_empty() {
             self.store.sync()?;
         }
-        Ok(())
-    }
-
-    /// Instead of `clear_unsynced` for a replica back from a crash in another boot that
-    /// stays consistent (not yet proven): the map's extents are among its suspect ranges
-    /// (`Resource::suspect_ranges`), and a second crash must find them again. They stay
-    /// until `release_unsynced`, and the boot is written as unknown meanwhile, so that a
-    /// crash of the process alone reads the map too.
-    pub(super) fn hold_unsynced(&mut self) -> Result<()> {
-        self.unsynced.hold();
-        let mut sb = self.store.superblock().clone();
-        sb.boot_id = [0; 16];
-        self.store.write_superblock(&sb)?;
         Ok(())
     }
 

@@ -489,7 +489,6 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
     let mut disks = Vec::new();
     let mut restore = Vec::new();
     let mut suspect = Vec::new();
-    let mut held = Vec::new();
     let mut exports = Vec::new();
     for (v, vc) in cfg.volumes.iter().enumerate() {
         let nv = &my.volumes[v];
@@ -497,7 +496,6 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
             None => {
                 backings.push(None);
                 metas.push(None);
-                held.push(false);
                 disks.push(ReplicaAtStart::None);
             }
             Some(path) => {
@@ -507,7 +505,6 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
                 metas.push(Some(o.meta));
                 restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
                 suspect.push((v as u16, o.suspect, o.writer));
-                held.push(o.map_in_suspect);
             }
         }
         exports.push(ExportInfo {
@@ -557,11 +554,8 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
                 // meanwhile, and its log's extents stay in the log), and keeps the map's
                 // extents it counted among them.
                 .and_then(|()| {
-                    if held[v] && activity_log && !engine.suspect_ranges(v as u16).is_empty() {
-                        m.hold_unsynced()
-                    } else {
-                        m.clear_unsynced()
-                    }
+                    let keeps = activity_log && !engine.suspect_ranges(v as u16).is_empty();
+                    m.unsynced_after_start(keeps)
                 })
                 .with_context(|| format!("volume {}", cfg.volumes[v].number))?;
         }
