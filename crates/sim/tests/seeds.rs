@@ -614,6 +614,17 @@ fn a_pull_back_crossing_an_up_to_date_report_converges() {
     assert!(out.converged, "overlapping seed 238083584");
 }
 
+/// Overlapping seed 384011407 (soak of 2026-11-27, engine 0d73d30): a replica crashed twice
+/// claimed its activity log's extents on a peer back from a crash too, whose ids descended
+/// from its own; that peer, which had heard the Primary's role but not its list, took the
+/// claims, and each waited for the other with no up-to-date replica left. The older one
+/// yields them, under a Primary as without one (`Replicas::crashed_meets_newer`).
+#[test]
+fn a_crashed_replica_yields_to_a_newer_crashed_peer() {
+    let out = Sim::new(Family::Overlapping.scenario(384_011_407)).run();
+    assert!(out.converged, "overlapping seed 384011407");
+}
+
 /// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
 /// comes back with an empty replica it created, which must be synced in full before it
 /// serves a read or counts as a copy. Every read and the final contents are checked, so

@@ -50,6 +50,7 @@ impl Replicas {
         if was.is_none() {
             self.stale_if_older(i, v, out);
             self.full_sync_if_older(i, v, out);
+            self.crashed_meets_newer(i, v);
         }
         if disk == DiskState::UpToDate
             && self.role != Role::Primary
@@ -67,15 +68,7 @@ impl Replicas {
             // us after its list to us ended (`primary_relays`; overlapping soak seed
             // 204004523: a replica being synced alone held such a write, acknowledged,
             // and pulled it from the peer that lacked it while that Primary listed it).
-            let keep = self.primary_relays(i, v);
-            let pv = &mut self.peers[i].vols[v];
-            let kept = keep.filter(|r| !r.is_empty()).map(|ranges| {
-                let mut kept = pv.oos.cleared();
-                for (start, end) in ranges {
-                    pv.oos.move_range(start, end - start, &mut kept);
-                }
-                kept
-            });
+            let kept = self.take_primary_relays(i, v);
             self.yield_claims(i, v, out);
             if let Some(kept) = kept {
                 self.peers[i].vols[v].oos.union_with(&kept);
@@ -719,6 +712,43 @@ impl Replicas {
     /// kill -9 test looped on it). Those blocks are where we may differ: we pull them from
     /// a current replica, as our activity log's. Claims against a peer that is itself
     /// behind stay (soak seed 101022420: they may be all anyone knows of what it missed).
+    /// Back from a crash, under a Primary, we meet a peer back from a crash too whose ids
+    /// descend from ours: it went on with a Primary after we were gone, so what our bitmap
+    /// says it lacks predates its newer run, and ours to pull (as with no Primary around,
+    /// where the contest ranks us below it). Kept: claims from that Primary's own writes
+    /// that missed it (`primary_relays`), which newer ids do not make stale. (Overlapping
+    /// soak seed 384011407: a replica crashed twice claimed its activity log's ranges on
+    /// such a peer, which took them before the Primary's list; that peer claimed on it what
+    /// the Primary listed, and each waited for the other, with no up-to-date replica left.)
+    fn crashed_meets_newer(&mut self, i: usize, v: usize) {
+        let pv = &self.peers[i].vols[v];
+        if self.role == Role::Primary
+            || self.peers.primary().is_none()
+            || self.vols[v].standing.is_none()
+            || pv.standing.is_none()
+            || !self.peer_newer(i, v)
+        {
+            return;
+        }
+        let kept = self.take_primary_relays(i, v);
+        self.claims_become_suspect(i, v);
+        if let Some(kept) = kept {
+            self.peers[i].vols[v].oos.union_with(&kept);
+        }
+    }
+
+    /// Takes out of our claims on peer `i` those `primary_relays` keeps, to be put back
+    /// once the rest is yielded.
+    fn take_primary_relays(&mut self, i: usize, v: usize) -> Option<Bitmap> {
+        let ranges = self.primary_relays(i, v).filter(|r| !r.is_empty())?;
+        let pv = &mut self.peers[i].vols[v];
+        let mut kept = pv.oos.cleared();
+        for (start, end) in ranges {
+            pv.oos.move_range(start, end - start, &mut kept);
+        }
+        Some(kept)
+    }
+
     fn claims_become_suspect(&mut self, i: usize, v: usize) {
         let vol = &mut self.vols[v];
         let pv = &mut self.peers[i].vols[v];
