@@ -1,6 +1,7 @@
-//! A replica that pulls blocks changes: a diskful node it does not reach may lack the new
-//! content as well, and only the source's bitmap said so. The puller marks them for that
-//! node, so that they are listed when the two meet, even once the source is gone.
+//! A replica that pulls blocks changes: another diskful node may lack the new content as
+//! well, and only the source's bitmap said so. The puller marks them for that node: told
+//! at once if it reaches that node, listed when the two meet otherwise, even once the
+//! source is gone.
 
 mod common;
 
@@ -43,4 +44,33 @@ fn a_pulled_block_is_marked_for_a_node_we_do_not_reach() {
     net.run();
     assert_eq!(net.disk(2), DiskState::UpToDate);
     assert!(net.block(2, 5) == net.block(1, 5), "node 2 has the write");
+}
+
+/// Node 0 (Primary) writes block 5 cut off from both peers, which stay linked; node 2 comes
+/// back to node 0 and pulls it, the source saying node 1 lacks it too. Node 2 tells node 1,
+/// which pulls it from node 2, even though node 0 dies without meeting node 1 (failover
+/// seed 2861: a Primary's failed write pulled by one replica, with the replica lacking it
+/// linked to the puller only, stayed missing there: the replicas differed at the end).
+#[test]
+fn a_pulled_block_is_told_to_a_node_we_reach_that_lacks_it() {
+    let mut net = Net::new();
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    let io = Io::Write {
+        offset: 5 * 4096,
+        len: 4096,
+        fua: false,
+    };
+    net.submit_on(0, 1, io);
+    net.run();
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.link_up(0, 2);
+    net.run();
+    assert!(net.block(2, 5) == net.block(0, 5), "node 2 pulled block 5");
+    assert!(
+        net.block(1, 5) == net.block(0, 5),
+        "node 1 pulled block 5 from node 2"
+    );
+    assert_eq!(net.disk(1), DiskState::UpToDate);
+    assert_eq!(net.claims(2, 1), 0);
 }

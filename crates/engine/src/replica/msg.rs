@@ -182,7 +182,8 @@ pub enum Msg {
         id: u64,
         offset: u64,
         errno: u32,
-        /// Diskful nodes the sender marks as lacking its content of the range.
+        /// Diskful nodes the sender marks as lacking its content of the range and does
+        /// not reach.
         lacking: NodeSet,
         len: u32,
         data: Option<DataRef>,

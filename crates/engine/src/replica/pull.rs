@@ -259,16 +259,18 @@ impl Replicas {
         self.data_arrives(v, out);
         self.pulled(v, out);
         self.vols[v].pulled_from.insert(peer);
-        // Our replica takes the source's content here: the nodes its bitmaps say lack it
-        // lack ours too, and only the source knew. Those we do not reach are marked, so
-        // that they are listed when we meet even once the source is gone (failover seed
-        // 29: a Primary's failed write, pulled here, was marked for the third node only on
-        // that Primary; it died, and the third node kept the old block when this one was
-        // promoted). Marking every node we do not reach instead made claims on nodes that
-        // held the block, and two replicas each claiming the other lacks it redialled for
-        // ever (failover seed 337009897).
+        // Our replica takes the source's content here: the nodes its bitmaps say lack it,
+        // which it does not reach, lack ours too, and only the source knew. They are
+        // marked: those we do not reach either so that they are listed when we meet, even
+        // once the source is gone (failover seed 29: a Primary's failed write, pulled
+        // here, was marked for the third node only on that Primary; it died, and the third
+        // node kept the old block when this one was promoted), those we reach told at once
+        // (failover seed 2861: the third node, linked to us alone, kept the old block and
+        // the replicas differed). Marking every node we do not reach instead made claims
+        // on nodes that held the block, and two replicas each claiming the other lacks it
+        // redialled for ever (failover seed 337009897).
         for p in (self.peers.iter_mut()).filter(|p| lacking.contains(p.id)) {
-            if p.id != peer && !p.up && p.vols[v].diskful {
+            if p.id != peer && p.vols[v].diskful {
                 p.lacks(v, offset, req_len, out);
             }
         }

@@ -372,9 +372,12 @@ impl Replicas {
             pv.oos.move_range(offset, u64::from(len), served);
         }
         let msg = if resync {
-            // Who else lacks what we send (our bitmaps for them): the puller holds it next.
+            // Who else lacks what we send (our bitmaps for them), and hears it from no one
+            // but the puller, which holds it next: those we reach we list it to ourselves
+            // (named too, they were marked by every replica pulling from us at once, and
+            // those cross claims counted as changes apart: failover seed 2155).
             let lacking = (self.peers.iter())
-                .filter(|p| p.id != peer && p.vols[v].diskful)
+                .filter(|p| p.id != peer && !p.up && p.vols[v].diskful)
                 .filter(|p| errno == 0 && p.vols[v].oos.any_in(offset, u64::from(len)))
                 .fold(NodeSet::EMPTY, |mut s, p| {
                     s.insert(p.id);
