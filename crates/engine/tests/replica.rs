@@ -1769,18 +1769,28 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
         },
         &mut out,
     );
-    // Serve every resync request from node 0 and complete every disk operation.
-    let mut queue: std::collections::VecDeque<RAction> = std::mem::take(&mut out).into();
+    let out = served_by(&mut r, 0, out);
+    assert_eq!(r.disk(0), DiskState::UpToDate, "{out:?}");
+    assert!(
+        says_unproven(&out),
+        "synced with no Primary connected: still unproven: {out:?}"
+    );
+}
+
+/// Serves every resync request `r` sends node `source` (zeroes) and completes every disk
+/// operation, from the actions `out` on; returns every action taken.
+fn served_by(r: &mut Resource, source: u8, out: Vec<RAction>) -> Vec<RAction> {
+    let mut queue: std::collections::VecDeque<RAction> = out.into();
     let mut seen = Vec::new();
     while let Some(a) = queue.pop_front() {
         let mut next = Vec::new();
         match &a {
             RAction::Send {
-                peer: 0,
+                peer,
                 msg: Msg::ResyncReq {
                     id, offset, len, ..
                 },
-            } => {
+            } if *peer == source => {
                 let data = vec![0u8; *len as usize];
                 let reply = Packet::ResyncReply {
                     volume: 0,
@@ -1790,7 +1800,7 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
                     lacking: 0,
                     data: &data,
                 };
-                r.packet(0, &reply, &mut next);
+                r.packet(source, &reply, &mut next);
             }
             RAction::Disk { token, kind, .. } => r.disk_done(0, *token, *kind, Ok(()), &mut next),
             _ => {}
@@ -1798,12 +1808,33 @@ fn a_diskful_primary_lists_everything_to_an_unproven_up_to_date_replica() {
         seen.push(a);
         queue.extend(next);
     }
-    let out = seen;
-    assert_eq!(r.disk(0), DiskState::UpToDate, "{out:?}");
+    seen
+}
+
+/// Failover seed 237: a replica that restarted with no metadata to say where it may differ
+/// (`Existing`) met only a peer that is not current itself (Inconsistent), which named a
+/// block it lacks; pulled, that made it "UpToDate" without a current replica's full list, and it
+/// was promoted without an acknowledged write only the absent third replica knew it lacked.
+/// It stays Outdated (and unproven) until a current replica lists it everything.
+#[test]
+fn an_unproven_replica_synced_by_a_peer_not_current_is_not_up_to_date() {
+    let mut r = Resource::new(spec(1), vec![ReplicaAtStart::Existing]);
+    let mut out = Vec::new();
+    meets(&mut r, 0, DiskState::Inconsistent, &mut out);
+    for (offset, len) in [(65536, 4096), (0, 0)] {
+        let notice = Packet::OutOfSync {
+            volume: 0,
+            offset,
+            len,
+        };
+        r.packet(0, &notice, &mut out);
+    }
+    let out = served_by(&mut r, 0, out);
     assert!(
-        says_unproven(&out),
-        "synced with no Primary connected: still unproven: {out:?}"
+        !resync_requests(&out).is_empty(),
+        "it pulls what it was told it lacks: {out:?}"
     );
+    assert_eq!(r.disk(0), DiskState::Outdated, "{out:?}");
 }
 
 /// Soak seed 93076773 (disk errors): node 2's disk had failed (Diskless, still connected)

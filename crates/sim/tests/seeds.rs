@@ -625,6 +625,19 @@ fn a_crashed_replica_yields_to_a_newer_crashed_peer() {
     assert!(out.converged, "overlapping seed 384011407");
 }
 
+/// Failover seeds 237 and 2861: a failed write of a dead Primary, pulled by one replica,
+/// stayed missing on the third. 2861: the source did not reach the third node, linked to
+/// the puller alone, which now tells it (`Replicas::resync_reply`, `lacking`). 237: a
+/// replica back from a crash mid-resync restarted without its ids (it was being synced),
+/// pulled only what an Inconsistent peer knew it lacked and called itself UpToDate; it now
+/// waits, Outdated, for a current replica's full list (`Replicas::resync_finished`).
+#[test]
+fn a_failed_write_pulled_by_one_replica_reaches_the_third() {
+    for seed in [237, 2861] {
+        Sim::new(Family::Failover.scenario(seed)).run();
+    }
+}
+
 /// Restarts that lose the whole disk (a replaced disk, a deleted backing file): the node
 /// comes back with an empty replica it created, which must be synced in full before it
 /// serves a read or counts as a copy. Every read and the final contents are checked, so

@@ -379,6 +379,16 @@ impl Replicas {
             bytes: rs.pulled,
             live: rs.live,
         };
+        // Unproven with no suspect ranges (no metadata said where we may differ), we need
+        // everything from a current replica; a peer not current itself listed only what it
+        // knew we lack. Still unproven, we wait Outdated for a current replica's full list
+        // (failover seed 237: a replica back from a crash mid-resync, which forgot the
+        // blocks a dead Primary had listed to it, pulled what an Inconsistent peer listed,
+        // called itself UpToDate, and was promoted without an acknowledged write).
+        let whole_unproven = self.vols[v].unproven && self.vols[v].suspect.is_none();
+        if whole_unproven && !source_current && !under_primary {
+            return self.set_disk(v, DiskState::Outdated, why, out);
+        }
         self.set_disk(v, DiskState::UpToDate, why, out);
         // Our ids follow the data: the Primary's under its list, else, with every node
         // met and none Primary, the up-to-date source's. Otherwise they stay older.
