@@ -261,6 +261,16 @@ impl Replicas {
                 pv.wrote_apart = false;
             }
             let vol = &mut self.vols[v];
+            if let Some(rs) = vol.resync.as_mut().filter(|_| vol.diskful) {
+                // Being synced, it holds them too, protected as written during the resync:
+                // they are pulled back with the rest (failover seed 1439: a Primary being
+                // synced kept a failed write of its tenure that no other replica had, its
+                // claims on the source forgotten here, and the replicas differed).
+                for (offset, len) in claimed.runs(vol.size, u64::MAX) {
+                    rs.pull_back(offset, len);
+                }
+                continue;
+            }
             if !vol.diskful || vol.disk != DiskState::UpToDate {
                 continue;
             }

@@ -246,6 +246,19 @@ impl Resync {
         self.cursor = self.cursor.min(offset / BLOCK);
     }
 
+    /// Our own writes on `offset..+len`, as a Primary demoted without quorum, may be on no
+    /// other replica, and a majority may have written there since: no longer newer than
+    /// what a source serves, they are pulled again (see `Replicas::left_without_quorum`).
+    pub(super) fn pull_back(&mut self, offset: u64, len: u64) {
+        self.fresh.clear_range(offset, len);
+        if let Some(orphan) = self.fresh_orphan.as_mut() {
+            orphan.clear_range(offset, len);
+        }
+        self.to_pull.set_range(offset, len);
+        self.named.set_range(offset, len);
+        self.cursor = self.cursor.min(offset / BLOCK);
+    }
+
     /// The application wrote `offset..+len` here during the resync: its sectors are fresh
     /// (see `written_whole` for what that returns).
     pub(super) fn wrote(&mut self, offset: u64, len: u64) -> bool {
