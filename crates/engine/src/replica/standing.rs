@@ -120,9 +120,13 @@ impl Replicas {
     }
 
     /// Whether a claim from peer `i` that we lack something is void: we outrank it, and
-    /// it pulls what it claims from us instead.
+    /// it pulls what it claims from us instead. Not while it follows a Primary (one we do
+    /// not reach): it relays that Primary's writes we missed, newer than anything we hold
+    /// (failover seed 2270: a replica back from a crash, cut off from the new Primary,
+    /// outranked the relaying replica by ids, dropped the notice of an acknowledged write,
+    /// and was promoted later without it).
     pub(super) fn claim_void(&self, i: usize, v: usize) -> bool {
-        self.rank(i, v) == Rank::Above
+        self.rank(i, v) == Rank::Above && self.peers[i].primaries.is_empty()
     }
 
     /// Once every diskful node has met us and listed, none is up to date nor a Primary
