@@ -32,9 +32,24 @@ impl Requests {
                 data: None,
             });
         }
-        let candidates: Vec<NodeId> = read_sources(rep, v, offset, u64::from(len))
+        let mut candidates: Vec<NodeId> = read_sources(rep, v, offset, u64::from(len))
             .filter(|&p| !self.reads.tried(req, p))
             .collect();
+        // Those holding our ids first: an up-to-date peer with older ones may have missed
+        // writes of the run that changed them, not knowing (failover seed 370000115: a
+        // diskless Primary, restarted, met two up-to-date replicas that had not met each
+        // other, took the newer ids, and read from the older one a block without an
+        // acknowledged write). One may merely not have taken our newest ids yet: with none
+        // holding them, any up-to-date peer serves.
+        let ours = rep.vols[v].gen.current;
+        let holds_ours = |&p: &NodeId| {
+            rep.peers
+                .get(p)
+                .is_some_and(|p| p.vols[v].gen.current == ours)
+        };
+        if candidates.iter().any(holds_ours) {
+            candidates.retain(holds_ours);
+        }
         if candidates.is_empty() {
             self.reads.end(req);
             return out.push(RAction::Complete {
