@@ -28,7 +28,10 @@ fn a_diskless_primary_reads_from_the_replicas_holding_its_ids() {
         net.run();
         assert_eq!(net.answer(req), Some(Ok(())), "read {req}");
     }
-    let asked = |to| net.delivered(0, to, |m| matches!(m, Msg::ReadReq { .. })).len();
+    let asked = |to| {
+        net.delivered(0, to, |m| matches!(m, Msg::ReadReq { .. }))
+            .len()
+    };
     assert_eq!(asked(1), 4, "node 1 holds the Primary's ids");
     assert_eq!(asked(2), 0, "node 2's ids are older");
 }

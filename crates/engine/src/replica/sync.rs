@@ -705,13 +705,6 @@ impl Replicas {
         }
     }
 
-    /// Back from a crash, what our metadata kept of what peer `i` lacks (bitmap pages
-    /// written long ago, our activity log's extents) is no claim against an up-to-date
-    /// replica: unproven, we are no proof of being newer anywhere, and listing it would
-    /// meet the peer's own list of what we missed as a conflict no Primary settles (the
-    /// kill -9 test looped on it). Those blocks are where we may differ: we pull them from
-    /// a current replica, as our activity log's. Claims against a peer that is itself
-    /// behind stay (soak seed 101022420: they may be all anyone knows of what it missed).
     /// Back from a crash, under a Primary, we meet a peer back from a crash too whose ids
     /// descend from ours: it went on with a Primary after we were gone, so what our bitmap
     /// says it lacks predates its newer run, and ours to pull (as with no Primary around,
@@ -749,6 +742,13 @@ impl Replicas {
         Some(kept)
     }
 
+    /// Back from a crash, what our metadata kept of what peer `i` lacks (bitmap pages
+    /// written long ago, our activity log's extents) is no claim against an up-to-date
+    /// replica: unproven, we are no proof of being newer anywhere, and listing it would
+    /// meet the peer's own list of what we missed as a conflict no Primary settles (the
+    /// kill -9 test looped on it). Those blocks are where we may differ: we pull them from
+    /// a current replica, as our activity log's. Claims against a peer that is itself
+    /// behind stay (soak seed 101022420: they may be all anyone knows of what it missed).
     fn claims_become_suspect(&mut self, i: usize, v: usize) {
         let vol = &mut self.vols[v];
         let pv = &mut self.peers[i].vols[v];
