@@ -7,16 +7,10 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{DiskState, Msg};
-use tandem_engine::Io;
 
+/// The Primary writes block `block` as request `req`, acknowledged.
 fn write(net: &mut Net, req: u64, block: u64) {
-    let io = Io::Write {
-        offset: block * 4096,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(0, req, io);
-    net.run();
+    net.write(req, block * BLOCK, BLOCK as u32);
     assert_eq!(net.answer(req), Some(Ok(())), "write {req}");
 }
 

@@ -7,7 +7,6 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{DiskState, Role};
-use tandem_engine::Io;
 
 /// Node 0 (Primary) writes block 5 with both peers away; node 1 comes back and pulls it;
 /// node 0 dies before node 2 returns. Node 1, promoted, lists block 5 to node 2 (failover
@@ -19,13 +18,7 @@ fn a_pulled_block_is_marked_for_a_node_we_do_not_reach() {
     net.link_down(0, 1);
     net.link_down(0, 2);
     net.link_down(1, 2);
-    let io = Io::Write {
-        offset: 5 * 4096,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(0, 1, io);
-    net.run();
+    net.write(1, 5 * BLOCK, BLOCK as u32);
     assert_eq!(net.answer(1), Some(Ok(())));
     net.link_up(0, 1);
     net.run();
@@ -56,13 +49,7 @@ fn a_pulled_block_is_told_to_a_node_we_reach_that_lacks_it() {
     let mut net = Net::new();
     net.link_down(0, 1);
     net.link_down(0, 2);
-    let io = Io::Write {
-        offset: 5 * 4096,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(0, 1, io);
-    net.run();
+    net.write(1, 5 * BLOCK, BLOCK as u32);
     assert_eq!(net.answer(1), Some(Ok(())));
     net.link_up(0, 2);
     net.run();

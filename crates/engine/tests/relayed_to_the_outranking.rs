@@ -6,18 +6,6 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{DiskState, Msg};
-use tandem_engine::Io;
-
-fn write(net: &mut Net, req: u64, block: u64) {
-    let io = Io::Write {
-        offset: block * 4096,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(0, req, io);
-    net.run();
-    assert_eq!(net.answer(req), Some(Ok(())), "write {req}");
-}
 
 /// Failover seed 2270: node 1, back from a crash and cut off from the Primary (node 0),
 /// outranked node 2 (older ids, being synced under node 0), and dropped node 2's notice of
@@ -28,7 +16,8 @@ fn a_relayed_write_of_a_primary_we_do_not_reach_is_pulled_even_from_an_outranked
     let mut net = Net::new();
     net.link_down(0, 2);
     net.link_down(1, 2);
-    write(&mut net, 1, 3);
+    net.write(1, 3 * BLOCK, BLOCK as u32);
+    assert_eq!(net.answer(1), Some(Ok(())));
     net.crash(2, &[]);
     net.crash(1, &[(3 * 4096, 4096)]);
     let (g1, g2) = (
@@ -48,13 +37,7 @@ fn a_relayed_write_of_a_primary_we_do_not_reach_is_pulled_even_from_an_outranked
     net.link_up(1, 2);
     assert_eq!(net.disk(1), DiskState::Outdated);
     // Node 0 writes block 7: node 2 receives it and tells node 1, which missed it.
-    let io = Io::Write {
-        offset: 7 * 4096,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(0, 2, io);
-    net.run();
+    net.write(2, 7 * BLOCK, BLOCK as u32);
     let told = net.delivered(
         2,
         1,
