@@ -1835,6 +1835,23 @@ fn an_unproven_replica_synced_by_a_peer_not_current_is_not_up_to_date() {
         "it pulls what it was told it lacks: {out:?}"
     );
     assert_eq!(r.disk(0), DiskState::Outdated, "{out:?}");
+    let said: Vec<String> = events(&out)
+        .into_iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::DiskChanged {
+                    to: DiskState::Outdated,
+                    ..
+                }
+            )
+        })
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        said.iter().any(|l| l.contains("no source was up to date")),
+        "{said:?}"
+    );
 }
 
 /// Soak seed 93076773 (disk errors): node 2's disk had failed (Diskless, still connected)

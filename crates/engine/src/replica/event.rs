@@ -561,6 +561,13 @@ impl fmt::Display for DiskLine<'_> {
                 source, bytes, ..
             } => {
                 let kib = bytes >> 10;
+                if self.1 == DiskState::Outdated {
+                    // `Replicas::resync_finished`: unproven, synced by peers not current.
+                    return write!(
+                        f,
+                        "resync finished ({kib} KiB pulled), but no source was up to date and this replica's currency is unknown: Outdated until an up-to-date replica lists it everything"
+                    );
+                }
                 match source {
                     Some(source) => write!(
                         f,
