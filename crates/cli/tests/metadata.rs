@@ -1287,3 +1287,123 @@ fn node_joins_later(test: &'static str, spare_slot: bool) {
     );
     c.assert_replicas_identical();
 }
+
+/// Issue 15: alpha, promoted while gamma is away, rotates its generation ids at once (so
+/// that an old Primary meeting a replica that followed it finds newer data there); beta
+/// adopts them. Killed (kill -9) before it acknowledged anything under them, alpha's
+/// metadata keeps the ids before and names the one it abandoned (`show-gi`): kept as they
+/// were, a later Primary rotating from the same ancestor would meet them as a split brain
+/// with nothing written apart. Back, alpha tells beta, which sets its own ids back too;
+/// then gamma returns and all three converge, with no split brain anywhere.
+#[test]
+fn a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before() {
+    const TEST: &str =
+        "metadata::a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before";
+    const GAMMA_DISKFUL: Spec = Spec {
+        diskful: true,
+        ..GAMMA
+    };
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            ..Setup::new("C", &[ALPHA, BETA, GAMMA_DISKFUL])
+        },
+    );
+    c.wait_connected();
+    c.node_mut("gamma").daemon.kill9();
+    c.node("alpha")
+        .daemon
+        .admin(&["primary", RESOURCE])
+        .expect_success();
+    let adopted = wait_log_line(
+        c.node("beta"),
+        &[&["volume 0: generation "], &["(a replica missed a write)"]],
+        SYNC_TIMEOUT,
+    );
+    assert!(
+        adopted,
+        "beta never adopted alpha's rotation:\n{}",
+        c.describe()
+    );
+    let rotated = last_rotation(&c.node("beta").daemon.log());
+    c.node_mut("alpha").daemon.kill9();
+
+    let gi = c.replica_tool("alpha", &["show-gi", RESOURCE]);
+    gi.expect_success();
+    let current = gi
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("current   "))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert_ne!(
+        current, rotated,
+        "alpha kept the rotated ids:\n{}",
+        gi.stdout
+    );
+    assert!(
+        gi.stdout.contains(&format!("abandoned {rotated}")),
+        "alpha's metadata does not name the abandoned id {rotated}:\n{}",
+        gi.stdout
+    );
+
+    let alpha = c.node_mut("alpha");
+    alpha.daemon.restart();
+    alpha.daemon.wait_ready(READY_TIMEOUT);
+    let set_back = wait_log_line(
+        c.node("beta"),
+        &[&["rotated to it as Primary and crashed before acknowledging"]],
+        SYNC_TIMEOUT,
+    );
+    assert!(set_back, "beta kept the abandoned ids:\n{}", c.describe());
+    let gamma = c.node_mut("gamma");
+    gamma.daemon.restart();
+    gamma.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    for n in ["alpha", "beta", "gamma"] {
+        let log = c.node(n).daemon.log();
+        assert!(!log.contains("split brain"), "{n}:\n{log}");
+    }
+    c.assert_replicas_identical();
+
+    // The other way: beta, promoted while gamma is away, rotates and acknowledges writes
+    // under the new ids. Its metadata holds them before the first answer (the engine's
+    // `GenerationAcked`), so a kill -9 right after keeps them and abandons nothing.
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    c.node_mut("gamma").daemon.kill9();
+    c.node("beta")
+        .daemon
+        .admin(&["primary", RESOURCE])
+        .expect_success();
+    write_region(&c, "beta", 0, MIB, 256 * KIB, 3);
+    let rotated = last_rotation(&c.node("beta").daemon.log());
+    c.node_mut("beta").daemon.kill9();
+    let gi = c.replica_tool("beta", &["show-gi", RESOURCE]);
+    gi.expect_success();
+    assert!(
+        gi.stdout.contains(&format!("current   {rotated}")),
+        "beta lost the ids it acknowledged writes under ({rotated}):\n{}",
+        gi.stdout
+    );
+    assert!(!gi.stdout.contains("abandoned"), "{}", gi.stdout);
+}
+
+/// The id the last rotation in `log` made ("generation A -> B (a replica missed a
+/// write)"), in `show-gi`'s upper case.
+fn last_rotation(log: &str) -> String {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("(a replica missed a write)"))
+        .expect("a rotation in the log");
+    line.split(" -> ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .expect("generation A -> B")
+        .to_ascii_uppercase()
+}

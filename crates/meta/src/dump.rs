@@ -59,6 +59,9 @@ pub struct SuperblockDump {
     pub current_gi: String,
     /// Newest first.
     pub history: Vec<String>,
+    /// The id the generation ids were set back from at a crash as Primary (see
+    /// `Superblock::abandoned_gi`); `None` if none.
+    pub abandoned_gi: Option<String>,
     /// The kernel boot the replica was last attached in (a UUID); `None` if unknown.
     pub boot_id: Option<String>,
     /// The Primary's run the replica takes writes from (see `Superblock::writer`).
@@ -136,6 +139,7 @@ impl MetaDump {
                 device_uuid: hex(sb.device_uuid),
                 current_gi: hex(sb.current_gi),
                 history: sb.history.iter().map(|&g| hex(g)).collect(),
+                abandoned_gi: (sb.abandoned_gi != 0).then(|| hex(sb.abandoned_gi)),
                 boot_id: (sb.boot_id != [0; 16]).then(|| uuid_text(&sb.boot_id)),
                 writer: sb.writer.map(|(node_id, incarnation)| WriterDump {
                     node_id,
@@ -204,6 +208,9 @@ impl MetaDump {
             );
         }
         let _ = writeln!(out, "history   {}", sb.history.join(" "));
+        if let Some(gi) = &sb.abandoned_gi {
+            let _ = writeln!(out, "abandoned {gi}  (set back from at a crash as Primary: nothing acknowledged under it)");
+        }
         let _ = writeln!(out, "flags     {}", sb.flags.join(" "));
         out
     }

@@ -108,6 +108,7 @@ impl<T: MetaTarget> MetaStore<T> {
             device_uuid: init.device_uuid,
             current_gi: init.current_gi,
             history: [0; HISTORY_LEN],
+            abandoned_gi: 0,
             peers,
             boot_id: [0; 16],
             writer: None,

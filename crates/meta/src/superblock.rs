@@ -44,7 +44,7 @@ pub(crate) mod off {
     pub const DEVICE_UUID: usize = 72;
     pub const CURRENT_GI: usize = 80;
     pub const HISTORY: usize = 88;
-    pub const RESERVED_152: usize = 152;
+    pub const ABANDONED_GI: usize = 152;
     pub const PEERS: usize = 160;
     pub const PEER_SIZE: usize = 32;
     pub const PEER_NODE_ID: usize = 0;
@@ -202,6 +202,10 @@ pub struct Superblock {
     /// Generation ids: compared by the replication engine, only stored here.
     pub current_gi: u64,
     pub history: [u64; HISTORY_LEN],
+    /// The id the engine's ids were set back from at a crash as Primary (it acknowledged
+    /// nothing under it), 0 if none: told to peers after a restart. Every version (the
+    /// bytes were reserved, zero, before; an older build refuses a block that has one).
+    pub abandoned_gi: u64,
     /// One entry per bitmap slot (`layout.geometry().max_peers` of them).
     pub peers: Vec<PeerSlot>,
     /// The kernel boot the replica was last attached in (`/proc/sys/kernel/random/boot_id`),
@@ -307,6 +311,7 @@ impl Superblock {
         for (i, gi) in self.history.iter().enumerate() {
             put_u64(&mut b[..], off::HISTORY + 8 * i, *gi);
         }
+        put_u64(&mut b[..], off::ABANDONED_GI, self.abandoned_gi);
         for (i, p) in self.peers.iter().enumerate() {
             let at = off::PEERS + i * off::PEER_SIZE;
             b[at + off::PEER_NODE_ID] = p.node_id.unwrap_or(NO_NODE);
@@ -357,7 +362,6 @@ impl Superblock {
         };
         for range in [
             off::RESERVED_31..off::RESERVED_31 + 1,
-            off::RESERVED_152..off::PEERS,
             writer_reserved,
             tail..MD_BLOCK_BYTES,
         ] {
@@ -421,6 +425,7 @@ impl Superblock {
             device_uuid: get_u64(b, off::DEVICE_UUID),
             current_gi: get_u64(b, off::CURRENT_GI),
             history,
+            abandoned_gi: get_u64(b, off::ABANDONED_GI),
             peers,
             boot_id: if v2 {
                 b[off::BOOT_ID..off::BOOT_ID_END]
@@ -643,6 +648,7 @@ mod tests {
             device_uuid: 0x1234_5678_9abc_def0,
             current_gi: 0xfeed_f00d_dead_beef,
             history: [1, 2, 3, 4, 5, 6, 7, 8],
+            abandoned_gi: 0x0123_4567_89ab_cdef,
             peers,
             boot_id: *b"0123456789abcdef",
             writer: Some((1, 0x0bad_cafe_1234_5678)),

@@ -12,7 +12,7 @@ use crate::rng::Rng;
 use crate::{spec, Ev, Pending, Sim, WriteRec, STUCK_AFTER_US};
 use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{
-    DiskState, GenIds, Msg, NodeId, Protocol, ReplicaAtStart, Resource, Role,
+    DiskState, IdsAtCrash, Msg, NodeId, Protocol, ReplicaAtStart, Resource, Role,
 };
 use tandem_engine::DiskKind;
 
@@ -118,7 +118,7 @@ struct KeptVolume {
     /// Its activity log's extents: at least every block no fdatasync made durable, and
     /// the writes in flight here (see [`Sim::held_in_log`]).
     suspect: Vec<(u64, u64)>,
-    gen: Option<GenIds>,
+    gen: Option<IdsAtCrash>,
     /// Per diskful peer, the blocks it may lack: the bitmap at the crash and the log's
     /// extents, as `tandem node` restores them; and the bitmap's id.
     peers: Vec<KeptBitmap>,
@@ -330,7 +330,7 @@ impl Sim {
                     replica,
                     consistent,
                     suspect,
-                    gen: n.engine.generation(v as u16).copied(),
+                    gen: n.engine.ids_at_crash(v as u16),
                     peers,
                 }
             })
@@ -531,10 +531,15 @@ impl Sim {
                 }
             }
             // The daemon restores every replica's ids, consistent or not.
-            if let Some(gen) = k.gen {
+            if let Some(ids) = k.gen {
                 n.engine
-                    .restore_generation(volume, gen, kept.was_primary)
+                    .restore_generation(volume, ids.gen, kept.was_primary)
                     .expect("a replica's generation ids");
+                if let Some(gi) = ids.abandoned {
+                    n.engine
+                        .restore_abandoned(volume, gi)
+                        .expect("a replica's generation ids");
+                }
             }
         }
     }

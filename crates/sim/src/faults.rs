@@ -6,8 +6,8 @@ use crate::rng::Rng;
 use crate::{spec, Crash, Ev, Scenario, Sim};
 use tandem_engine::driver::Inputs;
 use tandem_engine::replica::{
-    GenIds, NodeId, NotQuiet, OnNoQuorum, Protocol, QuorumSpec, ReplicaAtStart, Resource,
-    ResyncRates, Role, Votes,
+    GenIds, IdsAtCrash, NodeId, NotQuiet, OnNoQuorum, Protocol, QuorumSpec, ReplicaAtStart,
+    Resource, ResyncRates, Role, Votes,
 };
 use tandem_engine::sync_plan::SyncPlan;
 
@@ -291,8 +291,8 @@ impl Sim {
         // what its activity log names (see `Disk::unsynced_blocks`).
         // The generation ids and the Primary flag: the daemon writes both to the metadata
         // (synced) before the actions that follow their change.
-        let gens: Vec<Option<GenIds>> = (0..self.sc.sizes.len() as u16)
-            .map(|v| self.nodes[node as usize].engine.generation(v).copied())
+        let gens: Vec<Option<IdsAtCrash>> = (0..self.sc.sizes.len() as u16)
+            .map(|v| self.nodes[node as usize].engine.ids_at_crash(v))
             .collect();
         let was_primary = self.nodes[node as usize].engine.role() == Role::Primary;
         // The Primary's run it took writes from: the daemon writes it to the metadata
@@ -399,10 +399,15 @@ impl Sim {
                             .restore_peer(v as u16, *peer, words, false, *gi)
                             .expect("restored into a crashed start");
                     }
-                    if let Some(gen) = gens[v] {
+                    if let Some(ids) = gens[v] {
                         n.engine
-                            .restore_generation(v as u16, gen, was_primary)
+                            .restore_generation(v as u16, ids.gen, was_primary)
                             .expect("a replica's generation ids");
+                        if let Some(gi) = ids.abandoned {
+                            n.engine
+                                .restore_abandoned(v as u16, gi)
+                                .expect("a replica's generation ids");
+                        }
                     }
                 }
             }

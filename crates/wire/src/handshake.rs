@@ -348,6 +348,7 @@ fn packet_name(p: &Packet<'_>) -> &'static str {
         Packet::Volume { .. } => "Volume",
         Packet::Generation { .. } => "Generation",
         Packet::GenAck { .. } => "GenAck",
+        Packet::Abandoned { .. } => "Abandoned",
         Packet::Write { .. } => "Write",
         Packet::Zero { .. } => "Zero",
         Packet::RecvAck { .. } => "RecvAck",

@@ -45,8 +45,10 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// up-to-date peer).
 /// Version 9: `ResyncReply` carries `lacking` (the nodes the sender marks as lacking the
 /// range), four bytes a version-8 node would take as data.
-pub const VERSION_MIN: u16 = 9;
-pub const VERSION_MAX: u16 = 9;
+/// Version 10: `Abandoned` (ids a Primary rotated to and crashed under before it
+/// acknowledged anything).
+pub const VERSION_MIN: u16 = 10;
+pub const VERSION_MAX: u16 = 10;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

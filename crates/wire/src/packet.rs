@@ -232,6 +232,14 @@ pub enum Packet<'a> {
         volume: u16,
         gen: GenIds,
     },
+    /// Sent before the sender's [`Packet::Volume`] at connect: as Primary it rotated its ids
+    /// of `volume` to `gi` and crashed before it acknowledged any request under them, so
+    /// it restarted with the ids it had acknowledged under. No acknowledged write of it is
+    /// under `gi`.
+    Abandoned {
+        volume: u16,
+        gi: u64,
+    },
     /// Answer to [`Packet::Generation`]: `adopted` if the sender's replica holds `gi` now.
     GenAck {
         volume: u16,
@@ -417,6 +425,7 @@ mod kind {
     pub const PING: u16 = 30;
     pub const PING_ACK: u16 = 31;
     pub const SPLIT_BRAIN: u16 = 32;
+    pub const ABANDONED: u16 = 33;
     pub const ERROR: u16 = 40;
 }
 
@@ -450,6 +459,7 @@ impl Packet<'_> {
             Packet::Volume { .. } => VOLUME,
             Packet::Generation { .. } => GENERATION,
             Packet::GenAck { .. } => GEN_ACK,
+            Packet::Abandoned { .. } => ABANDONED,
             Packet::Write { .. } => WRITE,
             Packet::Zero { .. } => ZERO,
             Packet::RecvAck { .. } => RECV_ACK,
@@ -537,6 +547,10 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
         Packet::Generation { volume, gen } => {
             w.u16(volume);
             w.gen(&gen);
+        }
+        Packet::Abandoned { volume, gi } => {
+            w.u16(volume);
+            w.u64(gi);
         }
         Packet::GenAck {
             volume,
@@ -784,6 +798,10 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         GENERATION => Packet::Generation {
             volume: r.u16()?,
             gen: r.gen()?,
+        },
+        ABANDONED => Packet::Abandoned {
+            volume: r.u16()?,
+            gi: r.u64()?,
         },
         GEN_ACK => Packet::GenAck {
             volume: r.u16()?,
@@ -1093,6 +1111,10 @@ mod tests {
                 volume: 1,
                 gi: 9,
                 adopted: true,
+            },
+            Packet::Abandoned {
+                volume: 1,
+                gi: u64::MAX,
             },
             Packet::Write {
                 volume: 0,

@@ -41,7 +41,7 @@ fn alloc_extents(raw: &[u8]) -> Vec<u8> {
 
 fn fields() -> impl Strategy<Value = Fields> {
     (
-        0u8..32,
+        0u8..33,
         any::<u64>(),
         any::<u64>(),
         any::<u32>(),
@@ -223,6 +223,10 @@ fn packet(f: &Fields) -> Packet<'_> {
             id: f.a,
             errno: f.c.max(1),
             extents: &[],
+        },
+        32 => Packet::Abandoned {
+            volume: f.d,
+            gi: f.a,
         },
         19 => Packet::ReadReply {
             id: f.a,

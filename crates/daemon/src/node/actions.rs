@@ -553,6 +553,8 @@ impl Driver for ResourceDriver<'_> {
                 | Event::RoleChanged { .. }
                 | Event::GenerationChanged { .. }
                 | Event::GenerationSetBack { .. }
+                | Event::GenerationAcked { .. }
+                | Event::GenerationAbandoned { .. }
                 | Event::WriterChanged { .. }
                 | Event::BitmapGiChanged { .. }
         ) {

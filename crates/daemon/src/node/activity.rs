@@ -479,13 +479,13 @@ impl NodeReactor {
             let Some(m) = m else { continue };
             // Without the log a crash cannot be bounded: never "consistent" while running.
             let consistent = self.activity_log && rc.engine.consistent(v as u16);
-            let (gen, writer) = (rc.engine.generation(v as u16), rc.engine.writer());
+            let (ids, writer) = (rc.engine.ids_at_crash(v as u16), rc.engine.writer());
             let engine = &rc.engine;
             let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
             // Proven, or being synced: what the map held for a second crash may go.
             let proven = engine.suspect_ranges(v as u16).is_empty();
             let done = m
-                .set_state(consistent, primary, gen, writer, bitmap_gi)
+                .set_state(consistent, primary, ids, writer, bitmap_gi)
                 .and_then(|()| if proven { m.release_unsynced() } else { Ok(()) });
             if let Err(e) = done {
                 error!(resource = %rc.cfg.name, volume = v,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
-use tandem_engine::replica::{GenIds, NodeId, Persisted, PrimaryRun, ReplicaAtStart};
+use tandem_engine::replica::{GenIds, IdsAtCrash, NodeId, Persisted, PrimaryRun, ReplicaAtStart};
 use tandem_meta::{
     ActivityLog, CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax,
     PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, Superblock, WaitId, AL_EXTENT,
@@ -694,7 +694,7 @@ impl VolumeMeta {
         &mut self,
         consistent: bool,
         primary: bool,
-        gen: Option<&GenIds>,
+        ids: Option<IdsAtCrash>,
         writer: Option<PrimaryRun>,
         bitmap_gi: impl Fn(NodeId) -> Option<u64>,
     ) -> Result<()> {
@@ -714,14 +714,16 @@ impl VolumeMeta {
         if primary {
             sb.flags.insert(SbFlags::WAS_UP_TO_DATE);
         }
-        if let Some(g) = gen {
-            sb.current_gi = g.current;
-            sb.history = g.history;
+        if let Some(ids) = ids {
+            sb.current_gi = ids.gen.current;
+            sb.history = ids.gen.history;
+            sb.abandoned_gi = ids.abandoned.unwrap_or(0);
         }
         let old = self.store.superblock();
         if sb.flags != old.flags
             || sb.current_gi != old.current_gi
             || sb.history != old.history
+            || sb.abandoned_gi != old.abandoned_gi
             || sb.writer != old.writer
             || sb.peers != old.peers
         {
@@ -737,6 +739,11 @@ impl VolumeMeta {
             current: sb.current_gi,
             history: sb.history,
         }
+    }
+
+    /// The id the generation ids were set back from at a crash as Primary, if any.
+    pub(super) fn abandoned_gi(&self) -> Option<u64> {
+        Some(self.store.superblock().abandoned_gi).filter(|&gi| gi != 0)
     }
 
     /// The node was Primary when the metadata was last written (it crashed as Primary:

@@ -538,6 +538,11 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
             engine
                 .restore_generation(v as u16, m.gen_ids(), m.was_primary())
                 .context("restoring metadata")?;
+            if let Some(gi) = m.abandoned_gi() {
+                engine
+                    .restore_abandoned(v as u16, gi)
+                    .context("restoring metadata")?;
+            }
         }
     }
     for (v, m) in metas.iter_mut().enumerate() {
@@ -545,9 +550,9 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
             m.mark_running(&metadata::diskful_peers(cfg, v, my.node_id))
                 .and_then(|()| {
                     let consistent = activity_log && engine.consistent(v as u16);
-                    let gen = engine.generation(v as u16);
+                    let ids = engine.ids_at_crash(v as u16);
                     let bitmap_gi = |node| engine.bitmap_gi(v as u16, node);
-                    m.set_state(consistent, false, gen, None, bitmap_gi)
+                    m.set_state(consistent, false, ids, None, bitmap_gi)
                 })
                 // Only now: a crash before this line still found the suspects. A crashed
                 // replica stays consistent until proven or synced (it takes no writes

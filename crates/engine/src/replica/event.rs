@@ -75,6 +75,20 @@ pub enum Event {
         to: u64,
         restored: bool,
     },
+    /// Peer `peer` told us it rotated its ids of `volume` to `from` as Primary and crashed
+    /// before it acknowledged anything under them; we held `from` as our current id
+    /// (adopted from it) and set our ids back to `to`, the ones before. Made durable like
+    /// [`Event::GenerationChanged`].
+    GenerationAbandoned {
+        volume: u16,
+        peer: NodeId,
+        from: u64,
+        to: u64,
+    },
+    /// As Primary, the first request of `volume` since our ids rotated to `current` is about
+    /// to be acknowledged: the metadata's ids (`Resource::ids_at_crash`) move to those, made
+    /// durable like [`Event::GenerationChanged`] before the completion that follows.
+    GenerationAcked { volume: u16, current: u64 },
     /// A split brain on `volume` with `peer` was resolved by `policy`: `victim` (this node
     /// or the peer) discards its `discarded_blocks` changed blocks and pulls
     /// `pulled_blocks` (its changes and the survivor's) from the survivor.
@@ -257,6 +271,7 @@ impl Event {
             } | Event::WriteFailed { .. }
                 | Event::WriterChanged { .. }
                 | Event::BitmapGiChanged { .. }
+                | Event::GenerationAcked { .. }
         )
     }
 }
@@ -454,6 +469,19 @@ impl fmt::Display for Event {
             Event::GenerationChanged { volume, from, to } => write!(
                 f,
                 "volume {volume}: generation {from:016x} -> {to:016x} (a replica missed a write)"
+            ),
+            Event::GenerationAbandoned {
+                volume,
+                peer,
+                from,
+                to,
+            } => write!(
+                f,
+                "volume {volume}: generation {from:016x} -> {to:016x} (set back: node {peer} rotated to it as Primary and crashed before acknowledging any write under it)"
+            ),
+            Event::GenerationAcked { volume, current } => write!(
+                f,
+                "volume {volume}: first write acknowledged under generation {current:016x} (a crash now keeps it)"
             ),
             Event::GenerationSetBack {
                 volume,

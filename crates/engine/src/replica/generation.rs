@@ -70,6 +70,14 @@ pub(super) struct Standing {
     /// It was Primary when it stopped: with the same ids, its data is the reference (it
     /// may hold writes it completed that the others never received, under protocol A).
     pub(super) was_primary: bool,
+    /// It was promoted with these ids, rotated from them, and crashed before it
+    /// acknowledged anything under the new ones (`Msg::Abandoned`): with the same ids it
+    /// is the reference before one merely Primary with them, since it held all they name
+    /// when promoted. Failover seed 370000341: two Primaries back from crashes with the
+    /// same ids, the earlier one Inconsistent (it had been pulling its log's extents under
+    /// the later one), outranked the later one by node id, and no replica was up to date
+    /// again.
+    pub(super) rotated_from: bool,
 }
 
 /// Whether replica `a` (of node `a_id`) is the better source than `b`: newer ids first;
@@ -81,7 +89,15 @@ pub(super) fn outranks(a: &Standing, a_id: NodeId, b: &Standing, b_id: NodeId) -
         Lineage::Older => Some(false),
         Lineage::Diverged => None,
         Lineage::Same => {
-            let key = |s: &Standing, id: NodeId| (s.was_primary, s.clean, std::cmp::Reverse(id));
+            let key = |s: &Standing, id: NodeId| {
+                let Standing {
+                    rotated_from,
+                    was_primary,
+                    clean,
+                    ..
+                } = *s;
+                (rotated_from, was_primary, clean, std::cmp::Reverse(id))
+            };
             Some(key(a, a_id) > key(b, b_id))
         }
     }
@@ -406,12 +422,23 @@ impl Rotations {
 
     /// A request of volume `v` (a write, or a FLUSH: every volume) was acknowledged under
     /// our current ids.
-    pub(super) fn acked(&mut self, rep: &Replicas, v: Option<usize>) {
+    /// Before the completion is pushed: ids new to `acked` are announced
+    /// (`Event::GenerationAcked`), for the metadata to hold them first.
+    pub(super) fn acked(&mut self, rep: &Replicas, v: Option<usize>, out: &mut Vec<RAction>) {
         for (u, vr) in self.vols.iter_mut().enumerate() {
-            if v.is_none_or(|v| v == u) {
+            if v.is_none_or(|v| v == u) && vr.acked != rep.vols[u].gen {
                 vr.acked = rep.vols[u].gen;
+                out.push(RAction::Event(Event::GenerationAcked {
+                    volume: u as u16,
+                    current: vr.acked.current,
+                }));
             }
         }
+    }
+
+    /// Our ids of volume `v` when we last acknowledged a request there (or were promoted).
+    pub(super) fn acked_gen(&self, v: usize) -> Option<GenIds> {
+        self.vols.get(v).map(|vr| vr.acked)
     }
 
     /// This node is Secondary now: ids set back stay so (it acknowledged nothing under

@@ -48,6 +48,11 @@ pub(super) struct LocalVol {
     /// Our generation ids (on a diskless node: those of the data our writes make while
     /// Primary, taken from an up-to-date peer at promotion).
     pub(super) gen: GenIds,
+    /// The id our ids were set back from at our last crash as Primary, with the ids set
+    /// back to: we had rotated to it and acknowledged nothing under it, so the metadata
+    /// kept the ids before (`Resource::ids_at_crash`). While we hold those ids, told to
+    /// every peer at connect (`Msg::Abandoned`, see `abandoned`).
+    pub(super) set_back_from: Option<(u64, GenIds)>,
     /// Restarted consistent and not UpToDate since: ranked against other such replicas
     /// when no Primary and no up-to-date replica is around (see `generation.rs`).
     pub(super) standing: Option<Standing>,
@@ -99,6 +104,7 @@ impl LocalVol {
             abandoned: BTreeSet::new(),
             written_ms: None,
             gen: GenIds::default(),
+            set_back_from: None,
             standing: None,
             pulled_from: Default::default(),
             quorum_held: false,
@@ -157,6 +163,14 @@ impl LocalVol {
     /// It takes writes: current, or being synced.
     pub(super) fn takes_writes(&self) -> bool {
         self.diskful && matches!(self.disk, DiskState::UpToDate | DiskState::Inconsistent)
+    }
+
+    /// The id we abandoned at a crash as Primary (`set_back_from`), while our ids are still
+    /// the ones set back to: from them we rotated to it.
+    pub(super) fn abandoned(&self) -> Option<u64> {
+        self.set_back_from
+            .filter(|(_, at)| *at == self.gen)
+            .map(|(gi, _)| gi)
     }
 
     /// It keeps a replica that has not failed.

@@ -81,6 +81,12 @@ pub enum Msg {
         gi: u64,
         adopted: bool,
     },
+    /// Ids we rotated to as Primary and crashed under before acknowledging anything
+    /// (`LocalVol::set_back_from`).
+    Abandoned {
+        volume: u16,
+        gi: u64,
+    },
     /// Our replica of `volume` and the receiver's diverged (see [`RAction::SplitBrain`]).
     SplitBrain {
         volume: u16,
@@ -268,6 +274,7 @@ impl Msg {
                     },
             },
             Msg::Generation { volume, gen } => Packet::Generation { volume, gen },
+            Msg::Abandoned { volume, gi } => Packet::Abandoned { volume, gi },
             Msg::GenAck {
                 volume,
                 gi,

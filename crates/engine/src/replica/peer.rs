@@ -78,6 +78,9 @@ pub(super) struct PeerVol {
     pub(super) sb: Option<Box<super::split_brain::SbConn>>,
     /// Its generation ids, as it last told them (this connection or an earlier one).
     pub(super) gen: GenIds,
+    /// It told us on this connection that it rotated from its ids as Primary and crashed
+    /// before acknowledging under the new ones (`Msg::Abandoned`; see `Standing`).
+    pub(super) abandoned: bool,
     /// The id from which `oos` names all it may lack of ours, if any (see `bitmap_gi.rs`).
     pub(super) bitmap_gi: Option<u64>,
     /// It said resync data from a node other than us landed on its replica since it
@@ -302,6 +305,7 @@ impl PeerVol {
             claimed: 0,
             sb: None,
             gen: GenIds::default(),
+            abandoned: false,
             bitmap_gi: None,
             standing: None,
             unconfirmed: None,
@@ -547,6 +551,7 @@ impl Peer {
             pv.pulled_elsewhere = false;
             pv.claimed = 0;
             pv.sb = None;
+            pv.abandoned = false;
         }
     }
 

@@ -5,11 +5,11 @@
 //! A crash leaves none of it trusted: the replica starts unproven, as before metadata.
 
 use super::bitmap::Bitmap;
-use super::generation::{GenIds, Standing};
+use super::generation::{lineage, GenIds, Lineage, Standing};
 use super::resource::Resource;
 use super::run::{CrashedUnder, PrimaryRun};
 use super::spec::{NodeId, ReplicaAtStart};
-use tandem_wire::packet::DiskState;
+use tandem_wire::packet::{DiskState, Role};
 
 /// One volume's replica as it stops.
 #[derive(Debug)]
@@ -36,6 +36,16 @@ pub struct PersistedPeer<'a> {
     /// The generation id from which `out_of_sync` names all the peer may lack, if any
     /// (DRBD's bitmap UUID; 0 is the first id of every lineage).
     pub bitmap_gi: Option<u64>,
+}
+
+/// A volume's generation ids as the metadata must keep them (`Resource::ids_at_crash`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdsAtCrash {
+    /// The ids a restart starts with.
+    pub gen: GenIds,
+    /// The id they were set back from at a crash as Primary: no acknowledged write of
+    /// ours is under it.
+    pub abandoned: Option<u64>,
 }
 
 /// Why the state cannot be taken now.
@@ -299,7 +309,53 @@ impl Resource {
                 gen,
                 clean: !vol.unproven,
                 was_primary,
+                rotated_from: false,
             });
+        }
+        Ok(())
+    }
+
+    /// The generation ids the metadata must hold for volume `volume` (what a crash of this
+    /// node now must find; the driver writes them, synced, before the actions that follow
+    /// `Event::GenerationChanged`, `Event::GenerationSetBack` or `Event::GenerationAcked`).
+    /// As Primary, those under which it last acknowledged a request there (or was
+    /// promoted), when it rotated since: no write of ours needed the newer ones, and a
+    /// restart with them made a split brain of a meeting with the next Primary's rotation
+    /// from the same ancestor (failover seed 1077: promoted with a voter away, the ids
+    /// rotated at once, two writes on our own disk, killed before answering either). What
+    /// we wrote under them is in the activity log, suspect after the crash. Kept so, the
+    /// id rotated to is `abandoned` (told to peers after the restart).
+    pub fn ids_at_crash(&self, volume: u16) -> Option<IdsAtCrash> {
+        let vol = self.rep.vols.get(volume as usize).filter(|v| v.diskful)?;
+        let gen = vol.gen;
+        let acked = (self.rep.role == Role::Primary)
+            .then(|| self.app.rotations.acked_gen(volume as usize))
+            .flatten()
+            .filter(|acked| *acked != gen && lineage(acked, &gen) == Lineage::Older);
+        Some(match acked {
+            Some(acked) => IdsAtCrash {
+                gen: acked,
+                abandoned: Some(gen.current),
+            },
+            None => IdsAtCrash {
+                gen,
+                abandoned: vol.abandoned(),
+            },
+        })
+    }
+
+    /// Before the first event, after `restore_generation`: the id the metadata says volume
+    /// `volume`'s ids were set back from at a crash (`IdsAtCrash::abandoned`).
+    pub fn restore_abandoned(&mut self, volume: u16, gi: u64) -> Result<(), RestoreError> {
+        let vol = self
+            .rep
+            .vols
+            .get_mut(volume as usize)
+            .filter(|v| v.diskful)
+            .ok_or(RestoreError::NoReplica(volume))?;
+        vol.set_back_from = Some((gi, vol.gen));
+        if let Some(s) = vol.standing.as_mut() {
+            s.rotated_from = true;
         }
         Ok(())
     }

@@ -419,11 +419,11 @@ impl Replicas {
     pub(super) fn fresh_writer_gone(&mut self, writer: Option<usize>) {
         for v in 0..self.vols.len() {
             let gen = match writer {
-                Some(i) => self.peers[i].vols[v].gen.current,
-                None => self.vols[v].gen.current,
+                Some(i) => self.peers[i].vols[v].gen,
+                None => self.vols[v].gen,
             };
             if let Some(rs) = self.vols[v].resync.as_mut() {
-                rs.writer_gone(gen);
+                rs.writer_gone(&gen);
             }
         }
     }

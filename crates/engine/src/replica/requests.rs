@@ -507,7 +507,7 @@ impl Requests {
             }
         }
         if result.is_ok() {
-            self.rotations.acked(rep, Some(v));
+            self.rotations.acked(rep, Some(v), out);
         }
         if result.is_err() {
             let (volume, offset, len) = (w.volume, w.offset, w.len);

@@ -30,9 +30,10 @@ pub(super) struct Resync {
     /// write of that run can come, and one that was not acknowledged may be on no other
     /// replica: a list naming the range after that may void their protection (`listed`).
     pub(super) fresh_orphan: Option<Bitmap>,
-    /// The current id of each writer of `fresh_orphan` when it went: a list voids the
-    /// orphans' protection only from a lister whose lineage holds them all.
-    pub(super) orphan_gens: Vec<u64>,
+    /// The current id of each writer of `fresh_orphan` when it went, with the id before
+    /// it (0 if none): a list voids the orphans' protection only from a lister whose
+    /// lineage holds them all.
+    pub(super) orphan_gens: Vec<(u64, u64)>,
     /// Peers that started listing what we lack and have not ended their list: until they
     /// do, we do not know all we lack.
     pub(super) lists_open: Vec<NodeId>,
@@ -272,12 +273,13 @@ impl Resync {
     /// The writer of our fresh sectors is gone (the Primary's connection to us ended, or
     /// our tenure as Primary), its current id then `gen`: they are orphans, protected
     /// until a list from a replica holding that id names them (`orphan_listed`).
-    pub(super) fn writer_gone(&mut self, gen: u64) {
+    pub(super) fn writer_gone(&mut self, gen: &GenIds) {
         if self.fresh.count() == 0 {
             return;
         }
-        if !self.orphan_gens.contains(&gen) {
-            self.orphan_gens.push(gen);
+        let ids = (gen.current, gen.history[0]);
+        if !self.orphan_gens.contains(&ids) {
+            self.orphan_gens.push(ids);
         }
         let fresh = &self.fresh;
         self.fresh_orphan
@@ -309,7 +311,7 @@ impl Resync {
         gen: &GenIds,
     ) {
         let holds = |gi: u64| gi == 0 || gi == gen.current || gen.history.contains(&gi);
-        if !self.orphan_gens.iter().all(|&gi| holds(gi)) {
+        if !self.orphan_gens.iter().all(|&(gi, _)| holds(gi)) {
             return;
         }
         let Some(orphan) = self.fresh_orphan.as_mut() else {
@@ -325,6 +327,21 @@ impl Resync {
             }
             self.fresh.clear_range(at, SECTOR);
             orphan.clear_range(at, SECTOR);
+        }
+    }
+
+    /// A peer tells us it crashed as Primary under `gi` before acknowledging anything
+    /// there (`Msg::Abandoned`): orphans written under `gi` hold no acknowledged write,
+    /// and a lister holding the id before it holds every write that writer acknowledged
+    /// (one that missed such a lister would have waited for a rotation, and the writer
+    /// would have acknowledged under the id rotated to). Failover CI seeds 124 and 132,
+    /// once a crash set such ids back: the writer, back with the ids before, never held
+    /// `gi` again, and neither did any lister; the orphans outlived the resync.
+    pub(super) fn abandoned(&mut self, gi: u64) {
+        for ids in &mut self.orphan_gens {
+            if ids.0 == gi {
+                *ids = (ids.1, 0);
+            }
         }
     }
 

@@ -12,7 +12,7 @@
 use super::action::RAction;
 use super::bitmap::Bitmap;
 use super::event::{DiskChange, Event};
-use super::generation::{lineage, outranks, GenIds, Lineage, Standing};
+use super::generation::{lineage, outranks, GenIds, Lineage, Standing, GI_HISTORY};
 use super::msg::Msg;
 use super::replicas::Replicas;
 use super::spec::NodeId;
@@ -45,6 +45,7 @@ impl Replicas {
             gen,
             clean: !pv.unproven,
             was_primary,
+            rotated_from: pv.abandoned,
         });
     }
 
@@ -405,6 +406,7 @@ impl Replicas {
             gen,
             clean: true,
             was_primary: false,
+            rotated_from: false,
         });
         self.broadcast_volume(v, out);
         self.yield_claims(i, v, out);
@@ -473,6 +475,42 @@ impl Replicas {
         if lineage(&self.vols[v].gen, &gen) != Lineage::Newer {
             self.adopt_gen(v, gen, out);
         }
+    }
+
+    /// Peer `i` rotated its ids to `gi` as Primary and crashed before it acknowledged
+    /// anything under them (`Msg::Abandoned`). Our orphans written under `gi` hold no
+    /// acknowledged write (`Resync::abandoned`). As a Secondary still holding `gi` as our
+    /// current id (adopted from it), we set our ids back to those before, as it did: as
+    /// if it had set them back in time and told us (`Rotations::hold_back`). Kept, they
+    /// ranked us newer than every replica with nothing newer to give (failover seed 1071:
+    /// the only holder was Inconsistent, listed everything to the rest, and no replica
+    /// was up to date again), or apart from the next Primary's rotation (a split brain).
+    /// Not as Primary: we may have acknowledged under them since.
+    pub(super) fn on_abandoned(&mut self, i: usize, v: usize, gi: u64, out: &mut Vec<RAction>) {
+        let peer = self.peers[i].id;
+        self.peers[i].vols[v].abandoned = true;
+        let vol = &mut self.vols[v];
+        if let Some(rs) = vol.resync.as_mut() {
+            rs.abandoned(gi);
+        }
+        if self.role == Role::Primary || !vol.diskful || vol.gen.current != gi || gi == 0 {
+            return;
+        }
+        let mut gen = vol.gen;
+        gen.current = gen.history[0];
+        gen.history.rotate_left(1);
+        gen.history[GI_HISTORY - 1] = 0;
+        vol.gen = gen;
+        if let Some(s) = vol.standing.as_mut().filter(|s| s.gen.current == gi) {
+            s.gen = gen;
+        }
+        out.push(RAction::Event(Event::GenerationAbandoned {
+            volume: v as u16,
+            peer,
+            from: gi,
+            to: gen.current,
+        }));
+        self.broadcast_volume(v, out);
     }
 
     /// The Primary (peer `i`) changed its ids: adopted if we are up to date under it, and

@@ -104,6 +104,9 @@ pub struct Net {
     /// (node, request, bytes).
     pub done_data: Vec<(NodeId, ReqId, Vec<u8>)>,
     pub events: Vec<(NodeId, Event)>,
+    /// Per entry of `done`: how many `events` came before it (an event's order against
+    /// the completions, which a driver keeps).
+    pub done_after: Vec<usize>,
     /// Split brains left unresolved (`RAction::SplitBrain`): (node, peer, why). The link
     /// is cut, as a driver stops the connection.
     pub split_brains: Vec<(NodeId, NodeId, Unresolved)>,
@@ -219,6 +222,7 @@ impl Net {
             done: Vec::new(),
             done_data: Vec::new(),
             events: Vec::new(),
+            done_after: Vec::new(),
             split_brains: Vec::new(),
             diskless_primary,
             protocol,
@@ -469,7 +473,8 @@ impl Net {
     }
 
     fn crash_as(&mut self, n: NodeId, log: &[(u64, u64)], same_boot: bool) {
-        let gen = *self.nodes[n as usize].generation(0).expect("a replica");
+        // As the daemon's metadata keeps them (see `Resource::ids_at_crash`).
+        let ids = self.nodes[n as usize].ids_at_crash(0).expect("a replica");
         let writer = self.nodes[n as usize].writer().filter(|_| same_boot);
         // The bitmaps' ids as the metadata kept them (before the links drop: a crashed
         // engine hears of no drop).
@@ -498,7 +503,10 @@ impl Net {
                 (p, words, gis[p as usize])
             })
             .collect();
-        self.start_crashed(n, log, writer, &kept, gen);
+        self.start_crashed(n, log, writer, &kept, ids.gen);
+        if let Some(gi) = ids.abandoned {
+            self.nodes[n as usize].restore_abandoned(0, gi).unwrap();
+        }
     }
 
     /// Node `n`'s engine started again `Crashed` from what its metadata kept: the
@@ -609,6 +617,7 @@ impl Net {
                         self.done_data.push((n, req, bytes));
                     }
                     self.done.push((n, req, result));
+                    self.done_after.push(self.events.len());
                 }
                 RAction::Settled { peer, upto, .. } => self.settled.push((n, peer, upto)),
                 RAction::Disconnect { peer, .. } => self.dropped.push((n, peer)),

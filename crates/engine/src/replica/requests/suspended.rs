@@ -76,7 +76,7 @@ impl Requests {
         let arrived = std::mem::take(&mut self.suspended.arrived);
         for (req, v) in flushes {
             if rep.has_quorum(v) {
-                self.rotations.acked(rep, None);
+                self.rotations.acked(rep, None, out);
                 out.push(RAction::Complete {
                     req,
                     result: Ok(()),
@@ -124,7 +124,7 @@ impl Requests {
             (r, _) => r,
         };
         if result.is_ok() {
-            self.rotations.acked(rep, None);
+            self.rotations.acked(rep, None, out);
         }
         out.push(RAction::Complete {
             req,

@@ -37,6 +37,13 @@ impl Resource {
         });
         self.rep.tell_lost(i, out);
         for v in 0..self.rep.vols.len() {
+            // Before our ids, which the peer ranks against its own, and any list of ours
+            // (see `Replicas::on_abandoned`).
+            if let Some(gi) = self.rep.vols[v].abandoned() {
+                let volume = v as u16;
+                let msg = Msg::Abandoned { volume, gi };
+                out.push(RAction::Send { peer, msg });
+            }
             out.push(RAction::Send {
                 peer,
                 msg: self.rep.volume_msg(i, v),

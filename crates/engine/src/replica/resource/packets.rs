@@ -90,6 +90,10 @@ impl Resource {
                 let v = self.rep.check_volume(volume)?;
                 self.rep.on_generation(i, v, gen, out);
             }
+            Packet::Abandoned { volume, gi } => {
+                let v = self.rep.check_volume(volume)?;
+                self.rep.on_abandoned(i, v, gi, out);
+            }
             Packet::GenAck {
                 volume,
                 gi,
