@@ -481,7 +481,7 @@ impl fmt::Display for Event {
             ),
             Event::GenerationAcked { volume, current } => write!(
                 f,
-                "volume {volume}: first write acknowledged under generation {current:016x} (a crash now keeps it)"
+                "volume {volume}: first request acknowledged under generation {current:016x} (a crash now keeps it)"
             ),
             Event::GenerationSetBack {
                 volume,

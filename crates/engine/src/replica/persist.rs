@@ -6,6 +6,7 @@
 
 use super::bitmap::Bitmap;
 use super::generation::{lineage, GenIds, Lineage, Standing};
+use super::local::LocalVol;
 use super::resource::Resource;
 use super::run::{CrashedUnder, PrimaryRun};
 use super::spec::{NodeId, ReplicaAtStart};
@@ -281,6 +282,13 @@ impl Resource {
         Ok(())
     }
 
+    /// Our replica of `volume`, for a restore before the first event.
+    fn replica_mut(&mut self, volume: u16) -> Result<&mut LocalVol, RestoreError> {
+        (self.rep.vols.get_mut(volume as usize))
+            .filter(|v| v.diskful)
+            .ok_or(RestoreError::NoReplica(volume))
+    }
+
     /// The Primary's run whose writes we take, as the metadata must say (see `writer.rs`).
     pub fn writer(&self) -> Option<PrimaryRun> {
         self.rep.writer.run
@@ -296,12 +304,7 @@ impl Resource {
         gen: GenIds,
         was_primary: bool,
     ) -> Result<(), RestoreError> {
-        let vol = self
-            .rep
-            .vols
-            .get_mut(volume as usize)
-            .filter(|v| v.diskful)
-            .ok_or(RestoreError::NoReplica(volume))?;
+        let vol = self.replica_mut(volume)?;
         vol.gen = gen;
         let consistent_start = !vol.unproven || vol.suspect.is_some();
         if vol.disk == DiskState::Outdated && consistent_start && !vol.created {
@@ -347,12 +350,7 @@ impl Resource {
     /// Before the first event, after `restore_generation`: the id the metadata says volume
     /// `volume`'s ids were set back from at a crash (`IdsAtCrash::abandoned`).
     pub fn restore_abandoned(&mut self, volume: u16, gi: u64) -> Result<(), RestoreError> {
-        let vol = self
-            .rep
-            .vols
-            .get_mut(volume as usize)
-            .filter(|v| v.diskful)
-            .ok_or(RestoreError::NoReplica(volume))?;
+        let vol = self.replica_mut(volume)?;
         vol.set_back_from = Some((gi, vol.gen));
         if let Some(s) = vol.standing.as_mut() {
             s.rotated_from = true;
