@@ -533,13 +533,8 @@ impl Sim {
             // The daemon restores every replica's ids, consistent or not.
             if let Some(ids) = k.gen {
                 n.engine
-                    .restore_generation(volume, ids.gen, kept.was_primary)
+                    .restore_ids(volume, ids, kept.was_primary)
                     .expect("a replica's generation ids");
-                if let Some(gi) = ids.abandoned {
-                    n.engine
-                        .restore_abandoned(volume, gi)
-                        .expect("a replica's generation ids");
-                }
             }
         }
     }

@@ -401,13 +401,8 @@ impl Sim {
                     }
                     if let Some(ids) = gens[v] {
                         n.engine
-                            .restore_generation(v as u16, ids.gen, was_primary)
+                            .restore_ids(v as u16, ids, was_primary)
                             .expect("a replica's generation ids");
-                        if let Some(gi) = ids.abandoned {
-                            n.engine
-                                .restore_abandoned(v as u16, gi)
-                                .expect("a replica's generation ids");
-                        }
                     }
                 }
             }

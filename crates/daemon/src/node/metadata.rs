@@ -732,18 +732,17 @@ impl VolumeMeta {
         Ok(())
     }
 
-    /// The generation ids the metadata kept.
-    pub(super) fn gen_ids(&self) -> GenIds {
+    /// The generation ids the metadata kept, and the id they were set back from at a crash
+    /// as Primary, if any.
+    pub(super) fn kept_ids(&self) -> IdsAtCrash {
         let sb = self.store.superblock();
-        GenIds {
-            current: sb.current_gi,
-            history: sb.history,
+        IdsAtCrash {
+            gen: GenIds {
+                current: sb.current_gi,
+                history: sb.history,
+            },
+            abandoned: Some(sb.abandoned_gi).filter(|&gi| gi != 0),
         }
-    }
-
-    /// The id the generation ids were set back from at a crash as Primary, if any.
-    pub(super) fn abandoned_gi(&self) -> Option<u64> {
-        Some(self.store.superblock().abandoned_gi).filter(|&gi| gi != 0)
     }
 
     /// The node was Primary when the metadata was last written (it crashed as Primary:

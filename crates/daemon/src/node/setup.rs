@@ -536,13 +536,8 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
     for (v, m) in metas.iter().enumerate() {
         if let Some(m) = m {
             engine
-                .restore_generation(v as u16, m.gen_ids(), m.was_primary())
+                .restore_ids(v as u16, m.kept_ids(), m.was_primary())
                 .context("restoring metadata")?;
-            if let Some(gi) = m.abandoned_gi() {
-                engine
-                    .restore_abandoned(v as u16, gi)
-                    .context("restoring metadata")?;
-            }
         }
     }
     for (v, m) in metas.iter_mut().enumerate() {

@@ -59,6 +59,17 @@ pub(super) fn rotated(g: &GenIds, gi: u64) -> GenIds {
     }
 }
 
+/// `g` as before its last rotation: its current id the first of its history (the oldest
+/// entry, pushed out by that rotation, is not known again: 0, the root of every lineage).
+pub(super) fn unrotated(g: &GenIds) -> GenIds {
+    let mut history = [0; GI_HISTORY];
+    history[..GI_HISTORY - 1].copy_from_slice(&g.history[1..]);
+    GenIds {
+        current: g.history[0],
+        history,
+    }
+}
+
 /// What a replica that restarted consistent brings to the ranking: fixed from its start
 /// until it is settled (UpToDate), so both sides of a connection rank from the same facts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -49,6 +49,16 @@ pub struct IdsAtCrash {
     pub abandoned: Option<u64>,
 }
 
+impl From<GenIds> for IdsAtCrash {
+    /// Ids with nothing abandoned (after a clean stop, or as a Secondary).
+    fn from(gen: GenIds) -> IdsAtCrash {
+        IdsAtCrash {
+            gen,
+            abandoned: None,
+        }
+    }
+}
+
 /// Why the state cannot be taken now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NotQuiet {
@@ -347,13 +357,23 @@ impl Resource {
         })
     }
 
-    /// Before the first event, after `restore_generation`: the id the metadata says volume
-    /// `volume`'s ids were set back from at a crash (`IdsAtCrash::abandoned`).
-    pub fn restore_abandoned(&mut self, volume: u16, gi: u64) -> Result<(), RestoreError> {
+    /// Before the first event: the ids the metadata kept (`ids_at_crash`) and whether it
+    /// was Primary (see `restore_generation`); with an id abandoned at a crash as Primary,
+    /// told to peers while we hold these ids (`LocalVol::abandoned`), and first among
+    /// equal ids in the contest (`Standing::rotated_from`).
+    pub fn restore_ids(
+        &mut self,
+        volume: u16,
+        ids: IdsAtCrash,
+        was_primary: bool,
+    ) -> Result<(), RestoreError> {
+        self.restore_generation(volume, ids.gen, was_primary)?;
         let vol = self.replica_mut(volume)?;
-        vol.set_back_from = Some((gi, vol.gen));
-        if let Some(s) = vol.standing.as_mut() {
-            s.rotated_from = true;
+        if let Some(gi) = ids.abandoned {
+            vol.set_back_from = Some((gi, vol.gen));
+            if let Some(s) = vol.standing.as_mut() {
+                s.rotated_from = true;
+            }
         }
         Ok(())
     }

@@ -242,6 +242,12 @@ impl Resync {
                 }
             }
         }
+        self.named_to_pull(offset, len);
+    }
+
+    /// `offset..+len` is known missing here (named by a peer, or ours to pull back): pulled
+    /// again, the cursor back to it.
+    fn named_to_pull(&mut self, offset: u64, len: u64) {
         self.to_pull.set_range(offset, len);
         self.named.set_range(offset, len);
         self.cursor = self.cursor.min(offset / BLOCK);
@@ -255,9 +261,7 @@ impl Resync {
         if let Some(orphan) = self.fresh_orphan.as_mut() {
             orphan.clear_range(offset, len);
         }
-        self.to_pull.set_range(offset, len);
-        self.named.set_range(offset, len);
-        self.cursor = self.cursor.min(offset / BLOCK);
+        self.named_to_pull(offset, len);
     }
 
     /// The application wrote `offset..+len` here during the resync: its sectors are fresh

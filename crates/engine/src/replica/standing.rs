@@ -12,7 +12,7 @@
 use super::action::RAction;
 use super::bitmap::Bitmap;
 use super::event::{DiskChange, Event};
-use super::generation::{lineage, outranks, GenIds, Lineage, Standing, GI_HISTORY};
+use super::generation::{lineage, outranks, unrotated, GenIds, Lineage, Standing};
 use super::msg::Msg;
 use super::replicas::Replicas;
 use super::spec::NodeId;
@@ -496,10 +496,7 @@ impl Replicas {
         if self.role == Role::Primary || !vol.diskful || vol.gen.current != gi || gi == 0 {
             return;
         }
-        let mut gen = vol.gen;
-        gen.current = gen.history[0];
-        gen.history.rotate_left(1);
-        gen.history[GI_HISTORY - 1] = 0;
+        let gen = unrotated(&vol.gen);
         vol.gen = gen;
         if let Some(s) = vol.standing.as_mut().filter(|s| s.gen.current == gi) {
             s.gen = gen;

@@ -14,9 +14,9 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
-    AfterSplitBrain, DataRef, DiskChange, DiskState, Event, GenIds, Msg, NodeId, PrimaryRun,
-    Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource, ResourceSpec, Token, Unresolved,
-    GI_HISTORY,
+    AfterSplitBrain, DataRef, DiskChange, DiskState, Event, GenIds, IdsAtCrash, Msg, NodeId,
+    PrimaryRun, Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource, ResourceSpec, Token,
+    Unresolved, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{AllocExtent, MAX_ALLOC_EXTENTS};
@@ -503,10 +503,7 @@ impl Net {
                 (p, words, gis[p as usize])
             })
             .collect();
-        self.start_crashed(n, log, writer, &kept, ids.gen);
-        if let Some(gi) = ids.abandoned {
-            self.nodes[n as usize].restore_abandoned(0, gi).unwrap();
-        }
+        self.start_crashed(n, log, writer, &kept, ids);
     }
 
     /// Node `n`'s engine started again `Crashed` from what its metadata kept: the
@@ -519,7 +516,7 @@ impl Net {
         log: &[(u64, u64)],
         writer: Option<PrimaryRun>,
         kept: &[(NodeId, Vec<u64>, Option<u64>)],
-        gen: GenIds,
+        ids: impl Into<IdsAtCrash>,
     ) {
         let store = &mut self.stores[n as usize];
         store.parked.clear();
@@ -533,7 +530,7 @@ impl Net {
         for (p, words, gi) in kept {
             res.restore_peer(0, *p, words, false, *gi).unwrap();
         }
-        res.restore_generation(0, gen, false).unwrap();
+        res.restore_ids(0, ids.into(), false).unwrap();
         self.nodes[n as usize] = res;
     }
 
