@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tandem_daemon::control_api::{Answer, Connection, Request, ResourceStatus};
 use tandem_daemon::events::EventLine;
 
@@ -18,7 +18,8 @@ fn connect(control: &Path) -> Result<UnixStream> {
     })
 }
 
-fn request(control: &Path, req: &Request) -> Result<Answer> {
+/// The daemon's answer, refusals included.
+fn ask(control: &Path, req: &Request) -> Result<Answer> {
     let mut s = connect(control)?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let line = serde_json::to_string(req)?;
@@ -27,8 +28,15 @@ fn request(control: &Path, req: &Request) -> Result<Answer> {
     BufReader::new(&s)
         .read_line(&mut line)
         .context("reading the daemon's answer")?;
-    let answer: Answer =
-        serde_json::from_str(&line).context("the daemon's answer is not one we understand")?;
+    serde_json::from_str(&line).context("the daemon's answer is not one we understand")
+}
+
+fn request(control: &Path, req: &Request) -> Result<Answer> {
+    settled(ask(control, req)?)
+}
+
+/// An answer, or its refusal as the error.
+fn settled(answer: Answer) -> Result<Answer> {
     if !answer.ok {
         bail!(
             "{}",
@@ -94,6 +102,21 @@ pub fn events(control: &Path, o: EventsOptions) -> Result<()> {
 
 pub fn verb(control: &Path, req: Request) -> Result<()> {
     request(control, &req).map(|_| ())
+}
+
+/// `tandem primary`: refused for a moment only (a peer that just connected has not yet
+/// said which Primary it follows, or listed what this node lacks), it asks again, for up
+/// to 5 s; then the refusal stands, with its reason.
+pub fn primary(control: &Path, req: Request) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = ask(control, &req)?;
+        if answer.momentary && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        return settled(answer).map(|_| ());
+    }
 }
 
 /// `tandem adjust`: what the node did, one line per resource it changed or could not.

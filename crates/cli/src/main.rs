@@ -388,7 +388,7 @@ fn main() {
             resource,
             force,
             control,
-        } => admin::verb(&control.control, Request::Primary { resource, force }),
+        } => admin::primary(&control.control, Request::Primary { resource, force }),
         Cmd::Secondary {
             resource,
             force,

@@ -113,6 +113,11 @@ pub struct Answer {
     /// What was done, for the operator (`adjust`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Refused for a moment only (a promotion while a peer that just connected has not
+    /// yet said which Primary it follows, or listed what we lack): `tandem primary`
+    /// asks again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub momentary: bool,
 }
 
 /// File descriptors the node holds, and the (soft) limit it runs under.
@@ -138,6 +143,7 @@ impl Answer {
             resources: None,
             files: None,
             message: None,
+            momentary: false,
         }
     }
 
@@ -156,6 +162,7 @@ impl Answer {
             resources: None,
             files: None,
             message: None,
+            momentary: false,
         }
     }
 
@@ -166,6 +173,7 @@ impl Answer {
             resources: Some(resources),
             files,
             message: None,
+            momentary: false,
         }
     }
 }

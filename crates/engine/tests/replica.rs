@@ -115,6 +115,16 @@ fn a_second_primary_is_refused() {
         },
         &mut out,
     );
+    // Its list to us ended: nothing lacked (a promotion waits for it).
+    p.packet(
+        1,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
     p.promote(false, &mut out).unwrap();
     out.clear();
     p.packet(
@@ -267,6 +277,16 @@ fn protocol_c_completes_only_after_every_peer_wrote() {
         },
         &mut out,
     );
+    // Its list to us ended: nothing lacked (a promotion waits for it).
+    p.packet(
+        1,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
     p.promote(false, &mut out).unwrap();
     out.clear();
     p.submit(
@@ -384,6 +404,16 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
             &mut out,
         );
     }
+    // Its list to us ended: nothing lacked (a promotion waits for it).
+    p.packet(
+        1,
+        &Packet::OutOfSync {
+            volume: 0,
+            offset: 0,
+            len: 0,
+        },
+        &mut out,
+    );
     p.promote(false, &mut out).unwrap();
     // A write to volume 1 reaches node 1 only.
     out.clear();

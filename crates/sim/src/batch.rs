@@ -399,7 +399,7 @@ impl std::fmt::Display for Coverage {
         if self.failovers + self.refusals() > 0 {
             writeln!(
                 f,
-                "  failover           {:>7} runs, {} failovers ({} by a client attaching); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer, {} a peer not heard yet; {} attempts by a node not seeing a fit Primary ({} promoted)",
+                "  failover           {:>7} runs, {} failovers ({} by a client attaching); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer, {} a peer not heard (or not listed) yet; {} attempts by a node not seeing a fit Primary ({} promoted)",
                 self.failover_runs,
                 self.failovers,
                 self.auto_promotions,

@@ -306,7 +306,9 @@ impl Sim {
                         PromoteError::NoUpToDate(_) => s.refused_no_up_to_date += 1,
                         PromoteError::NoQuorum(_) => s.refused_no_quorum += 1,
                         PromoteError::PrimaryBeyond { .. } => s.refused_primary_beyond += 1,
-                        PromoteError::PeerUnheard(_) => s.refused_peer_unheard += 1,
+                        PromoteError::PeerUnheard(_) | PromoteError::PeerListing { .. } => {
+                            s.refused_peer_unheard += 1
+                        }
                     }
                     if auto {
                         // The client goes away again.

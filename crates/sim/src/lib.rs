@@ -1320,9 +1320,11 @@ impl Sim {
                     Ok(()) => {}
                     // Quorum comes once enough links are up; a peer just connected says
                     // which Primary it follows a moment later.
-                    Err(PromoteError::NoQuorum(_) | PromoteError::PeerUnheard(_))
-                        if self.now < 1_000_000 =>
-                    {
+                    Err(
+                        PromoteError::NoQuorum(_)
+                        | PromoteError::PeerUnheard(_)
+                        | PromoteError::PeerListing { .. },
+                    ) if self.now < 1_000_000 => {
                         self.at(5_000, Ev::Promote);
                         return true;
                     }

@@ -1208,3 +1208,30 @@ fn a_primary_killed_before_acknowledging_under_new_ids_restarts_with_the_ids_bef
         assert!(out.converged, "failover seed {seed}");
     }
 }
+
+/// Promotions and tenures (`generation.rs`, `sync.rs`): a diskless Primary cut off with
+/// writes held, meeting a replica of the Primary promoted meanwhile, steps down, that
+/// promotion having changed the ids with the diskless node away (406008806: two
+/// Primaries completed writes apart); a Primary that completed nothing in its tenure
+/// steps down for ids diverged from its own (406001429: two Primaries completed writes
+/// apart); a node is promoted only once its peers have listed what it lacks (1930: an
+/// Outdated replica, its Primary's writes skipping it, proven UpToDate without them, the
+/// replicas differed; 406007080: an up-to-date replica that missed an acknowledged write,
+/// promoted between two redials, lost it).
+#[test]
+fn promotions_wait_for_lists_and_tenures_that_completed_nothing_step_down() {
+    for seed in [406_008_806, 406_001_429, 1930, 406_007_080] {
+        let out = Sim::new(Family::Failover.scenario(seed)).run();
+        assert!(out.converged, "failover seed {seed}");
+    }
+}
+
+/// A live notice relaying a write of a Primary out of reach voids the protection of our
+/// fresh sectors there (406006296: a sync target kept the sectors that Primary had written
+/// to it before their link dropped, against its later write, acknowledged with the
+/// lister; the acknowledged write was lost).
+#[test]
+fn a_relayed_write_of_a_primary_out_of_reach_is_newer_than_its_orphans() {
+    let out = Sim::new(Family::Failover.scenario(406_006_296)).run();
+    assert!(out.converged, "failover seed 406006296");
+}

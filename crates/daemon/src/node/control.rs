@@ -75,15 +75,17 @@ impl NodeReactor {
             }
         }
         let mut actions = Vec::new();
+        let mut momentary = false;
         let result = match req {
             Request::Status { .. } | Request::Events { .. } | Request::Adjust => {
                 unreachable!("answered above")
             }
             Request::Primary { force, .. } => {
                 let res = &mut self.res[r];
-                res.engine
-                    .promote(force, &mut actions)
-                    .map_err(|e| res.explain(e))
+                res.engine.promote(force, &mut actions).map_err(|e| {
+                    momentary = e.is_momentary();
+                    res.explain(e)
+                })
             }
             Request::Secondary { force, .. } => self.secondary(r, force, &mut actions),
             Request::Invalidate { volume, .. } => {
@@ -166,7 +168,10 @@ impl NodeReactor {
                 }
                 Answer::done()
             }
-            Err(e) => Answer::refused(e),
+            Err(e) => Answer {
+                momentary,
+                ..Answer::refused(e)
+            },
         }
     }
 

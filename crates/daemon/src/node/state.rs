@@ -169,6 +169,10 @@ impl ResCtx {
                 "{} just connected and has not yet said which Primary it follows; try again",
                 self.peer_name(peer)
             ),
+            PromoteError::PeerListing { volume, peer } => format!(
+                "{} has not yet listed what volume {volume} lacks here; try again",
+                self.peer_name(peer)
+            ),
             PromoteError::PrimaryBeyond { primary, via } => format!(
                 "node {} is Primary: {} follows it, and this node does not reach it (a partition?)",
                 self.peer_name(primary),

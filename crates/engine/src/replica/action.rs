@@ -19,6 +19,20 @@ pub enum PromoteError {
     PrimaryBeyond { primary: NodeId, via: NodeId },
     /// `peer` just connected and has not yet said which Primary it follows (a moment).
     PeerUnheard(NodeId),
+    /// `peer` just connected and has not yet listed what our replica of `volume` lacks
+    /// (a moment; see `Replicas::awaiting_list`).
+    PeerListing { volume: u16, peer: NodeId },
+}
+
+impl PromoteError {
+    /// Refused for a moment only: a peer just connected and has not yet said which
+    /// Primary it follows, or listed what we lack. The same request soon succeeds.
+    pub fn is_momentary(&self) -> bool {
+        matches!(
+            self,
+            PromoteError::PeerUnheard(_) | PromoteError::PeerListing { .. }
+        )
+    }
 }
 
 impl std::fmt::Display for PromoteError {
@@ -35,6 +49,10 @@ impl std::fmt::Display for PromoteError {
             PromoteError::PeerUnheard(peer) => write!(
                 f,
                 "node {peer} just connected and has not yet said which Primary it follows; try again"
+            ),
+            PromoteError::PeerListing { volume, peer } => write!(
+                f,
+                "node {peer} has not yet listed what volume {volume} lacks here; try again"
             ),
         }
     }

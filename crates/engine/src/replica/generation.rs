@@ -177,17 +177,21 @@ pub(super) enum Missed {
 #[derive(Debug)]
 pub(super) struct Rotations {
     vols: Vec<VolRotation>,
+    /// We acknowledged a request since our promotion (see `superseded`).
+    acked_in_tenure: bool,
 }
 
 impl Rotations {
     pub(super) fn new(volumes: usize) -> Rotations {
         Rotations {
             vols: (0..volumes).map(|_| VolRotation::default()).collect(),
+            acked_in_tenure: false,
         }
     }
 
     /// This node became Primary: any diskful node may hold the current id.
     pub(super) fn promoted(&mut self, rep: &Replicas) {
+        self.acked_in_tenure = false;
         for (v, vr) in self.vols.iter_mut().enumerate() {
             *vr = VolRotation {
                 acked: rep.vols[v].gen,
@@ -201,19 +205,20 @@ impl Rotations {
         }
     }
 
-    /// Right after our promotion was told to the peers: with a diskful node away, the ids
+    /// Right after our promotion was told to the peers: with a node away, the ids
     /// change at once (DRBD makes a new current UUID at the first write after such a
     /// promotion). The replicas with us adopt them, so an old Primary cut off with
     /// requests held, meeting one of them again, finds newer data there and steps down
     /// (`superseded`) instead of completing what it held under the application we were
     /// promoted for (failover soak seed 320013211: node 2, following no Primary by then,
-    /// gave it back its quorum, and it synced node 2 from itself).
+    /// gave it back its quorum, and it synced node 2 from itself). A diskless node away
+    /// counts too: it may be that old Primary, and it has no replica to hold the ids it
+    /// would compare (failover soak seed 406008806).
     pub(super) fn rotate_if_away(&mut self, rep: &mut Replicas, out: &mut Vec<RAction>) {
         for v in 0..self.vols.len() {
             let me = rep.spec.me;
-            let away = (rep.spec.nodes.iter()).any(|(id, keeps)| {
-                keeps[v] && *id != me && !rep.peers.get(*id).is_some_and(|p| p.up)
-            });
+            let away = (rep.spec.nodes.iter())
+                .any(|(id, _)| *id != me && !rep.peers.get(*id).is_some_and(|p| p.up));
             if away && self.vols[v].running.is_none() {
                 self.start(rep, v, Vec::new(), out);
                 let released = self.finish_if_answered(rep, v, out);
@@ -229,14 +234,20 @@ impl Rotations {
     /// ids we set aside without quorum, `hold_back`, which a replica may have adopted from
     /// us), or they diverged from ours and we have no quorum without it: its vote went to
     /// that other Primary (failover seed 398: node 0, cut off with writes held, met node 1,
-    /// which had followed node 2 since, and completed them with node 1 as its quorum).
+    /// which had followed node 2 since, and completed them with node 1 as its quorum), or
+    /// we have acknowledged nothing since our promotion: another Primary wrote within our
+    /// tenure, and anything we complete now overlaps its writes (failover seed 406001429:
+    /// node 2, which gave us its vote to be promoted, met the old Primary first and
+    /// refused us; the old one completed what it held with node 2 as its quorum, and we
+    /// took up our ids again once all met and completed writes after).
+    /// A diskless Primary is checked by the ids it keeps for the replicas it writes to.
     pub(super) fn superseded(&self, rep: &Replicas) -> Option<(NodeId, u16)> {
         if rep.role != Role::Primary || rep.spec.quorum.is_off() {
             return None;
         }
         (0..self.vols.len()).find_map(|v| {
             let vol = &rep.vols[v];
-            if !vol.diskful || vol.disk != DiskState::UpToDate {
+            if vol.diskful && vol.disk != DiskState::UpToDate {
                 return None;
             }
             let ahead = self.vols[v].set_back.unwrap_or(vol.gen);
@@ -244,9 +255,12 @@ impl Rotations {
                 let g = &p.vols[v].gen;
                 match (lineage(&vol.gen, g), lineage(&ahead, g)) {
                     (Lineage::Older, Lineage::Older | Lineage::Diverged) => true,
-                    (Lineage::Diverged, Lineage::Diverged) => !rep
-                        .quorum_count_reaching(v, |q| q.up && q.id != p.id)
-                        .quorate(vol.quorum_held),
+                    (Lineage::Diverged, Lineage::Diverged) => {
+                        !self.acked_in_tenure
+                            || !rep
+                                .quorum_count_reaching(v, |q| q.up && q.id != p.id)
+                                .quorate(vol.quorum_held)
+                    }
                     _ => false,
                 }
             };
@@ -436,6 +450,7 @@ impl Rotations {
     /// Before the completion is pushed: ids new to `acked` are announced
     /// (`Event::GenerationAcked`), for the metadata to hold them first.
     pub(super) fn acked(&mut self, rep: &Replicas, v: Option<usize>, out: &mut Vec<RAction>) {
+        self.acked_in_tenure = true;
         for (u, vr) in self.vols.iter_mut().enumerate() {
             if v.is_none_or(|v| v == u) && vr.acked != rep.vols[u].gen {
                 vr.acked = rep.vols[u].gen;

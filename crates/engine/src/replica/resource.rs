@@ -142,6 +142,9 @@ impl Resource {
         if let Some(peer) = self.rep.peer_unheard() {
             return Err(PromoteError::PeerUnheard(peer));
         }
+        if let Some((volume, peer)) = self.rep.awaiting_list() {
+            return Err(PromoteError::PeerListing { volume, peer });
+        }
         if let Some((primary, via)) = self.rep.primary_beyond() {
             return Err(PromoteError::PrimaryBeyond { primary, via });
         }
@@ -304,7 +307,7 @@ impl Resource {
                 AutoPromote::Promoted
             }
             Err(e) => {
-                if matches!(e, PromoteError::PeerUnheard(_)) {
+                if e.is_momentary() {
                     self.auto.retry_later();
                 }
                 AutoPromote::Refused(e)
@@ -337,7 +340,10 @@ impl Resource {
         }
         self.step_down_if_yielding(out);
         // The flag first: this runs at the end of every event, I/O included.
-        if self.auto.retry_pending() && self.rep.peer_unheard().is_none() && self.auto.take_retry()
+        if self.auto.retry_pending()
+            && self.rep.peer_unheard().is_none()
+            && self.rep.awaiting_list().is_none()
+            && self.auto.take_retry()
         {
             let retried = self.rep.role == Role::Secondary && self.rep.peers.primary().is_none();
             if retried

@@ -334,6 +334,20 @@ impl Resync {
         }
     }
 
+    /// A live notice relays a write of a Primary we do not reach to this range: it was
+    /// sent after that Primary's link to us ended (it went to the lister, not to us), so
+    /// our fresh sectors there, written by that Primary before or by an older one, are
+    /// older than what the lister serves (failover seed 406006296: a sync target kept
+    /// the sectors a Primary had written to it before their link dropped against the
+    /// reply holding that Primary's later write, acknowledged with the lister, and lost
+    /// it).
+    pub(super) fn relayed_newer(&mut self, offset: u64, len: u64) {
+        self.fresh.clear_range(offset, len);
+        if let Some(orphan) = self.fresh_orphan.as_mut() {
+            orphan.clear_range(offset, len);
+        }
+    }
+
     /// A peer tells us it crashed as Primary under `gi` before acknowledging anything
     /// there (`Msg::Abandoned`): orphans written under `gi` hold no acknowledged write,
     /// and a lister holding the id before it holds every write that writer acknowledged

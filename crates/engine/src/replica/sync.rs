@@ -369,6 +369,30 @@ impl Replicas {
         self.offer_to_outdated(v, out);
     }
 
+    /// A volume we keep a replica of while a connected diskful peer's list to us has not
+    /// ended, and that peer: until it ends, we do not know what we lack, and a promotion
+    /// waits for it.
+    /// - Outdated here, the list may prove our replica current (`check_proven`). A
+    ///   Primary's writes skip an Outdated replica, and a list sent before they reached
+    ///   the peer names none of them (failover seed 1930: promoted in that moment, a
+    ///   node's own replica was called UpToDate without the writes it had sent to its
+    ///   peer alone, and the replicas differed).
+    /// - UpToDate here, the list may name writes of the last Primary that we missed: a
+    ///   sync target of that Primary, dead since, holds them (failover seed 406007080: an
+    ///   up-to-date replica that missed an acknowledged write was promoted between two
+    ///   of the redials of `LackPrimaryWrites`, and the write was lost).
+    pub(super) fn awaiting_list(&self) -> Option<(u16, NodeId)> {
+        (0..self.vols.len()).find_map(|v| {
+            let vol = &self.vols[v];
+            if !vol.attached() {
+                return None;
+            }
+            (self.peers.up())
+                .find(|p| p.vols[v].diskful && !p.vols[v].listed)
+                .map(|p| (v as u16, p.id))
+        })
+    }
+
     /// The peer says we lack this range (in its list, or live: a write we missed).
     pub(super) fn on_out_of_sync(
         &mut self,
@@ -856,8 +880,13 @@ impl Replicas {
         // What we claim the lister lacks: it is behind there, our fresh sectors stay.
         let claimed = self.peers.get(lister).map(|p| &p.vols[v].oos);
         let lister_gen = self.peers.get(lister).map(|p| &p.vols[v].gen);
+        let relay =
+            live && (self.peers.index(lister)).is_some_and(|i| self.relays_primary_beyond(i, v));
         let rs = self.vols[v].resync.as_mut().expect("created above");
         rs.listed(lister, offset, len, live, protect, claimed, lister_gen);
+        if relay {
+            rs.relayed_newer(offset, len);
+        }
     }
 
     /// A Secondary whose resync began with the live notice of the connected Primary (same
