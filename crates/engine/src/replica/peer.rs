@@ -123,6 +123,10 @@ pub(super) struct PeerVol {
     /// we lack (at our resync's end, `pull.rs`; at our crash settled by that run,
     /// `met_writer`): moot if it returns while that run is connected.
     pub(super) kept: Option<KeptClaims>,
+    /// Those claims, out of our list since it returned while that run was connected: they
+    /// go once it is UpToDate following that run's Primary (`Replicas::settle_held_claims`),
+    /// and are listed if that Primary is gone first (`release_held_claims`).
+    pub(super) held: Option<(super::run::PrimaryRun, Bitmap)>,
 }
 
 /// Claims relayed from one run of a connected Primary (its node and connection): sorted,
@@ -316,6 +320,7 @@ impl PeerVol {
             pull_back: None,
             relayed: None,
             kept: None,
+            held: None,
         }
     }
 
@@ -323,6 +328,14 @@ impl PeerVol {
     fn connection_ended(&mut self) {
         if let Some(served) = self.served.take() {
             self.oos.union_with(&served);
+        }
+        if let Some((run, held)) = self.held.take() {
+            // Gone before it said whom it follows: kept as they were.
+            self.oos.union_with(&held);
+            self.kept = Some(KeptClaims {
+                run,
+                within: Some(held),
+            });
         }
         self.disk = None;
         self.created = false;
@@ -411,6 +424,18 @@ impl Peer {
     /// has our list on this connection already (else the list names it).
     pub(super) fn lacks(&mut self, v: usize, offset: u64, len: u32, out: &mut Vec<RAction>) {
         let pv = &mut self.vols[v];
+        if let Some(kept) = pv.kept.as_mut() {
+            // A claim made now, from a later write it missed, is not one of those kept:
+            // it stays when they go (`drop_kept_claims`). Dropped with them, it relied on
+            // that run's Primary to list it, and one demoted without quorum forgets its
+            // claims (failover soak seed 406002809: an acknowledged write lost).
+            let within = kept.within.get_or_insert_with(|| pv.oos.clone());
+            // Every block it touches (`clear_range` clears whole blocks only).
+            let block = within.block_size();
+            let start = offset / block * block;
+            let end = (offset + u64::from(len)).div_ceil(block) * block;
+            within.clear_range(start, end - start);
+        }
         pv.oos.set_range(offset, u64::from(len));
         if self.up && matches!(pv.list, ListState::Sent | ListState::Stale) {
             pv.told(offset, u64::from(len));

@@ -479,13 +479,62 @@ impl Replicas {
         if !live {
             return;
         }
-        let size = self.vols[v].size;
+        // Held out of our list until the peer says whether it follows that run's Primary
+        // (`settle_held_claims`): if not, that Primary cannot list them to it, and if it
+        // dies first, ours are all that is left of them.
         let pv = &mut self.peers[i].vols[v];
-        match kept.within {
-            Some(within) => pv.oos.subtract(&within),
+        let held = match kept.within {
+            Some(within) => {
+                let mut held = pv.oos.clone();
+                held.intersect_with(&within);
+                pv.oos.subtract(&within);
+                held
+            }
             None => {
-                pv.oos.clear_range(0, size);
                 pv.wrote_apart = false;
+                let none = pv.oos.cleared();
+                std::mem::replace(&mut pv.oos, none)
+            }
+        };
+        pv.held = Some((kept.run, held));
+    }
+
+    /// Peer `i` says its replica of `v` is UpToDate: claims held out of our list at its
+    /// return (`drop_kept_claims`) go if it follows the Primary of the run they were kept
+    /// under, which listed them to it. Following it is not enough: that Primary may step
+    /// down before its list is pulled, and forget its claims (failover soak seed
+    /// 406002809, `left_without_quorum`).
+    pub(super) fn settle_held_claims(&mut self, i: usize, v: usize) {
+        let follows = self.peers[i].primaries;
+        let pv = &mut self.peers[i].vols[v];
+        if pv
+            .held
+            .as_ref()
+            .is_some_and(|(run, _)| follows.contains(run.node))
+        {
+            pv.held = None;
+        }
+    }
+
+    /// `primary` is no longer a connected Primary (demoted, or its link to us dropped):
+    /// claims held under its run go to the peers as writes they missed, since it can no
+    /// longer list them (an engine test of `claims_outlive_primary.rs`: a peer back among
+    /// us alone while that Primary, connected to us, was cut off from it, never learnt of
+    /// an acknowledged write it lacked once that Primary died; failover soak seed
+    /// 406002809: the Primary, met by both, stepped down without quorum and forgot its
+    /// claims, and the write was lost).
+    pub(super) fn release_held_claims(&mut self, primary: NodeId, out: &mut Vec<RAction>) {
+        for i in 0..self.peers.len() {
+            for v in 0..self.vols.len() {
+                let pv = &mut self.peers[i].vols[v];
+                if pv.held.as_ref().is_none_or(|(run, _)| run.node != primary) {
+                    continue;
+                }
+                let (_, held) = pv.held.take().expect("checked above");
+                let size = self.vols[v].size;
+                for (offset, len) in held.runs(size, u64::from(tandem_wire::MAX_DATA)) {
+                    self.peers[i].lacks(v, offset, len as u32, out);
+                }
             }
         }
     }

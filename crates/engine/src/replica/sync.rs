@@ -34,6 +34,9 @@ impl Replicas {
         if was.is_none() {
             self.drop_kept_claims(i, v);
         }
+        if disk == DiskState::UpToDate {
+            self.settle_held_claims(i, v);
+        }
         // Both restarted and no Primary around: their ids say which is the source.
         if was.is_none() && self.yield_if_outranked(i, v, out) {
             return Ok(());
