@@ -481,6 +481,21 @@ fn a_client_attaching_as_a_peer_connects_is_promoted_once_the_peer_has_spoken() 
     assert_eq!(net.answer_on(1, 1), Some(Ok(())));
 }
 
+/// Node 0 Primary (diskless if `diskless`), quorum majority with suspend-io, writes block
+/// 1, then is cut off from both peers and holds write 2 (block 2).
+fn primary_cut_off_holding_a_write(diskless: bool) -> Net {
+    let mut net = Net::with_quorum(diskless, majority(OnNoQuorum::SuspendIo));
+    write_on(&mut net, 0, 1, 1);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    write_on(&mut net, 0, 2, 2);
+    net.run();
+    assert_eq!(net.answer_on(0, 2), None, "held without quorum");
+    net
+}
+
 /// An old Primary, once superseded, completes none of what it held (failover soak seed
 /// 320013211): node 0, Primary, is cut off from both peers and holds write 2 (suspend-io);
 /// node 1 is promoted with node 2 and writes nothing yet; node 1 is cut off from node 2,
@@ -491,15 +506,7 @@ fn a_client_attaching_as_a_peer_connects_is_promoted_once_the_peer_has_spoken() 
 /// meets newer data, steps down and fails what it held.
 #[test]
 fn a_superseded_primary_completes_nothing_it_held() {
-    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
-    write_on(&mut net, 0, 1, 1);
-    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
-    net.link_lost(0, 1);
-    net.link_lost(0, 2);
-    net.run();
-    write_on(&mut net, 0, 2, 2);
-    net.run();
-    assert_eq!(net.answer_on(0, 2), None, "held without quorum");
+    let mut net = primary_cut_off_holding_a_write(false);
     assert_eq!(promote(&mut net, 1), Ok(()));
     let g1 = *net.nodes[1].generation(0).unwrap();
     assert_eq!(
@@ -858,15 +865,7 @@ fn a_claim_relayed_from_a_dead_primarys_run_past_the_peers_ids_stands() {
 /// apart).
 #[test]
 fn a_diskless_primary_meeting_a_replica_of_the_next_primary_steps_down() {
-    let mut net = Net::with_quorum(true, majority(OnNoQuorum::SuspendIo));
-    write_on(&mut net, 0, 1, 1);
-    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
-    net.link_lost(0, 1);
-    net.link_lost(0, 2);
-    net.run();
-    write_on(&mut net, 0, 2, 2);
-    net.run();
-    assert_eq!(net.answer_on(0, 2), None, "held without quorum");
+    let mut net = primary_cut_off_holding_a_write(true);
     assert_eq!(promote(&mut net, 2), Ok(()));
     write_on(&mut net, 2, 3, 3);
     net.run();

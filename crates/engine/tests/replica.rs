@@ -36,6 +36,17 @@ fn node(me: u8) -> Resource {
     Resource::new(spec(me), vec![disk])
 }
 
+/// Peer 1's list to us of volume 0 ended, naming nothing we lack (a promotion waits for
+/// it: `PromoteError::PeerListing`).
+fn listed_nothing(p: &mut Resource, out: &mut Vec<RAction>) {
+    let end = Packet::OutOfSync {
+        volume: 0,
+        offset: 0,
+        len: 0,
+    };
+    p.packet(1, &end, out);
+}
+
 fn disconnects(out: &[RAction]) -> Vec<LinkLoss> {
     out.iter()
         .filter_map(|a| {
@@ -115,16 +126,7 @@ fn a_second_primary_is_refused() {
         },
         &mut out,
     );
-    // Its list to us ended: nothing lacked (a promotion waits for it).
-    p.packet(
-        1,
-        &Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-        &mut out,
-    );
+    listed_nothing(&mut p, &mut out);
     p.promote(false, &mut out).unwrap();
     out.clear();
     p.packet(
@@ -277,16 +279,7 @@ fn protocol_c_completes_only_after_every_peer_wrote() {
         },
         &mut out,
     );
-    // Its list to us ended: nothing lacked (a promotion waits for it).
-    p.packet(
-        1,
-        &Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-        &mut out,
-    );
+    listed_nothing(&mut p, &mut out);
     p.promote(false, &mut out).unwrap();
     out.clear();
     p.submit(
@@ -404,16 +397,7 @@ fn a_flush_succeeds_only_if_a_replica_of_its_volume_flushed() {
             &mut out,
         );
     }
-    // Its list to us ended: nothing lacked (a promotion waits for it).
-    p.packet(
-        1,
-        &Packet::OutOfSync {
-            volume: 0,
-            offset: 0,
-            len: 0,
-        },
-        &mut out,
-    );
+    listed_nothing(&mut p, &mut out);
     p.promote(false, &mut out).unwrap();
     // A write to volume 1 reaches node 1 only.
     out.clear();

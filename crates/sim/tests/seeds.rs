@@ -1235,3 +1235,13 @@ fn a_relayed_write_of_a_primary_out_of_reach_is_newer_than_its_orphans() {
     let out = Sim::new(Family::Failover.scenario(406_006_296)).run();
     assert!(out.converged, "failover seed 406006296");
 }
+
+/// Claims a Secondary kept under a Primary's run, on a replica away from it, stay until
+/// that replica is synced under the Primary, or go to it if the Primary is gone first
+/// (406002809: the Primary, met by both, stepped down without quorum and forgot its
+/// claims; dropped on the Secondary too, an acknowledged write was lost).
+#[test]
+fn claims_kept_under_a_run_outlive_its_primary_stepping_down() {
+    let out = Sim::new(Family::Failover.scenario(406_002_809)).run();
+    assert!(out.converged, "failover seed 406002809");
+}
