@@ -81,8 +81,11 @@ impl Replicas {
         if !nodes.is_subset(known) || nodes.contains(peer) {
             return Err(ProtocolError::BadPrimaries(nodes.bits()));
         }
-        self.peers[i].primaries = nodes;
+        let before = std::mem::replace(&mut self.peers[i].primaries, nodes);
         self.peers[i].primaries_heard = true;
+        for primary in before.minus(nodes).iter() {
+            self.stopped_following(i, primary, out);
+        }
         if nodes.is_empty() {
             // It follows no Primary now: a notice it set aside under one applies.
             self.tell_outdated_on_connect(i, out);

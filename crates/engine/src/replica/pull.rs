@@ -516,25 +516,49 @@ impl Replicas {
         }
     }
 
-    /// `primary` is no longer a connected Primary (demoted, or its link to us dropped):
-    /// claims held under its run go to the peers as writes they missed, since it can no
-    /// longer list them (an engine test of `claims_outlive_primary.rs`: a peer back among
-    /// us alone while that Primary, connected to us, was cut off from it, never learnt of
-    /// an acknowledged write it lacked once that Primary died; failover soak seed
-    /// 406002809: the Primary, met by both, stepped down without quorum and forgot its
-    /// claims, and the write was lost).
-    pub(super) fn release_held_claims(&mut self, primary: NodeId, out: &mut Vec<RAction>) {
+    /// `primary` is no longer a connected Primary here (`demoted`, or its link to us
+    /// dropped): claims held under its run go, as writes they missed, to the peers it can
+    /// no longer list them to: every one if it demoted (demoted without quorum, it forgets
+    /// its claims: failover soak seed 406002809, the write was lost), else those that do
+    /// not follow it (an engine test of `claims_outlive_primary.rs`: a peer back among us
+    /// alone while that Primary, connected to us, was cut off from it, never learnt of an
+    /// acknowledged write it lacked once that Primary died). One that follows it still is
+    /// listed by it (single soak seed 407081468: told the held claims at once, a peer the
+    /// Primary had synced since turned Inconsistent with no source, and the volume
+    /// stalled); if it stops following it, `on_primaries` releases them then.
+    pub(super) fn release_held_claims(
+        &mut self,
+        primary: NodeId,
+        demoted: bool,
+        out: &mut Vec<RAction>,
+    ) {
         for i in 0..self.peers.len() {
-            for v in 0..self.vols.len() {
-                let pv = &mut self.peers[i].vols[v];
-                if pv.held.as_ref().is_none_or(|(run, _)| run.node != primary) {
-                    continue;
-                }
-                let (_, held) = pv.held.take().expect("checked above");
-                let size = self.vols[v].size;
-                for (offset, len) in held.runs(size, u64::from(tandem_wire::MAX_DATA)) {
-                    self.peers[i].lacks(v, offset, len as u32, out);
-                }
+            if !demoted && self.peers[i].up && self.peers[i].primaries.contains(primary) {
+                continue;
+            }
+            self.release_held_claims_of(i, primary, out);
+        }
+    }
+
+    /// Peer `i` no longer follows `primary`: if `primary` is no connected Primary here
+    /// either, claims held on `i` under its run go to it (see `release_held_claims`).
+    pub(super) fn stopped_following(&mut self, i: usize, primary: NodeId, out: &mut Vec<RAction>) {
+        let connected = (self.peers.get(primary)).is_some_and(|p| p.up && p.role == Role::Primary);
+        if !connected {
+            self.release_held_claims_of(i, primary, out);
+        }
+    }
+
+    fn release_held_claims_of(&mut self, i: usize, primary: NodeId, out: &mut Vec<RAction>) {
+        for v in 0..self.vols.len() {
+            let pv = &mut self.peers[i].vols[v];
+            if pv.held.as_ref().is_none_or(|(run, _)| run.node != primary) {
+                continue;
+            }
+            let (_, held) = pv.held.take().expect("checked above");
+            let size = self.vols[v].size;
+            for (offset, len) in held.runs(size, u64::from(MAX_DATA)) {
+                self.peers[i].lacks(v, offset, len as u32, out);
             }
         }
     }

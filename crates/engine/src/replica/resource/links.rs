@@ -77,7 +77,7 @@ impl Resource {
         self.rep.split_brain_unsettled(i, out);
         let in_sync = self.rep.in_sync_at_disconnect(i);
         let orphans = self.rep.peers[i].disconnected();
-        self.rep.release_held_claims(peer, out);
+        self.rep.release_held_claims(peer, false, out);
         let now = self.rep.now_ms;
         for &seq in orphans.unacked.keys() {
             self.app.settling.answered(seq, peer, false, now);

@@ -64,7 +64,7 @@ impl Resource {
                 if was == Role::Primary && role != Role::Primary {
                     // Its relays stand for one tenure: another may write apart from us next.
                     self.rep.forget_relays(peer);
-                    self.rep.release_held_claims(peer, out);
+                    self.rep.release_held_claims(peer, true, out);
                     for v in 0..self.rep.vols.len() {
                         self.rep.send_deferred_lists(v, out);
                     }
