@@ -887,6 +887,21 @@ fn a_diskless_primary_meeting_a_replica_of_the_next_primary_steps_down() {
     assert_eq!(net.block(1, 1)[0], 1);
 }
 
+/// Node 1 meets node 2, whose list's end is lost: node 1's replica is `disk` and its
+/// promotion is refused until node 2 has listed; then they meet again and it has.
+fn refused_until_node_2_has_listed(net: &mut Net, disk: DiskState) {
+    net.pass = |from, to, m| !(from == 2 && to == 1 && matches!(m, Msg::OutOfSync { len: 0, .. }));
+    net.link_up(1, 2);
+    assert_eq!(net.nodes[1].status().volumes[0].disk, disk);
+    assert_eq!(
+        promote(net, 1),
+        Err(PromoteError::PeerListing { volume: 0, peer: 2 })
+    );
+    net.pass = |_, _, _| true;
+    net.link_down(1, 2);
+    net.link_up(1, 2);
+}
+
 /// A node is not promoted before every connected peer keeping a replica has listed what
 /// ours lacks (`Replicas::awaiting_list`). Node 1, back from a clean restart, meets node
 /// 2, whose ids are newer (node 0 was promoted meanwhile): Outdated until node 2's list
@@ -904,28 +919,11 @@ fn a_node_is_not_promoted_before_its_peers_have_listed_what_it_lacks() {
     assert_eq!(promote(&mut net, 0), Ok(()));
     demote(&mut net, 0);
     net.link_down(0, 2);
-    net.pass = |from, to, m| !(from == 2 && to == 1 && matches!(m, Msg::OutOfSync { len: 0, .. }));
-    net.link_up(1, 2);
-    assert_eq!(net.nodes[1].status().volumes[0].disk, DiskState::Outdated);
-    assert_eq!(
-        promote(&mut net, 1),
-        Err(PromoteError::PeerListing { volume: 0, peer: 2 })
-    );
-    net.pass = |_, _, _| true;
-    net.link_down(1, 2);
-    net.link_up(1, 2);
+    refused_until_node_2_has_listed(&mut net, DiskState::Outdated);
     assert_eq!(net.nodes[1].status().volumes[0].disk, DiskState::UpToDate);
     // Up to date now: the next connection's list is awaited too.
     net.link_down(1, 2);
-    net.pass = |from, to, m| !(from == 2 && to == 1 && matches!(m, Msg::OutOfSync { len: 0, .. }));
-    net.link_up(1, 2);
-    assert_eq!(
-        promote(&mut net, 1),
-        Err(PromoteError::PeerListing { volume: 0, peer: 2 })
-    );
-    net.pass = |_, _, _| true;
-    net.link_down(1, 2);
-    net.link_up(1, 2);
+    refused_until_node_2_has_listed(&mut net, DiskState::UpToDate);
     assert_eq!(promote(&mut net, 1), Ok(()));
     write_on(&mut net, 1, 1, 2);
     assert_eq!(net.answer_on(1, 1), Some(Ok(())));
