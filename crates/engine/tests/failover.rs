@@ -21,11 +21,7 @@ fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
 }
 
 fn promote(net: &mut Net, n: u8) -> Result<(), PromoteError> {
-    let mut out = Vec::new();
-    let r = net.nodes[n as usize].promote(false, &mut out);
-    net.push(n, out);
-    net.run();
-    r
+    net.promote_on(n)
 }
 
 fn write_on(net: &mut Net, n: u8, req: u64, block: u64) {
@@ -537,10 +533,7 @@ fn a_superseded_primary_completes_nothing_it_held() {
 }
 
 fn demote(net: &mut Net, n: u8) {
-    let mut out = Vec::new();
-    net.nodes[n as usize].demote(&mut out).unwrap();
-    net.push(n, out);
-    net.run();
+    net.demote_on(n);
 }
 
 /// Node 1, Primary while node 0 was away, wrote block 5 apart from it and still claims
@@ -931,4 +924,86 @@ fn a_node_is_not_promoted_before_its_peers_have_listed_what_it_lacks() {
     net.link_up(0, 2);
     net.assert_converges();
     assert_eq!(net.block(0, 2)[0], 1);
+}
+
+/// Failover soak seed 414000809. Node 1, Primary, dies; node 2, restarted since (it forgot
+/// following node 1), hears of node 1's run from the tiebreaker while Secondary, and is
+/// promoted with the tiebreaker's vote once node 1, back for a while, is gone again. Its link to the tiebreaker drops and comes back:
+/// the tiebreaker's `PrimaryLost` of node 1's run arrives again before its `Volume` gives
+/// node 2 its quorum back. That run ended before node 2's tenure began, so nothing ran
+/// beside it: node 2 stays Primary (stepping down, it took its own acknowledged writes
+/// for a minority's and pulled them back from node 1's older replica).
+#[test]
+fn a_primary_is_not_outrun_by_a_run_it_heard_of_before_its_promotion() {
+    let mut net = tiebreaker_net();
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    net.link_down(0, 2);
+    net.restart_cleanly(2);
+    net.link_up(0, 2);
+    assert!(
+        !net.delivered(0, 2, |m| matches!(m, Msg::PrimaryLost { primary: 1, .. }))
+            .is_empty(),
+        "the tiebreaker tells node 2 of node 1's run"
+    );
+    // Node 1 is back as a Secondary, all meet, and node 1 is gone again: node 2, quorate
+    // until then, keeps its quorum through the tiebreaker.
+    net.restart_cleanly(1);
+    net.link_up(0, 1);
+    net.link_up(1, 2);
+    net.assert_converges();
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    assert_eq!(promote(&mut net, 2), Ok(()));
+    write_on(&mut net, 2, 1, 1);
+    assert_eq!(net.answer_on(2, 1), Some(Ok(())));
+    net.link_down(0, 2);
+    assert!(!quorate(&net, 2));
+    net.link_up(0, 2);
+    assert!(
+        net.delivered(0, 2, |m| matches!(m, Msg::PrimaryLost { primary: 1, .. }))
+            .len()
+            > 1,
+        "told again"
+    );
+    assert_eq!(net.nodes[2].role(), Role::Primary);
+    // No quorum back through the tiebreaker alone; node 1's return gives it, and node 1
+    // takes block 1 from node 2.
+    net.link_up(0, 1);
+    net.link_up(1, 2);
+    write_on(&mut net, 2, 2, 2);
+    assert_eq!(net.answer_on(2, 2), Some(Ok(())));
+    net.assert_converges();
+    assert_eq!(net.block(1, 1)[0], 1);
+}
+
+/// Failover soak seed 370002771. A Primary demoted without quorum pulls back only what
+/// its own tenure wrote: a claim from before it (here a write of its previous tenure that
+/// node 2 missed) names data it holds as current as anyone. Before, every claim was
+/// pulled back under the next Primary, and a replica that alone held an acknowledged
+/// write pulled it back from peers that lacked it.
+#[test]
+fn a_primary_demoted_without_quorum_pulls_back_only_its_tenures_writes() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    net.link_down(0, 2);
+    write_on(&mut net, 0, 1, 3);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    demote(&mut net, 0);
+    assert_eq!(promote(&mut net, 0), Ok(()));
+    write_on(&mut net, 0, 2, 4);
+    assert_eq!(net.answer_on(0, 2), Some(Ok(())));
+    assert_eq!(net.claims(0, 2), 2 * 4096, "blocks 3 and 4");
+    net.link_down(0, 1);
+    assert!(!quorate(&net, 0));
+    demote(&mut net, 0);
+    let pulled_back: Vec<u64> = (net.events.iter())
+        .filter_map(|(n, e)| match e {
+            Event::DiskChanged {
+                why: DiskChange::LostQuorum { bytes },
+                ..
+            } if *n == 0 => Some(*bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pulled_back, [4096], "block 4 only");
 }

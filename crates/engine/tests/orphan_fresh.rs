@@ -25,14 +25,8 @@ fn write_on(net: &mut Net, n: u8, req: u64, offset: u64, len: u32) {
 #[test]
 fn a_dead_primarys_write_on_a_sync_target_gives_way_to_the_reference() {
     let mut net = Net::diskless_primary();
-    let mut out = Vec::new();
-    net.nodes[0].demote(&mut out).unwrap();
-    net.push(0, out);
-    net.run();
-    let mut out = Vec::new();
-    net.nodes[1].promote(false, &mut out).unwrap();
-    net.push(1, out);
-    net.run();
+    net.demote_on(0);
+    net.promote_on(1).unwrap();
     assert_eq!(net.nodes[1].role(), Role::Primary);
     // Node 2 misses write 1: back, it is a sync target, its pulls held.
     net.link_down(1, 2);
@@ -60,4 +54,62 @@ fn a_dead_primarys_write_on_a_sync_target_gives_way_to_the_reference() {
     net.assert_converges();
     assert_eq!(net.block(2, 7), net.block(1, 7));
     assert_eq!(net.block(2, 5)[0], 1);
+}
+
+/// Failover soak seed 414007734. Node 2, a sync target, keeps sectors node 0 wrote it
+/// before their link dropped (orphans under node 0's ids). Node 1 is Primary for a
+/// moment, connected to node 2 but writing nothing there, and goes with ids it then sets
+/// back (no quorum, nothing acknowledged): no replica ever holds them. Node 0, Primary
+/// again, writes one of those sectors while node 2 is away, and dies. Node 1 lists the
+/// block to node 2: its ids hold node 0's, so the orphans give way. Before, node 1's
+/// passing ids counted among the orphans' writers, no lister held them, and node 2 kept
+/// the older sector for good.
+#[test]
+fn a_primary_that_wrote_no_fresh_sector_does_not_keep_the_orphans() {
+    use tandem_engine::replica::{OnNoQuorum, QuorumSpec, Votes};
+    let mut net = Net::with_quorum(
+        false,
+        QuorumSpec {
+            quorum: Votes::Majority,
+            min_redundancy: Votes::Off,
+            on_loss: OnNoQuorum::IoError,
+        },
+    );
+    net.link_down(0, 2);
+    write_on(&mut net, 0, 1, 5 * BLOCK, BLOCK as u32);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    net.pass = |_, to, m| !(to == 2 && matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(0, 2);
+    assert_eq!(net.disk(2), DiskState::Inconsistent);
+    write_on(&mut net, 0, 2, 7 * BLOCK, 1024);
+    assert_eq!(net.answer_on(0, 2), Some(Ok(())));
+    assert_eq!(net.block(2, 7)[512], 2);
+    net.link_down(0, 2);
+
+    // Node 1's tenure: ids rotated (node 0 away), nothing written, set back alone.
+    net.demote_on(0);
+    net.link_down(0, 1);
+    net.promote_on(1).unwrap();
+    let passing = net.nodes[1].generation(0).unwrap().current;
+    net.link_down(1, 2);
+    assert_ne!(
+        net.nodes[1].generation(0).unwrap().current,
+        passing,
+        "set back"
+    );
+    net.demote_on(1);
+
+    // Node 0 again, without node 2: sector 1 of block 7 rewritten.
+    net.link_up(0, 1);
+    net.promote_on(0).unwrap();
+    write_on(&mut net, 0, 3, 7 * BLOCK + 512, 512);
+    assert_eq!(net.answer_on(0, 3), Some(Ok(())));
+    net.link_down(0, 1);
+
+    net.pass = |_, _, _| true;
+    net.link_up(1, 2);
+    net.tick(1000);
+    assert_eq!(net.disk(2), DiskState::UpToDate);
+    assert_eq!(net.block(2, 7)[512], 3, "the older orphan kept");
+    assert_eq!(net.block(2, 7), net.block(1, 7));
 }

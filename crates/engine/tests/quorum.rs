@@ -30,11 +30,7 @@ fn quorum_changes(net: &Net, n: u8) -> Vec<bool> {
 }
 
 fn promote(net: &mut Net, n: u8) -> Result<(), PromoteError> {
-    let mut out = Vec::new();
-    let r = net.nodes[n as usize].promote(false, &mut out);
-    net.push(n, out);
-    net.run();
-    r
+    net.promote_on(n)
 }
 
 #[test]

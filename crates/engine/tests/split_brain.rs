@@ -49,17 +49,11 @@ fn write(net: &mut Net, n: NodeId, req: u64, block: u64) {
 }
 
 fn demote(net: &mut Net, n: NodeId) {
-    let mut out = Vec::new();
-    net.nodes[n as usize].demote(&mut out).unwrap();
-    net.push(n, out);
-    net.run();
+    net.demote_on(n);
 }
 
 fn promote(net: &mut Net, n: NodeId) {
-    let mut out = Vec::new();
-    net.nodes[n as usize].promote(false, &mut out).unwrap();
-    net.push(n, out);
-    net.run();
+    net.promote_on(n).unwrap();
 }
 
 /// Everything up to the moment they meet (not yet linked): node 2 away, the two apart.

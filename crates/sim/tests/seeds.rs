@@ -1245,3 +1245,32 @@ fn claims_kept_under_a_run_outlive_its_primary_stepping_down() {
     let out = Sim::new(Family::Failover.scenario(406_002_809)).run();
     assert!(out.converged, "failover seed 406002809");
 }
+
+/// A run heard of before our promotion does not outrun us (414000809: a Primary quorate
+/// through a tiebreaker lost it for a moment; the tiebreaker, reconnecting, named a run
+/// that had ended before the promotion, the Primary stepped down and pulled its own
+/// acknowledged write back from an older replica).
+#[test]
+fn a_primary_is_not_outrun_by_a_run_that_ended_before_it() {
+    let out = Sim::new(Family::Failover.scenario(414_000_809)).run();
+    assert!(out.converged, "failover seed 414000809");
+}
+
+/// A Primary that wrote none of a sync target's fresh sectors adds no ids their
+/// protection waits for (414007734: a Primary for a moment, its ids set back, never held
+/// by any lister; an orphan of an older run kept a later acknowledged write out of the
+/// sector).
+#[test]
+fn orphans_wait_only_for_the_ids_of_their_writers() {
+    let out = Sim::new(Family::Failover.scenario(414_007_734)).run();
+    assert!(out.converged, "failover seed 414007734");
+}
+
+/// A Primary demoted without quorum pulls back only its own tenure's writes
+/// (370002771: every claim pulled back, the only replica holding an acknowledged write
+/// took the range from replicas that lacked it).
+#[test]
+fn a_primary_demoted_without_quorum_keeps_what_it_held_before_its_tenure() {
+    let out = Sim::new(Family::Failover.scenario(370_002_771)).run();
+    assert!(out.converged, "failover seed 370002771");
+}

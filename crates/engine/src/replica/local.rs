@@ -66,9 +66,18 @@ pub(super) struct LocalVol {
     pub(super) quorum_held: bool,
     /// As a tiebreaker: voters that missed writes of the Primary we vouch for (`tiebreak.rs`).
     pub(super) voters_behind: super::tiebreak::VotersBehind,
+    /// As Primary: the blocks the application wrote since our promotion (through us, to
+    /// any replica). Demoted without quorum, only our claims there are our tenure's
+    /// writes, which a majority may have written over since (`left_without_quorum`).
+    pub(super) tenure_written: Option<Bitmap>,
 }
 
 impl LocalVol {
+    /// We became Primary: nothing written in this tenure yet.
+    pub(super) fn tenure_begins(&mut self) {
+        self.tenure_written = Some(Bitmap::new(self.size));
+    }
+
     /// The replica as the driver found it at start. `alone`: no other node keeps one.
     pub(super) fn at_start(size: u64, found: ReplicaAtStart, alone: bool) -> LocalVol {
         let (disk, created, resync) = match found {
@@ -109,6 +118,7 @@ impl LocalVol {
             pulled_from: Default::default(),
             quorum_held: false,
             voters_behind: Default::default(),
+            tenure_written: None,
         }
     }
 

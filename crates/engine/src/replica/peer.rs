@@ -201,6 +201,22 @@ impl Relayed {
 }
 
 impl PeerVol {
+    /// Our claim that it lacks this byte range comes from a write of the Primary `run`
+    /// (node, connection) received after that Primary's list to us ended (see
+    /// `Replicas::primary_relays`).
+    pub(super) fn relayed_by(&mut self, run: (NodeId, u32), offset: u64, len: u64) {
+        let block = self.oos.block_size();
+        if self
+            .relayed
+            .as_ref()
+            .is_none_or(|r| (r.node, r.conn) != run)
+        {
+            self.relayed = Some(Relayed::new(run.0, run.1));
+        }
+        let relayed = self.relayed.as_mut().expect("set above");
+        relayed.add(offset, len, block);
+    }
+
     /// Its replica can vouch for a write of this range: it is up to date, and we do not
     /// know it to lack a block the write covers only in part. (A peer says UpToDate until
     /// it hears what it missed; one written there would hold the write's sectors and lack

@@ -159,16 +159,17 @@ impl Replicas {
         others.iter().find(|&n| self.must_yield_to(n))
     }
 
-    /// We follow `node`'s run `incarnation` as our Primary.
-    pub(super) fn followed(&mut self, node: NodeId, incarnation: u64) {
+    /// `node`'s run `incarnation` is one we follow as our Primary, or heard of before any
+    /// tenure of ours began: no run of ours overlapped it.
+    pub(super) fn know_run(&mut self, node: NodeId, incarnation: u64) {
         /// Enough for every node of a resource to have restarted a few times.
         const KEPT: usize = 128;
         let run = (node, incarnation);
-        self.runs_followed.retain(|r| *r != run);
-        if self.runs_followed.len() == KEPT {
-            self.runs_followed.remove(0);
+        self.runs_known.retain(|r| *r != run);
+        if self.runs_known.len() == KEPT {
+            self.runs_known.remove(0);
         }
-        self.runs_followed.push(run);
+        self.runs_known.push(run);
     }
 
     /// As Primary with quorum on and without it now: peer `i` says (its `PrimaryLost`) it
@@ -177,16 +178,30 @@ impl Replicas {
     /// must not complete, whatever the peer's ids say (failover soak seed 337009897: the
     /// peer had been a sync target of that Primary, with no ids of its own, so
     /// `Rotations::superseded` found nothing newer, and it gave us our quorum back).
+    ///
+    /// A run we heard of as a Secondary ended before our tenure began, for all the peer
+    /// that told us knew, and it keeps telling each connection until that run is settled:
+    /// heard again while our quorum is briefly gone it is no news (failover soak seed
+    /// 414000809: a Primary quorate through a tiebreaker stepped down when the tiebreaker,
+    /// reconnecting, named a run that ended long before, and then pulled its own
+    /// acknowledged writes back from an older replica).
     pub(super) fn followed_elsewhere(
         &mut self,
         i: usize,
         run: (NodeId, u64),
         out: &mut Vec<RAction>,
     ) {
-        if self.role != Role::Primary || self.spec.quorum.is_off() || run.0 == self.spec.me {
+        if run.0 == self.spec.me {
             return;
         }
-        if self.runs_followed.contains(&run) || (0..self.vols.len()).all(|v| self.has_quorum(v)) {
+        if self.role != Role::Primary {
+            self.know_run(run.0, run.1);
+            return;
+        }
+        if self.spec.quorum.is_off() {
+            return;
+        }
+        if self.runs_known.contains(&run) || (0..self.vols.len()).all(|v| self.has_quorum(v)) {
             return;
         }
         let peer = self.peers[i].id;

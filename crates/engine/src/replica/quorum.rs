@@ -240,7 +240,12 @@ impl Replicas {
     /// cable was cut, failed, claimed the new Primary lacked it). A replica it keeps may
     /// hold such writes (failed ones, landed here only): it turns Outdated and unproven
     /// and pulls those ranges back under the next Primary it meets, as a replica back from
-    /// a crash pulls its activity log's extents (`LocalVol::suspect`).
+    /// a crash pulls its activity log's extents (`LocalVol::suspect`). Only the ranges
+    /// our tenure wrote (`LocalVol::tenure_written`): a claim from before it (a peer back
+    /// with an empty replica lacks everything) names data we hold as current as anyone,
+    /// and pulled back it was lost where we were its only holder (failover soak seed
+    /// 370002771: the whole volume pulled back from replicas that lacked an
+    /// acknowledged write).
     pub(super) fn left_without_quorum(&mut self, out: &mut Vec<RAction>) {
         if self.spec.quorum.is_off() {
             return;
@@ -261,6 +266,9 @@ impl Replicas {
                 pv.wrote_apart = false;
             }
             let vol = &mut self.vols[v];
+            if let Some(written) = vol.tenure_written.as_ref() {
+                claimed.intersect_with(written);
+            }
             if let Some(rs) = vol.resync.as_mut().filter(|_| vol.diskful) {
                 // Being synced, it holds them too, protected as written during the resync:
                 // they are pulled back with the rest (failover seed 1439: a Primary being

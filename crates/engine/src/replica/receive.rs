@@ -11,7 +11,6 @@ use super::event::{LocalFailure, ProtocolError};
 use super::local::LocalVol;
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
-use super::peer::Relayed;
 use super::replicas::Replicas;
 use super::spec::NodeId;
 use crate::io::{DiskKind, IoError};
@@ -214,17 +213,8 @@ impl Replicas {
             let block = p.vols[v].oos.block_size();
             if !targets.contains(p.id) {
                 p.lacks(v, offset, len, out);
-                if let Some((node, conn)) = run {
-                    let pv = &mut p.vols[v];
-                    if pv
-                        .relayed
-                        .as_ref()
-                        .is_none_or(|r| (r.node, r.conn) != (node, conn))
-                    {
-                        pv.relayed = Some(Relayed::new(node, conn));
-                    }
-                    let relayed = pv.relayed.as_mut().expect("set above");
-                    relayed.add(offset, u64::from(len), block);
+                if let Some(run) = run {
+                    p.vols[v].relayed_by(run, offset, u64::from(len));
                 }
             } else {
                 // It gets this newer write (or the Primary marks it): our old mark is moot.

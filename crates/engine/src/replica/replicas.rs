@@ -44,9 +44,9 @@ pub(super) struct Replicas {
     pub(super) writer: super::run::Writer,
     /// As Primary: stepping down, and for what (see `primaries.rs`).
     pub(super) yielding: Option<super::primaries::StepDown>,
-    /// The runs of other Primaries we followed since our start, the latest last (see
-    /// `primaries.rs`, `followed_elsewhere`).
-    pub(super) runs_followed: Vec<(super::spec::NodeId, u64)>,
+    /// The runs of other Primaries we followed since our start, or heard of while no
+    /// Primary ourselves, the latest last (see `primaries.rs`, `followed_elsewhere`).
+    pub(super) runs_known: Vec<(super::spec::NodeId, u64)>,
 }
 
 impl Replicas {
@@ -110,7 +110,7 @@ impl Replicas {
             lost_asked: Vec::new(),
             writer: Default::default(),
             yielding: None,
-            runs_followed: Vec::new(),
+            runs_known: Vec::new(),
         }
     }
 

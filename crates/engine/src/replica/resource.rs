@@ -259,11 +259,16 @@ impl Resource {
         }
         if to == Role::Primary {
             self.app.rotations.promoted(&self.rep);
+            self.rep.vols.iter_mut().for_each(|vol| vol.tenure_begins());
         } else {
             self.app.rotations.demoted();
             // Our tenure's writes end here: what they made fresh in a resync is orphaned.
             self.rep.fresh_writer_gone(None);
             self.rep.left_without_quorum(out);
+            self.rep
+                .vols
+                .iter_mut()
+                .for_each(|vol| vol.tenure_written = None);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
         let incarnation = self.rep.incarnation();

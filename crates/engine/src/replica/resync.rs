@@ -277,12 +277,18 @@ impl Resync {
     /// The writer of our fresh sectors is gone (the Primary's connection to us ended, or
     /// our tenure as Primary), its current id then `gen`: they are orphans, protected
     /// until a list from a replica holding that id names them (`orphan_listed`).
+    ///
+    /// A writer that wrote none of them (every fresh sector already an orphan) adds no
+    /// ids: the lister need not hold them (failover soak seed 414007734: a Primary that
+    /// wrote nothing here went with ids set back, no lister ever held them, and an
+    /// orphan of an older run kept out a later acknowledged write to the same sector).
     pub(super) fn writer_gone(&mut self, gen: &GenIds) {
         if self.fresh.count() == 0 {
             return;
         }
+        let wrote_some = (self.fresh_orphan.as_ref()).is_none_or(|o| !self.fresh.within(o));
         let ids = (gen.current, gen.history[0]);
-        if !self.orphan_gens.contains(&ids) {
+        if wrote_some && !self.orphan_gens.contains(&ids) {
             self.orphan_gens.push(ids);
         }
         let fresh = &self.fresh;

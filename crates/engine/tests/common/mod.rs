@@ -15,8 +15,8 @@ use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
     AfterSplitBrain, DataRef, DiskChange, DiskState, Event, GenIds, IdsAtCrash, Msg, NodeId,
-    PrimaryRun, Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource, ResourceSpec, Token,
-    Unresolved, GI_HISTORY,
+    PrimaryRun, PromoteError, Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource,
+    ResourceSpec, Token, Unresolved, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{AllocExtent, MAX_ALLOC_EXTENTS};
@@ -235,9 +235,23 @@ impl Net {
 
     /// Node 0 becomes Primary.
     pub fn promote(&mut self) {
+        self.promote_on(0).unwrap();
+    }
+
+    /// Node `n` is asked to become Primary (not forced); the network runs after.
+    pub fn promote_on(&mut self, n: NodeId) -> Result<(), PromoteError> {
         let mut out = Vec::new();
-        self.nodes[0].promote(false, &mut out).unwrap();
-        self.push(0, out);
+        let r = self.nodes[n as usize].promote(false, &mut out);
+        self.push(n, out);
+        self.run();
+        r
+    }
+
+    /// Node `n` becomes Secondary; the network runs after.
+    pub fn demote_on(&mut self, n: NodeId) {
+        let mut out = Vec::new();
+        self.nodes[n as usize].demote(&mut out).unwrap();
+        self.push(n, out);
         self.run();
     }
 

@@ -53,7 +53,7 @@ impl Resource {
                 self.rep.peers[i].incarnation = incarnation;
                 self.rep.peers[i].role_heard = true;
                 if role == Role::Primary {
-                    self.rep.followed(peer, incarnation);
+                    self.rep.know_run(peer, incarnation);
                 }
                 self.rep.met_run_again(i, out);
                 if role == Role::Primary {
