@@ -134,6 +134,31 @@ fn a_suspended_primary_meeting_the_new_one_steps_down_and_fails_what_it_held() {
     }
 }
 
+/// Two Primaries, each without quorum apart from the other, meet: the later one, promoted
+/// while the older was cut off, does not step down for a run it followed before its
+/// tenure, whichever hears the other first; the older one steps down and fails what it
+/// held (failover seed 347003671: the later one heard the older first and yielded, and
+/// the older completed writes after the later one's acknowledged ones).
+#[test]
+fn a_primary_does_not_yield_to_one_it_followed_before_its_tenure() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
+    write_on(&mut net, 0, 1, 1);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    write_on(&mut net, 0, 2, 2);
+    assert_eq!(net.answer(2), None, "held without quorum");
+    assert_eq!(promote(&mut net, 1), Ok(()));
+    write_on(&mut net, 1, 3, 2);
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    net.link_down(1, 2);
+    // Node 0's role reaches node 1 first.
+    net.link_up(0, 1);
+    assert_eq!(net.nodes[1].role(), Role::Primary);
+    assert_eq!(net.nodes[0].role(), Role::Secondary);
+    assert_eq!(net.answer(2), Some(Err(IoError::NoQuorum)));
+}
+
 /// The same old Primary meets a Secondary that follows the new Primary first: that
 /// Secondary refuses it, and the old Primary, learning of the new one from its report,
 /// steps down too (it would otherwise hold its clients' requests for ever, refused by
@@ -345,6 +370,34 @@ fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
     assert!(g2.current == after.current || g2.history.contains(&after.current));
     net.link_up(0, 1);
     net.assert_converges();
+}
+
+/// Ids taken up again as quorum returns count as acknowledged under only once the peers
+/// connected then hold them: node 0's ids reach no peer (the `Generation` is lost on the
+/// wire, as when the link drops right after), and a FLUSH completes meanwhile. A crash
+/// now must keep the ids set back to, which node 2 holds, not those taken up (failover
+/// soak seed 422002192: kept, they were apart from those the next Primary was promoted
+/// with, which took them for a Primary that went on without it, stepped down and pulled
+/// its tenure's acknowledged writes back from node 0's older replica).
+#[test]
+fn ids_taken_up_again_are_kept_at_a_crash_only_once_the_peers_hold_them() {
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
+    write_on(&mut net, 0, 1, 1);
+    let before = *net.nodes[0].generation(0).unwrap();
+    net.link_lost(0, 1);
+    net.link_lost(0, 2);
+    net.run();
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    net.pass = |from, to, m| !(from == 0 && to == 2 && matches!(m, Msg::Generation { .. }));
+    net.link_up(0, 2);
+    let taken_up = *net.nodes[0].generation(0).unwrap();
+    assert_eq!(taken_up.history[0], before.current, "taken up again");
+    net.submit_on(0, 2, Io::Flush);
+    assert_eq!(net.answer_on(0, 2), Some(Ok(())));
+    assert_eq!(*net.nodes[2].generation(0).unwrap(), before);
+    let kept = net.nodes[0].ids_at_crash(0).unwrap();
+    assert_eq!(kept.gen, before, "the ids node 2 holds");
+    assert_eq!(kept.abandoned, Some(taken_up.current));
 }
 
 /// Ids a write was acknowledged under are never set back: node 0 loses node 1 (its ids

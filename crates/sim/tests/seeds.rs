@@ -1274,3 +1274,22 @@ fn orphans_wait_only_for_the_ids_of_their_writers() {
 fn a_primary_demoted_without_quorum_keeps_what_it_held_before_its_tenure() {
     let _ = Sim::new(Family::Failover.scenario(370_002_771)).run();
 }
+
+/// Ids taken up again as quorum returns count as acknowledged under only once the peers
+/// hold them (422002192: a FLUSH completed under ids the peer never heard of, the Primary
+/// crashed keeping them, and the peer, promoted later, took them for a Primary that went
+/// on without it and pulled its own acknowledged write back from the older replica).
+#[test]
+fn ids_taken_up_again_are_kept_only_once_the_peers_hold_them() {
+    let out = Sim::new(Family::Failover.scenario(422_002_192)).run();
+    assert!(out.converged, "failover seed 422002192");
+}
+
+/// A diskless Primary lists everything to a replica whose ids are older than those it was
+/// promoted with (422008346: its empty list made a replica that had missed an
+/// acknowledged write while down UpToDate, and the write was never synced to it).
+#[test]
+fn a_diskless_primary_does_not_settle_a_replica_older_than_its_tenure() {
+    let out = Sim::new(Family::Failover.scenario(422_008_346)).run();
+    assert!(out.converged, "failover seed 422008346");
+}

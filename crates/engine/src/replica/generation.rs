@@ -144,6 +144,10 @@ struct Rotation {
     waiting: NodeSet,
     /// Writes completed once it is done.
     parked: Vec<ReqId>,
+    /// The ids set back without quorum, taken up again as it returned (`hold_back`):
+    /// nothing we acknowledge counts as acknowledged under them (`acked`) until every
+    /// peer connected then answered.
+    taken_up: bool,
 }
 
 /// Our ids of volume `v`, set back or taken up again, to every connected diskful peer: one
@@ -356,6 +360,7 @@ impl Rotations {
             gi,
             waiting,
             parked,
+            taken_up: false,
         });
     }
 
@@ -452,7 +457,8 @@ impl Rotations {
     pub(super) fn acked(&mut self, rep: &Replicas, v: Option<usize>, out: &mut Vec<RAction>) {
         self.acked_in_tenure = true;
         for (u, vr) in self.vols.iter_mut().enumerate() {
-            if v.is_none_or(|v| v == u) && vr.acked != rep.vols[u].gen {
+            let taking_up = vr.running.as_ref().is_some_and(|r| r.taken_up);
+            if v.is_none_or(|v| v == u) && vr.acked != rep.vols[u].gen && !taking_up {
                 vr.acked = rep.vols[u].gen;
                 out.push(RAction::Event(Event::GenerationAcked {
                     volume: u as u16,
@@ -521,6 +527,27 @@ impl Rotations {
                     restored: true,
                 }));
                 tell_gen(rep, v, out);
+                // Answered like a rotation: a request acknowledged before a connected
+                // peer adopted them must not make them the ids a crash keeps. Failover
+                // soak seed 422002192: a FLUSH held without quorum completed as it came
+                // back, the peer's link dropped before our ids reached it, and we crashed
+                // keeping them; that peer, promoted later from the ids before, met us back
+                // with ids apart from its own, took them for a Primary that went on
+                // without it, stepped down and pulled its tenure's acknowledged writes
+                // back from our older replica.
+                let waiting: NodeSet = (rep.peers.up())
+                    .filter(|p| p.vols[v].diskful)
+                    .map(|p| p.id)
+                    .collect();
+                if !waiting.is_empty() {
+                    vr.before = vr.holders;
+                    vr.running = Some(Rotation {
+                        gi: ahead.current,
+                        waiting,
+                        parked: Vec::new(),
+                        taken_up: true,
+                    });
+                }
                 continue;
             }
             if vr.running.is_some() || !vr.queued.is_empty() || vol.gen == vr.acked {

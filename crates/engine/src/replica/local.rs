@@ -66,16 +66,28 @@ pub(super) struct LocalVol {
     pub(super) quorum_held: bool,
     /// As a tiebreaker: voters that missed writes of the Primary we vouch for (`tiebreak.rs`).
     pub(super) voters_behind: super::tiebreak::VotersBehind,
-    /// As Primary: the blocks the application wrote since our promotion (through us, to
-    /// any replica). Demoted without quorum, only our claims there are our tenure's
-    /// writes, which a majority may have written over since (`left_without_quorum`).
-    pub(super) tenure_written: Option<Bitmap>,
+    /// As Primary: what our tenure began from and wrote.
+    pub(super) tenure: Option<Tenure>,
+}
+
+/// One tenure as Primary, for one volume.
+#[derive(Debug)]
+pub(super) struct Tenure {
+    /// The ids we were promoted with (see `Replicas::listed_all_before_tenure`).
+    pub(super) from: GenIds,
+    /// The blocks the application wrote since our promotion (through us, to any
+    /// replica). Demoted without quorum, only our claims there are our tenure's writes,
+    /// which a majority may have written over since (`left_without_quorum`).
+    pub(super) written: Bitmap,
 }
 
 impl LocalVol {
-    /// We became Primary: nothing written in this tenure yet.
+    /// We became Primary with our current ids: nothing written in this tenure yet.
     pub(super) fn tenure_begins(&mut self) {
-        self.tenure_written = Some(Bitmap::new(self.size));
+        self.tenure = Some(Tenure {
+            from: self.gen,
+            written: Bitmap::new(self.size),
+        });
     }
 
     /// The replica as the driver found it at start. `alone`: no other node keeps one.
@@ -118,7 +130,7 @@ impl LocalVol {
             pulled_from: Default::default(),
             quorum_held: false,
             voters_behind: Default::default(),
-            tenure_written: None,
+            tenure: None,
         }
     }
 

@@ -241,7 +241,7 @@ impl Replicas {
     /// hold such writes (failed ones, landed here only): it turns Outdated and unproven
     /// and pulls those ranges back under the next Primary it meets, as a replica back from
     /// a crash pulls its activity log's extents (`LocalVol::suspect`). Only the ranges
-    /// our tenure wrote (`LocalVol::tenure_written`): a claim from before it (a peer back
+    /// our tenure wrote (`Tenure::written`): a claim from before it (a peer back
     /// with an empty replica lacks everything) names data we hold as current as anyone,
     /// and pulled back it was lost where we were its only holder (failover soak seed
     /// 370002771: the whole volume pulled back from replicas that lacked an
@@ -266,8 +266,8 @@ impl Replicas {
                 pv.wrote_apart = false;
             }
             let vol = &mut self.vols[v];
-            if let Some(written) = vol.tenure_written.as_ref() {
-                claimed.intersect_with(written);
+            if let Some(t) = vol.tenure.as_ref() {
+                claimed.intersect_with(&t.written);
             }
             if let Some(rs) = vol.resync.as_mut().filter(|_| vol.diskful) {
                 // Being synced, it holds them too, protected as written during the resync:

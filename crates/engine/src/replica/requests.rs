@@ -221,8 +221,8 @@ impl Requests {
         let v = volume as usize;
         let shape = Shape::of(io);
         let local = rep.vols[v].takes_writes();
-        if let Some(t) = rep.vols[v].tenure_written.as_mut() {
-            t.set_range(shape.offset, u64::from(shape.len));
+        if let Some(t) = rep.vols[v].tenure.as_mut() {
+            t.written.set_range(shape.offset, u64::from(shape.len));
         }
         let mut w = AppWrite::new(volume, &shape, local);
         w.local_current = rep.vols[v].disk == DiskState::UpToDate;

@@ -20,6 +20,7 @@
 use super::action::{AutoPromote, DemoteError, InvalidateError, PromoteError, RAction};
 use super::event::{DiskChange, Event, LocalFailure, RoleChange};
 use super::msg::{Msg, Token};
+use super::peer::ListState;
 use super::primaries::StepDown;
 use super::replicas::Replicas;
 use super::requests::Requests;
@@ -260,15 +261,26 @@ impl Resource {
         if to == Role::Primary {
             self.app.rotations.promoted(&self.rep);
             self.rep.vols.iter_mut().for_each(|vol| vol.tenure_begins());
+            // Peers that had our list as a Secondary hear it again if our tenure began
+            // after their ids (a diskless Primary's list settles them).
+            for v in 0..self.rep.vols.len() {
+                for i in 0..self.rep.peers.len() {
+                    let listed = self.rep.peers[i].up
+                        && matches!(
+                            self.rep.peers[i].vols[v].list,
+                            ListState::Sent | ListState::Stale
+                        );
+                    if self.rep.listed_all_before_tenure(i, v) && listed {
+                        self.rep.send_list(i, v, out);
+                    }
+                }
+            }
         } else {
             self.app.rotations.demoted();
             // Our tenure's writes end here: what they made fresh in a resync is orphaned.
             self.rep.fresh_writer_gone(None);
             self.rep.left_without_quorum(out);
-            self.rep
-                .vols
-                .iter_mut()
-                .for_each(|vol| vol.tenure_written = None);
+            self.rep.vols.iter_mut().for_each(|vol| vol.tenure = None);
         }
         out.push(RAction::Event(Event::RoleChanged { from, to, why }));
         let incarnation = self.rep.incarnation();

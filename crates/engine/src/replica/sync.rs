@@ -163,6 +163,9 @@ impl Replicas {
             }
         }
         if was.is_none() {
+            self.listed_all_before_tenure(i, v);
+        }
+        if was.is_none() {
             // List what it lacks from us (writes made while it was away, or everything),
             // and end the list even when empty: then it knows all it lacks. Diskless
             // Primaries list too: they know what they wrote; the peer pulls from a replica.
@@ -212,6 +215,31 @@ impl Replicas {
         self.check_gen_proven(v, out);
         self.adopt_from_primary(v, out);
         Ok(())
+    }
+
+    /// As a diskless Primary: peer `i`'s replica of `v` has ids strictly older than those
+    /// we were promoted with, so it missed writes from before our tenure. Only the diskful
+    /// replicas' bitmaps name those; ours, kept for this tenure's writes, do not, and our
+    /// list would settle it without them (a replica back from a crash under a Primary's
+    /// list is current once it pulled what that list names, `resync_finished`). It is
+    /// listed everything instead and pulls from an up-to-date replica. Failover soak seed
+    /// 422008346: a replica that had missed an acknowledged write while down met the
+    /// restarted diskless Primary before the replica holding the write, was called
+    /// UpToDate on its empty list, and the Primary's word that it held all its writes
+    /// (`InSync`) then cleared the holder's claim: the write was lost.
+    /// True if that listed more than before.
+    pub(super) fn listed_all_before_tenure(&mut self, i: usize, v: usize) -> bool {
+        let Some(tenure) = self.vols[v].tenure.as_ref() else {
+            return false;
+        };
+        let pv = &mut self.peers[i].vols[v];
+        let keeps = pv.diskful && pv.disk.is_some_and(|d| d != DiskState::Diskless);
+        if self.vols[v].diskful || !keeps || lineage(&pv.gen, &tenure.from) != Lineage::Older {
+            return false;
+        }
+        let before = pv.oos.count();
+        pv.oos.set_all();
+        pv.oos.count() > before
     }
 
     /// A new cluster: our replica of `v` and every other one were created empty at their

@@ -40,7 +40,13 @@ impl Resource {
         match *packet {
             Packet::Role { role, incarnation } => {
                 if role == Role::Primary && self.rep.role == Role::Primary {
-                    if self.rep.must_yield_to(peer) {
+                    // Never to a run we followed or heard of as a Secondary: it began
+                    // before our tenure, and it is the one to step down (failover seed
+                    // 347003671: both Primaries without quorum apart from the other, the
+                    // later one heard the older first and yielded; the older completed
+                    // what it held after the later one's acknowledged writes).
+                    let older = self.rep.runs_known.contains(&(peer, incarnation));
+                    if self.rep.must_yield_to(peer) && !older {
                         self.rep.start_yielding(StepDown::Yield(peer), out);
                     }
                     return Err(ProtocolError::BothPrimary);
