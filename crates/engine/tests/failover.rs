@@ -41,6 +41,20 @@ fn drop_reason(net: &Net, n: u8, peer: u8) -> Option<LinkLoss> {
     })
 }
 
+/// Node 0, Primary, writes block 1 (request 1), is cut off from both peers holding write
+/// 2 (block 2, suspend-io), and node 1, promoted with node 2, writes block 2 (request 3).
+fn cut_off_holding_a_write_while_node_1_writes_on(net: &mut Net) {
+    write_on(net, 0, 1, 1);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    write_on(net, 0, 2, 2);
+    assert_eq!(net.answer(2), None, "held without quorum");
+    assert_eq!(promote(net, 1), Ok(()));
+    write_on(net, 1, 3, 2);
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+}
+
 /// An asymmetric partition: nodes 0 (Primary) and 1 lose their link, both still reach
 /// node 2. Node 1 and node 2 are a majority, but node 2 follows node 0: promoting node 1
 /// would make two Primaries, each with a quorum through node 2.
@@ -99,15 +113,7 @@ fn a_secondary_refuses_a_second_primary() {
 fn a_suspended_primary_meeting_the_new_one_steps_down_and_fails_what_it_held() {
     for diskless in [true, false] {
         let mut net = Net::with_quorum(diskless, majority(OnNoQuorum::SuspendIo));
-        write_on(&mut net, 0, 1, 1);
-        assert_eq!(net.answer(1), Some(Ok(())));
-        net.link_down(0, 1);
-        net.link_down(0, 2);
-        write_on(&mut net, 0, 2, 2);
-        assert_eq!(net.answer(2), None, "held without quorum");
-        assert_eq!(promote(&mut net, 1), Ok(()));
-        write_on(&mut net, 1, 3, 2);
-        assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+        cut_off_holding_a_write_while_node_1_writes_on(&mut net);
         net.link_up(0, 1);
         assert_eq!(net.answer(2), Some(Err(IoError::NoQuorum)));
         assert_eq!(net.nodes[0].role(), Role::Secondary);
@@ -142,15 +148,7 @@ fn a_suspended_primary_meeting_the_new_one_steps_down_and_fails_what_it_held() {
 #[test]
 fn a_primary_does_not_yield_to_one_it_followed_before_its_tenure() {
     let mut net = Net::with_quorum(false, majority(OnNoQuorum::SuspendIo));
-    write_on(&mut net, 0, 1, 1);
-    assert_eq!(net.answer(1), Some(Ok(())));
-    net.link_down(0, 1);
-    net.link_down(0, 2);
-    write_on(&mut net, 0, 2, 2);
-    assert_eq!(net.answer(2), None, "held without quorum");
-    assert_eq!(promote(&mut net, 1), Ok(()));
-    write_on(&mut net, 1, 3, 2);
-    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    cut_off_holding_a_write_while_node_1_writes_on(&mut net);
     net.link_down(1, 2);
     // Node 0's role reaches node 1 first.
     net.link_up(0, 1);
