@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{
-    DiskChange, DiskState, Event, LinkLoss, Msg, OnNoQuorum, PromoteError, ProtocolError,
+    DiskChange, DiskState, Event, GenIds, LinkLoss, Msg, OnNoQuorum, PromoteError, ProtocolError,
     QuorumSpec, Role, RoleChange, Votes,
 };
 use tandem_engine::{Io, IoError};
@@ -343,11 +343,9 @@ fn a_primary_losing_both_peers_at_once_sets_its_ids_back_and_no_split_brain_is_s
     node_1_writes_on_and_a_restarted_cluster_sees_no_split_brain(&mut net);
 }
 
-/// Quorum back before any other Primary: node 0 takes up the ids it had rotated to (a
-/// replica that adopted them while it had them stays older, not apart) and tells its
-/// peers, which adopt them as a rotation's.
-#[test]
-fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
+/// Node 0, Primary, writes block 1, then loses both peers at once: its ids are set back
+/// to `before`, those of that write.
+fn quorum_lost_with_ids_set_back() -> (Net, GenIds) {
     let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
     write_on(&mut net, 0, 1, 1);
     let before = *net.nodes[0].generation(0).unwrap();
@@ -355,6 +353,15 @@ fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
     net.link_lost(0, 2);
     net.run();
     assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    (net, before)
+}
+
+/// Quorum back before any other Primary: node 0 takes up the ids it had rotated to (a
+/// replica that adopted them while it had them stays older, not apart) and tells its
+/// peers, which adopt them as a rotation's.
+#[test]
+fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
+    let (mut net, before) = quorum_lost_with_ids_set_back();
     net.link_up(0, 2);
     let after = *net.nodes[0].generation(0).unwrap();
     assert_ne!(after, before);
@@ -379,13 +386,7 @@ fn a_primary_whose_quorum_returns_takes_up_the_ids_it_set_back() {
 /// its tenure's acknowledged writes back from node 0's older replica).
 #[test]
 fn ids_taken_up_again_are_kept_at_a_crash_only_once_the_peers_hold_them() {
-    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
-    write_on(&mut net, 0, 1, 1);
-    let before = *net.nodes[0].generation(0).unwrap();
-    net.link_lost(0, 1);
-    net.link_lost(0, 2);
-    net.run();
-    assert_eq!(*net.nodes[0].generation(0).unwrap(), before);
+    let (mut net, before) = quorum_lost_with_ids_set_back();
     net.pass = |from, to, m| !(from == 0 && to == 2 && matches!(m, Msg::Generation { .. }));
     net.link_up(0, 2);
     let taken_up = *net.nodes[0].generation(0).unwrap();
