@@ -1,5 +1,5 @@
 //! What a diskless Primary's list can settle: the writes of its own tenure that a replica
-//! missed, not those from before it (see `Replicas::listed_all_before_tenure`).
+//! missed, not those from before it (see `Replicas::lacks_all_before_tenure`).
 
 mod common;
 

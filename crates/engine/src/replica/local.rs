@@ -73,7 +73,7 @@ pub(super) struct LocalVol {
 /// One tenure as Primary, for one volume.
 #[derive(Debug)]
 pub(super) struct Tenure {
-    /// The ids we were promoted with (see `Replicas::listed_all_before_tenure`).
+    /// The ids we were promoted with (see `Replicas::lacks_all_before_tenure`).
     pub(super) from: GenIds,
     /// The blocks the application wrote since our promotion (through us, to any
     /// replica). Demoted without quorum, only our claims there are our tenure's writes,

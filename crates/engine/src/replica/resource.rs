@@ -270,7 +270,7 @@ impl Resource {
                             self.rep.peers[i].vols[v].list,
                             ListState::Sent | ListState::Stale
                         );
-                    if self.rep.listed_all_before_tenure(i, v) && listed {
+                    if self.rep.lacks_all_before_tenure(i, v) && listed {
                         self.rep.send_list(i, v, out);
                     }
                 }

@@ -163,9 +163,7 @@ impl Replicas {
             }
         }
         if was.is_none() {
-            self.listed_all_before_tenure(i, v);
-        }
-        if was.is_none() {
+            self.lacks_all_before_tenure(i, v);
             // List what it lacks from us (writes made while it was away, or everything),
             // and end the list even when empty: then it knows all it lacks. Diskless
             // Primaries list too: they know what they wrote; the peer pulls from a replica.
@@ -227,8 +225,8 @@ impl Replicas {
     /// restarted diskless Primary before the replica holding the write, was called
     /// UpToDate on its empty list, and the Primary's word that it held all its writes
     /// (`InSync`) then cleared the holder's claim: the write was lost.
-    /// True if that listed more than before.
-    pub(super) fn listed_all_before_tenure(&mut self, i: usize, v: usize) -> bool {
+    /// True if that marked more than before.
+    pub(super) fn lacks_all_before_tenure(&mut self, i: usize, v: usize) -> bool {
         let Some(tenure) = self.vols[v].tenure.as_ref() else {
             return false;
         };
