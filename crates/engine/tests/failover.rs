@@ -1059,3 +1059,53 @@ fn a_primary_demoted_without_quorum_pulls_back_only_its_tenures_writes() {
         .collect();
     assert_eq!(pulled_back, [4096], "block 4 only");
 }
+
+/// Node 1, back after node 0 (Primary) wrote block 3 without it, pulls under node 0's
+/// list, and node 0 steps down before the pull ends. Node 1 then holds all node 0's
+/// tenure wrote: it takes node 0's ids, as it would have under a Primary still in office
+/// (failover seed 430000390: kept older, they let a Primary cut off since before that
+/// tenure take node 1 for a replica that had missed it, and write apart from it).
+#[test]
+fn a_replica_synced_under_a_primarys_list_takes_its_ids_though_it_stepped_down_meanwhile() {
+    let mut net = Net::new();
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    write_on(&mut net, 0, 1, 3);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    let g0 = *net.nodes[0].generation(0).unwrap();
+    assert_ne!(*net.nodes[1].generation(0).unwrap(), g0, "node 1 missed it");
+    net.hold_at(1, 0, |m| matches!(m, Msg::ResyncReq { .. }));
+    net.link_up(0, 1);
+    assert_eq!(net.disk(1), DiskState::Inconsistent, "pulling block 3");
+    demote(&mut net, 0);
+    net.release(1, 0);
+    assert_eq!(net.disk(1), DiskState::UpToDate);
+    assert_eq!(net.block(1, 3)[0], 1);
+    assert_eq!(*net.nodes[1].generation(0).unwrap(), g0);
+}
+
+/// Node 2, back with a replica of unknown currency (it crashed while Inconsistent), is
+/// made Inconsistent by the list of node 1, itself being synced, which names only block
+/// 3. Node 2 holds nothing known current: it serves none of node 1's pull (failover seed
+/// 430002177: such a replica served a block it had never pulled, and the peer became
+/// UpToDate without an acknowledged write).
+#[test]
+fn a_replica_of_unknown_currency_serves_no_pull_though_a_list_made_it_inconsistent() {
+    let mut net = Net::new();
+    net.link_down(0, 2);
+    net.link_down(1, 2);
+    write_on(&mut net, 0, 1, 3);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.start_unproven(2);
+    net.hold_at(1, 0, |m| matches!(m, Msg::ResyncReq { .. }));
+    invalidate(&mut net, 1);
+    net.link_down(0, 1);
+    assert_eq!(net.disk(1), DiskState::Inconsistent);
+    net.link_up(1, 2);
+    assert_eq!(net.listed_blocks(1, 2), vec![3]);
+    assert_eq!(net.disk(2), DiskState::Inconsistent, "pulling block 3");
+    assert!(!net.pulled(1, 2).is_empty(), "node 1 asked node 2");
+    let served = net.delivered(2, 1, |m| matches!(m, Msg::ResyncReply { errno: 0, .. }));
+    assert!(served.is_empty(), "{served:?}");
+    assert_eq!(net.disk(1), DiskState::Inconsistent);
+}

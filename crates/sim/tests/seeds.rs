@@ -1293,3 +1293,23 @@ fn a_diskless_primary_does_not_settle_a_replica_older_than_its_tenure() {
     let out = Sim::new(Family::Failover.scenario(422_008_346)).run();
     assert!(out.converged, "failover seed 422008346");
 }
+
+/// A replica synced under a Primary's list takes its ids though it stepped down before
+/// the end (430000390: kept older, they let a Primary promoted with that replica's vote
+/// and cut off before its `Role` came take it for one that had missed the other tenure,
+/// and both Primaries completed writes apart).
+#[test]
+fn a_replica_synced_under_a_demoted_primarys_list_takes_its_ids() {
+    let out = Sim::new(Family::Failover.scenario(430_000_390)).run();
+    assert!(out.converged, "failover seed 430000390");
+}
+
+/// A replica of unknown currency (back from a crash while Inconsistent) serves no resync
+/// (430002177: listed two blocks by a peer being synced itself, it served that peer a
+/// block it had never pulled, and the peer became UpToDate without an acknowledged
+/// write). Safety only: every replica that held the write is left waiting for a current
+/// one, which never returns in this run.
+#[test]
+fn a_replica_of_unknown_currency_serves_no_resync() {
+    let _ = Sim::new(Family::Failover.scenario(430_002_177)).run();
+}

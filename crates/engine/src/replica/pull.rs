@@ -7,11 +7,12 @@ use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::{Bitmap, BLOCK};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
+use super::generation::{lineage, Lineage};
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
 use super::peer::{KeptClaims, Peer};
 use super::replicas::Replicas;
-use super::resync::Resync;
+use super::resync::{DemotedLister, Resync};
 use super::run::PrimaryRun;
 use super::spec::NodeId;
 use super::status::Repl;
@@ -403,13 +404,42 @@ impl Replicas {
         // The victim of a split brain holds the survivor's data where either changed, and
         // what both held before elsewhere: the survivor's (if it was our source).
         let survivor_source = rs.after_split_brain.is_some() && rs.after_split_brain == rs.source;
+        // Still the connection that listed as Primary, with the ids it stepped down with.
+        let demoted_lister = rs.listed_by_demoted.filter(|d| {
+            rs.source == Some(d.node)
+                && (self.peers.get(d.node))
+                    .is_some_and(|p| p.conn == d.conn && p.vols[v].gen == d.gen)
+        });
         match source_gen {
             Some(gen) if all_met_no_primary || (survivor_source && !under_primary) => {
                 self.adopt_gen(v, gen, out)
             }
+            Some(gen) if demoted_lister.is_some() && !under_primary => {
+                if lineage(&self.vols[v].gen, &gen) != Lineage::Newer {
+                    self.adopt_gen(v, gen, out)
+                }
+            }
             _ => self.adopt_from_primary(v, out),
         }
         self.offer_to_outdated(v, out);
+    }
+
+    /// Peer `i`, Primary, stepped down: a resync of ours under its ended list holds, once
+    /// done, all its tenure wrote (failover seed 430000390: a replica synced so kept its
+    /// older ids, as its Primary demoted before the end; a Primary promoted earlier with
+    /// its vote, cut off before its `Role` came, met it again, took it for a replica that
+    /// had missed that tenure and wrote apart from it).
+    pub(super) fn listing_primary_demoted(&mut self, i: usize) {
+        let p = &self.peers[i];
+        for (v, vol) in self.vols.iter_mut().enumerate() {
+            if let Some(rs) = vol.resync.as_mut().filter(|_| p.vols[v].listed) {
+                rs.listed_by_demoted = Some(DemotedLister {
+                    node: p.id,
+                    conn: p.conn,
+                    gen: p.vols[v].gen,
+                });
+            }
+        }
     }
 
     /// The Primary whose writes made sectors of our resyncs fresh is gone (see

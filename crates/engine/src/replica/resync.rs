@@ -66,6 +66,20 @@ pub(super) struct Resync {
     /// A split brain's verdict made us its victim and this the pull of what we discard
     /// from the survivor: at its end we take the survivor's generation ids.
     pub(super) after_split_brain: Option<NodeId>,
+    /// The Primary whose list to us had ended stepped down while we pulled: that
+    /// connection of it, and its ids then. Our list was a Primary's (everything its tenure
+    /// wrote that we lacked), and no write came after: at the end we hold its data, so
+    /// its ids, if it still holds them and we pulled from it (see `Replicas::resync_finished`).
+    pub(super) listed_by_demoted: Option<DemotedLister>,
+}
+
+/// A Primary whose list to us had ended when it stepped down: on which connection, and
+/// the ids it stepped down with.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DemotedLister {
+    pub(super) node: NodeId,
+    pub(super) conn: u32,
+    pub(super) gen: GenIds,
 }
 
 impl Resync {
@@ -105,6 +119,7 @@ impl Resync {
             pace: Default::default(),
             current_under: None,
             after_split_brain: None,
+            listed_by_demoted: None,
         }
     }
 

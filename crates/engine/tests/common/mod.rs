@@ -548,6 +548,16 @@ impl Net {
         self.nodes[n as usize] = res;
     }
 
+    /// Node `n`'s engine, every link of it down, started again with a replica of unknown
+    /// currency (`Existing`: it crashed while Inconsistent, which no metadata vouches
+    /// for), its generation ids kept.
+    pub fn start_unproven(&mut self, n: NodeId) {
+        let gen = *self.nodes[n as usize].generation(0).expect("a replica");
+        let mut res = self.restarted(n, ReplicaAtStart::Existing);
+        res.restore_generation(0, gen, false).unwrap();
+        self.nodes[n as usize] = res;
+    }
+
     /// Node `n`'s engine started again (a new incarnation) with the replica `found`, its
     /// metadata not restored yet.
     fn restarted(&mut self, n: NodeId, found: ReplicaAtStart) -> Resource {

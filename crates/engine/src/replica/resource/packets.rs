@@ -71,6 +71,7 @@ impl Resource {
                     // Its relays stand for one tenure: another may write apart from us next.
                     self.rep.forget_relays(peer);
                     self.rep.release_held_claims(peer, true, out);
+                    self.rep.listing_primary_demoted(i);
                     for v in 0..self.rep.vols.len() {
                         self.rep.send_deferred_lists(v, out);
                     }
