@@ -857,6 +857,15 @@ fn a_pulled_claim_takes_the_peers_data_over_orphaned_fresh_sectors() {
     assert!(net.block(1, 5) == net.block(2, 5));
 }
 
+/// Node 1 is cut off from both peers while node 0 (Primary) writes block 3 (request
+/// `req`, acknowledged with node 2).
+fn node_1_alone_misses_block_3(net: &mut Net, req: u64) {
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    write_on(net, 0, req, 3);
+    assert_eq!(net.answer(req), Some(Ok(())));
+}
+
 /// Failover soak seed 370000394. Node 1 is being synced (its resync data lost) when node
 /// 2 is cut off and the Primary writes block 5 on nodes 0 and 1 alone, acknowledged: the
 /// Primary's ids move past node 2's, and node 1 holds a claim relayed from that run. The
@@ -869,10 +878,7 @@ fn a_pulled_claim_takes_the_peers_data_over_orphaned_fresh_sectors() {
 fn a_claim_relayed_from_a_dead_primarys_run_past_the_peers_ids_stands() {
     let mut net = Net::new();
     // Node 1, alone, misses block 3 (the ids move on without it) and is then synced.
-    net.link_down(0, 1);
-    net.link_down(1, 2);
-    write_on(&mut net, 0, 9, 3);
-    assert_eq!(net.answer(9), Some(Ok(())));
+    node_1_alone_misses_block_3(&mut net, 9);
     net.pass = |_, to, m| !(to == 1 && matches!(m, Msg::ResyncReply { .. }));
     net.link_up(0, 1);
     assert_eq!(net.disk(1), DiskState::Inconsistent);
@@ -1068,10 +1074,7 @@ fn a_primary_demoted_without_quorum_pulls_back_only_its_tenures_writes() {
 #[test]
 fn a_replica_synced_under_a_primarys_list_takes_its_ids_though_it_stepped_down_meanwhile() {
     let mut net = Net::new();
-    net.link_down(0, 1);
-    net.link_down(1, 2);
-    write_on(&mut net, 0, 1, 3);
-    assert_eq!(net.answer(1), Some(Ok(())));
+    node_1_alone_misses_block_3(&mut net, 1);
     let g0 = *net.nodes[0].generation(0).unwrap();
     assert_ne!(*net.nodes[1].generation(0).unwrap(), g0, "node 1 missed it");
     net.hold_at(1, 0, |m| matches!(m, Msg::ResyncReq { .. }));
