@@ -399,11 +399,14 @@ impl Sim {
                             .restore_peer(v as u16, *peer, words, false, *gi)
                             .expect("restored into a crashed start");
                     }
-                    if let Some(ids) = gens[v] {
-                        n.engine
-                            .restore_ids(v as u16, ids, was_primary)
-                            .expect("a replica's generation ids");
-                    }
+                }
+                // The daemon restores every replica's ids, consistent or not (as
+                // `start_after_crash` does): one that crashed Inconsistent came back
+                // here with none, which no daemon does.
+                if let Some(ids) = gens[v] {
+                    n.engine
+                        .restore_ids(v as u16, ids, was_primary)
+                        .expect("a replica's generation ids");
                 }
             }
         }
