@@ -167,9 +167,13 @@ impl LocalVol {
     pub(super) fn keeps_consistent(&self) -> bool {
         self.diskful
             && (self.disk == DiskState::UpToDate
-                || (self.disk == DiskState::Outdated
-                    && (!self.unproven || self.suspect.is_some())
-                    && !self.created))
+                || (self.disk == DiskState::Outdated && !self.whole_unproven() && !self.created))
+    }
+
+    /// Unproven with no suspect ranges (found without metadata, or back from a crash
+    /// while Inconsistent): nothing says where it is current, so none of it is.
+    pub(super) fn whole_unproven(&self) -> bool {
+        self.unproven && self.suspect.is_none()
     }
 
     /// The Primary reads here rather than asking a peer: every block of the replica is

@@ -7,7 +7,6 @@ use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::{Bitmap, BLOCK};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
-use super::generation::{lineage, Lineage};
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
 use super::peer::{KeptClaims, Peer};
@@ -386,7 +385,7 @@ impl Replicas {
         // (failover seed 237: a replica back from a crash mid-resync, which forgot the
         // blocks a dead Primary had listed to it, pulled what an Inconsistent peer listed,
         // called itself UpToDate, and was promoted without an acknowledged write).
-        let whole_unproven = self.vols[v].unproven && self.vols[v].suspect.is_none();
+        let whole_unproven = self.vols[v].whole_unproven();
         if whole_unproven && !source_current && !under_primary {
             return self.set_disk(v, DiskState::Outdated, why, out);
         }
@@ -405,7 +404,7 @@ impl Replicas {
         // what both held before elsewhere: the survivor's (if it was our source).
         let survivor_source = rs.after_split_brain.is_some() && rs.after_split_brain == rs.source;
         // Still the connection that listed as Primary, with the ids it stepped down with.
-        let demoted_lister = rs.listed_by_demoted.filter(|d| {
+        let from_demoted_lister = rs.listed_by_demoted.is_some_and(|d| {
             rs.source == Some(d.node)
                 && (self.peers.get(d.node))
                     .is_some_and(|p| p.conn == d.conn && p.vols[v].gen == d.gen)
@@ -414,10 +413,8 @@ impl Replicas {
             Some(gen) if all_met_no_primary || (survivor_source && !under_primary) => {
                 self.adopt_gen(v, gen, out)
             }
-            Some(gen) if demoted_lister.is_some() && !under_primary => {
-                if lineage(&self.vols[v].gen, &gen) != Lineage::Newer {
-                    self.adopt_gen(v, gen, out)
-                }
+            Some(gen) if from_demoted_lister && !under_primary => {
+                self.adopt_unless_ours_descend(v, gen, out)
             }
             _ => self.adopt_from_primary(v, out),
         }

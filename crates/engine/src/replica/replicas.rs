@@ -254,13 +254,11 @@ impl Replicas {
         let Some(rs) = vol.resync.as_ref() else {
             return vol.disk == DiskState::UpToDate;
         };
-        // Unproven with no suspect ranges (back from a crash while Inconsistent, or found
-        // without metadata), none of it is known current until it is UpToDate, whatever a
+        // Wholly unproven, none of it is known current until it is UpToDate, whatever a
         // list that made it Inconsistent left out (failover seed 430002177: a Primary
         // killed mid-resync came back so, was listed two blocks by a peer, and served
         // that peer a block it had never pulled, without an acknowledged write).
-        let whole_unproven = vol.unproven && vol.suspect.is_none();
-        vol.disk == DiskState::Inconsistent && !whole_unproven && rs.holds(offset, len)
+        vol.disk == DiskState::Inconsistent && !vol.whole_unproven() && rs.holds(offset, len)
     }
 
     pub(super) fn check_volume(&self, volume: u16) -> Result<usize, ProtocolError> {

@@ -469,9 +469,20 @@ impl Replicas {
         if !self.vols[v].diskful || self.vols[v].disk != DiskState::UpToDate {
             return;
         }
-        let Some(gen) = self.peers.primary_listed(v).map(|p| p.vols[v].gen) else {
-            return;
-        };
+        if let Some(gen) = self.peers.primary_listed(v).map(|p| p.vols[v].gen) {
+            self.adopt_unless_ours_descend(v, gen, out);
+        }
+    }
+
+    /// A Primary's ids (or one that stepped down since) for data we now hold, but never
+    /// ids our own descend from: our data is newer (failover seed 3091, see ARCHITECTURE
+    /// "Adoption").
+    pub(super) fn adopt_unless_ours_descend(
+        &mut self,
+        v: usize,
+        gen: GenIds,
+        out: &mut Vec<RAction>,
+    ) {
         if lineage(&self.vols[v].gen, &gen) != Lineage::Newer {
             self.adopt_gen(v, gen, out);
         }
