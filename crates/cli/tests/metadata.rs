@@ -708,6 +708,67 @@ fn an_invalidated_replica_is_synced_in_full() {
     c.assert_replicas_identical();
 }
 
+/// A replica stopped cleanly while it is being synced: its metadata says "not
+/// consistent", so it starts `Inconsistent` (of unknown currency, synced in full again),
+/// with what it knew its peers lack, written whole at the stop (being synced, it takes the
+/// Primary's writes, and one that missed a peer may be on it alone). Here every write
+/// reached both replicas: it claims nothing, the resync ends and the replicas end
+/// identical. `tandem invalidate` cleared its bitmaps before (a thrown-away replica claims
+/// nothing).
+#[test]
+fn a_replica_stopped_while_being_synced_starts_inconsistent_with_its_bitmaps() {
+    const TEST: &str =
+        "metadata::a_replica_stopped_while_being_synced_starts_inconsistent_with_its_bitmaps";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    // 64 MiB at 8 MiB/s: the full resync takes about 8 s.
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            net: "resync-min-rate = \"8M\"\nresync-max-rate = \"8M\"\n",
+            ..Setup::new("C", &NODES)
+        },
+    );
+    c.wait_connected();
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 12);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    c.replica_tool("beta", &["invalidate", "r0"])
+        .expect_success();
+    let beta = c.node_mut("beta");
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    assert!(
+        wait_log_line(
+            c.node("beta"),
+            &[&["lists writes we lack"]],
+            Duration::from_secs(20)
+        ),
+        "beta's resync never began:\n{}",
+        c.node("beta").daemon.log()
+    );
+    // Written while beta is being synced: the Primary's writes reach it too.
+    write_region(&c, "gamma", 32 * MIB, 4 * MIB, MIB, 13);
+    let log = c.node("beta").daemon.log();
+    let run = &log[log.rfind("==== test harness: start").unwrap_or(0)..];
+    assert!(
+        !run.contains(" finished ("),
+        "the resync ended before the stop; slow it down:\n{run}"
+    );
+    let beta = c.node_mut("beta");
+    beta.daemon.stop(Duration::from_secs(10));
+    beta.daemon.restart();
+    beta.daemon.wait_ready(READY_TIMEOUT);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    let log = c.node("beta").daemon.log();
+    let last = &log[log.rfind("==== test harness: start").unwrap_or(0)..];
+    assert!(last.contains("starts Inconsistent"), "{last}");
+    c.assert_replicas_identical();
+}
+
 /// The cluster of `start`, beta's metadata on a `pmem:` file in /dev/shm (named by
 /// `name`; the test removes it) plus `extra` lines in beta's volume; `None` (the test
 /// skipped) without /dev/shm.

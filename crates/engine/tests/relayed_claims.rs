@@ -97,3 +97,66 @@ fn a_relay_of_the_connected_primarys_write_is_kept_against_a_peer_with_newer_ids
     assert_eq!(net.block(2, 8)[0], 2, "the acknowledged write is on both");
     assert_eq!(net.block(1, 3)[0], 1);
 }
+
+/// Failover soak seed 430004651, with a diskless Primary. As above up to the write of
+/// block 8, which reached node 1 alone (being synced, its ids older than node 2's) and was
+/// acknowledged. Then the Primary goes, and node 1 stops cleanly while still Inconsistent:
+/// it starts again `Inconsistent`, with its claim that node 2 lacks block 8 restored from
+/// its metadata but without the record that the claim relays a Primary's write (memory
+/// only).
+/// It meets node 2, UpToDate with newer ids. Node 1 keeps the claim: a sync target's older
+/// ids say nothing of the Primary's writes it took. (Yielded, as the claims of a replica
+/// with older ids are to an up-to-date one, node 1 pulled block 8 from node 2, which
+/// lacked it, and the acknowledged write was gone.) Node 2's list names block 8 too: only
+/// a Primary settles which of them is newer, so node 1 redials rather than pull it.
+#[test]
+fn claims_restored_after_a_stop_while_inconsistent_are_not_yielded_to_newer_ids() {
+    let mut net = Net::diskless_primary();
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    net.write(1, 3 * BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.hold_at(1, 0, |m| {
+        matches!(
+            m,
+            Msg::Volume {
+                disk: DiskState::Inconsistent,
+                ..
+            }
+        )
+    });
+    net.link_up(0, 1);
+    net.link_down(0, 2);
+    net.write(2, 8 * BLOCK, 4096);
+    net.release(1, 0);
+    assert_eq!(net.answer(2), Some(Ok(())), "acknowledged");
+    assert_eq!(net.claims(1, 2), BLOCK, "node 1 marks node 2");
+    assert_eq!(net.nodes[1].disk(0), DiskState::Inconsistent);
+    // The Primary tells node 1 which replicas have the write (a clean stop waits for
+    // that), then goes; node 1 stops cleanly while being synced.
+    net.tick(1000);
+    net.link_down(0, 1);
+    net.restart_cleanly_inconsistent(1);
+    assert_eq!(net.claims(1, 2), BLOCK, "restored");
+    assert_ne!(
+        net.nodes[1].generation(0),
+        net.nodes[2].generation(0),
+        "node 2's ids are newer"
+    );
+    net.link_up(1, 2);
+    assert_eq!(net.claims(1, 2), BLOCK, "node 1 keeps its claim");
+    assert_eq!(net.listed_blocks(1, 2), vec![8], "and lists it");
+    assert!(
+        !net.pulled_blocks(1, 2).contains(&8),
+        "node 1 does not pull the write it alone holds"
+    );
+    assert_eq!(
+        net.block(1, 8)[0],
+        2,
+        "the acknowledged write is still on node 1"
+    );
+    // Node 2 lists everything to a replica of unknown currency, block 8 among them: each
+    // claims the other lacks it, which only a Primary settles, and each drops the link to
+    // redial, as replicas apart from the Primary do.
+    assert_eq!(net.dropped, vec![(1, 2), (2, 1)]);
+}

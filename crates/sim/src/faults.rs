@@ -534,11 +534,11 @@ impl Sim {
                     .restore_generation(v as u16, k.gen, false)
                     .expect("a replica's generation ids");
             }
-            for (peer, words, apart, gi) in k.iter().filter(|k| k.consistent).flat_map(|k| &k.peers)
-            {
+            // Consistent or not (`ReplicaAtStart::Inconsistent`): a clean stop writes them.
+            for (peer, words, apart, gi) in k.iter().flat_map(|k| &k.peers) {
                 n.engine
                     .restore_peer(v as u16, *peer, words, *apart, *gi)
-                    .expect("restored into a consistent start");
+                    .expect("restored at a start from metadata");
             }
         }
     }

@@ -1313,3 +1313,13 @@ fn a_replica_synced_under_a_demoted_primarys_list_takes_its_ids() {
 fn a_replica_of_unknown_currency_serves_no_resync() {
     let _ = Sim::new(Family::Failover.scenario(430_002_177)).run();
 }
+
+/// A replica stopped cleanly while being synced comes back with its claims, and keeps
+/// those on a peer with newer ids while no Primary is connected (430004651: it held an
+/// acknowledged write its up-to-date peer lacked; back without the claim, it pulled the
+/// block from that peer and the write was gone).
+#[test]
+fn a_replica_stopped_while_being_synced_keeps_its_claims() {
+    let out = Sim::new(Family::Failover.scenario(430_004_651)).run();
+    assert!(out.converged, "failover seed 430004651");
+}

@@ -347,7 +347,15 @@ pub(super) fn open_replica(
         ReplicaAtStart::Created
     } else if !clean && consistent {
         ReplicaAtStart::Crashed
+    } else if clean {
+        // Stopped cleanly while not consistent (being synced): its data is of unknown
+        // currency, but the stop wrote its bitmaps whole, and they may name a Primary's
+        // writes that reached it alone.
+        ReplicaAtStart::Inconsistent
     } else {
+        // Crashed while not consistent: its data is of unknown currency, and its bitmaps
+        // are no account of what its peers lack (the pages are as their extents last left
+        // the log, and the log's extents, coarse, would claim writes every peer holds).
         ReplicaAtStart::Existing
     };
     // After a crash the log's extents are where this replica may differ from its peers,
@@ -394,7 +402,10 @@ pub(super) fn open_replica(
         });
     }
     let mut restore = Vec::new();
-    if matches!(found, ReplicaAtStart::Consistent | ReplicaAtStart::Crashed) {
+    if matches!(
+        found,
+        ReplicaAtStart::Consistent | ReplicaAtStart::Crashed | ReplicaAtStart::Inconsistent
+    ) {
         for &p in &peers {
             if let Some(slot) = sb.slot_of_peer(p) {
                 let mut words = store.read_bitmap(slot)?;
@@ -949,10 +960,19 @@ pub fn invalidate(config_dir: &Path, resource: &str, node: &str, volume: u16) ->
     ] {
         sb.flags.remove(f);
     }
-    for slot in &mut sb.peers {
+    // A thrown-away replica claims nothing of its peers either: its metadata's bitmaps
+    // are restored at a start that is not consistent (`ReplicaAtStart::Inconsistent`).
+    let pages = store.layout().bitmap_pages();
+    for (i, slot) in sb.peers.iter_mut().enumerate() {
         slot.bitmap_gi = 0;
         slot.flags.remove(PeerFlags::BITMAP_GI);
+        slot.flags.remove(PeerFlags::WROTE_APART);
+        if slot.node_id.is_some() {
+            let zero = vec![0u64; store.read_bitmap(i)?.len()];
+            store.write_bitmap_pages(i, &zero, 0, pages)?;
+        }
     }
+    store.sync()?;
     sb.flags.insert(SbFlags::CLEAN);
     store.write_superblock(&sb)?;
     store.sync()?;

@@ -18,6 +18,13 @@ pub(super) struct LocalVol {
     pub(super) diskful: bool,
     /// Created empty at start, no data received since (see [`ReplicaAtStart::Created`]).
     pub(super) created: bool,
+    /// Found at start without metadata ([`ReplicaAtStart::Existing`]): it knows nothing of
+    /// what its peers lack.
+    pub(super) no_metadata: bool,
+    /// Found at start not consistent, with its claims on peers restored
+    /// ([`ReplicaAtStart::Inconsistent`]): what told those claims apart (which were a
+    /// Primary's writes that missed a peer, `PeerVol::relayed`) was memory only.
+    pub(super) started_inconsistent: bool,
     /// Found at start (Outdated: currency unknown) and not yet synced under a Primary's
     /// list: peers with current data list everything to it, even once it is being synced
     /// (simulator seed 60032299: a restarted replica pulled everything from a peer cut off
@@ -102,7 +109,9 @@ impl LocalVol {
                 rs.to_pull.set_all();
                 (DiskState::Inconsistent, true, Some(rs))
             }
-            ReplicaAtStart::Existing => (DiskState::Outdated, false, None),
+            ReplicaAtStart::Existing | ReplicaAtStart::Inconsistent => {
+                (DiskState::Outdated, false, None)
+            }
             // The only replica there is: nothing anywhere can be newer.
             ReplicaAtStart::Consistent if alone => (DiskState::UpToDate, false, None),
             ReplicaAtStart::Consistent => (DiskState::Outdated, false, None),
@@ -115,8 +124,12 @@ impl LocalVol {
             disk,
             diskful: found != ReplicaAtStart::None,
             created,
-            unproven: found == ReplicaAtStart::Existing
-                || (found == ReplicaAtStart::Crashed && !alone),
+            no_metadata: found == ReplicaAtStart::Existing,
+            started_inconsistent: found == ReplicaAtStart::Inconsistent,
+            unproven: matches!(
+                found,
+                ReplicaAtStart::Existing | ReplicaAtStart::Inconsistent
+            ) || (found == ReplicaAtStart::Crashed && !alone),
             suspect: (found == ReplicaAtStart::Crashed && !alone).then(|| Bitmap::new(size)),
             crashed_under: None,
             settled_by: None,
@@ -174,6 +187,14 @@ impl LocalVol {
     /// while Inconsistent): nothing says where it is current, so none of it is.
     pub(super) fn whole_unproven(&self) -> bool {
         self.unproven && self.suspect.is_none()
+    }
+
+    /// Restarted Inconsistent and not proven since: its claims on peers are kept from its
+    /// last run, where some may have been a Primary's writes that missed the peer and
+    /// reached us alone (`PeerVol::relayed`, not kept across the restart; see
+    /// `Replicas::restored_relays_stand`).
+    pub(super) fn claims_may_be_relays(&self) -> bool {
+        self.started_inconsistent && self.unproven
     }
 
     /// The Primary reads here rather than asking a peer: every block of the replica is

@@ -2,7 +2,10 @@
 //! the blocks that peer lacks from it (and whether it wrote them as Primary apart from it).
 //! The driver writes it to the volume's metadata when the node stops cleanly and hands it
 //! back at the next start ([`ReplicaAtStart::Consistent`] and [`Resource::restore_peer`]).
-//! A crash leaves none of it trusted: the replica starts unproven, as before metadata.
+//! A clean stop while not consistent keeps them too ([`ReplicaAtStart::Inconsistent`]);
+//! after a crash of a consistent replica the driver restores the bitmap pages with its
+//! activity log's extents ([`ReplicaAtStart::Crashed`]): it starts unproven, but what it
+//! knew its peers lack is kept.
 
 use super::bitmap::Bitmap;
 use super::generation::{lineage, GenIds, Lineage, Standing};
@@ -90,7 +93,7 @@ pub enum NotQuiet {
 pub enum RestoreError {
     #[error("node {0} is not a diskful peer of volume {1}")]
     NotAPeer(NodeId, u16),
-    #[error("volume {0} did not start Consistent")]
+    #[error("volume {0} started with nothing kept of its peers (no metadata, or created now)")]
     NotConsistent(u16),
     #[error("volume {0} did not start Crashed with peers")]
     NotCrashed(u16),
@@ -156,9 +159,10 @@ impl Resource {
         })
     }
 
-    /// Before the first event: what a replica that started [`ReplicaAtStart::Consistent`]
-    /// knew of peer `node` when it stopped (`bitmap_gi`: see [`PersistedPeer::bitmap_gi`],
-    /// the last [`Event::BitmapGiChanged`](super::Event::BitmapGiChanged) after a crash).
+    /// Before the first event: what a replica that started [`ReplicaAtStart::Consistent`],
+    /// [`ReplicaAtStart::Crashed`] or [`ReplicaAtStart::Inconsistent`] knew of peer `node`
+    /// when it stopped (`bitmap_gi`: see [`PersistedPeer::bitmap_gi`], the last
+    /// [`Event::BitmapGiChanged`](super::Event::BitmapGiChanged) after a crash).
     pub fn restore_peer(
         &mut self,
         volume: u16,
@@ -173,11 +177,10 @@ impl Resource {
             .vols
             .get(v)
             .ok_or(RestoreError::NotAPeer(node, volume))?;
-        // A replica back from a crash is unproven, but what it knew its peers lack (the
-        // bitmap its metadata kept, which with its activity log covers every block it
-        // marked) is still true, and may be known nowhere else.
-        let crashed = vol.suspect.is_some();
-        if !vol.diskful || (vol.unproven && !crashed) || vol.created {
+        // A replica back from a crash, or stopped Inconsistent, is unproven, but what it
+        // knew its peers lack (the bitmap its metadata kept, which with its activity log
+        // covers every block it marked) is still true, and may be known nowhere else.
+        if !vol.diskful || vol.no_metadata || vol.created {
             return Err(RestoreError::NotConsistent(volume));
         }
         let i = rep
@@ -207,7 +210,8 @@ impl Resource {
     /// Whether volume `volume`'s replica is consistent now, as its metadata must say
     /// before any write that could make it otherwise lands (see
     /// [`LocalVol::keeps_consistent`](super::local::LocalVol::keeps_consistent)): a crash
-    /// then starts it [`ReplicaAtStart::Crashed`], else [`ReplicaAtStart::Existing`].
+    /// then starts it [`ReplicaAtStart::Crashed`], else [`ReplicaAtStart::Existing`] (and a
+    /// clean stop [`ReplicaAtStart::Inconsistent`]).
     pub fn consistent(&self, volume: u16) -> bool {
         self.rep
             .vols
@@ -394,7 +398,7 @@ impl ReplicaAtStart {
         if consistent {
             ReplicaAtStart::Consistent
         } else {
-            ReplicaAtStart::Existing
+            ReplicaAtStart::Inconsistent
         }
     }
 }

@@ -70,6 +70,18 @@ pub enum ReplicaAtStart {
     /// pulls its suspect ranges itself, and only under a Primary (whose list is the only
     /// complete account of what it missed). Until then it waits.
     Crashed,
+    /// Its metadata says it stopped cleanly while not consistent (being synced): its data
+    /// is of unknown currency, as for [`ReplicaAtStart::Existing`], but what it knew its
+    /// peers lack was written whole at the stop and is given back with
+    /// [`Resource::restore_peer`](super::Resource::restore_peer). Being synced, it took a
+    /// Primary's writes, and may hold the only copy of an acknowledged one (failover seed
+    /// 430004651: a replica being synced held a write its up-to-date peer lacked and,
+    /// restarted without that claim, pulled the block from the peer over it). After a
+    /// crash while not consistent it starts `Existing`: the bitmap pages are as their
+    /// extents last left the activity log, and the log's extents, 4 MiB each, would claim
+    /// writes every peer holds (a replica killed mid-resync and its up-to-date peer
+    /// redialled for ever, each claiming the other lacked a block).
+    Inconsistent,
     /// Known to be current (tests).
     UpToDate,
 }

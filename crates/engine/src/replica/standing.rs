@@ -368,6 +368,16 @@ impl Replicas {
         (!holds).then(|| r.ranges.clone())
     }
 
+    /// Our replica of `v` restarted Inconsistent and is not proven since, and no Primary is
+    /// connected: what it claims its peers lack may relay a gone Primary's writes that
+    /// reached it alone, as `primary_relays` keeps them with no Primary connected (which
+    /// ones is memory only). Newer ids of a peer do not make those claims stale: a sync
+    /// target keeps its older ids while it takes a Primary's writes. A connected Primary
+    /// settles them as it settles relays of an earlier connection: by its lists.
+    pub(super) fn restored_relays_stand(&self, v: usize) -> bool {
+        self.vols[v].claims_may_be_relays() && self.peers.primary().is_none()
+    }
+
     /// The Primary `node` stepped down: its relays are void (another Primary, apart from
     /// us, may write a peer next; a later tenure of that node starts a new record).
     pub(super) fn forget_relays(&mut self, node: NodeId) {

@@ -59,6 +59,7 @@ impl Replicas {
             && self.role != Role::Primary
             && self.peer_newer(i, v)
             && !self.current_under_primary(v)
+            && !self.restored_relays_stand(v)
         {
             // It is current with newer ids: what we claim it lacks is older than its
             // data, or from writes that failed; we take its version. Not when we are
@@ -71,6 +72,10 @@ impl Replicas {
             // us after its list to us ended (`primary_relays`; overlapping soak seed
             // 204004523: a replica being synced alone held such a write, acknowledged,
             // and pulled it from the peer that lacked it while that Primary listed it).
+            // Nor claims restored at a restart while Inconsistent, which may be such
+            // relays (`restored_relays_stand`; failover seed 430004651: a replica being
+            // synced held an acknowledged write its up-to-date peer with newer ids
+            // lacked, stopped, and yielded the claim at its return: the write was gone).
             let kept = self.take_primary_relays(i, v);
             self.yield_claims(i, v, out);
             if let Some(kept) = kept {
@@ -555,8 +560,18 @@ impl Replicas {
                 return Err(ProtocolError::LackPrimaryWrites { volume });
             }
         }
+        // Restarted Inconsistent, we claim the lister lacks some of this range, and the
+        // claim may relay a gone Primary's write that reached us alone
+        // (`restored_relays_stand`): which of the two is newer there, neither ids nor
+        // anything we kept tell. Only a Primary's lists settle it; pulled, an acknowledged
+        // write could be lost (engine test
+        // `claims_restored_after_a_stop_while_inconsistent_are_not_yielded_to_newer_ids`).
+        if self.restored_relays_stand(v) && self.peers[i].vols[v].oos.any_in(offset, u64::from(len))
+        {
+            return Err(ProtocolError::LackPrimaryWrites { volume });
+        }
         // After the end of its list, a peer's notices are live: a write we missed.
-        let live = pv.listed;
+        let live = self.peers[i].vols[v].listed;
         if self.peers[i].role == Role::Primary && self.settled_by_primary(v) {
             // The run that settled our crash says we lack this: it missed no write a peer
             // lacks here (it marked that peer too), and a write that failed it settled

@@ -548,9 +548,38 @@ impl Net {
         self.nodes[n as usize] = res;
     }
 
+    /// Node `n`, every link of it down, stops cleanly while its replica is not consistent
+    /// (being synced) and starts again `Inconsistent`, as `tandem node` starts it: of
+    /// unknown currency, but with what it knew each peer lacks, and its generation ids.
+    pub fn restart_cleanly_inconsistent(&mut self, n: NodeId) {
+        let res = &self.nodes[n as usize];
+        let kept = res.persisted(0).expect("quiet");
+        assert!(!kept.consistent, "node {n}");
+        let claims: Vec<(NodeId, Vec<u64>, bool, Option<u64>)> = (kept.peers.iter())
+            .map(|p| {
+                (
+                    p.node,
+                    p.out_of_sync.words().to_vec(),
+                    p.wrote_apart,
+                    p.bitmap_gi,
+                )
+            })
+            .collect();
+        let gen = *res.generation(0).expect("a replica");
+        let store = &mut self.stores[n as usize];
+        store.parked.clear();
+        store.kept.clear();
+        store.held = false;
+        let mut res = self.restarted(n, ReplicaAtStart::Inconsistent);
+        for (peer, words, apart, gi) in claims {
+            res.restore_peer(0, peer, &words, apart, gi).unwrap();
+        }
+        res.restore_generation(0, gen, false).unwrap();
+        self.nodes[n as usize] = res;
+    }
+
     /// Node `n`'s engine, every link of it down, started again with a replica of unknown
-    /// currency (`Existing`: it crashed while Inconsistent, which no metadata vouches
-    /// for), its generation ids kept.
+    /// currency (`Existing`: found without metadata), its generation ids kept.
     pub fn start_unproven(&mut self, n: NodeId) {
         let gen = *self.nodes[n as usize].generation(0).expect("a replica");
         let mut res = self.restarted(n, ReplicaAtStart::Existing);
