@@ -15,16 +15,23 @@ use common::*;
 const NODES: [Spec; 3] = [ALPHA, BETA, GAMMA];
 const SIZE: u64 = 64 * MIB;
 
-fn start(test: &'static str) -> Cluster {
-    let mut c = Cluster::start_with(
-        test,
-        Setup {
-            size: SIZE,
-            ..Setup::new("C", &NODES)
-        },
-    );
+/// The three nodes of these tests, one volume of `SIZE`, protocol C.
+fn setup() -> Setup<'static> {
+    Setup {
+        size: SIZE,
+        ..Setup::new("C", &NODES)
+    }
+}
+
+/// A cluster of `setup`, connected.
+fn start_from(test: &'static str, setup: Setup<'_>) -> Cluster {
+    let mut c = Cluster::start_with(test, setup);
     c.wait_connected();
     c
+}
+
+fn start(test: &'static str) -> Cluster {
+    start_from(test, setup())
 }
 
 /// 4 KiB random writes of `bytes` in all through `node` (fio, the NBD engine), verified.
@@ -427,15 +434,13 @@ fn external_metadata_does_not_vouch_for_a_new_backing_file() {
         return;
     }
 
-    let mut c = Cluster::start_with(
+    let mut c = start_from(
         TEST,
         Setup {
-            size: SIZE,
             tweak: &beta_meta_on_its_own_file,
-            ..Setup::new("C", &NODES)
+            ..setup()
         },
     );
-    c.wait_connected();
     write_random(&c, "gamma", 2 * MIB, 5);
     c.wait_in_sync(SYNC_TIMEOUT);
     c.node_mut("beta").daemon.stop(Duration::from_secs(20));
@@ -723,15 +728,13 @@ fn a_replica_stopped_while_being_synced_starts_inconsistent_with_its_bitmaps() {
         return;
     }
     // 64 MiB at 8 MiB/s: the full resync takes about 8 s.
-    let mut c = Cluster::start_with(
+    let mut c = start_from(
         TEST,
         Setup {
-            size: SIZE,
             net: "resync-min-rate = \"8M\"\nresync-max-rate = \"8M\"\n",
-            ..Setup::new("C", &NODES)
+            ..setup()
         },
     );
-    c.wait_connected();
     write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 12);
     c.wait_in_sync(SYNC_TIMEOUT);
     let beta = c.node_mut("beta");
@@ -786,15 +789,13 @@ fn start_with_beta_on_pmem(
     let _ = std::fs::remove_file(&md);
     let md_line = format!("\n  meta-disk = \"pmem:{}\"{extra}", md.display());
     let tweak = move |node: &str, text: String| beta_volume_plus(node, text, |_| md_line.clone());
-    let mut c = Cluster::start_with(
+    let c = start_from(
         test,
         Setup {
-            size: SIZE,
             tweak: &tweak,
-            ..Setup::new("C", &NODES)
+            ..setup()
         },
     );
-    c.wait_connected();
     Some((c, md))
 }
 
@@ -1151,15 +1152,13 @@ fn a_failed_metadata_write_detaches_the_replica() {
         return;
     }
 
-    let mut c = Cluster::start_with(
+    let mut c = start_from(
         TEST,
         Setup {
-            size: SIZE,
             tweak: &beta_meta_on_its_own_file,
-            ..Setup::new("C", &NODES)
+            ..setup()
         },
     );
-    c.wait_connected();
     write_region(&c, "gamma", 0, 8 * MIB, MIB, 31);
     c.wait_in_sync(SYNC_TIMEOUT);
     // Beta again, its metadata now read through a loop device over the same file.
@@ -1281,15 +1280,13 @@ fn node_joins_later(test: &'static str, spare_slot: bool) {
             })
             .collect::<String>()
     };
-    let mut c = Cluster::start_with(
+    let mut c = start_from(
         test,
         Setup {
-            size: SIZE,
             tweak: &spare,
-            ..Setup::new("C", &NODES)
+            ..setup()
         },
     );
-    c.wait_connected();
     c.wait_in_sync(SYNC_TIMEOUT);
     c.stop_all();
     // gamma gets a disk of its own: every node's copy of the file says so.

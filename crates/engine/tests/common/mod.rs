@@ -442,9 +442,15 @@ impl Net {
     /// Node `n`, every link of it down, stops cleanly and starts again from what its
     /// metadata kept: consistent, what it knew each peer lacks, its generation ids.
     pub fn restart_cleanly(&mut self, n: NodeId) {
+        self.restart_from_clean_stop(n, true);
+    }
+
+    /// Node `n`, every link of it down, stops cleanly with its replica `consistent` or
+    /// not, and starts again from what its metadata kept (`Consistent` or `Inconsistent`).
+    fn restart_from_clean_stop(&mut self, n: NodeId, consistent: bool) {
         let res = &self.nodes[n as usize];
         let kept = res.persisted(0).expect("quiet");
-        assert!(kept.consistent);
+        assert_eq!(kept.consistent, consistent, "node {n}");
         let claims: Vec<(NodeId, Vec<u64>, bool, Option<u64>)> = (kept.peers.iter())
             .map(|p| {
                 (
@@ -456,7 +462,12 @@ impl Net {
             })
             .collect();
         let gen = *res.generation(0).expect("a replica");
-        let mut res = self.restarted(n, ReplicaAtStart::Consistent);
+        let store = &mut self.stores[n as usize];
+        store.parked.clear();
+        store.kept.clear();
+        store.held = false;
+        let found = ReplicaAtStart::after_clean_stop(consistent);
+        let mut res = self.restarted(n, found);
         for (peer, words, apart, gi) in claims {
             res.restore_peer(0, peer, &words, apart, gi).unwrap();
         }
@@ -552,30 +563,7 @@ impl Net {
     /// (being synced) and starts again `Inconsistent`, as `tandem node` starts it: of
     /// unknown currency, but with what it knew each peer lacks, and its generation ids.
     pub fn restart_cleanly_inconsistent(&mut self, n: NodeId) {
-        let res = &self.nodes[n as usize];
-        let kept = res.persisted(0).expect("quiet");
-        assert!(!kept.consistent, "node {n}");
-        let claims: Vec<(NodeId, Vec<u64>, bool, Option<u64>)> = (kept.peers.iter())
-            .map(|p| {
-                (
-                    p.node,
-                    p.out_of_sync.words().to_vec(),
-                    p.wrote_apart,
-                    p.bitmap_gi,
-                )
-            })
-            .collect();
-        let gen = *res.generation(0).expect("a replica");
-        let store = &mut self.stores[n as usize];
-        store.parked.clear();
-        store.kept.clear();
-        store.held = false;
-        let mut res = self.restarted(n, ReplicaAtStart::Inconsistent);
-        for (peer, words, apart, gi) in claims {
-            res.restore_peer(0, peer, &words, apart, gi).unwrap();
-        }
-        res.restore_generation(0, gen, false).unwrap();
-        self.nodes[n as usize] = res;
+        self.restart_from_clean_stop(n, false);
     }
 
     /// Node `n`'s engine, every link of it down, started again with a replica of unknown
