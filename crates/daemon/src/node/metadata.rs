@@ -968,7 +968,7 @@ pub fn invalidate(config_dir: &Path, resource: &str, node: &str, volume: u16) ->
         slot.flags.remove(PeerFlags::BITMAP_GI);
         slot.flags.remove(PeerFlags::WROTE_APART);
         if slot.node_id.is_some() {
-            let zero = vec![0u64; store.read_bitmap(i)?.len()];
+            let zero = vec![0u64; store.layout().bitmap_words()];
             store.write_bitmap_pages(i, &zero, 0, pages)?;
         }
     }

@@ -18,13 +18,11 @@ pub(super) struct LocalVol {
     pub(super) diskful: bool,
     /// Created empty at start, no data received since (see [`ReplicaAtStart::Created`]).
     pub(super) created: bool,
-    /// Found at start without metadata ([`ReplicaAtStart::Existing`]): it knows nothing of
-    /// what its peers lack.
-    pub(super) no_metadata: bool,
-    /// Found at start not consistent, with its claims on peers restored
-    /// ([`ReplicaAtStart::Inconsistent`]): what told those claims apart (which were a
-    /// Primary's writes that missed a peer, `PeerVol::relayed`) was memory only.
-    pub(super) started_inconsistent: bool,
+    /// What the driver found at start: without metadata ([`ReplicaAtStart::Existing`]) it
+    /// knows nothing of what its peers lack; back [`ReplicaAtStart::Inconsistent`], its
+    /// claims on peers are restored, but what told them apart (which were a Primary's
+    /// writes that missed a peer, `PeerVol::relayed`) was memory only.
+    pub(super) found: ReplicaAtStart,
     /// Found at start (Outdated: currency unknown) and not yet synced under a Primary's
     /// list: peers with current data list everything to it, even once it is being synced
     /// (simulator seed 60032299: a restarted replica pulled everything from a peer cut off
@@ -124,8 +122,7 @@ impl LocalVol {
             disk,
             diskful: found != ReplicaAtStart::None,
             created,
-            no_metadata: found == ReplicaAtStart::Existing,
-            started_inconsistent: found == ReplicaAtStart::Inconsistent,
+            found,
             unproven: matches!(
                 found,
                 ReplicaAtStart::Existing | ReplicaAtStart::Inconsistent
@@ -194,7 +191,7 @@ impl LocalVol {
     /// reached us alone (`PeerVol::relayed`, not kept across the restart; see
     /// `Replicas::restored_relays_stand`).
     pub(super) fn claims_may_be_relays(&self) -> bool {
-        self.started_inconsistent && self.unproven
+        self.found == ReplicaAtStart::Inconsistent && self.unproven
     }
 
     /// The Primary reads here rather than asking a peer: every block of the replica is

@@ -180,7 +180,7 @@ impl Resource {
         // A replica back from a crash, or stopped Inconsistent, is unproven, but what it
         // knew its peers lack (the bitmap its metadata kept, which with its activity log
         // covers every block it marked) is still true, and may be known nowhere else.
-        if !vol.diskful || vol.no_metadata || vol.created {
+        if !vol.diskful || vol.found == ReplicaAtStart::Existing || vol.created {
             return Err(RestoreError::NotConsistent(volume));
         }
         let i = rep
