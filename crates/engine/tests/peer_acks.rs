@@ -88,6 +88,108 @@ fn secondaries_that_lost_the_primary_reconcile_a_write_only_one_received() {
     assert!(net.settled.contains(&(1, 0, u64::MAX)), "{:?}", net.settled);
 }
 
+/// The Primary's links drop one after the other: node 2 asks node 1 how far it got while
+/// node 1 is still connected to that run. Node 1 keeps the question and compares once it
+/// loses the Primary too; before, it dropped it, and the later write it alone held was
+/// never listed to node 2 (the real-daemon test `ext4_survives_the_death_of_its_diskless_
+/// primary`: the replicas differed by the writes the last Secondary received). With
+/// `first_write_missed`, node 2 received nothing of that run and asks with a zero.
+fn a_question_asked_while_still_connected(diskless: bool, first_write_missed: bool) {
+    let mut net = if diskless {
+        Net::diskless_primary()
+    } else {
+        Net::new()
+    };
+    if !first_write_missed {
+        net.write(1, 0, 4096);
+    }
+    net.pass = |from, to, msg| !(from == 0 && to == 2 && matches!(msg, Msg::Write { .. }));
+    net.write(2, 8192, 4096);
+    net.pass = |_, _, _| true;
+    net.cut(0, 1);
+    net.cut(0, 2);
+    net.notice_down(2, 0);
+    net.run();
+    assert!(
+        !net.delivered(2, 1, |m| matches!(m, Msg::PrimaryLost { .. }))
+            .is_empty(),
+        "node 2 asked node 1 while it was still connected to the Primary"
+    );
+    net.notice_down(1, 0);
+    net.run();
+    net.tick(1);
+    assert_eq!(
+        net.listed(1, 2),
+        vec![(8192, 4096)],
+        "node 1 lists its later write"
+    );
+    assert_eq!(net.pulled(2, 1), vec![(8192, 4096)], "node 2 pulls it");
+    for n in [1, 2] {
+        assert_eq!(net.nodes[n].disk(0), DiskState::UpToDate, "node {n}");
+        assert!(
+            net.nodes[n].unsettled_writes(0).is_empty(),
+            "node {n} compared"
+        );
+    }
+    assert_eq!(net.block(1, 2), net.block(2, 2));
+}
+
+#[test]
+fn a_question_asked_while_still_connected_to_the_primary_is_answered_at_its_loss() {
+    a_question_asked_while_still_connected(false, false);
+}
+
+#[test]
+fn a_diskless_primarys_secondaries_compare_though_one_lost_it_first() {
+    a_question_asked_while_still_connected(true, false);
+}
+
+#[test]
+fn a_zero_asked_while_still_connected_to_the_primary_is_answered_at_its_loss() {
+    a_question_asked_while_still_connected(true, true);
+}
+
+/// Cluster-crash seed 424, reduced: node 1 loses the Primary and asks node 2, still under
+/// it, which keeps the question; node 1 is back under the same run, withdraws it, and takes
+/// the next write with node 2. When node 2 then loses the Primary with that write not
+/// settled, it marks nothing on node 1 (before, it compared with node 1's stale last write
+/// and claimed node 1 lacked the write both held).
+#[test]
+fn a_question_withdrawn_at_meeting_the_run_again_is_not_compared() {
+    let mut net = Net::new();
+    net.write(1, 0, 4096);
+    net.tick(tandem_engine::replica::PEER_ACK_DELAY_MS);
+    net.link_down(0, 1);
+    assert!(!net
+        .delivered(1, 2, |m| matches!(m, Msg::PrimaryLost { seq: 1, .. }))
+        .is_empty());
+    net.link_up(0, 1);
+    assert!(!net
+        .delivered(1, 2, |m| matches!(
+            m,
+            Msg::PrimaryLost { seq: u64::MAX, .. }
+        ))
+        .is_empty());
+    net.pass = |_, _, msg| !matches!(msg, Msg::PeerAck { .. });
+    net.write(2, 8192, 4096);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    for n in [1, 2] {
+        assert_eq!(
+            net.nodes[n].unsettled_writes(0),
+            vec![(8192, 4096)],
+            "node {n}"
+        );
+    }
+    net.pass = |_, _, _| true;
+    net.link_down(0, 2);
+    net.tick(1);
+    assert_eq!(net.claims(2, 1), 0, "node 1 holds the write");
+    assert!(net.listed(2, 1).is_empty());
+    net.link_up(0, 2);
+    net.assert_converges();
+    assert_eq!(net.claims(2, 1), 0);
+}
+
 /// A Secondary still connected to the Primary does not compare: the Primary knows what
 /// each replica lacks (node 1's link alone dropped).
 #[test]

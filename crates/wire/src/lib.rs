@@ -47,8 +47,11 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// range), four bytes a version-8 node would take as data.
 /// Version 10: `Abandoned` (ids a Primary rotated to and crashed under before it
 /// acknowledged anything).
-pub const VERSION_MIN: u16 = 10;
-pub const VERSION_MAX: u16 = 10;
+/// Version 11: a `PrimaryLost` whose `seq` is `u64::MAX` withdraws the sender's question
+/// (it met that Primary's run again); a version-10 node would answer it with a zero, which
+/// a node that keeps questions until it loses the run would compare with.
+pub const VERSION_MIN: u16 = 11;
+pub const VERSION_MAX: u16 = 11;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

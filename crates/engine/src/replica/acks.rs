@@ -238,15 +238,18 @@ pub(super) struct LostPrimary {
     pub(super) open: NodeSet,
 }
 
-/// A peer's `PrimaryLost` about a run we have nothing unsettled of, asked while that
-/// Primary's node was connected to us but had not yet told its run on that connection: the
-/// answer waits for its `Role` (or the connection's end).
+/// A peer's `PrimaryLost` about a run we have nothing unsettled of: asked while that
+/// Primary's node was connected to us but had not yet told its run on that connection (the
+/// answer waits for its `Role`, or the connection's end), or while we were still connected
+/// to that run (kept until we lose it too, then compared).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct LostAsked {
     pub(super) asker: NodeId,
     /// The asker's connection (it asks again on its next one).
     pub(super) conn: u32,
     pub(super) run: (NodeId, u64),
+    /// The last write of that run the asker received.
+    pub(super) seq: u64,
 }
 
 impl LostPrimary {

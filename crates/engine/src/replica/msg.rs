@@ -127,7 +127,8 @@ pub enum Msg {
         missing: u32,
     },
     /// We lost Primary `primary` in its run `incarnation`; `seq`: the last write
-    /// received from it.
+    /// received from it (`u64::MAX`: we met that run again and withdraw the question; see
+    /// `settle.rs`).
     PrimaryLost {
         primary: NodeId,
         incarnation: u64,

@@ -40,6 +40,9 @@ pub(super) struct Replicas {
     /// Peers' `PrimaryLost` we answer once we know whether we are connected to that run
     /// (see `settle.rs`, `answer_asked_lost`).
     pub(super) lost_asked: Vec<super::acks::LostAsked>,
+    /// Peers' `PrimaryLost` about the run we are still connected to: compared once we lose
+    /// it too (see `settle.rs`, `primary_lost`). At most one per peer.
+    pub(super) asked_early: Vec<super::acks::LostAsked>,
     /// Whose writes we take, as the metadata records (see `writer.rs`).
     pub(super) writer: super::run::Writer,
     /// As Primary: stepping down, and for what (see `primaries.rs`).
@@ -108,6 +111,7 @@ impl Replicas {
             turned_current: Vec::new(),
             lost: Vec::new(),
             lost_asked: Vec::new(),
+            asked_early: Vec::new(),
             writer: Default::default(),
             yielding: None,
             runs_known: Vec::new(),

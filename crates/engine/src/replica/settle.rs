@@ -14,8 +14,10 @@
 //! that received the later last write holds every write the other holds and lists them to
 //! it (seed 52: the Primary alone crashed with a write that had reached one Secondary; the
 //! two Secondaries stayed UpToDate and different for ever). A node still connected to that
-//! run of the Primary does not compare: the Primary knows what each lacks and its lists
-//! settle it; meeting that run again settles what was kept (`Role` names the run). Whether
+//! run of the Primary does not compare yet: the Primary knows what each lacks and its
+//! lists settle it; it keeps the question and compares once it loses that run too.
+//! Meeting that run again settles what was kept (`Role` names the run), and withdraws the
+//! questions it asked, which by then name a stale last write. Whether
 //! it is connected to that run a node knows once the Primary's node sent its `Role` on
 //! their connection: a question asked before that waits for it (`answer_asked_lost`).
 
@@ -26,6 +28,19 @@ use super::nodeset::NodeSet;
 use super::replicas::Replicas;
 use super::spec::NodeId;
 use tandem_wire::packet::Role;
+
+/// A `PrimaryLost` whose `seq` is this withdraws the question (`met_run_again`): no write
+/// is numbered so.
+const WITHDRAWN: u64 = u64::MAX;
+
+/// The answer of a node that keeps nothing unsettled of `run`: the asker is the source.
+fn nothing_kept((primary, incarnation): (NodeId, u64)) -> Msg {
+    Msg::PrimaryLost {
+        primary,
+        incarnation,
+        seq: 0,
+    }
+}
 
 impl Replicas {
     /// A write from the Primary (peer `i`) that we apply: held until settled.
@@ -86,10 +101,18 @@ impl Replicas {
     /// The connection to peer `i` is ending: writes it sent us that it never settled are
     /// compared with the other Secondaries (see the module's comment).
     pub(super) fn primary_lost(&mut self, i: usize, out: &mut Vec<RAction>) {
-        let p = &mut self.peers[i];
+        let p = &self.peers[i];
         let (primary, incarnation, conn, last) = (p.id, p.incarnation, p.conn, p.rx_last_seq);
+        let asked = self.take_asked_early((primary, incarnation));
+        let p = &mut self.peers[i];
         let writes: Vec<Received> = std::mem::take(&mut p.rx_unsettled).into_values().collect();
         if writes.is_empty() && p.role != Role::Primary {
+            // Ours are settled: whoever asked holds every write we received that could
+            // differ, as `answer_nothing_unsettled` says when not connected.
+            for a in asked.into_iter().filter(|a| a.seq > 0) {
+                let msg = nothing_kept(a.run);
+                out.push(RAction::Send { peer: a.asker, msg });
+            }
             return;
         }
         let open = self.comparable(primary);
@@ -125,6 +148,31 @@ impl Replicas {
         for p in self.peers.up().filter(|p| open.contains(p.id)) {
             out.push(RAction::Send { peer: p.id, msg });
         }
+        // Those who asked while we were still connected: our message above answers them,
+        // and theirs, kept, answers us.
+        for a in asked {
+            self.compare_lost(a.asker, a.run, a.seq, out);
+        }
+    }
+
+    /// The questions about `run` kept while we were connected to it, from askers still on
+    /// the connection they asked on (one that ended asks again on its next).
+    fn take_asked_early(&mut self, run: (NodeId, u64)) -> Vec<LostAsked> {
+        if self.asked_early.is_empty() {
+            return Vec::new();
+        }
+        let (asked, kept): (Vec<LostAsked>, _) = std::mem::take(&mut self.asked_early)
+            .into_iter()
+            .partition(|a| a.run == run);
+        self.asked_early = kept;
+        asked
+            .into_iter()
+            .filter(|a| {
+                self.peers
+                    .get(a.asker)
+                    .is_some_and(|p| p.up && p.conn == a.conn)
+            })
+            .collect()
     }
 
     /// Every other diskful node but the Primary: those a lost Primary's writes are
@@ -150,6 +198,12 @@ impl Replicas {
 
     /// Peer `i` told us its run (its `Role`): a Primary we lost in that run is alive and
     /// knows what each replica lacks of its writes, which settles ours.
+    ///
+    /// Those we asked and have not compared with hear that we withdraw the question: one
+    /// still connected to that run kept it to compare when it loses the run too, and by
+    /// then our last write of it is stale (cluster-crash seed 424: it marked us lacking
+    /// every write it received after ours, which we had received too once back under the
+    /// Primary, and the two claimed each other's blocks for ever).
     pub(super) fn met_run_again(&mut self, i: usize, out: &mut Vec<RAction>) {
         let run = (self.peers[i].id, self.peers[i].incarnation);
         while let Some(k) = self
@@ -157,7 +211,34 @@ impl Replicas {
             .iter()
             .position(|l| (l.primary, l.incarnation) == run)
         {
-            self.lost.swap_remove(k).release(out);
+            let l = self.lost.swap_remove(k);
+            let msg = Msg::PrimaryLost {
+                primary: run.0,
+                incarnation: run.1,
+                seq: WITHDRAWN,
+            };
+            for p in self.peers.up().filter(|p| l.open.contains(p.id)) {
+                out.push(RAction::Send { peer: p.id, msg });
+            }
+            l.release(out);
+        }
+    }
+
+    /// Peer `asker` met `run` again and withdraws its question: the Primary settles what
+    /// it kept. Nothing is marked on either side: that Primary knows what each lacks.
+    fn withdrawn(&mut self, asker: NodeId, run: (NodeId, u64), out: &mut Vec<RAction>) {
+        let other = |a: &LostAsked| !(a.asker == asker && a.run == run);
+        self.asked_early.retain(other);
+        self.lost_asked.retain(other);
+        let k = self
+            .lost
+            .iter()
+            .position(|l| (l.primary, l.incarnation) == run && l.open.contains(asker));
+        if let Some(k) = k {
+            self.lost[k].open.remove(asker);
+            if self.lost[k].open.is_empty() {
+                self.lost.swap_remove(k).release(out);
+            }
         }
     }
 
@@ -170,25 +251,37 @@ impl Replicas {
         seq: u64,
         out: &mut Vec<RAction>,
     ) {
-        let peer = self.peers[i].id;
+        let (asker, conn) = (self.peers[i].id, self.peers[i].conn);
+        if seq == WITHDRAWN {
+            return self.withdrawn(asker, run, out);
+        }
+        if !self.compare_lost(asker, run, seq, out) {
+            let a = LostAsked {
+                asker,
+                conn,
+                run,
+                seq,
+            };
+            self.answer_nothing_unsettled(a, out);
+        }
+    }
+
+    /// Compares what we kept of `run` with `peer`, whose last write of it was `seq`: the
+    /// later holds every write the other holds, and marks them on it. False if we keep
+    /// nothing of that run not yet compared with `peer`.
+    fn compare_lost(
+        &mut self,
+        peer: NodeId,
+        run: (NodeId, u64),
+        seq: u64,
+        out: &mut Vec<RAction>,
+    ) -> bool {
         let Some(k) = self
             .lost
             .iter()
             .position(|l| (l.primary, l.incarnation) == run && l.open.contains(peer))
         else {
-            // Nothing unsettled here (a zero itself needs no answer).
-            if seq > 0 {
-                let conn = self.peers[i].conn;
-                self.answer_nothing_unsettled(
-                    LostAsked {
-                        asker: peer,
-                        conn,
-                        run,
-                    },
-                    out,
-                );
-            }
-            return;
+            return false;
         };
         let l = &mut self.lost[k];
         l.open.remove(peer);
@@ -204,6 +297,7 @@ impl Replicas {
         if self.lost[k].open.is_empty() {
             self.lost.swap_remove(k).release(out);
         }
+        true
     }
 
     /// A peer asked about `a.run`, of which we keep nothing unsettled. Still connected to
@@ -218,16 +312,23 @@ impl Replicas {
     /// without taking back the claims (overlapping soak seeds 204041558, 204040083: back
     /// from a crash, we answered while the Primary's `Role` was on its way; the claim on
     /// the only replica holding the blocks the asker lacked left both waiting for good).
+    ///
+    /// A question kept while we are connected is compared once we lose that run too
+    /// (`primary_lost`): until then the asker's own record waits for ours, and ours must
+    /// know its last write (the real-daemon test `ext4_survives_the_death_of_its_diskless_
+    /// primary`: the Secondary that lost the Primary last, with the later writes, dropped
+    /// the other's question and never listed them to it; the replicas differed).
     fn answer_nothing_unsettled(&mut self, a: LostAsked, out: &mut Vec<RAction>) {
         match self.connected_to(a.run) {
-            Some(true) => {}
+            Some(true) => {
+                let same = |e: &LostAsked| e.asker == a.asker && e.run.0 == a.run.0;
+                self.asked_early.retain(|e| !same(e));
+                self.asked_early.push(a);
+            }
+            // A zero needs no answer.
+            Some(false) if a.seq == 0 => {}
             Some(false) => {
-                let (primary, incarnation) = a.run;
-                let msg = Msg::PrimaryLost {
-                    primary,
-                    incarnation,
-                    seq: 0,
-                };
+                let msg = nothing_kept(a.run);
                 out.push(RAction::Send { peer: a.asker, msg });
             }
             None if self.lost_asked.contains(&a) => {}
