@@ -43,6 +43,9 @@ pub(super) struct Replicas {
     /// Peers' `PrimaryLost` about the run we are still connected to: compared once we lose
     /// it too (see `settle.rs`, `primary_lost`). At most one per peer.
     pub(super) asked_early: Vec<super::acks::LostAsked>,
+    /// Runs of other Primaries we lost and asked our peers about: meeting one again
+    /// withdraws those questions (see `settle.rs`, `met_run_again`). At most one per node.
+    pub(super) runs_asked: Vec<(super::spec::NodeId, u64)>,
     /// Whose writes we take, as the metadata records (see `writer.rs`).
     pub(super) writer: super::run::Writer,
     /// As Primary: stepping down, and for what (see `primaries.rs`).
@@ -112,6 +115,7 @@ impl Replicas {
             lost: Vec::new(),
             lost_asked: Vec::new(),
             asked_early: Vec::new(),
+            runs_asked: Vec::new(),
             writer: Default::default(),
             yielding: None,
             runs_known: Vec::new(),

@@ -116,6 +116,9 @@ impl Replicas {
             return;
         }
         let open = self.comparable(primary);
+        // Only its latest run can be met again.
+        self.runs_asked.retain(|r| r.0 != primary);
+        self.runs_asked.push((primary, incarnation));
         let k = self
             .lost
             .iter()
@@ -199,11 +202,12 @@ impl Replicas {
     /// Peer `i` told us its run (its `Role`): a Primary we lost in that run is alive and
     /// knows what each replica lacks of its writes, which settles ours.
     ///
-    /// Those we asked and have not compared with hear that we withdraw the question: one
-    /// still connected to that run kept it to compare when it loses the run too, and by
-    /// then our last write of it is stale (cluster-crash seed 424: it marked us lacking
-    /// every write it received after ours, which we had received too once back under the
-    /// Primary, and the two claimed each other's blocks for ever).
+    /// Those we asked hear that we withdraw the question, whether we compared with them
+    /// or not: one still connected to that run kept it to compare when it loses the run
+    /// too, and by then our last write of it is stale (cluster-crash seed 424: it marked
+    /// us lacking every write it received after ours, which we had received too once back
+    /// under the Primary, and the two claimed each other's blocks for ever; failover seed
+    /// 151: the same with a peer we had compared with before it met the run again itself).
     pub(super) fn met_run_again(&mut self, i: usize, out: &mut Vec<RAction>) {
         let run = (self.peers[i].id, self.peers[i].incarnation);
         while let Some(k) = self
@@ -211,16 +215,19 @@ impl Replicas {
             .iter()
             .position(|l| (l.primary, l.incarnation) == run)
         {
-            let l = self.lost.swap_remove(k);
+            self.lost.swap_remove(k).release(out);
+        }
+        if let Some(k) = self.runs_asked.iter().position(|&r| r == run) {
+            self.runs_asked.swap_remove(k);
             let msg = Msg::PrimaryLost {
                 primary: run.0,
                 incarnation: run.1,
                 seq: WITHDRAWN,
             };
-            for p in self.peers.up().filter(|p| l.open.contains(p.id)) {
+            let asked = self.comparable(run.0);
+            for p in self.peers.up().filter(|p| asked.contains(p.id)) {
                 out.push(RAction::Send { peer: p.id, msg });
             }
-            l.release(out);
         }
     }
 
