@@ -232,21 +232,13 @@ impl Replicas {
     }
 
     /// Peer `asker` met `run` again and withdraws its question: the Primary settles what
-    /// it kept. Nothing is marked on either side: that Primary knows what each lacks.
+    /// it kept. Nothing is marked on either side: that Primary knows what each lacks, and
+    /// compared, `WITHDRAWN` is past any write we kept.
     fn withdrawn(&mut self, asker: NodeId, run: (NodeId, u64), out: &mut Vec<RAction>) {
         let other = |a: &LostAsked| !(a.asker == asker && a.run == run);
         self.asked_early.retain(other);
         self.lost_asked.retain(other);
-        let k = self
-            .lost
-            .iter()
-            .position(|l| (l.primary, l.incarnation) == run && l.open.contains(asker));
-        if let Some(k) = k {
-            self.lost[k].open.remove(asker);
-            if self.lost[k].open.is_empty() {
-                self.lost.swap_remove(k).release(out);
-            }
-        }
+        self.compare_lost(asker, run, WITHDRAWN, out);
     }
 
     /// Peer `i` lost Primary `run.0` in its run `run.1`; the last write it received from
