@@ -119,6 +119,9 @@ struct KeptVolume {
     /// the writes in flight here (see [`Sim::held_in_log`]).
     suspect: Vec<(u64, u64)>,
     gen: Option<IdsAtCrash>,
+    /// Its suspect ranges are still those of a crash in another boot (or this crash is
+    /// one): the daemon finds the boot unknown then, and says so to the engine.
+    lost_power: bool,
     /// Per diskful peer, the blocks it may lack: the bitmap at the crash and the log's
     /// extents, as `tandem node` restores them; and the bitmap's id.
     peers: Vec<KeptBitmap>,
@@ -130,6 +133,16 @@ pub(crate) struct KeptNode {
     /// loss (another boot: the daemon does not trust it then).
     writer: Option<tandem_engine::replica::PrimaryRun>,
     vols: Vec<KeptVolume>,
+}
+
+impl KeptNode {
+    /// The crash took the page cache too (another boot).
+    fn lost_power(&mut self) {
+        self.writer = None;
+        for k in &mut self.vols {
+            k.lost_power = k.consistent;
+        }
+    }
 }
 
 impl Sim {
@@ -198,7 +211,7 @@ impl Sim {
                 }
             }
             if power[i] {
-                k.writer = None;
+                k.lost_power();
             }
             self.start_after_crash(i as NodeId, k);
         }
@@ -221,7 +234,7 @@ impl Sim {
         let mut kept = self.kept_at_crash(0);
         let power = self.sc.power_loss && self.sc.any_replica(0) && self.crash.rng.chance(0.7);
         if power {
-            kept.writer = None;
+            kept.lost_power();
         }
         self.mark_lossy(0, false, power);
         self.abandon_requests(None);
@@ -331,6 +344,7 @@ impl Sim {
                     consistent,
                     suspect,
                     gen: n.engine.ids_at_crash(v as u16),
+                    lost_power: consistent && n.engine.lost_power(v as u16),
                     peers,
                 }
             })
@@ -521,8 +535,12 @@ impl Sim {
                 self.suspect_bytes += k.suspect.iter().map(|&(_, len)| len).sum::<u64>();
                 // The only replica (nothing to pull from) keeps none.
                 let _ = n.engine.restore_suspect(volume, k.suspect);
-                if let Some(run) = kept.writer {
+                // The daemon trusts the run only after a crash of the process alone.
+                if let Some(run) = kept.writer.filter(|_| !k.lost_power) {
                     let _ = n.engine.restore_writer(volume, run);
+                }
+                if k.lost_power {
+                    let _ = n.engine.restore_lost_power(volume);
                 }
                 for (peer, words, gi) in &k.peers {
                     n.engine

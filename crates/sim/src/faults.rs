@@ -308,6 +308,9 @@ impl Sim {
                     .collect()
             })
             .collect();
+        let held_power_loss: Vec<bool> = (0..self.sc.sizes.len() as u16)
+            .map(|v| self.nodes[node as usize].engine.lost_power(v))
+            .collect();
         let at_crash: Vec<(bool, Vec<(u64, u64)>)> = (0..self.sc.sizes.len())
             .map(|v| {
                 let n = &self.nodes[node as usize];
@@ -391,8 +394,14 @@ impl Sim {
                     self.suspect_bytes += suspect.iter().map(|&(_, len)| len).sum::<u64>();
                     // The only replica (nothing to pull from) keeps none.
                     let _ = n.engine.restore_suspect(v as u16, suspect);
-                    if let Some(run) = writer.filter(|_| !power_lost) {
+                    // Suspect ranges of a power loss still held, or this crash is one:
+                    // the daemon finds the boot unknown, and trusts no run.
+                    let lost_power = power_lost || held_power_loss[v];
+                    if let Some(run) = writer.filter(|_| !lost_power) {
                         let _ = n.engine.restore_writer(v as u16, run);
+                    }
+                    if lost_power {
+                        let _ = n.engine.restore_lost_power(v as u16);
                     }
                     for (peer, words, gi) in &kept_bitmaps[v] {
                         n.engine

@@ -433,6 +433,12 @@ fn cluster_crashes_lose_nothing_acknowledged() {
 ///   dies first); that node came back with the Primary still up, the two listed each
 ///   other stale claims and redialled until the event limit. Now kept claims go when the
 ///   node returns while that Primary's run is connected (`PeerVol::kept`).
+/// - 456019065 (soak of 2026-11-28, with power loss): node 1 lost power, and every node
+///   crashed before it met a peer again; back with the same ids as node 2, whose process
+///   alone had crashed, it won the contest by node id, and node 2 pulled node 1's
+///   reverted block over a write a later FLUSH counted as durable. Now a replica whose
+///   suspect ranges come from a power loss ranks below one that kept its page cache
+///   (`volume_flags::LOST_POWER`), through a second crash in the same boot too.
 #[test]
 fn cluster_crash_regressions() {
     for (seed, family) in [
@@ -457,6 +463,7 @@ fn cluster_crash_regressions() {
         (331_024_764, Family::PowerLossClusterCrash),
         (331_036_895, Family::PowerLossClusterCrash),
         (331_038_056, Family::PowerLossClusterCrash),
+        (456_019_065, Family::PowerLossClusterCrash),
     ] {
         Sim::new(family.scenario(seed)).run();
     }
@@ -528,12 +535,17 @@ fn disk_errors_regressions() {
 /// the replicas that never got it). Seed 286090154: a FLUSH's barrier reached a replica
 /// back from a cut before the Primary's list did; it answered as UpToDate, and with the
 /// replica that held an earlier write gone, the FLUSH completed with that write durable
-/// nowhere (a replica the Primary knows lacks blocks now answers for no FLUSH).
+/// nowhere (a replica the Primary knows lacks blocks now answers for no FLUSH). Seed
+/// 451053910: a replica's resync ended, and it took the diskless Primary's ids, as its link
+/// to the Primary dropped; the Primary never heard, kept its ids, and a write it then
+/// acknowledged on the other replica alone was lost when both replicas came back from
+/// crashes under those equal ids (a Primary now changes its ids when it loses any peer
+/// with a disk attached, being synced or not).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
         31, 1891, 5603, 26135, 3017270, 5001807, 2021338, 30028803, 30093754, 60017710, 60032299,
-        80045903, 80087183, 101022420, 109066599, 286090154,
+        80045903, 80087183, 101022420, 109066599, 286090154, 451053910,
     ] {
         let mut sc = Scenario::random(seed);
         sc.overlapping_faults = true;

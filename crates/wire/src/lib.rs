@@ -50,8 +50,10 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// Version 11: a `PrimaryLost` whose `seq` is `u64::MAX` withdraws the sender's question
 /// (it met that Primary's run again); a version-10 node would answer it with a zero, which
 /// a node that keeps questions until it loses the run would compare with.
-pub const VERSION_MIN: u16 = 11;
-pub const VERSION_MAX: u16 = 11;
+/// Version 12: `Volume`'s flags take two bytes, for `LOST_POWER` (a contender whose node
+/// crashed in another boot ranks below one that kept its page cache, ids being equal).
+pub const VERSION_MIN: u16 = 12;
+pub const VERSION_MAX: u16 = 12;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

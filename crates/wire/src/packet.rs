@@ -27,47 +27,52 @@ pub mod volume_flags {
     /// The replica was created empty when its node started and has received no data since:
     /// it holds nothing. Only if every replica of the volume says so is the cluster new
     /// (all zeroes everywhere, nothing to sync).
-    pub const CREATED: u8 = 1 << 0;
+    pub const CREATED: u16 = 1 << 0;
     /// The sender was Primary and completed writes while the receiver was not connected
     /// (or missed them): if the receiver was Primary apart from it too, or holds writes
     /// the sender lacks, the two diverged (split brain).
-    pub const WROTE_APART: u8 = 1 << 1;
+    pub const WROTE_APART: u16 = 1 << 1;
     /// The sender's replica was found on disk at its start (its currency unknown) and has
     /// not been UpToDate since: whatever it is being synced from, a peer that keeps
     /// current data must list everything to it (it may have pulled from a replica that
     /// was itself behind).
-    pub const UNPROVEN: u8 = 1 << 2;
+    pub const UNPROVEN: u16 = 1 << 2;
     /// With [`UNPROVEN`]: the sender's replica was consistent when its node crashed, and it
     /// knows where it may differ from its peers (its activity log's extents): it pulls
     /// those itself, from a Primary's replica or under a Primary, so a peer lists it only
     /// what it knows it missed, not everything.
-    pub const PULLS_SUSPECT: u8 = 1 << 3;
+    pub const PULLS_SUSPECT: u16 = 1 << 3;
     /// The sender's replica restarted consistent (cleanly, or after a crash with
     /// [`PULLS_SUSPECT`]) and has not been settled since: with no Primary and no up-to-date
     /// replica around, the replicas that restarted so rank each other by generation ids.
-    pub const CONTENDER: u8 = 1 << 4;
+    pub const CONTENDER: u16 = 1 << 4;
     /// With [`CONTENDER`]: the sender was Primary when it stopped or crashed.
-    pub const WAS_PRIMARY: u8 = 1 << 5;
+    pub const WAS_PRIMARY: u16 = 1 << 5;
     /// The sender has had a connection to the receiver since it started (one ended): it
     /// wrote every write it received on it (or its replica failed). The receiver's marks
     /// for writes only the sender could hold, unconfirmed when that connection dropped,
     /// are then void; without it (the sender restarted since) they stand.
-    pub const MET_BEFORE: u8 = 1 << 6;
+    pub const MET_BEFORE: u16 = 1 << 6;
     /// Resync data from a node other than the receiver landed on the sender's replica
     /// since its node started, and it has not been UpToDate since: its generation ids no
     /// longer name all it holds, so a bitmap the receiver keeps for it since those ids
     /// does not name every block where the two differ.
-    pub const PULLED_ELSEWHERE: u8 = 1 << 7;
-    /// Every bit: nothing is left to refuse as unknown (the decoder takes the byte as is).
-    pub const ALL: u8 = CREATED
+    pub const PULLED_ELSEWHERE: u16 = 1 << 7;
+    /// With [`CONTENDER`]: the sender's node crashed in another boot (a power loss), so
+    /// writes to its activity log's extents may have gone with its page cache. With the
+    /// same generation ids, a contender whose node kept its page cache (a crash of the
+    /// process only, or a clean stop) is the better source for them.
+    pub const LOST_POWER: u16 = 1 << 8;
+    /// Every bit known; a `Volume` with another one set is refused.
+    pub const ALL: u16 = CREATED
         | WROTE_APART
         | UNPROVEN
         | PULLS_SUSPECT
         | CONTENDER
         | WAS_PRIMARY
         | MET_BEFORE
-        | PULLED_ELSEWHERE;
-    const _: () = assert!(ALL == u8::MAX);
+        | PULLED_ELSEWHERE
+        | LOST_POWER;
 }
 
 /// Flags of a [`Packet::SplitBrain`] report: the facts about its sender that the
@@ -223,7 +228,7 @@ pub enum Packet<'a> {
         volume: u16,
         size: u64,
         disk: DiskState,
-        flags: u8,
+        flags: u16,
         gen: GenIds,
     },
     /// The Primary's new generation for `volume`: a replica that is up to date under it
@@ -541,7 +546,7 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u16(volume);
             w.u64(size);
             w.u8(disk as u8);
-            w.u8(flags);
+            w.u16(flags);
             w.gen(&gen);
         }
         Packet::Generation { volume, gen } => {
@@ -790,9 +795,11 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
                 3 => DiskState::UpToDate,
                 _ => return Err(r.bad("unknown disk state")),
             },
-            // Every bit of the byte has a meaning since version 7 (`volume_flags::ALL`): a
-            // flag added later needs a wider field and a new version.
-            flags: r.u8()?,
+            // Two bytes since version 12 (`volume_flags::LOST_POWER`).
+            flags: match r.u16()? {
+                f if f & !volume_flags::ALL == 0 => f,
+                _ => return Err(r.bad("unknown volume flags")),
+            },
             gen: r.gen()?,
         },
         GENERATION => Packet::Generation {
@@ -1336,6 +1343,29 @@ mod tests {
         assert!(
             matches!(decode(&b), Err(WireError::Malformed { .. })),
             "unknown split-brain flags"
+        );
+        let mut b = Vec::new();
+        let gen = GenIds {
+            current: 1,
+            history: [0; GI_HISTORY],
+        };
+        encode(
+            &Packet::Volume {
+                volume: 0,
+                size: 4096,
+                disk: DiskState::Outdated,
+                flags: volume_flags::ALL,
+                gen,
+            },
+            &mut b,
+        );
+        assert!(decode(&b).is_ok(), "every known volume flag");
+        // The flags follow the volume (2 bytes), the size (8) and the disk state (1).
+        let at = HEADER_LEN + 11;
+        b[at..at + 2].copy_from_slice(&(1u16 << 9).to_be_bytes());
+        assert!(
+            matches!(decode(&b), Err(WireError::Malformed { .. })),
+            "unknown volume flags"
         );
     }
 

@@ -101,7 +101,7 @@ fn packet(f: &Fields) -> Packet<'_> {
             volume: f.d,
             size: f.b,
             disk,
-            flags: (f.flags as u8) & volume_flags::ALL,
+            flags: (f.flags as u16) & volume_flags::ALL,
             gen: gen_ids(f),
         },
         3 => Packet::Write {

@@ -165,6 +165,8 @@ pub(super) struct Opened {
     /// took writes from, which settles `suspect` if met again (see the engine's
     /// `writer.rs`).
     pub(super) writer: Option<PrimaryRun>,
+    /// After a crash in another boot (a power loss): writes to `suspect` may be gone.
+    pub(super) lost_power: bool,
     pub(super) meta: VolumeMeta,
 }
 
@@ -298,6 +300,7 @@ pub(super) fn open_replica(
             restore: Vec::new(),
             suspect: Vec::new(),
             writer: None,
+            lost_power: false,
             meta: VolumeMeta::new(store, al, Vec::new()),
         });
     }
@@ -436,6 +439,7 @@ pub(super) fn open_replica(
         restore,
         suspect,
         writer,
+        lost_power: found == ReplicaAtStart::Crashed && !same_boot,
         meta: VolumeMeta {
             map_in_suspect: found == ReplicaAtStart::Crashed
                 && !same_boot

@@ -504,7 +504,7 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
                 backings.push(Some(o.backing));
                 metas.push(Some(o.meta));
                 restore.extend(o.restore.into_iter().map(|r| (v as u16, r)));
-                suspect.push((v as u16, o.suspect, o.writer));
+                suspect.push((v as u16, o.suspect, o.writer, o.lost_power));
             }
         }
         exports.push(ExportInfo {
@@ -522,15 +522,19 @@ fn attach(cfg: &ResourceConfig, my: &NodeConfig, activity_log: bool) -> Result<A
             .restore_peer(v, peer, &words, apart, gi)
             .context("restoring metadata")?;
     }
-    for (v, ranges, writer) in suspect {
+    for (v, ranges, writer, lost_power) in suspect {
         if !ranges.is_empty() {
             engine
                 .restore_suspect(v, ranges)
                 .context("restoring metadata")?;
         }
+        // Not for the only replica (it keeps no suspect ranges): nothing to settle, and
+        // nobody to rank against.
         if let Some(run) = writer {
-            // Not for the only replica (it keeps no suspect ranges): nothing to settle.
             let _ = engine.restore_writer(v, run);
+        }
+        if lost_power {
+            let _ = engine.restore_lost_power(v);
         }
     }
     for (v, m) in metas.iter().enumerate() {

@@ -89,11 +89,17 @@ pub(super) struct Standing {
     /// the later one), outranked the later one by node id, and no replica was up to date
     /// again.
     pub(super) rotated_from: bool,
+    /// Its node crashed in another boot (a power loss): writes to its activity log's
+    /// extents may have gone with the page cache. With the same ids, one that kept its
+    /// page cache is the better source (cluster-crash soak seed 456019065: both replicas
+    /// back from crashes with equal ids, the one that lost power outranked the other by
+    /// node id, and its reverted block overwrote an acknowledged write the other held).
+    pub(super) lost_power: bool,
 }
 
 /// Whether replica `a` (of node `a_id`) is the better source than `b`: newer ids first;
 /// with the same ids, the one that was Primary, then the one that stopped cleanly, then
-/// the lower node id. `None`: they diverged.
+/// the one whose node kept its page cache, then the lower node id. `None`: they diverged.
 pub(super) fn outranks(a: &Standing, a_id: NodeId, b: &Standing, b_id: NodeId) -> Option<bool> {
     match lineage(&a.gen, &b.gen) {
         Lineage::Newer => Some(true),
@@ -105,9 +111,17 @@ pub(super) fn outranks(a: &Standing, a_id: NodeId, b: &Standing, b_id: NodeId) -
                     rotated_from,
                     was_primary,
                     clean,
+                    lost_power,
                     ..
                 } = *s;
-                (rotated_from, was_primary, clean, std::cmp::Reverse(id))
+                let kept_cache = !lost_power;
+                (
+                    rotated_from,
+                    was_primary,
+                    clean,
+                    kept_cache,
+                    std::cmp::Reverse(id),
+                )
             };
             Some(key(a, a_id) > key(b, b_id))
         }
@@ -393,6 +407,17 @@ impl Rotations {
     /// was answering a rotation, it may have adopted that id before its answer was lost,
     /// so it stays a holder and another rotation follows.
     ///
+    /// A replica being synced (`behind`, per volume) holds another id, but its resync
+    /// under our list ends with ours adopted, and its report of that may be lost with the
+    /// link: it counts as a holder from now on, so the next write it misses changes the
+    /// ids (`missed`, the write waiting for the other replicas to adopt them), as DRBD
+    /// makes a new current UUID at the first write after losing a peer disk. Kept, our ids
+    /// named data that replica lacked (overlapping soak seed 451053910: its resync ended as
+    /// the link dropped; a write then landed on the other replica alone under the ids both
+    /// held, and a restart of both settled the block the wrong way). Not at once: a write
+    /// in flight then completed under new ids no other replica took when the rest of a
+    /// partition followed (failover seed 2206: a false split brain).
+    ///
     /// Not when the loss leaves the volume without quorum: from then on we acknowledge no
     /// write (`requests/suspended.rs`), and every write acknowledged before is on a
     /// majority that may promote another Primary, whose ids then descend from ours. A
@@ -403,14 +428,19 @@ impl Rotations {
         &mut self,
         rep: &mut Replicas,
         peer: NodeId,
+        behind: Vec<bool>,
         out: &mut Vec<RAction>,
     ) -> Vec<ReqId> {
         let mut released = Vec::new();
-        for v in 0..self.vols.len() {
+        debug_assert_eq!(behind.len(), self.vols.len());
+        for (v, behind) in behind.into_iter().enumerate() {
             let quorate = rep.has_quorum(v);
             let vr = &mut self.vols[v];
             // A tiebreaker a rotation waits for holds no id.
             let holder = vr.holders.contains(peer);
+            if behind {
+                vr.holders.insert(peer);
+            }
             match vr.running.as_mut() {
                 Some(r) => {
                     r.waiting.remove(peer);

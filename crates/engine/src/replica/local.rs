@@ -39,6 +39,9 @@ pub(super) struct LocalVol {
     /// Back from a crash in the same boot, having taken writes from a Primary's run: met
     /// again as Primary, that run settles the activity log's extents (see `writer.rs`).
     pub(super) crashed_under: Option<super::run::CrashedUnder>,
+    /// Back from a crash in another boot (a power loss): ranks below a replica with the
+    /// same ids that kept its page cache (`Standing::lost_power`).
+    pub(super) lost_power: bool,
     /// The run that, met again as Primary, settled those extents (see `writer.rs`): while
     /// it is connected, its lists name all each replica lacks (`settled_by_primary`).
     pub(super) settled_by: Option<super::run::PrimaryRun>,
@@ -129,6 +132,7 @@ impl LocalVol {
             ) || (found == ReplicaAtStart::Crashed && !alone),
             suspect: (found == ReplicaAtStart::Crashed && !alone).then(|| Bitmap::new(size)),
             crashed_under: None,
+            lost_power: false,
             settled_by: None,
             apply: ApplyQueue::default(),
             resync,
@@ -257,6 +261,7 @@ impl LocalVol {
             gen: self.gen,
             contender: self.standing.is_some(),
             was_primary: self.standing.is_some_and(|s| s.was_primary),
+            lost_power: self.standing.is_some_and(|s| s.lost_power),
             met_before,
             pulled_elsewhere: !self.pulled_from.minus(NodeSet::one(to)).is_empty(),
         }

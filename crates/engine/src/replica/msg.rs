@@ -65,6 +65,8 @@ pub enum Msg {
         contender: bool,
         /// With `contender`: we were Primary when we stopped.
         was_primary: bool,
+        /// With `contender`: our node crashed in another boot ([`volume_flags::LOST_POWER`]).
+        lost_power: bool,
         /// A connection to the receiver ended since we started ([`volume_flags::MET_BEFORE`]).
         met_before: bool,
         /// Resync data from another node than the receiver landed since we started, and
@@ -234,6 +236,7 @@ impl Msg {
                 gen,
                 contender,
                 was_primary,
+                lost_power,
                 met_before,
                 pulled_elsewhere,
             } => Packet::Volume {
@@ -249,6 +252,11 @@ impl Msg {
                     }
                     | if was_primary {
                         volume_flags::WAS_PRIMARY
+                    } else {
+                        0
+                    }
+                    | if lost_power {
+                        volume_flags::LOST_POWER
                     } else {
                         0
                     }

@@ -597,6 +597,16 @@ impl Peer {
     }
 
     /// The connection ended: what was waiting on it, for the caller to settle.
+    /// Per volume: its replica is being synced or waits to be (as it last told us), so
+    /// its resync may end, under a Primary's list, with that Primary's ids adopted.
+    pub(super) fn behind(&self) -> Vec<bool> {
+        (self.vols.iter())
+            .map(|pv| {
+                pv.diskful && matches!(pv.disk, Some(DiskState::Inconsistent | DiskState::Outdated))
+            })
+            .collect()
+    }
+
     pub(super) fn disconnected(&mut self) -> Orphans {
         self.up = false;
         self.role = Role::Secondary;

@@ -249,6 +249,14 @@ impl Resource {
         }
     }
 
+    /// Whether volume `volume`'s replica still keeps suspect ranges from a crash in
+    /// another boot ([`Resource::restore_lost_power`]): a crash now must say so again at
+    /// the restart (the daemon writes the boot as unknown while it holds them).
+    pub fn lost_power(&self, volume: u16) -> bool {
+        (self.rep.vols.get(volume as usize)).is_some_and(|v| v.lost_power)
+            && !self.suspect_ranges(volume).is_empty()
+    }
+
     /// Before the first event: the ranges where a replica that started
     /// [`ReplicaAtStart::Crashed`] may differ from its peers (its activity log's extents).
     pub fn restore_suspect(
@@ -296,6 +304,21 @@ impl Resource {
         Ok(())
     }
 
+    /// Before the first event, after [`Resource::restore_suspect`]: the replica's node
+    /// crashed in another boot (a power loss), so writes to its suspect ranges may be
+    /// gone. With the same generation ids, a replica that kept its page cache is the
+    /// better source (see `Standing::lost_power`).
+    pub fn restore_lost_power(&mut self, volume: u16) -> Result<(), RestoreError> {
+        let vol = (self.rep.vols.get_mut(volume as usize))
+            .filter(|v| v.suspect.is_some())
+            .ok_or(RestoreError::NotCrashed(volume))?;
+        vol.lost_power = true;
+        if let Some(s) = vol.standing.as_mut() {
+            s.lost_power = true;
+        }
+        Ok(())
+    }
+
     /// Our replica of `volume`, for a restore before the first event.
     fn replica_mut(&mut self, volume: u16) -> Result<&mut LocalVol, RestoreError> {
         (self.rep.vols.get_mut(volume as usize))
@@ -327,6 +350,7 @@ impl Resource {
                 clean: !vol.unproven,
                 was_primary,
                 rotated_from: false,
+                lost_power: vol.lost_power,
             });
         }
         Ok(())

@@ -38,6 +38,7 @@ impl Replicas {
         gen: GenIds,
         contender: bool,
         was_primary: bool,
+        lost_power: bool,
     ) {
         let pv = &mut self.peers[i].vols[v];
         pv.gen = gen;
@@ -46,6 +47,7 @@ impl Replicas {
             clean: !pv.unproven,
             was_primary,
             rotated_from: pv.abandoned,
+            lost_power,
         });
     }
 
@@ -417,6 +419,7 @@ impl Replicas {
             clean: true,
             was_primary: false,
             rotated_from: false,
+            lost_power: false,
         });
         self.broadcast_volume(v, out);
         self.yield_claims(i, v, out);

@@ -529,6 +529,9 @@ impl Net {
             })
             .collect();
         self.start_crashed(n, log, writer, &kept, ids);
+        if !same_boot {
+            self.nodes[n as usize].restore_lost_power(0).unwrap();
+        }
     }
 
     /// Node `n`'s engine started again `Crashed` from what its metadata kept: the

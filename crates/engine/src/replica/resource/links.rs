@@ -76,6 +76,7 @@ impl Resource {
         self.rep.peers[i].primary_at_loss = self.rep.role == Role::Primary;
         self.rep.split_brain_unsettled(i, out);
         let in_sync = self.rep.in_sync_at_disconnect(i);
+        let behind = self.rep.peers[i].behind();
         let orphans = self.rep.peers[i].disconnected();
         self.rep.release_held_claims(peer, false, out);
         let now = self.rep.now_ms;
@@ -133,7 +134,7 @@ impl Resource {
         self.rep.bitmap_gi_at_disconnect(i, &in_sync, out);
         out.push(RAction::Event(Event::PeerLost { peer, reason }));
         if self.rep.role == Role::Primary {
-            let released = self.app.rotations.peer_lost(&mut self.rep, peer, out);
+            let released = (self.app.rotations).peer_lost(&mut self.rep, peer, behind, out);
             self.app.release_rotated(&mut self.rep, released, out);
         }
         for (_, req) in orphans.app_waiting {

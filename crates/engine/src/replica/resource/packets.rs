@@ -235,7 +235,7 @@ impl Resource {
         volume: u16,
         size: u64,
         disk: DiskState,
-        flags: u8,
+        flags: u16,
         gen: tandem_wire::packet::GenIds,
         out: &mut Vec<RAction>,
     ) -> Result<(), ProtocolError> {
@@ -262,7 +262,9 @@ impl Resource {
         let before = pv.disk;
         let contender = flags & volume_flags::CONTENDER != 0 && pv.diskful;
         let was_primary = flags & volume_flags::WAS_PRIMARY != 0;
-        self.rep.peer_gen(i, v, gen, contender, was_primary);
+        let lost_power = flags & volume_flags::LOST_POWER != 0;
+        self.rep
+            .peer_gen(i, v, gen, contender, was_primary, lost_power);
         if self.rep.role == Role::Primary && gen.current == self.rep.vols[v].gen.current {
             self.app.rotations.holds(v, self.rep.peers[i].id);
         }
