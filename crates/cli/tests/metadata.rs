@@ -1094,6 +1094,58 @@ fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes
     c.assert_replicas_identical();
 }
 
+/// The part of `node`'s log since its last start.
+fn log_since_start(c: &Cluster, node: &str) -> String {
+    let log = c.node(node).daemon.log();
+    log[log.rfind("==== test harness: start").unwrap_or(0)..].to_string()
+}
+
+/// A whole cluster killed with the replicas' generation ids equal: the contest picks the
+/// source, by node id when nothing else tells them apart. Alpha's superblock is made to
+/// name another boot, as a power loss finds it (writes to its activity log's extents may
+/// have gone with the page cache), so beta, whose node kept its page cache, is the source
+/// (simulator soak seed 456019065: the replica that lost power won by node id and its
+/// reverted block overwrote an acknowledged write). The replicas end identical.
+#[test]
+fn a_replica_back_from_another_boot_is_not_the_source_over_one_that_kept_its_writes() {
+    const TEST: &str =
+        "metadata::a_replica_back_from_another_boot_is_not_the_source_over_one_that_kept_its_writes";
+    if !require_fio_nbd(TEST) {
+        return;
+    }
+    let mut c = start(TEST);
+    write_region(&c, "gamma", 0, 8 * MIB, 2 * MIB, 31);
+    c.wait_in_sync(SYNC_TIMEOUT);
+    // The diskless Primary first: the replicas keep the ids they share.
+    for n in ["gamma", "alpha", "beta"] {
+        c.node_mut(n).daemon.kill9();
+    }
+    // Internal metadata starts right after the volume: both superblock slots.
+    let disk = c.node("alpha").disk.clone();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&disk)
+        .unwrap();
+    let mut b = [0u8; 4096];
+    f.read_exact_at(&mut b, SIZE).unwrap();
+    let mut sb = tandem_meta::Superblock::decode(&b).unwrap();
+    sb.boot_id = [0x5a; 16];
+    let block = sb.encode().unwrap();
+    f.write_all_at(&block[..], SIZE).unwrap();
+    f.write_all_at(&block[..], SIZE + 4096).unwrap();
+    drop(f);
+    restart_everyone_without_force(&mut c);
+    let (alpha, beta) = (log_since_start(&c, "alpha"), log_since_start(&c, "beta"));
+    assert!(
+        beta.contains("none holds newer data by generation ids")
+            && !alpha.contains("none holds newer data by generation ids"),
+        "beta, not alpha, should be the source:\nalpha:\n{alpha}\nbeta:\n{beta}"
+    );
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.assert_replicas_identical();
+}
+
 /// The loop device made over `file`, detached when dropped.
 struct Loop(String);
 
