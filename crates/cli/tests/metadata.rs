@@ -902,20 +902,7 @@ fn pmem_metadata_records_evicted_extents_and_only_another_boot_pulls_them() {
 
     let (hot, map, all) = killed(&mut c, 22);
     assert!(!map.is_empty(), "log {hot:?}, map {map:?}");
-    // Another boot, as a power loss finds it: the superblock's boot id is not this one.
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&md)
-        .unwrap();
-    let mut b = [0u8; 4096];
-    f.read_exact_at(&mut b, 0).unwrap();
-    let mut sb = tandem_meta::Superblock::decode(&b).unwrap();
-    sb.boot_id = [0x5a; 16];
-    let block = sb.encode().unwrap();
-    f.write_all_at(&block[..], 0).unwrap();
-    f.write_all_at(&block[..], 4096).unwrap();
-    drop(f);
+    name_another_boot(&md, 0);
     let log = restart(&mut c);
     let said = format!("names {} extents ({} MiB)", all.len(), all.len() * 4);
     let _ = std::fs::remove_file(&md);
@@ -1094,6 +1081,23 @@ fn a_whole_cluster_killed_comes_back_without_force_and_keeps_acknowledged_writes
     c.assert_replicas_identical();
 }
 
+/// The superblock (both slots, from `at` in `file`) says another boot, as a power loss
+/// finds it: its boot id is not this one's.
+fn name_another_boot(file: &std::path::Path, at: u64) {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .unwrap();
+    let mut b = [0u8; 4096];
+    f.read_exact_at(&mut b, at).unwrap();
+    let mut sb = tandem_meta::Superblock::decode(&b).unwrap();
+    sb.boot_id = [0x5a; 16];
+    let block = sb.encode().unwrap();
+    f.write_all_at(&block[..], at).unwrap();
+    f.write_all_at(&block[..], at + 4096).unwrap();
+}
+
 /// The part of `node`'s log since its last start.
 fn log_since_start(c: &Cluster, node: &str) -> String {
     let log = c.node(node).daemon.log();
@@ -1120,21 +1124,8 @@ fn a_replica_back_from_another_boot_is_not_the_source_over_one_that_kept_its_wri
     for n in ["gamma", "alpha", "beta"] {
         c.node_mut(n).daemon.kill9();
     }
-    // Internal metadata starts right after the volume: both superblock slots.
-    let disk = c.node("alpha").disk.clone();
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&disk)
-        .unwrap();
-    let mut b = [0u8; 4096];
-    f.read_exact_at(&mut b, SIZE).unwrap();
-    let mut sb = tandem_meta::Superblock::decode(&b).unwrap();
-    sb.boot_id = [0x5a; 16];
-    let block = sb.encode().unwrap();
-    f.write_all_at(&block[..], SIZE).unwrap();
-    f.write_all_at(&block[..], SIZE + 4096).unwrap();
-    drop(f);
+    // Internal metadata starts right after the volume.
+    name_another_boot(&c.node("alpha").disk, SIZE);
     restart_everyone_without_force(&mut c);
     let (alpha, beta) = (log_since_start(&c, "alpha"), log_since_start(&c, "beta"));
     assert!(
