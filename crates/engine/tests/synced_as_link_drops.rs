@@ -1,9 +1,10 @@
 //! A replica being synced under a Primary's list takes the Primary's ids when its resync
 //! ends, and tells the Primary so. If the link drops before that report arrives, the
-//! Primary does not know the replica holds its ids: it changes them all the same, as DRBD
-//! makes a new current UUID when a Primary loses any peer with a disk. Otherwise its later
-//! writes, landed on the other replica alone, are under ids both replicas hold, and nothing
-//! tells which of the two is newer.
+//! Primary does not know the replica holds its ids: it changes them all the same at the
+//! next write that replica misses, as DRBD makes a new current UUID at the first write
+//! after losing a peer disk. Otherwise its later writes, landed on the other replica
+//! alone, are under ids both replicas hold, and nothing tells which of the two is newer
+//! (overlapping soak seed 451053910, in `crates/sim/tests/seeds.rs`).
 
 mod common;
 

@@ -596,7 +596,6 @@ impl Peer {
         }
     }
 
-    /// The connection ended: what was waiting on it, for the caller to settle.
     /// Per volume: its replica is being synced or waits to be (as it last told us), so
     /// its resync may end, under a Primary's list, with that Primary's ids adopted.
     pub(super) fn behind(&self) -> Vec<bool> {
@@ -607,6 +606,7 @@ impl Peer {
             .collect()
     }
 
+    /// The connection ended: what was waiting on it, for the caller to settle.
     pub(super) fn disconnected(&mut self) -> Orphans {
         self.up = false;
         self.role = Role::Secondary;
