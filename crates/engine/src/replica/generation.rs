@@ -134,6 +134,10 @@ struct VolRotation {
     /// Nodes (this one included) that may hold the current id: a write that misses one
     /// must not complete before the id has changed.
     holders: NodeSet,
+    /// Replicas being synced lost since the current id was made (`peer_lost`): any may
+    /// have adopted it unheard at the end of its resync. A write that misses one waits for
+    /// the id to change, as for a holder; losing one again changes nothing at once.
+    unheard: NodeSet,
     /// While a rotation runs: the holders of the id before it (writes that missed only
     /// those complete once this rotation has).
     before: NodeSet,
@@ -313,7 +317,7 @@ impl Rotations {
         out: &mut Vec<RAction>,
     ) -> Missed {
         let vr = &mut self.vols[v];
-        if missing.intersects(vr.holders) {
+        if missing.intersects(vr.holders.union(vr.unheard)) {
             if vr.running.is_some() {
                 vr.queued.push(req);
                 return Missed::Waits;
@@ -353,7 +357,7 @@ impl Rotations {
             to: gi,
         }));
         let vr = &mut self.vols[v];
-        vr.before = vr.holders;
+        vr.before = vr.holders.union(std::mem::take(&mut vr.unheard));
         vr.holders = NodeSet::EMPTY;
         if rep.vols[v].up_to_date() {
             vr.holders.insert(rep.spec.me);
@@ -409,14 +413,14 @@ impl Rotations {
     ///
     /// A replica being synced (`behind`, per volume) holds another id, but its resync
     /// under our list ends with ours adopted, and its report of that may be lost with the
-    /// link: it counts as a holder from now on, so the next write it misses changes the
-    /// ids (`missed`, the write waiting for the other replicas to adopt them), as DRBD
-    /// makes a new current UUID at the first write after losing a peer disk. Kept, our ids
-    /// named data that replica lacked (overlapping soak seed 451053910: its resync ended as
-    /// the link dropped; a write then landed on the other replica alone under the ids both
-    /// held, and a restart of both settled the block the wrong way). Not at once: a write
-    /// in flight then completed under new ids no other replica took when the rest of a
-    /// partition followed (failover seed 2206: a false split brain).
+    /// link: it is `unheard` from now on, so the next write it misses changes the ids
+    /// (`missed`, the write waiting for the other replicas to adopt them), as DRBD makes a
+    /// new current UUID at the first write after losing a peer disk. Kept, our ids named
+    /// data that replica lacked (overlapping soak seed 451053910: its resync ended as the
+    /// link dropped; a write then landed on the other replica alone under the ids both
+    /// held, and a restart of both settled the block the wrong way). Not at once, nor at
+    /// its next loss: a write in flight then completed under new ids no other replica took
+    /// when the rest of a partition followed (failover seed 2206: a false split brain).
     ///
     /// Not when the loss leaves the volume without quorum: from then on we acknowledge no
     /// write (`requests/suspended.rs`), and every write acknowledged before is on a
@@ -439,7 +443,7 @@ impl Rotations {
             // A tiebreaker a rotation waits for holds no id.
             let holder = vr.holders.contains(peer);
             if behind {
-                vr.holders.insert(peer);
+                vr.unheard.insert(peer);
             }
             match vr.running.as_mut() {
                 Some(r) => {
