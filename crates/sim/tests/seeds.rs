@@ -539,8 +539,8 @@ fn disk_errors_regressions() {
 /// 451053910: a replica's resync ended, and it took the diskless Primary's ids, as its link
 /// to the Primary dropped; the Primary never heard, kept its ids, and a write it then
 /// acknowledged on the other replica alone was lost when both replicas came back from
-/// crashes under those equal ids (a Primary now changes its ids when it loses any peer
-/// with a disk attached, being synced or not).
+/// crashes under those equal ids (a replica being synced, once lost, now makes the next
+/// write it misses wait for the Primary's ids to change: `VolRotation::unheard`).
 #[test]
 fn overlapping_fault_regressions() {
     for seed in [
