@@ -1458,7 +1458,7 @@ fn a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before() {
     alpha.daemon.wait_ready(READY_TIMEOUT);
     let set_back = wait_log_line(
         c.node("beta"),
-        &[&["rotated to it as Primary and crashed before acknowledging"]],
+        &[&["rotated to it as Primary and left it"]],
         SYNC_TIMEOUT,
     );
     assert!(set_back, "beta kept the abandoned ids:\n{}", c.describe());
@@ -1495,6 +1495,96 @@ fn a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before() {
         gi.stdout
     );
     assert!(!gi.stdout.contains("abandoned"), "{}", gi.stdout);
+}
+
+/// Issue 15: as above, but alpha loses quorum (beta killed too) before it acknowledged
+/// anything under the ids it rotated to: it sets them back at once, and its metadata names
+/// the id set aside as abandoned without quorum (`show-gi`). Killed, then back with
+/// everyone, alpha tells beta, which had adopted that id, and beta sets its ids back; all
+/// three converge with no split brain. The id set aside ranks alpha no higher (engine test
+/// `ids_set_aside_without_quorum_rank_their_replica_no_higher`).
+#[test]
+fn a_primary_that_lost_quorum_before_acknowledging_abandons_the_id_it_set_aside() {
+    const TEST: &str =
+        "metadata::a_primary_that_lost_quorum_before_acknowledging_abandons_the_id_it_set_aside";
+    const GAMMA_DISKFUL: Spec = Spec {
+        diskful: true,
+        ..GAMMA
+    };
+    let mut c = Cluster::start_with(
+        TEST,
+        Setup {
+            size: SIZE,
+            ..Setup::new("C", &[ALPHA, BETA, GAMMA_DISKFUL])
+        },
+    );
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("gamma").daemon.kill9();
+    c.node("alpha")
+        .daemon
+        .admin(&["primary", RESOURCE])
+        .expect_success();
+    let adopted = wait_log_line(
+        c.node("beta"),
+        &[&["volume 0: generation "], &["(a replica missed a write)"]],
+        SYNC_TIMEOUT,
+    );
+    assert!(
+        adopted,
+        "beta never adopted alpha's rotation:\n{}",
+        c.describe()
+    );
+    let rotated = last_rotation(&c.node("beta").daemon.log());
+    c.node_mut("beta").daemon.kill9();
+    let set_back = wait_log_line(
+        c.node("alpha"),
+        &[&["volume 0: generation "], &["(set back: no quorum"]],
+        SYNC_TIMEOUT,
+    );
+    assert!(
+        set_back,
+        "alpha kept its ids without quorum:\n{}",
+        c.describe()
+    );
+    c.node_mut("alpha").daemon.kill9();
+
+    let gi = c.replica_tool("alpha", &["show-gi", RESOURCE]);
+    gi.expect_success();
+    assert!(
+        gi.stdout.contains(&format!("abandoned {rotated}")),
+        "alpha's metadata does not name the id set aside {rotated}:\n{}",
+        gi.stdout
+    );
+    assert!(
+        gi.stdout.contains("when quorum was lost")
+            && gi.stdout.contains("abandoned-without-quorum"),
+        "{}",
+        gi.stdout
+    );
+
+    for n in ["alpha", "beta", "gamma"] {
+        c.node_mut(n).daemon.restart();
+    }
+    for n in ["alpha", "beta", "gamma"] {
+        c.node_mut(n).daemon.wait_ready(READY_TIMEOUT);
+    }
+    let beta_set_back = wait_log_line(
+        c.node("beta"),
+        &[&["rotated to it as Primary and left it"]],
+        SYNC_TIMEOUT,
+    );
+    assert!(
+        beta_set_back,
+        "beta kept the abandoned id:\n{}",
+        c.describe()
+    );
+    c.wait_connected();
+    c.wait_in_sync(SYNC_TIMEOUT);
+    for n in ["alpha", "beta", "gamma"] {
+        let log = c.node(n).daemon.log();
+        assert!(!log.contains("split brain"), "{n}:\n{log}");
+    }
+    c.assert_replicas_identical();
 }
 
 /// The id the last rotation in `log` made ("generation A -> B (a replica missed a

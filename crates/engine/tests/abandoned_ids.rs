@@ -69,7 +69,8 @@ fn a_primary_killed_before_acknowledging_under_rotated_ids_restarts_older() {
         abandoned,
         vec![Msg::Abandoned {
             volume: 0,
-            gi: rotated.current
+            gi: rotated.current,
+            without_quorum: false,
         }]
     );
     net.assert_converges();
@@ -126,5 +127,80 @@ fn a_secondary_holding_abandoned_ids_sets_them_back() {
         && matches!(e, Event::GenerationAbandoned { peer: 0, from, to, .. }
             if *from == rotated.current && *to == before.current)));
     net.link_up(0, 2);
+    net.assert_converges();
+}
+
+/// Node 2, Primary, rotates its ids for write 2 (node 0 away), loses quorum before
+/// acknowledging it, sets them back and is killed: it abandoned the id set aside
+/// *without quorum*. Back with every node crashed and the same ids, it does not rank
+/// first: a majority may have gone on without it, and a Primary it had outrun may have
+/// acknowledged more under those ids (failover soak seed 414006758: ranked first, it was
+/// the source of the replica missing an acknowledged write). Node 0 is the source by node
+/// id, as with nothing abandoned.
+#[test]
+fn ids_set_aside_without_quorum_rank_their_replica_no_higher() {
+    use tandem_engine::replica::{DiskChange, DiskState, OnNoQuorum, QuorumSpec, Votes};
+    let mut net = Net::with_quorum(
+        false,
+        QuorumSpec {
+            quorum: Votes::Majority,
+            min_redundancy: Votes::Off,
+            on_loss: OnNoQuorum::IoError,
+        },
+    );
+    net.demote_on(0);
+    net.promote_on(2).unwrap();
+    net.submit_on(
+        2,
+        1,
+        tandem_engine::Io::Write {
+            offset: BLOCK,
+            len: BLOCK as u32,
+            fua: false,
+        },
+    );
+    assert_eq!(net.answer_on(2, 1), Some(Ok(())));
+    let before = *net.nodes[2].generation(0).unwrap();
+    net.link_down(0, 2);
+    net.hold_disk(2);
+    net.submit_on(
+        2,
+        2,
+        tandem_engine::Io::Write {
+            offset: 2 * BLOCK,
+            len: BLOCK as u32,
+            fua: false,
+        },
+    );
+    let rotated = *net.nodes[2].generation(0).unwrap();
+    assert_ne!(rotated, before, "write 2 missed node 0");
+    net.link_down(1, 2);
+    assert_eq!(*net.nodes[2].generation(0).unwrap(), before, "set back");
+    let kept = net.nodes[2].ids_at_crash(0).unwrap();
+    assert_eq!(kept.abandoned, Some(rotated.current));
+    assert!(kept.without_quorum);
+    net.crash(2, &[(2 * BLOCK, BLOCK)]);
+    net.crash(0, &[]);
+    net.crash(1, &[]);
+
+    net.link_up(1, 2);
+    net.link_up(0, 2);
+    net.link_up(0, 1);
+    let told = net.delivered(2, 0, |m| matches!(m, Msg::Abandoned { .. }));
+    assert_eq!(
+        told,
+        vec![Msg::Abandoned {
+            volume: 0,
+            gi: rotated.current,
+            without_quorum: true,
+        }]
+    );
+    let source = |n: u8| {
+        net.disk_changes(n).iter().any(|(d, why)| {
+            *d == DiskState::UpToDate && matches!(why, DiskChange::ProvenByGeneration { .. })
+        })
+    };
+    assert!(source(0), "node 0: {:?}", net.disk_changes(0));
+    assert!(!source(2), "node 2 ranked first: {:?}", net.disk_changes(2));
     net.assert_converges();
 }

@@ -113,3 +113,95 @@ fn a_primary_that_wrote_no_fresh_sector_does_not_keep_the_orphans() {
     assert_eq!(net.block(2, 7)[512], 3, "the older orphan kept");
     assert_eq!(net.block(2, 7), net.block(1, 7));
 }
+
+/// Node 0, Primary, loses node 1 and rotates its ids for write 2, which lands on node 2,
+/// a sync target, alone (node 0's own disk holds it). Node 2's link drops too: without
+/// quorum, node 0 fails write 2 and sets its ids back, the rotated id (returned) set
+/// aside. Node 2's fresh sectors are orphans under that id, which no lister ever holds.
+fn orphans_under_an_id_set_aside() -> (Net, u64) {
+    use tandem_engine::replica::{OnNoQuorum, QuorumSpec, Votes};
+    let mut net = Net::with_quorum(
+        false,
+        QuorumSpec {
+            quorum: Votes::Majority,
+            min_redundancy: Votes::Off,
+            on_loss: OnNoQuorum::IoError,
+        },
+    );
+    net.link_down(0, 2);
+    write_on(&mut net, 0, 1, 5 * BLOCK, BLOCK as u32);
+    assert_eq!(net.answer_on(0, 1), Some(Ok(())));
+    let acked = *net.nodes[0].generation(0).unwrap();
+    net.pass = |_, to, m| !(to == 2 && matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(0, 2);
+    assert_eq!(net.disk(2), DiskState::Inconsistent);
+
+    net.link_down(0, 1);
+    net.link_down(1, 2);
+    net.hold_disk(0);
+    write_on(&mut net, 0, 2, 7 * BLOCK, 1024);
+    let rotated = *net.nodes[0].generation(0).unwrap();
+    assert_ne!(rotated, acked, "write 2 missed node 1");
+    assert_eq!(net.block(2, 7)[512], 2);
+    net.link_down(0, 2);
+    assert_eq!(*net.nodes[0].generation(0).unwrap(), acked, "set back");
+    (net, rotated.current)
+}
+
+/// Node 0, back or demoted, meets node 2 first and tells it of the id set aside; then
+/// node 1, Primary with node 0, rewrites sector 1 of block 7 while node 2 is away, and
+/// steps down. Node 0 lists block 7 to node 2 (written since they last met), its ids
+/// those before the orphans' writer's: node 2 must take the block whole.
+fn node_1_rewrites_an_orphan_and_node_0_lists_it(mut net: Net, set_aside: u64) {
+    net.pass = |_, _, _| true;
+    net.link_up(0, 2);
+    let told = net.delivered(0, 2, |m| matches!(m, Msg::Abandoned { .. }));
+    assert_eq!(
+        told,
+        vec![Msg::Abandoned {
+            volume: 0,
+            gi: set_aside,
+            without_quorum: true,
+        }]
+    );
+    net.link_down(0, 2);
+
+    net.link_up(0, 1);
+    net.promote_on(1).unwrap();
+    write_on(&mut net, 1, 3, 7 * BLOCK + 512, 512);
+    assert_eq!(net.answer_on(1, 3), Some(Ok(())));
+    net.demote_on(1);
+
+    net.link_up(0, 2);
+    assert_eq!(net.disk(2), DiskState::UpToDate);
+    assert_eq!(net.block(0, 7)[512], 3);
+    assert!(net.block(2, 7) == net.block(0, 7), "node 2 kept the orphan");
+    net.link_up(1, 2);
+    net.assert_converges();
+}
+
+/// Failover soak seed 422002317: node 0 is killed while its ids are set back, and tells
+/// the id set aside after the restart (`Resource::ids_at_crash`). Before, node 2 kept
+/// write 2's sector against write 3, acknowledged, and was up to date: a read there
+/// returned the older data.
+#[test]
+fn an_id_set_back_without_quorum_is_abandoned_at_a_crash() {
+    let (mut net, set_aside) = orphans_under_an_id_set_aside();
+    let kept = net.nodes[0].ids_at_crash(0).unwrap();
+    assert_eq!(kept.abandoned, Some(set_aside));
+    assert!(kept.without_quorum);
+    net.crash(0, &[(7 * BLOCK, BLOCK)]);
+    node_1_rewrites_an_orphan_and_node_0_lists_it(net, set_aside);
+}
+
+/// As above, node 0 demoted instead (`Rotations::demoted`): the id set aside is never
+/// taken up again.
+#[test]
+fn an_id_set_back_without_quorum_is_abandoned_at_a_demotion() {
+    let (mut net, set_aside) = orphans_under_an_id_set_aside();
+    net.release_disk(0);
+    assert!(matches!(net.answer_on(0, 2), Some(Err(_))));
+    net.demote_on(0);
+    assert_eq!(net.nodes[0].role(), Role::Secondary);
+    node_1_rewrites_an_orphan_and_node_0_lists_it(net, set_aside);
+}

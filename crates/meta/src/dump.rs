@@ -209,7 +209,15 @@ impl MetaDump {
         }
         let _ = writeln!(out, "history   {}", sb.history.join(" "));
         if let Some(gi) = &sb.abandoned_gi {
-            let _ = writeln!(out, "abandoned {gi}  (set back from at a crash as Primary: nothing acknowledged under it)");
+            let how = if sb.flags.contains(&"abandoned-without-quorum") {
+                "set aside as Primary when quorum was lost"
+            } else {
+                "set back from at a crash as Primary"
+            };
+            let _ = writeln!(
+                out,
+                "abandoned {gi}  ({how}: nothing acknowledged under it)"
+            );
         }
         let _ = writeln!(out, "flags     {}", sb.flags.join(" "));
         out

@@ -142,6 +142,9 @@ flags! {
         /// The activity log was not kept up to date (al-updates off): a crash means a
         /// full resync.
         AL_DISABLED = 1 << 6, "al-disabled";
+        /// `abandoned_gi` was set aside when quorum was lost (it ranks this replica no
+        /// higher among equal ids).
+        ABANDONED_WITHOUT_QUORUM = 1 << 7, "abandoned-without-quorum";
     }
 }
 

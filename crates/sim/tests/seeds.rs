@@ -1297,6 +1297,23 @@ fn ids_taken_up_again_are_kept_only_once_the_peers_hold_them() {
     assert!(out.converged, "failover seed 422002192");
 }
 
+/// Ids set back without quorum are abandoned once they will never be taken up again (a
+/// crash or a demotion), and told to peers as a crash's are (422002317: a replica away at
+/// the set-back kept a failed write's sector as an orphan under the id set aside, which
+/// no lister ever held; up to date later, it was the source of that sector for the
+/// Primary, and a read returned data older than an acknowledged write; the engine tests
+/// in `orphan_fresh.rs` show the mechanism). Told so, they rank their replica no higher
+/// (414006758: ranked first among equal ids, the old Primary's replica was the source
+/// for one missing a write the Primary it had outrun acknowledged, and a FLUSH was not
+/// durable).
+#[test]
+fn ids_set_aside_without_quorum_are_abandoned_and_rank_no_higher() {
+    for seed in [422_002_317, 414_006_758] {
+        let out = Sim::new(Family::Failover.scenario(seed)).run();
+        assert!(out.converged, "failover seed {seed}");
+    }
+}
+
 /// A diskless Primary lists everything to a replica whose ids are older than those it was
 /// promoted with (422008346: its empty list made a replica that had missed an
 /// acknowledged write while down UpToDate, and the write was never synced to it).

@@ -52,8 +52,10 @@ pub const MAGIC: u32 = 0x544e_444d;
 /// a node that keeps questions until it loses the run would compare with.
 /// Version 12: `Volume`'s flags take two bytes, for `LOST_POWER` (a contender whose node
 /// crashed in another boot ranks below one that kept its page cache, ids being equal).
-pub const VERSION_MIN: u16 = 12;
-pub const VERSION_MAX: u16 = 12;
+/// Version 13: `Abandoned` carries `without_quorum` (ids set aside when quorum was lost,
+/// which rank the sender no higher), a byte a version-12 node does not expect.
+pub const VERSION_MIN: u16 = 13;
+pub const VERSION_MAX: u16 = 13;
 pub const HEADER_LEN: usize = 12;
 /// Largest body of a packet without bulk data.
 pub const MAX_CONTROL_BODY: u32 = 64 << 10;

@@ -238,12 +238,14 @@ pub enum Packet<'a> {
         gen: GenIds,
     },
     /// Sent before the sender's [`Packet::Volume`] at connect: as Primary it rotated its ids
-    /// of `volume` to `gi` and crashed before it acknowledged any request under them, so
-    /// it restarted with the ids it had acknowledged under. No acknowledged write of it is
-    /// under `gi`.
+    /// of `volume` to `gi` and left them before it acknowledged any request under them (a
+    /// crash, or, `without_quorum`, set aside when it lost quorum, then a crash or a
+    /// demotion), so it holds the ids it had acknowledged under. No acknowledged write of
+    /// it is under `gi`.
     Abandoned {
         volume: u16,
         gi: u64,
+        without_quorum: bool,
     },
     /// Answer to [`Packet::Generation`]: `adopted` if the sender's replica holds `gi` now.
     GenAck {
@@ -553,9 +555,14 @@ pub fn encode(p: &Packet<'_>, out: &mut Vec<u8>) {
             w.u16(volume);
             w.gen(&gen);
         }
-        Packet::Abandoned { volume, gi } => {
+        Packet::Abandoned {
+            volume,
+            gi,
+            without_quorum,
+        } => {
             w.u16(volume);
             w.u64(gi);
+            w.u8(u8::from(without_quorum));
         }
         Packet::GenAck {
             volume,
@@ -809,6 +816,11 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, WireError> {
         ABANDONED => Packet::Abandoned {
             volume: r.u16()?,
             gi: r.u64()?,
+            without_quorum: match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(r.bad("Abandoned's without_quorum is neither 0 nor 1")),
+            },
         },
         GEN_ACK => Packet::GenAck {
             volume: r.u16()?,
@@ -1122,6 +1134,7 @@ mod tests {
             Packet::Abandoned {
                 volume: 1,
                 gi: u64::MAX,
+                without_quorum: true,
             },
             Packet::Write {
                 volume: 0,
@@ -1366,6 +1379,21 @@ mod tests {
         assert!(
             matches!(decode(&b), Err(WireError::Malformed { .. })),
             "unknown volume flags"
+        );
+        let mut b = Vec::new();
+        encode(
+            &Packet::Abandoned {
+                volume: 0,
+                gi: 7,
+                without_quorum: true,
+            },
+            &mut b,
+        );
+        assert!(decode(&b).is_ok());
+        *b.last_mut().unwrap() = 2;
+        assert!(
+            matches!(decode(&b), Err(WireError::Malformed { .. })),
+            "Abandoned's without_quorum neither 0 nor 1"
         );
     }
 

@@ -227,6 +227,7 @@ fn packet(f: &Fields) -> Packet<'_> {
         32 => Packet::Abandoned {
             volume: f.d,
             gi: f.a,
+            without_quorum: f.c & 1 == 1,
         },
         19 => Packet::ReadReply {
             id: f.a,

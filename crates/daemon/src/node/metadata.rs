@@ -733,6 +733,8 @@ impl VolumeMeta {
             sb.current_gi = ids.gen.current;
             sb.history = ids.gen.history;
             sb.abandoned_gi = ids.abandoned.unwrap_or(0);
+            sb.flags
+                .set(SbFlags::ABANDONED_WITHOUT_QUORUM, ids.without_quorum);
         }
         let old = self.store.superblock();
         if sb.flags != old.flags
@@ -747,8 +749,8 @@ impl VolumeMeta {
         Ok(())
     }
 
-    /// The generation ids the metadata kept, and the id they were set back from at a crash
-    /// as Primary, if any.
+    /// The generation ids the metadata kept, and the id they were set back from as
+    /// Primary, if any (at a crash, or without quorum).
     pub(super) fn kept_ids(&self) -> IdsAtCrash {
         let sb = self.store.superblock();
         IdsAtCrash {
@@ -757,6 +759,7 @@ impl VolumeMeta {
                 history: sb.history,
             },
             abandoned: Some(sb.abandoned_gi).filter(|&gi| gi != 0),
+            without_quorum: sb.flags.contains(SbFlags::ABANDONED_WITHOUT_QUORUM),
         }
     }
 

@@ -75,10 +75,10 @@ pub enum Event {
         to: u64,
         restored: bool,
     },
-    /// Peer `peer` told us it rotated its ids of `volume` to `from` as Primary and crashed
-    /// before it acknowledged anything under them; we held `from` as our current id
-    /// (adopted from it) and set our ids back to `to`, the ones before. Made durable like
-    /// [`Event::GenerationChanged`].
+    /// Peer `peer` told us it rotated its ids of `volume` to `from` as Primary and left
+    /// them (a crash, or quorum lost) before it acknowledged anything under them; we held
+    /// `from` as our current id (adopted from it) and set our ids back to `to`, the ones
+    /// before. Made durable like [`Event::GenerationChanged`].
     GenerationAbandoned {
         volume: u16,
         peer: NodeId,
@@ -477,7 +477,7 @@ impl fmt::Display for Event {
                 to,
             } => write!(
                 f,
-                "volume {volume}: generation {from:016x} -> {to:016x} (set back: node {peer} rotated to it as Primary and crashed before acknowledging any write under it)"
+                "volume {volume}: generation {from:016x} -> {to:016x} (set back: node {peer} rotated to it as Primary and left it, by a crash or without quorum, before acknowledging any write under it)"
             ),
             Event::GenerationAcked { volume, current } => write!(
                 f,

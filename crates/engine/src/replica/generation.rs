@@ -16,6 +16,7 @@
 
 use super::action::RAction;
 use super::event::Event;
+use super::local::SetBack;
 use super::msg::Msg;
 use super::nodeset::NodeSet;
 use super::replicas::Replicas;
@@ -507,11 +508,27 @@ impl Rotations {
         self.vols.get(v).map(|vr| vr.acked)
     }
 
+    /// The id volume `v` was set back from without quorum (`hold_back`), while it stays
+    /// set aside: nothing we acknowledged is under it.
+    pub(super) fn set_aside(&self, v: usize) -> Option<u64> {
+        self.vols.get(v)?.set_back.map(|ahead| ahead.current)
+    }
+
     /// This node is Secondary now: ids set back stay so (it acknowledged nothing under
-    /// the ones it had rotated to), and are not taken up again.
-    pub(super) fn demoted(&mut self) {
-        for vr in &mut self.vols {
-            vr.set_back = None;
+    /// the ones it had rotated to), and are not taken up again. The id set aside is
+    /// abandoned as a crash's is (`LocalVol::set_back_from`), told to every peer that
+    /// connects while we hold the ids set back to: a replica away at the set-back keeps
+    /// it among the ids of its orphans' writers (`Resync::orphan_gens`), and no lister
+    /// ever holds it (failover soak seed 422002317).
+    pub(super) fn demoted(&mut self, rep: &mut Replicas) {
+        for (vr, vol) in self.vols.iter_mut().zip(&mut rep.vols) {
+            if let Some(ahead) = vr.set_back.take() {
+                vol.set_back_from = Some(SetBack {
+                    gi: ahead.current,
+                    to: vol.gen,
+                    without_quorum: true,
+                });
+            }
         }
     }
 

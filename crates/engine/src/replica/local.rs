@@ -11,6 +11,20 @@ use super::spec::ReplicaAtStart;
 use std::collections::BTreeSet;
 use tandem_wire::packet::DiskState;
 
+/// Ids we rotated to as Primary and acknowledged nothing under, left behind for the ids
+/// before (`LocalVol::set_back_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SetBack {
+    /// The id abandoned.
+    pub(super) gi: u64,
+    /// The ids set back to.
+    pub(super) to: GenIds,
+    /// Set aside without quorum (`Rotations::hold_back`): a majority may have gone on
+    /// without us, so the ids set back to name no more than any peer holding them (no
+    /// `Standing::rotated_from`).
+    pub(super) without_quorum: bool,
+}
+
 #[derive(Debug)]
 pub(super) struct LocalVol {
     pub(super) size: u64,
@@ -56,11 +70,12 @@ pub(super) struct LocalVol {
     /// Our generation ids (on a diskless node: those of the data our writes make while
     /// Primary, taken from an up-to-date peer at promotion).
     pub(super) gen: GenIds,
-    /// The id our ids were set back from at our last crash as Primary, with the ids set
-    /// back to: we had rotated to it and acknowledged nothing under it, so the metadata
-    /// kept the ids before (`Resource::ids_at_crash`). While we hold those ids, told to
-    /// every peer at connect (`Msg::Abandoned`, see `abandoned`).
-    pub(super) set_back_from: Option<(u64, GenIds)>,
+    /// The id our ids were set back from as Primary, with the ids set back to: we had
+    /// rotated to it and acknowledged nothing under it, and a crash (or quorum lost, then
+    /// a crash or a demotion) left us with the ids before (`Resource::ids_at_crash`).
+    /// While we hold those ids, told to every peer at connect (`Msg::Abandoned`, see
+    /// `abandoned`).
+    pub(super) set_back_from: Option<SetBack>,
     /// Restarted consistent and not UpToDate since: ranked against other such replicas
     /// when no Primary and no up-to-date replica is around (see `generation.rs`).
     pub(super) standing: Option<Standing>,
@@ -213,12 +228,10 @@ impl LocalVol {
         self.diskful && matches!(self.disk, DiskState::UpToDate | DiskState::Inconsistent)
     }
 
-    /// The id we abandoned at a crash as Primary (`set_back_from`), while our ids are still
-    /// the ones set back to: from them we rotated to it.
-    pub(super) fn abandoned(&self) -> Option<u64> {
-        self.set_back_from
-            .filter(|(_, at)| *at == self.gen)
-            .map(|(gi, _)| gi)
+    /// The id we abandoned as Primary (`set_back_from`), while our ids are still the ones
+    /// set back to: from them we rotated to it.
+    pub(super) fn abandoned(&self) -> Option<SetBack> {
+        self.set_back_from.filter(|s| s.to == self.gen)
     }
 
     /// It keeps a replica that has not failed.

@@ -83,11 +83,13 @@ pub enum Msg {
         gi: u64,
         adopted: bool,
     },
-    /// Ids we rotated to as Primary and crashed under before acknowledging anything
-    /// (`LocalVol::set_back_from`).
+    /// Ids we rotated to as Primary and left before acknowledging anything under them:
+    /// at a crash, or set aside without quorum (`without_quorum`; see
+    /// `LocalVol::set_back_from`).
     Abandoned {
         volume: u16,
         gi: u64,
+        without_quorum: bool,
     },
     /// Our replica of `volume` and the receiver's diverged (see [`RAction::SplitBrain`]).
     SplitBrain {
@@ -283,7 +285,15 @@ impl Msg {
                     },
             },
             Msg::Generation { volume, gen } => Packet::Generation { volume, gen },
-            Msg::Abandoned { volume, gi } => Packet::Abandoned { volume, gi },
+            Msg::Abandoned {
+                volume,
+                gi,
+                without_quorum,
+            } => Packet::Abandoned {
+                volume,
+                gi,
+                without_quorum,
+            },
             Msg::GenAck {
                 volume,
                 gi,

@@ -79,7 +79,8 @@ pub(super) struct PeerVol {
     /// Its generation ids, as it last told them (this connection or an earlier one).
     pub(super) gen: GenIds,
     /// It told us on this connection that it rotated from its ids as Primary and crashed
-    /// before acknowledging under the new ones (`Msg::Abandoned`; see `Standing`).
+    /// before acknowledging under the new ones, with quorum (`Msg::Abandoned`; see
+    /// `Standing`).
     pub(super) abandoned: bool,
     /// The id from which `oos` names all it may lack of ours, if any (see `bitmap_gi.rs`).
     pub(super) bitmap_gi: Option<u64>,

@@ -9,7 +9,7 @@
 
 use super::bitmap::Bitmap;
 use super::generation::{lineage, GenIds, Lineage, Standing};
-use super::local::LocalVol;
+use super::local::{LocalVol, SetBack};
 use super::resource::Resource;
 use super::run::{CrashedUnder, PrimaryRun};
 use super::spec::{NodeId, ReplicaAtStart};
@@ -47,9 +47,12 @@ pub struct PersistedPeer<'a> {
 pub struct IdsAtCrash {
     /// The ids a restart starts with.
     pub gen: GenIds,
-    /// The id they were set back from at a crash as Primary: no acknowledged write of
-    /// ours is under it.
+    /// The id they were set back from as Primary (at a crash, or without quorum): no
+    /// acknowledged write of ours is under it.
     pub abandoned: Option<u64>,
+    /// `abandoned` was set aside without quorum (`Rotations::hold_back`): told to peers
+    /// as such, it ranks us no higher among equal ids (`Standing::rotated_from`).
+    pub without_quorum: bool,
 }
 
 impl From<GenIds> for IdsAtCrash {
@@ -58,6 +61,7 @@ impl From<GenIds> for IdsAtCrash {
         IdsAtCrash {
             gen,
             abandoned: None,
+            without_quorum: false,
         }
     }
 }
@@ -377,18 +381,33 @@ impl Resource {
             Some(acked) => IdsAtCrash {
                 gen: acked,
                 abandoned: Some(gen.current),
+                without_quorum: false,
             },
-            None => IdsAtCrash {
-                gen,
-                abandoned: vol.abandoned(),
-            },
+            None => {
+                // Set back without quorum, the id set aside is abandoned too (see
+                // `Rotations::demoted`).
+                let set_aside = (self.rep.role == Role::Primary)
+                    .then(|| self.app.rotations.set_aside(volume as usize))
+                    .flatten()
+                    .map(|gi| SetBack {
+                        gi,
+                        to: gen,
+                        without_quorum: true,
+                    });
+                let abandoned = vol.abandoned().or(set_aside);
+                IdsAtCrash {
+                    gen,
+                    abandoned: abandoned.map(|s| s.gi),
+                    without_quorum: abandoned.is_some_and(|s| s.without_quorum),
+                }
+            }
         })
     }
 
     /// Before the first event: the ids the metadata kept (`ids_at_crash`) and whether it
-    /// was Primary (see `restore_generation`); with an id abandoned at a crash as Primary,
-    /// told to peers while we hold these ids (`LocalVol::abandoned`), and first among
-    /// equal ids in the contest (`Standing::rotated_from`).
+    /// was Primary (see `restore_generation`); with an id abandoned as Primary, told to
+    /// peers while we hold these ids (`LocalVol::abandoned`), and, unless it was set aside
+    /// without quorum, first among equal ids in the contest (`Standing::rotated_from`).
     pub fn restore_ids(
         &mut self,
         volume: u16,
@@ -398,9 +417,13 @@ impl Resource {
         self.restore_generation(volume, ids.gen, was_primary)?;
         let vol = self.replica_mut(volume)?;
         if let Some(gi) = ids.abandoned {
-            vol.set_back_from = Some((gi, vol.gen));
+            vol.set_back_from = Some(SetBack {
+                gi,
+                to: vol.gen,
+                without_quorum: ids.without_quorum,
+            });
             if let Some(s) = vol.standing.as_mut() {
-                s.rotated_from = true;
+                s.rotated_from = !ids.without_quorum;
             }
         }
         Ok(())

@@ -276,7 +276,7 @@ impl Resource {
                 }
             }
         } else {
-            self.app.rotations.demoted();
+            self.app.rotations.demoted(&mut self.rep);
             // Our tenure's writes end here: what they made fresh in a resync is orphaned.
             self.rep.fresh_writer_gone(None);
             self.rep.left_without_quorum(out);

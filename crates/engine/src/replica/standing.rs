@@ -510,9 +510,21 @@ impl Replicas {
     /// the only holder was Inconsistent, listed everything to the rest, and no replica
     /// was up to date again), or apart from the next Primary's rotation (a split brain).
     /// Not as Primary: we may have acknowledged under them since.
-    pub(super) fn on_abandoned(&mut self, i: usize, v: usize, gi: u64, out: &mut Vec<RAction>) {
+    ///
+    /// Ids set aside without quorum (`without_quorum`) rank it no higher: a majority may
+    /// have gone on without it, and a Primary it had outrun may have acknowledged more
+    /// under the ids set back to (failover seed 414006758: ranked first, it was the source
+    /// of a replica missing an acknowledged write).
+    pub(super) fn on_abandoned(
+        &mut self,
+        i: usize,
+        v: usize,
+        gi: u64,
+        without_quorum: bool,
+        out: &mut Vec<RAction>,
+    ) {
         let peer = self.peers[i].id;
-        self.peers[i].vols[v].abandoned = true;
+        self.peers[i].vols[v].abandoned = !without_quorum;
         let vol = &mut self.vols[v];
         if let Some(rs) = vol.resync.as_mut() {
             rs.abandoned(gi);

@@ -39,9 +39,12 @@ impl Resource {
         for v in 0..self.rep.vols.len() {
             // Before our ids, which the peer ranks against its own, and any list of ours
             // (see `Replicas::on_abandoned`).
-            if let Some(gi) = self.rep.vols[v].abandoned() {
-                let volume = v as u16;
-                let msg = Msg::Abandoned { volume, gi };
+            if let Some(s) = self.rep.vols[v].abandoned() {
+                let msg = Msg::Abandoned {
+                    volume: v as u16,
+                    gi: s.gi,
+                    without_quorum: s.without_quorum,
+                };
                 out.push(RAction::Send { peer, msg });
             }
             out.push(RAction::Send {

@@ -98,9 +98,13 @@ impl Resource {
                 let v = self.rep.check_volume(volume)?;
                 self.rep.on_generation(i, v, gen, out);
             }
-            Packet::Abandoned { volume, gi } => {
+            Packet::Abandoned {
+                volume,
+                gi,
+                without_quorum,
+            } => {
                 let v = self.rep.check_volume(volume)?;
-                self.rep.on_abandoned(i, v, gi, out);
+                self.rep.on_abandoned(i, v, gi, without_quorum, out);
             }
             Packet::GenAck {
                 volume,
