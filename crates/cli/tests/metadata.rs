@@ -1400,37 +1400,7 @@ fn node_joins_later(test: &'static str, spare_slot: bool) {
 fn a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before() {
     const TEST: &str =
         "metadata::a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before";
-    const GAMMA_DISKFUL: Spec = Spec {
-        diskful: true,
-        ..GAMMA
-    };
-    let mut c = Cluster::start_with(
-        TEST,
-        Setup {
-            size: SIZE,
-            ..Setup::new("C", &[ALPHA, BETA, GAMMA_DISKFUL])
-        },
-    );
-    // Up to date first: connected is not enough (a new cluster's replicas turn UpToDate
-    // once every node has said it was created empty; gamma killed before that leaves no
-    // replica up to date, and the promotion is refused: seen under load).
-    c.wait_in_sync(SYNC_TIMEOUT);
-    c.node_mut("gamma").daemon.kill9();
-    c.node("alpha")
-        .daemon
-        .admin(&["primary", RESOURCE])
-        .expect_success();
-    let adopted = wait_log_line(
-        c.node("beta"),
-        &[&["volume 0: generation "], &["(a replica missed a write)"]],
-        SYNC_TIMEOUT,
-    );
-    assert!(
-        adopted,
-        "beta never adopted alpha's rotation:\n{}",
-        c.describe()
-    );
-    let rotated = last_rotation(&c.node("beta").daemon.log());
+    let (mut c, rotated) = alpha_promoted_with_gamma_away(TEST);
     c.node_mut("alpha").daemon.kill9();
 
     let gi = c.replica_tool("alpha", &["show-gi", RESOURCE]);
@@ -1507,34 +1477,7 @@ fn a_primary_killed_before_acknowledging_under_new_ids_keeps_the_ids_before() {
 fn a_primary_that_lost_quorum_before_acknowledging_abandons_the_id_it_set_aside() {
     const TEST: &str =
         "metadata::a_primary_that_lost_quorum_before_acknowledging_abandons_the_id_it_set_aside";
-    const GAMMA_DISKFUL: Spec = Spec {
-        diskful: true,
-        ..GAMMA
-    };
-    let mut c = Cluster::start_with(
-        TEST,
-        Setup {
-            size: SIZE,
-            ..Setup::new("C", &[ALPHA, BETA, GAMMA_DISKFUL])
-        },
-    );
-    c.wait_in_sync(SYNC_TIMEOUT);
-    c.node_mut("gamma").daemon.kill9();
-    c.node("alpha")
-        .daemon
-        .admin(&["primary", RESOURCE])
-        .expect_success();
-    let adopted = wait_log_line(
-        c.node("beta"),
-        &[&["volume 0: generation "], &["(a replica missed a write)"]],
-        SYNC_TIMEOUT,
-    );
-    assert!(
-        adopted,
-        "beta never adopted alpha's rotation:\n{}",
-        c.describe()
-    );
-    let rotated = last_rotation(&c.node("beta").daemon.log());
+    let (mut c, rotated) = alpha_promoted_with_gamma_away(TEST);
     c.node_mut("beta").daemon.kill9();
     let set_back = wait_log_line(
         c.node("alpha"),
@@ -1585,6 +1528,43 @@ fn a_primary_that_lost_quorum_before_acknowledging_abandons_the_id_it_set_aside(
         assert!(!log.contains("split brain"), "{n}:\n{log}");
     }
     c.assert_replicas_identical();
+}
+
+/// Alpha, beta and gamma keep replicas; gamma is killed and alpha promoted, which rotates
+/// the ids at once (a voter away); beta adopts them. Returns the id rotated to.
+fn alpha_promoted_with_gamma_away(test: &'static str) -> (Cluster, String) {
+    const GAMMA_DISKFUL: Spec = Spec {
+        diskful: true,
+        ..GAMMA
+    };
+    let mut c = Cluster::start_with(
+        test,
+        Setup {
+            size: SIZE,
+            ..Setup::new("C", &[ALPHA, BETA, GAMMA_DISKFUL])
+        },
+    );
+    // Up to date first: connected is not enough (a new cluster's replicas turn UpToDate
+    // once every node has said it was created empty; gamma killed before that leaves no
+    // replica up to date, and the promotion is refused: seen under load).
+    c.wait_in_sync(SYNC_TIMEOUT);
+    c.node_mut("gamma").daemon.kill9();
+    c.node("alpha")
+        .daemon
+        .admin(&["primary", RESOURCE])
+        .expect_success();
+    let adopted = wait_log_line(
+        c.node("beta"),
+        &[&["volume 0: generation "], &["(a replica missed a write)"]],
+        SYNC_TIMEOUT,
+    );
+    assert!(
+        adopted,
+        "beta never adopted alpha's rotation:\n{}",
+        c.describe()
+    );
+    let rotated = last_rotation(&c.node("beta").daemon.log());
+    (c, rotated)
 }
 
 /// The id the last rotation in `log` made ("generation A -> B (a replica missed a

@@ -139,15 +139,8 @@ fn a_secondary_holding_abandoned_ids_sets_them_back() {
 /// id, as with nothing abandoned.
 #[test]
 fn ids_set_aside_without_quorum_rank_their_replica_no_higher() {
-    use tandem_engine::replica::{DiskChange, DiskState, OnNoQuorum, QuorumSpec, Votes};
-    let mut net = Net::with_quorum(
-        false,
-        QuorumSpec {
-            quorum: Votes::Majority,
-            min_redundancy: Votes::Off,
-            on_loss: OnNoQuorum::IoError,
-        },
-    );
+    use tandem_engine::replica::{DiskChange, DiskState, OnNoQuorum};
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
     net.demote_on(0);
     net.promote_on(2).unwrap();
     net.submit_on(

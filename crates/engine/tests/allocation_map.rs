@@ -6,10 +6,8 @@
 
 mod common;
 
-use common::{Net, BLOCK, SIZE};
-use tandem_engine::replica::{
-    AllocationMap, DiskState, Msg, OnNoQuorum, Protocol, QuorumSpec, Votes,
-};
+use common::{majority, Net, BLOCK, SIZE};
+use tandem_engine::replica::{AllocationMap, DiskState, Msg, OnNoQuorum, Protocol};
 use tandem_engine::{DiskKind, IoError};
 use tandem_wire::packet::AllocExtent;
 
@@ -172,12 +170,7 @@ fn without_quorum_it_fails_as_a_read_does_or_knows_nothing_while_reads_are_held(
         (OnNoQuorum::IoError, Err(IoError::NoQuorum)),
         (OnNoQuorum::SuspendIo, Ok(AllocationMap::Unknown)),
     ] {
-        let quorum = QuorumSpec {
-            quorum: Votes::Majority,
-            min_redundancy: Votes::Off,
-            on_loss,
-        };
-        let mut net = Net::with_quorum(false, quorum);
+        let mut net = Net::with_quorum(false, majority(on_loss));
         assert_eq!(net.nodes[0].allocation_map(0), Ok(AllocationMap::Local));
         net.link_down(0, 1);
         net.link_down(0, 2);

@@ -8,17 +8,9 @@ mod common;
 use common::*;
 use tandem_engine::replica::{
     DiskChange, DiskState, Event, GenIds, LinkLoss, Msg, OnNoQuorum, PromoteError, ProtocolError,
-    QuorumSpec, Role, RoleChange, Votes,
+    Role, RoleChange,
 };
 use tandem_engine::{Io, IoError};
-
-fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
-    QuorumSpec {
-        quorum: Votes::Majority,
-        min_redundancy: Votes::Off,
-        on_loss,
-    }
-}
 
 fn promote(net: &mut Net, n: u8) -> Result<(), PromoteError> {
     net.promote_on(n)

@@ -66,15 +66,8 @@ fn a_dead_primarys_write_on_a_sync_target_gives_way_to_the_reference() {
 /// the older sector for good.
 #[test]
 fn a_primary_that_wrote_no_fresh_sector_does_not_keep_the_orphans() {
-    use tandem_engine::replica::{OnNoQuorum, QuorumSpec, Votes};
-    let mut net = Net::with_quorum(
-        false,
-        QuorumSpec {
-            quorum: Votes::Majority,
-            min_redundancy: Votes::Off,
-            on_loss: OnNoQuorum::IoError,
-        },
-    );
+    use tandem_engine::replica::OnNoQuorum;
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
     net.link_down(0, 2);
     write_on(&mut net, 0, 1, 5 * BLOCK, BLOCK as u32);
     assert_eq!(net.answer_on(0, 1), Some(Ok(())));
@@ -119,15 +112,8 @@ fn a_primary_that_wrote_no_fresh_sector_does_not_keep_the_orphans() {
 /// quorum, node 0 fails write 2 and sets its ids back, the rotated id (returned) set
 /// aside. Node 2's fresh sectors are orphans under that id, which no lister ever holds.
 fn orphans_under_an_id_set_aside() -> (Net, u64) {
-    use tandem_engine::replica::{OnNoQuorum, QuorumSpec, Votes};
-    let mut net = Net::with_quorum(
-        false,
-        QuorumSpec {
-            quorum: Votes::Majority,
-            min_redundancy: Votes::Off,
-            on_loss: OnNoQuorum::IoError,
-        },
-    );
+    use tandem_engine::replica::OnNoQuorum;
+    let mut net = Net::with_quorum(false, majority(OnNoQuorum::IoError));
     net.link_down(0, 2);
     write_on(&mut net, 0, 1, 5 * BLOCK, BLOCK as u32);
     assert_eq!(net.answer_on(0, 1), Some(Ok(())));

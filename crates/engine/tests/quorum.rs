@@ -6,17 +6,9 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{
-    DiskChange, DiskState, Event, Msg, OnNoQuorum, PromoteError, QuorumSpec, RAction, Role, Votes,
+    DiskChange, DiskState, Event, Msg, OnNoQuorum, PromoteError, RAction, Role,
 };
 use tandem_engine::{Io, IoError};
-
-fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
-    QuorumSpec {
-        quorum: Votes::Majority,
-        min_redundancy: Votes::Off,
-        on_loss,
-    }
-}
 
 /// Quorum changes node `n` reported, in order.
 fn quorum_changes(net: &Net, n: u8) -> Vec<bool> {

@@ -15,8 +15,8 @@ use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
     AfterSplitBrain, DataRef, DiskChange, DiskState, Event, GenIds, IdsAtCrash, Msg, NodeId,
-    PrimaryRun, PromoteError, Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource,
-    ResourceSpec, Token, Unresolved, GI_HISTORY,
+    OnNoQuorum, PrimaryRun, PromoteError, Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource,
+    ResourceSpec, Token, Unresolved, Votes, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{AllocExtent, MAX_ALLOC_EXTENTS};
@@ -1002,6 +1002,15 @@ fn spec(
         gi_seed: (0x5eed_0000 + u64::from(me)) ^ (incarnation << 32),
         quorum,
         after_sb: AfterSplitBrain::default(),
+    }
+}
+
+/// Quorum by majority, no minimum redundancy, `on_loss` without it.
+pub fn majority(on_loss: OnNoQuorum) -> QuorumSpec {
+    QuorumSpec {
+        quorum: Votes::Majority,
+        min_redundancy: Votes::Off,
+        on_loss,
     }
 }
 
