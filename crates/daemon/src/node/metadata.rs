@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_config::{MetaDisk, ResourceConfig, VolumeConfig};
-use tandem_engine::replica::{GenIds, IdsAtCrash, NodeId, Persisted, PrimaryRun, ReplicaAtStart};
+use tandem_engine::replica::{
+    AbandonedId, GenIds, IdsAtCrash, NodeId, Persisted, PrimaryRun, ReplicaAtStart,
+};
 use tandem_meta::{
     ActivityLog, CreateInfo, FileTarget, Geometry, Layout, Locate, MetaStore, MetaTarget, NonDax,
     PeerFlags, PeerSlot, Placement, PmemTarget, SbFlags, Superblock, WaitId, AL_EXTENT,
@@ -732,9 +734,10 @@ impl VolumeMeta {
         if let Some(ids) = ids {
             sb.current_gi = ids.gen.current;
             sb.history = ids.gen.history;
-            sb.abandoned_gi = ids.abandoned.unwrap_or(0);
+            sb.abandoned_gi = ids.abandoned.map_or(0, |a| a.gi);
+            let without_quorum = ids.abandoned.is_some_and(|a| a.without_quorum);
             sb.flags
-                .set(SbFlags::ABANDONED_WITHOUT_QUORUM, ids.without_quorum);
+                .set(SbFlags::ABANDONED_WITHOUT_QUORUM, without_quorum);
         }
         let old = self.store.superblock();
         if sb.flags != old.flags
@@ -758,8 +761,12 @@ impl VolumeMeta {
                 current: sb.current_gi,
                 history: sb.history,
             },
-            abandoned: Some(sb.abandoned_gi).filter(|&gi| gi != 0),
-            without_quorum: sb.flags.contains(SbFlags::ABANDONED_WITHOUT_QUORUM),
+            abandoned: Some(sb.abandoned_gi)
+                .filter(|&gi| gi != 0)
+                .map(|gi| AbandonedId {
+                    gi,
+                    without_quorum: sb.flags.contains(SbFlags::ABANDONED_WITHOUT_QUORUM),
+                }),
         }
     }
 

@@ -64,7 +64,7 @@ pub use generation::{lineage, GenIds, Lineage, GI_HISTORY};
 pub use msg::{DataRef, Msg, Token};
 pub use nodeset::NodeSet;
 pub use pace::ResyncRates;
-pub use persist::{IdsAtCrash, NotQuiet, Persisted, PersistedPeer, RestoreError};
+pub use persist::{AbandonedId, IdsAtCrash, NotQuiet, Persisted, PersistedPeer, RestoreError};
 pub use quorum::{OnNoQuorum, QuorumCount, QuorumSpec, Votes};
 pub use requests::AllocationMap;
 pub use resource::AddPeerError;

@@ -47,11 +47,16 @@ pub struct PersistedPeer<'a> {
 pub struct IdsAtCrash {
     /// The ids a restart starts with.
     pub gen: GenIds,
-    /// The id they were set back from as Primary (at a crash, or without quorum): no
-    /// acknowledged write of ours is under it.
-    pub abandoned: Option<u64>,
-    /// `abandoned` was set aside without quorum (`Rotations::hold_back`): told to peers
-    /// as such, it ranks us no higher among equal ids (`Standing::rotated_from`).
+    /// The id they were set back from as Primary (at a crash, or without quorum).
+    pub abandoned: Option<AbandonedId>,
+}
+
+/// An id we rotated to as Primary and left: no acknowledged write of ours is under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbandonedId {
+    pub gi: u64,
+    /// Set aside without quorum (`Rotations::hold_back`): told to peers as such, it ranks
+    /// us no higher among equal ids (`Standing::rotated_from`).
     pub without_quorum: bool,
 }
 
@@ -61,7 +66,6 @@ impl From<GenIds> for IdsAtCrash {
         IdsAtCrash {
             gen,
             abandoned: None,
-            without_quorum: false,
         }
     }
 }
@@ -380,8 +384,10 @@ impl Resource {
         Some(match acked {
             Some(acked) => IdsAtCrash {
                 gen: acked,
-                abandoned: Some(gen.current),
-                without_quorum: false,
+                abandoned: Some(AbandonedId {
+                    gi: gen.current,
+                    without_quorum: false,
+                }),
             },
             None => {
                 // Set back without quorum, the id set aside is abandoned too (see
@@ -394,12 +400,11 @@ impl Resource {
                         to: gen,
                         without_quorum: true,
                     });
-                let abandoned = vol.abandoned().or(set_aside);
-                IdsAtCrash {
-                    gen,
-                    abandoned: abandoned.map(|s| s.gi),
-                    without_quorum: abandoned.is_some_and(|s| s.without_quorum),
-                }
+                let abandoned = vol.abandoned().or(set_aside).map(|s| AbandonedId {
+                    gi: s.gi,
+                    without_quorum: s.without_quorum,
+                });
+                IdsAtCrash { gen, abandoned }
             }
         })
     }
@@ -416,14 +421,14 @@ impl Resource {
     ) -> Result<(), RestoreError> {
         self.restore_generation(volume, ids.gen, was_primary)?;
         let vol = self.replica_mut(volume)?;
-        if let Some(gi) = ids.abandoned {
+        if let Some(AbandonedId { gi, without_quorum }) = ids.abandoned {
             vol.set_back_from = Some(SetBack {
                 gi,
                 to: vol.gen,
-                without_quorum: ids.without_quorum,
+                without_quorum,
             });
             if let Some(s) = vol.standing.as_mut() {
-                s.rotated_from = !ids.without_quorum;
+                s.rotated_from = !without_quorum;
             }
         }
         Ok(())
