@@ -126,3 +126,39 @@ fn in_sync_leaves_claims_on_a_replica_that_restarted_since() {
     net.link_up(0, 2);
     net.assert_converges();
 }
+
+/// Cluster-crash soak seed 475010969, with a diskless Primary. Node 2 crashed (its log
+/// naming block 5) under the Primary's run and meets node 1 first: node 1's `Role` comes,
+/// then the Primary's (the run that settles node 2's crash: its log's extents need no
+/// pull), then node 1's `UpToDate` report, before node 1 says it follows that Primary. So
+/// node 2's claim on node 1 from its log (block 5) is held under the run, not dropped.
+/// Synced, node 2 hears from the Primary that node 1 holds all its writes: the held claim
+/// goes too. (Kept, it came back as a claim when the Primary went; node 1 claimed in
+/// turn a write node 2 had missed, and the two redialled for ever.)
+#[test]
+fn in_sync_drops_claims_held_under_the_primarys_run() {
+    let mut net = Net::diskless_primary();
+    net.write(1, 5 * BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.crash(2, &[(5 * BLOCK, BLOCK)]);
+    assert_eq!(net.claims(2, 1), BLOCK, "the log's extent, on every peer");
+    net.hold_at(1, 2, |m| matches!(m, Msg::Volume { .. }));
+    net.link_up(1, 2);
+    net.link_up(0, 2);
+    net.release(1, 2);
+    net.tick(PEER_ACK_DELAY_MS);
+    assert_eq!(net.disk(2), DiskState::UpToDate);
+    assert_eq!(net.claims(2, 1), 0);
+    assert!(
+        !net.delivered(0, 2, |m| matches!(m, Msg::InSync { node: 1, .. }))
+            .is_empty(),
+        "the Primary said node 1 holds all its writes"
+    );
+    // The Primary goes: nothing held comes back as a claim.
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    net.tick(PEER_ACK_DELAY_MS);
+    assert_eq!(net.claims(2, 1), 0, "no claim came back");
+    assert!(net.listed_blocks(2, 1).is_empty(), "nothing listed");
+    assert_eq!(net.block(1, 5), net.block(2, 5));
+}

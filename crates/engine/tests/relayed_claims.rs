@@ -160,3 +160,53 @@ fn claims_restored_after_a_stop_while_inconsistent_are_not_yielded_to_newer_ids(
     // redial, as replicas apart from the Primary do.
     assert_eq!(net.dropped, vec![(1, 2), (2, 1)]);
 }
+
+/// Failover soak seed 467009619. Node 2 lost power (its log naming block 5) and, back,
+/// meets the Primary only: it pulls block 5 from it, and its packets to the Primary wait
+/// from that request on, so it stays `Inconsistent` and unproven. Node 1 is cut off from
+/// the Primary, and the next write (block 8) reaches node 2 alone of the Secondaries;
+/// node 2 marks node 1 lacking it and records the range as relayed. The Primary goes
+/// (cut off from node 2 too, it completes the write alone), and node 2 meets node 1, up
+/// to date with ids no newer than node 2's. Node 2's claims from its crash (block 5)
+/// become ranges to pull, but not the relay: the gone Primary's ids moved past node 1's,
+/// so node 1 missed writes of that run, and node 2's copy may be the only one. (Turned
+/// into a pull, node 2 took node 1's older block 8: in the seed, node 2 was the
+/// Primary's only peer with the write, and the acknowledged write was gone from every
+/// replica.)
+#[test]
+fn a_relay_of_a_gone_primarys_write_stays_a_claim_when_unproven_meets_equal_ids() {
+    let mut net = Net::new();
+    net.write(1, 5 * BLOCK, 4096);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.lose_power(2, &[(5 * BLOCK, BLOCK)]);
+    net.link_down(0, 1);
+    net.hold_at(2, 0, |m| matches!(m, Msg::ResyncReq { .. }));
+    net.link_up(0, 2);
+    assert_eq!(net.disk(2), DiskState::Inconsistent, "pulling block 5");
+    net.write(2, 8 * BLOCK, 4096);
+    assert_eq!(net.block(2, 8)[0], 2, "node 2 wrote it");
+    assert_eq!(net.block(1, 8)[0], 0, "node 1 did not");
+    assert_eq!(
+        net.claims(2, 1),
+        2 * BLOCK,
+        "node 2 marks node 1 (and block 5)"
+    );
+    net.link_down(0, 2);
+    assert_eq!(net.answer(2), Some(Ok(())), "acknowledged");
+    assert_eq!(net.disk(2), DiskState::Inconsistent, "still unproven");
+    let (g1, g2) = (
+        *net.nodes[1].generation(0).unwrap(),
+        *net.nodes[2].generation(0).unwrap(),
+    );
+    assert!(
+        g1 == g2 || g1.history.contains(&g2.current),
+        "node 1's ids {g1:?} are no older than node 2's {g2:?}"
+    );
+    net.link_up(1, 2);
+    assert!(
+        !net.pulled_blocks(2, 1).contains(&8),
+        "node 2 does not pull the write it holds"
+    );
+    assert_eq!(net.listed_blocks(2, 1), vec![8], "it lists it");
+    assert_eq!(net.block(2, 8)[0], 2, "the write is still on node 2");
+}

@@ -1352,3 +1352,30 @@ fn a_replica_stopped_while_being_synced_keeps_its_claims() {
     let out = Sim::new(Family::Failover.scenario(430_004_651)).run();
     assert!(out.converged, "failover seed 430004651");
 }
+
+/// A replica restarted and being synced keeps, as claims, its relays of a gone Primary's
+/// writes when it meets a peer whose ids are no newer than its own (467009619: it was the
+/// Primary's only peer to take a write, turned the claim into a pull from that peer, and
+/// the acknowledged write was gone; engine test `relayed_claims.rs`).
+#[test]
+fn relays_of_a_gone_primary_stay_claims_against_equal_ids() {
+    let out = Sim::new(Family::Failover.scenario(467_009_619)).run();
+    assert!(out.converged, "failover seed 467009619");
+}
+
+/// The Primary's word that a replica holds all its writes (`InSync`) drops what a replica
+/// back from a crash held out of its list under that Primary's run (475010969 and
+/// 476011003: kept, those claims came back when the Primary died, against a replica that
+/// claimed in turn a write the first had missed, and the two redialled for ever; engine
+/// test `in_sync.rs`).
+#[test]
+fn in_sync_settles_claims_held_under_the_run() {
+    let runs = [
+        (475_010_969, Family::ClusterCrash),
+        (476_011_003, Family::PowerLossClusterCrash),
+    ];
+    for (seed, family) in runs {
+        let out = Sim::new(family.scenario(seed)).run();
+        assert!(out.converged, "{family:?} seed {seed}");
+    }
+}

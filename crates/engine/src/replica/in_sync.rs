@@ -110,9 +110,22 @@ impl Replicas {
             return Ok(());
         }
         let on_primary = self.peers[i].vols[v].oos.clone();
+        let run = (self.peers[i].id, self.peers[i].incarnation);
         let pv = &mut self.peers[j].vols[v];
-        if !pv.diskful || pv.wrote_apart || pv.oos.count() == 0 {
+        if !pv.diskful || pv.wrote_apart {
             return Ok(());
+        }
+        // Claims held out of our list under this Primary's run (`drop_kept_claims`: our
+        // activity log's extents at a crash that run settled) are settled by its word
+        // too. Kept, they came back as claims when that Primary went, against a replica
+        // that held all its writes, and the two redialled for ever (cluster-crash soak
+        // seed 475010969).
+        if let Some((_, held)) = (pv.held.as_mut()).filter(|(r, _)| (r.node, r.incarnation) == run)
+        {
+            held.intersect_with(&on_primary);
+            if held.count() == 0 {
+                pv.held = None;
+            }
         }
         pv.oos.intersect_with(&on_primary);
         Ok(())

@@ -46,9 +46,13 @@ impl Replicas {
             self.pull_suspect(v, Some(self.peers[i].id), out);
         }
         // An up-to-date peer whose ids are older than ours (it was cut off while we took
-        // writes, then every Primary went) is behind us, not the reference.
+        // writes, then every Primary went) is behind us, not the reference. Our relays of
+        // a gone Primary's writes that missed it stay claims, as against newer ids
+        // (failover soak seed 467009619: a replica back from a restart, being synced,
+        // was the Primary's only peer to take a write; it met a peer with equal ids after
+        // the Primary went and pulled that write's range from it).
         if was.is_none() && disk == DiskState::UpToDate && !self.newer_than(i, v) {
-            self.claims_become_suspect(i, v);
+            self.claims_but_relays_become_suspect(i, v);
         }
         if was.is_none() {
             self.stale_if_older(i, v, out);
@@ -791,6 +795,11 @@ impl Replicas {
         {
             return;
         }
+        self.claims_but_relays_become_suspect(i, v);
+    }
+
+    /// `claims_become_suspect`, but for the claims `primary_relays` keeps.
+    fn claims_but_relays_become_suspect(&mut self, i: usize, v: usize) {
         let kept = self.take_primary_relays(i, v);
         self.claims_become_suspect(i, v);
         if let Some(kept) = kept {
