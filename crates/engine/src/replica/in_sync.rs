@@ -110,7 +110,7 @@ impl Replicas {
             return Ok(());
         }
         let on_primary = self.peers[i].vols[v].oos.clone();
-        let run = (self.peers[i].id, self.peers[i].incarnation);
+        let run = self.peers[i].run();
         let pv = &mut self.peers[j].vols[v];
         if !pv.diskful || pv.wrote_apart {
             return Ok(());
@@ -120,8 +120,7 @@ impl Replicas {
         // too. Kept, they came back as claims when that Primary went, against a replica
         // that held all its writes, and the two redialled for ever (cluster-crash soak
         // seed 475010969).
-        if let Some((_, held)) = (pv.held.as_mut()).filter(|(r, _)| (r.node, r.incarnation) == run)
-        {
+        if let Some((_, held)) = (pv.held.as_mut()).filter(|(r, _)| *r == run) {
             held.intersect_with(&on_primary);
             if held.count() == 0 {
                 pv.held = None;

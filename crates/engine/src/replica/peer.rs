@@ -515,6 +515,15 @@ pub(super) enum Timer {
 }
 
 impl Peer {
+    /// Its run as a Primary: this incarnation of it (what a crash, a claim or a record
+    /// of the writer is tied to).
+    pub(super) fn run(&self) -> super::run::PrimaryRun {
+        super::run::PrimaryRun {
+            node: self.id,
+            incarnation: self.incarnation,
+        }
+    }
+
     /// Nothing waits on a peer that is down; its bitmaps fit the volumes (`sizes`).
     pub(super) fn check(&self, sizes: &[u64]) -> Result<(), String> {
         if !self.up && (!self.unacked.is_empty() || !self.app_waiting.is_empty()) {

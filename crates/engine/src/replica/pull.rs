@@ -12,7 +12,6 @@ use super::nodeset::NodeSet;
 use super::peer::{KeptClaims, Peer};
 use super::replicas::Replicas;
 use super::resync::{DemotedLister, Resync};
-use super::run::PrimaryRun;
 use super::spec::NodeId;
 use super::status::Repl;
 use crate::io::DiskKind;
@@ -356,10 +355,7 @@ impl Replicas {
             // replicas each claiming the other lacks a block redialled for ever
             // (cluster-crash soak seeds 330002298, 331013103).
             let size = self.vols[v].size;
-            let run = (self.peers.primary_listed(v)).map(|p| PrimaryRun {
-                node: p.id,
-                incarnation: p.incarnation,
-            });
+            let run = self.peers.primary_listed(v).map(Peer::run);
             for p in self.peers.iter_mut().filter(|p| Some(p.id) != rs.source) {
                 match run.filter(|r| p.id != r.node && !p.up) {
                     None => {
@@ -498,11 +494,7 @@ impl Replicas {
         let Some(kept) = self.peers[i].vols[v].kept.take() else {
             return;
         };
-        let live = self.peers.up().any(|p| {
-            p.role == Role::Primary
-                && p.id == kept.run.node
-                && p.incarnation == kept.run.incarnation
-        });
+        let live = (self.peers.up()).any(|p| p.role == Role::Primary && p.run() == kept.run);
         if !live {
             return;
         }

@@ -45,10 +45,7 @@ impl Replicas {
             return self.record_writer(None, out);
         }
         let primary = self.peers.primary_peer();
-        let run = primary.map(|p| PrimaryRun {
-            node: p.id,
-            incarnation: p.incarnation,
-        });
+        let run = primary.map(|p| p.run());
         if run.is_some_and(|r| self.writer.run != Some(r)) {
             self.record_writer(None, out);
         }
@@ -101,10 +98,7 @@ impl Replicas {
     /// Peer `i` is Primary in its run: a replica back from a crash under that same run
     /// needs none of its log's extents; under another run it pulls them as before.
     pub(super) fn met_writer(&mut self, i: usize, out: &mut Vec<RAction>) {
-        let run = PrimaryRun {
-            node: self.peers[i].id,
-            incarnation: self.peers[i].incarnation,
-        };
+        let run = self.peers[i].run();
         for v in 0..self.vols.len() {
             let Some(c) = self.vols[v].crashed_under.take() else {
                 continue;
