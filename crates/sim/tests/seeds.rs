@@ -1379,3 +1379,17 @@ fn in_sync_settles_claims_held_under_the_run() {
         assert!(out.converged, "{family:?} seed {seed}");
     }
 }
+
+/// A replica being synced takes, at its resync's end, the ids of a gone Primary that it
+/// could not adopt while it took that Primary's writes under them (477000473, 490001983:
+/// kept older, the next Primary rotated apart from those ids, and the old Primary, back,
+/// saw a split brain where no two Primaries wrote apart). Not when they would rank it above
+/// a connected up-to-date replica (490004312, 490008836: a failed write's sectors it held
+/// stayed apart from that replica for good; engine test `writer_ids.rs`).
+#[test]
+fn a_resync_takes_the_ids_of_a_gone_writer_it_could_not_adopt() {
+    for seed in [477_000_473, 490_001_983, 490_004_312, 490_008_836] {
+        let out = Sim::new(Family::Failover.scenario(seed)).run();
+        assert!(out.converged, "failover seed {seed}");
+    }
+}

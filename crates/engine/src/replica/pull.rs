@@ -7,6 +7,7 @@ use super::action::RAction;
 use super::barriers::{Barriers, FlushWaiter};
 use super::bitmap::{Bitmap, BLOCK};
 use super::event::{DiskChange, Event, LocalFailure, ProtocolError};
+use super::generation::{lineage, GenIds, Lineage};
 use super::msg::{DataRef, Msg, Token};
 use super::nodeset::NodeSet;
 use super::peer::{KeptClaims, Peer};
@@ -414,7 +415,37 @@ impl Replicas {
             }
             _ => self.adopt_from_primary(v, out),
         }
+        if !under_primary {
+            self.take_writer_ids(v, rs.writer_ids, out);
+        }
         self.offer_to_outdated(v, out);
+    }
+
+    /// Our resync ended with no Primary listing us, after one whose list to us had ended
+    /// rotated its ids to `writer` and we could not adopt them (`Resync::writer_ids`). We
+    /// took every write it made under them (a Primary that loses a replica being synced
+    /// rotates before the next write that replica misses), and what we pulled, from
+    /// replicas holding all it had acknowledged before: its data under them is ours, so
+    /// are its ids, if ours are older. Kept older, they ranked us below the ids of the
+    /// next Primary's rotation, and that Primary's ids diverged from the gone one's: it
+    /// met them again as a split brain where no two Primaries wrote apart (failover seed
+    /// 477000473 and eight others, the seed-237 class; engine test `writer_ids.rs`). Not
+    /// when they would rank us above a connected up-to-date replica: nothing lists what we
+    /// hold that it lacks on a link already up, and the sectors of a failed write of that
+    /// Primary, kept here, stayed apart from it for good (failover seeds 490004312,
+    /// 490008836, with the rule taken alone).
+    fn take_writer_ids(&mut self, v: usize, writer: Option<GenIds>, out: &mut Vec<RAction>) {
+        let Some(gen) = writer.filter(|g| lineage(g, &self.vols[v].gen) == Lineage::Newer) else {
+            return;
+        };
+        let outranks_up_to_date = self.peers.up().any(|p| {
+            p.vols[v].diskful
+                && p.vols[v].disk == Some(DiskState::UpToDate)
+                && lineage(&gen, &p.vols[v].gen) == Lineage::Newer
+        });
+        if !outranks_up_to_date {
+            self.adopt_gen(v, gen, out);
+        }
     }
 
     /// Peer `i`, Primary, stepped down: a resync of ours under its ended list holds, once

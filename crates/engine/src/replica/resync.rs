@@ -71,6 +71,10 @@ pub(super) struct Resync {
     /// wrote that we lacked), and no write came after: at the end we hold its data, so
     /// its ids, if it still holds them and we pulled from it (see `Replicas::resync_finished`).
     pub(super) listed_by_demoted: Option<DemotedLister>,
+    /// The ids a Primary whose list to us had ended rotated to while we pulled, which we
+    /// could not adopt (not up to date) though we take every write it makes under them:
+    /// taken at our end if it is gone by then (`Replicas::take_writer_ids`).
+    pub(super) writer_ids: Option<GenIds>,
 }
 
 /// A Primary whose list to us had ended when it stepped down: on which connection, and
@@ -120,6 +124,7 @@ impl Resync {
             current_under: None,
             after_split_brain: None,
             listed_by_demoted: None,
+            writer_ids: None,
         }
     }
 
@@ -376,7 +381,11 @@ impl Resync {
     /// would have acknowledged under the id rotated to). Failover CI seeds 124 and 132,
     /// once a crash set such ids back: the writer, back with the ids before, never held
     /// `gi` again, and neither did any lister; the orphans outlived the resync.
+    /// Nor do ids rotated to under `gi` name any write we would hold at our end.
     pub(super) fn abandoned(&mut self, gi: u64) {
+        if self.writer_ids.is_some_and(|g| g.current == gi) {
+            self.writer_ids = None;
+        }
         for ids in &mut self.orphan_gens {
             if ids.0 == gi {
                 *ids = (ids.1, 0);

@@ -570,6 +570,11 @@ impl Replicas {
         let peer = p.id;
         if adopted {
             self.adopt_gen(v, gen, out);
+        } else if p.role == Role::Primary && p.vols[v].listed && !ancestor {
+            // Being synced under its list: its writes under them come to us all the same.
+            if let Some(rs) = self.vols[v].resync.as_mut() {
+                rs.writer_ids = Some(gen);
+            }
         }
         let msg = Msg::GenAck {
             volume: v as u16,
