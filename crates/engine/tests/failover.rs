@@ -17,12 +17,7 @@ fn promote(net: &mut Net, n: u8) -> Result<(), PromoteError> {
 }
 
 fn write_on(net: &mut Net, n: u8, req: u64, block: u64) {
-    let io = Io::Write {
-        offset: block * 4096,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(n, req, io);
+    net.write_block_on(n, req, block);
 }
 
 /// Why node `n` dropped its link to `peer`, if it did.

@@ -7,16 +7,6 @@ mod common;
 
 use common::*;
 use tandem_engine::replica::{DiskState, Msg};
-use tandem_engine::Io;
-
-fn write_on(net: &mut Net, n: u8, req: u64, block: u64) {
-    let io = Io::Write {
-        offset: block * BLOCK,
-        len: 4096,
-        fua: false,
-    };
-    net.submit_on(n, req, io);
-}
 
 /// Failover seed 477000473 (the "seed-237 class" of false split brains). Node 1, cut off,
 /// misses block 3. Back, it pulls block 3 from node 2, and the Primary lists it too. Node
@@ -34,7 +24,7 @@ fn a_resync_ending_after_the_primary_went_takes_the_ids_it_wrote_us_under() {
     let mut net = Net::new();
     net.link_down(0, 1);
     net.link_down(1, 2);
-    write_on(&mut net, 0, 1, 3);
+    net.write_block_on(0, 1, 3);
     assert_eq!(net.answer(1), Some(Ok(())));
     let before = *net.nodes[1].generation(0).unwrap();
     // Node 2's reply to node 1's pull waits.
@@ -58,7 +48,7 @@ fn a_resync_ending_after_the_primary_went_takes_the_ids_it_wrote_us_under() {
         Some(&before),
         "node 1 adopted nothing"
     );
-    write_on(&mut net, 0, 2, 8);
+    net.write_block_on(0, 2, 8);
     assert_eq!(net.answer(2), Some(Ok(())), "acknowledged with node 1");
     assert_eq!(net.block(1, 8)[0], 2, "node 1 holds it");
     // The Primary is cut off and steps down; node 1's pull from node 2 ends.
@@ -76,7 +66,7 @@ fn a_resync_ending_after_the_primary_went_takes_the_ids_it_wrote_us_under() {
     // Primary returns.
     net.promote_on(2).unwrap();
     net.link_down(1, 2);
-    write_on(&mut net, 2, 3, 9);
+    net.write_block_on(2, 3, 9);
     assert_eq!(net.answer_on(2, 3), Some(Ok(())));
     let after = net.nodes[2].generation(0).unwrap();
     assert!(after.history.contains(&rotated.current), "{after:?}");

@@ -855,6 +855,16 @@ impl Net {
         self.submit(req, io);
     }
 
+    /// Node `n` writes 4 KiB block `block` for request `req` (its bytes: `req`).
+    pub fn write_block_on(&mut self, n: NodeId, req: u64, block: u64) {
+        let io = Io::Write {
+            offset: block * BLOCK,
+            len: BLOCK as u32,
+            fua: false,
+        };
+        self.submit_on(n, req, io);
+    }
+
     /// How the Primary answered request `req`, if it did.
     pub fn answer(&self, req: u64) -> Option<Result<(), IoError>> {
         self.answer_on(0, req)
