@@ -73,7 +73,7 @@ pub(super) struct Resync {
     pub(super) listed_by_demoted: Option<DemotedLister>,
     /// The ids a Primary whose list to us had ended rotated to while we pulled, which we
     /// could not adopt (not up to date) though we take every write it makes under them:
-    /// taken at our end if it is gone by then (`Replicas::take_writer_ids`).
+    /// taken at our end if no Primary lists us by then (`Replicas::take_writer_ids`).
     pub(super) writer_ids: Option<GenIds>,
 }
 
