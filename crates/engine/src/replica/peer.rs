@@ -790,8 +790,13 @@ impl Peers {
 
     /// A connected peer keeps an up-to-date replica of volume `v`.
     pub(super) fn up_to_date(&self, v: usize) -> bool {
+        self.up_to_date_peers(v).next().is_some()
+    }
+
+    /// The connected peers keeping an up-to-date replica of volume `v`.
+    pub(super) fn up_to_date_peers(&self, v: usize) -> impl Iterator<Item = &Peer> {
         self.up()
-            .any(|p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
+            .filter(move |p| p.vols[v].diskful && p.vols[v].disk == Some(DiskState::UpToDate))
     }
 
     /// Every connected peer has ended its list of what we lack in volume `v`.

@@ -438,11 +438,8 @@ impl Replicas {
         let Some(gen) = writer.filter(|g| lineage(g, &self.vols[v].gen) == Lineage::Newer) else {
             return;
         };
-        let outranks_up_to_date = self.peers.up().any(|p| {
-            p.vols[v].diskful
-                && p.vols[v].disk == Some(DiskState::UpToDate)
-                && lineage(&gen, &p.vols[v].gen) == Lineage::Newer
-        });
+        let outranks_up_to_date = (self.peers.up_to_date_peers(v))
+            .any(|p| lineage(&gen, &p.vols[v].gen) == Lineage::Newer);
         if !outranks_up_to_date {
             self.adopt_gen(v, gen, out);
         }
