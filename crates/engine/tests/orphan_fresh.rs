@@ -193,3 +193,65 @@ fn an_id_set_back_without_quorum_is_abandoned_at_a_demotion() {
     assert_eq!(net.nodes[0].role(), Role::Secondary);
     node_1_rewrites_an_orphan_and_node_0_lists_it(net, set_aside);
 }
+
+/// Failover seed 497002182. Nodes 1 and 2, back from missing write 1, are both synced by
+/// the Primary (node 0), the replies to their pulls lost. Write 2 (block 5) reaches both
+/// during their resyncs: fresh on both. Write 3, to the same block, reaches node 1 alone
+/// before node 0 dies: node 1 received every write of that run node 2 did, and lists
+/// block 5 to it when they compare. Node 2's fresh sectors from that run give way to the
+/// list, whatever node 1's ids: before, node 2 kept write 2 there (node 1, syncing too,
+/// had not adopted the dead Primary's newest id), and the replicas stayed different.
+/// `unsettled`: node 2 still holds write 2 unsettled at the loss, else the Primary's peer
+/// ack settled it; either way the two compare their last writes of that run.
+fn a_later_write_of_a_dead_primary_replaces_its_fresh_sectors(unsettled: bool) {
+    let mut net = Net::new();
+    net.link_down(0, 1);
+    net.link_down(0, 2);
+    net.write_block_on(0, 1, 3);
+    assert_eq!(net.answer(1), Some(Ok(())));
+    net.pass = |_, to, m| !(to != 0 && matches!(m, Msg::ResyncReply { .. }));
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    assert_eq!(net.nodes[1].disk(0), DiskState::Inconsistent);
+    assert_eq!(net.nodes[2].disk(0), DiskState::Inconsistent);
+    if unsettled {
+        net.pass =
+            |_, to, m| !(to != 0 && matches!(m, Msg::ResyncReply { .. } | Msg::PeerAck { .. }));
+    }
+    net.write_block_on(0, 2, 5);
+    assert_eq!(net.answer(2), Some(Ok(())));
+    assert_eq!((net.block(1, 5)[0], net.block(2, 5)[0]), (2, 2));
+    net.hold(0, 2);
+    net.write_block_on(0, 3, 5);
+    assert_eq!((net.block(1, 5)[0], net.block(2, 5)[0]), (3, 2));
+    assert_eq!(net.answer(3), None);
+    net.pass = |_, _, _| true;
+    net.cut(0, 1);
+    net.cut(0, 2);
+    net.notice_down(1, 0);
+    net.notice_down(2, 0);
+    net.run();
+    // Write 3 to node 2 went with the connection.
+    net.release(0, 2);
+    net.crash(0, &[(5 * BLOCK, BLOCK)]);
+    net.link_up(0, 1);
+    net.link_up(0, 2);
+    net.assert_converges();
+    let ends: Vec<u8> = (0..3).map(|n| net.block(n, 5)[0]).collect();
+    assert_eq!(
+        ends,
+        [3, 3, 3],
+        "node 2 kept the dead Primary's older write"
+    );
+    assert_eq!(net.block(2, 3)[0], 1);
+}
+
+#[test]
+fn a_later_write_of_a_dead_primary_replaces_its_fresh_sectors_compared() {
+    a_later_write_of_a_dead_primary_replaces_its_fresh_sectors(true);
+}
+
+#[test]
+fn a_later_write_of_a_dead_primary_replaces_its_fresh_sectors_settled() {
+    a_later_write_of_a_dead_primary_replaces_its_fresh_sectors(false);
+}

@@ -1393,3 +1393,14 @@ fn a_resync_takes_the_ids_of_a_gone_writer_it_could_not_adopt() {
         assert!(out.converged, "failover seed {seed}");
     }
 }
+
+/// A sync target's fresh sectors, written by a Primary that died, give way to the list of
+/// a replica that received every write of that run it did (their `PrimaryLost` compared),
+/// whatever that replica's ids: 497002182 kept the dead Primary's zeroes against a later
+/// write of it the lister held, and the replicas stayed different (engine test
+/// `orphan_fresh.rs`, `a_later_write_of_a_dead_primary_replaces_its_fresh_sectors_*`).
+#[test]
+fn fresh_sectors_of_a_dead_primary_give_way_to_a_replica_that_received_more_of_it() {
+    let out = Sim::new(Family::Failover.scenario(497_002_182)).run();
+    assert!(out.converged, "failover seed 497002182");
+}

@@ -468,13 +468,14 @@ impl Replicas {
     /// `writer`: the peer that was Primary (its ids are the ones it wrote under), or
     /// `None` for our own tenure.
     pub(super) fn fresh_writer_gone(&mut self, writer: Option<usize>) {
+        let run = writer.map(|i| (self.peers[i].id, self.peers[i].incarnation));
         for v in 0..self.vols.len() {
             let gen = match writer {
                 Some(i) => self.peers[i].vols[v].gen,
                 None => self.vols[v].gen,
             };
             if let Some(rs) = self.vols[v].resync.as_mut() {
-                rs.writer_gone(&gen);
+                rs.writer_gone(&gen, run);
             }
         }
     }

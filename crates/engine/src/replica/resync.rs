@@ -3,6 +3,7 @@
 
 use super::bitmap::{Bitmap, BLOCK};
 use super::generation::GenIds;
+use super::nodeset::NodeSet;
 use super::spec::NodeId;
 use std::collections::BTreeMap;
 
@@ -30,10 +31,9 @@ pub(super) struct Resync {
     /// write of that run can come, and one that was not acknowledged may be on no other
     /// replica: a list naming the range after that may void their protection (`listed`).
     pub(super) fresh_orphan: Option<Bitmap>,
-    /// The current id of each writer of `fresh_orphan` when it went, with the id before
-    /// it (0 if none): a list voids the orphans' protection only from a lister whose
-    /// lineage holds them all.
-    pub(super) orphan_gens: Vec<(u64, u64)>,
+    /// Each writer of `fresh_orphan`: a list voids the orphans' protection only from a
+    /// lister that holds what they all wrote (see `OrphanWriter`).
+    pub(super) orphan_gens: Vec<OrphanWriter>,
     /// Peers that started listing what we lack and have not ended their list: until they
     /// do, we do not know all we lack.
     pub(super) lists_open: Vec<NodeId>,
@@ -75,6 +75,19 @@ pub(super) struct Resync {
     /// could not adopt (not up to date) though we take every write it makes under them:
     /// taken at our end if no Primary lists us by then (`Replicas::take_writer_ids`).
     pub(super) writer_ids: Option<GenIds>,
+}
+
+/// A writer of orphaned fresh sectors (see `Resync::writer_gone`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct OrphanWriter {
+    /// Its current id when it went, with the id before it (0 if none): a lister whose
+    /// lineage holds the first holds what it wrote.
+    pub(super) ids: (u64, u64),
+    /// The Primary's run (node, incarnation); `None` for our own tenure.
+    pub(super) run: Option<(NodeId, u64)>,
+    /// Peers that received every write of that run we did (their `PrimaryLost` named a
+    /// last write no earlier than ours), whatever their ids say.
+    pub(super) held_by: NodeSet,
 }
 
 /// A Primary whose list to us had ended when it stepped down: on which connection, and
@@ -239,8 +252,10 @@ impl Resync {
         lister_gen: Option<&GenIds>,
     ) {
         self.live &= live;
-        if let (None, false, Some(gen)) = (protect, live, lister_gen) {
-            self.orphan_listed(offset, len, claimed, gen);
+        if let (None, Some(gen)) = (protect, lister_gen) {
+            // A live notice names a write we missed, not the lister's lineage: only its
+            // record of the writer's run counts then (see `OrphanWriter::held_by`).
+            self.orphan_listed(lister, offset, len, claimed, (!live).then_some(gen));
         }
         if !self.lists_open.contains(&lister) {
             self.lists_open.push(lister);
@@ -302,14 +317,19 @@ impl Resync {
     /// ids: the lister need not hold them (failover soak seed 414007734: a Primary that
     /// wrote nothing here went with ids set back, no lister ever held them, and an
     /// orphan of an older run kept out a later acknowledged write to the same sector).
-    pub(super) fn writer_gone(&mut self, gen: &GenIds) {
+    pub(super) fn writer_gone(&mut self, gen: &GenIds, run: Option<(NodeId, u64)>) {
         if self.fresh.count() == 0 {
             return;
         }
         let wrote_some = (self.fresh_orphan.as_ref()).is_none_or(|o| !self.fresh.within(o));
         let ids = (gen.current, gen.history[0]);
-        if wrote_some && !self.orphan_gens.contains(&ids) {
-            self.orphan_gens.push(ids);
+        let known = |o: &OrphanWriter| o.ids == ids && o.run == run;
+        if wrote_some && !self.orphan_gens.iter().any(known) {
+            self.orphan_gens.push(OrphanWriter {
+                ids,
+                run,
+                held_by: NodeSet::EMPTY,
+            });
         }
         let fresh = &self.fresh;
         self.fresh_orphan
@@ -317,31 +337,37 @@ impl Resync {
             .union_with(fresh);
     }
 
-    /// A peer lists this range after a connect (not a live notice), not as the Primary,
-    /// and its ids are those every writer of our orphaned fresh sectors had when it went,
-    /// or newer ones (`gen`): those sectors are no longer newer than what the lister
-    /// serves. That writer completes nothing more; a write of it that missed the lister
-    /// and succeeded rotated the writer's ids first (the rotation waits for our `GenAck`
-    /// while we are connected, so we heard the newer id), leaving the lister's older; one
-    /// that failed may be on us alone (either content is right, but the replicas must
-    /// agree: the lister's is the range's now). Not where we claim the lister lacks the
-    /// block (`claimed`): it is behind there. Kept, they outlived the resync and the
-    /// replicas stayed different (failover seeds 124, 132, 162, 223, 294: a write of a
-    /// Primary killed or demoted before it answered landed on a sync target, and the
-    /// replica that later won the contest, which lacked it, listed the range; the target
-    /// took every other sector of the block from it and kept the dead Primary's). Why the
-    /// ids: with a rule that also listed more to older peers, failover seed 262 lost an
-    /// acknowledged write held by the dead Primary and the sync target alone, listed by a
-    /// replica current with ids older than that Primary's.
+    /// A peer lists this range, not as the Primary, and holds what every writer of our
+    /// orphaned fresh sectors wrote: its ids (`gen`, of a list after a connect, not a live
+    /// notice) hold the id each had when it went, or newer ones, or it told us a last write
+    /// of that writer's run no earlier than ours (`OrphanWriter::held_by`). Those sectors
+    /// are no longer newer than what the lister serves. That writer completes nothing more;
+    /// a write of it that missed the lister and succeeded rotated the writer's ids first
+    /// (the rotation waits for our `GenAck` while we are connected, so we heard the newer
+    /// id), leaving the lister's older; one that failed may be on us alone (either content
+    /// is right, but the replicas must agree: the lister's is the range's now). Not where
+    /// we claim the lister lacks the block (`claimed`): it is behind there. Kept, they
+    /// outlived the resync and the replicas stayed different (failover seeds 124, 132, 162,
+    /// 223, 294: a write of a Primary killed or demoted before it answered landed on a sync
+    /// target, and the replica that later won the contest, which lacked it, listed the
+    /// range; the target took every other sector of the block from it and kept the dead
+    /// Primary's). Why the ids: with a rule that also listed more to older peers, failover
+    /// seed 262 lost an acknowledged write held by the dead Primary and the sync target
+    /// alone, listed by a replica current with ids older than that Primary's.
     pub(super) fn orphan_listed(
         &mut self,
+        lister: NodeId,
         offset: u64,
         len: u64,
         claimed: Option<&Bitmap>,
-        gen: &GenIds,
+        gen: Option<&GenIds>,
     ) {
-        let holds = |gi: u64| gi == 0 || gi == gen.current || gen.history.contains(&gi);
-        if !self.orphan_gens.iter().all(|&(gi, _)| holds(gi)) {
+        let holds = |o: &OrphanWriter| {
+            let gi = o.ids.0;
+            let by_ids = |g: &GenIds| gi == 0 || gi == g.current || g.history.contains(&gi);
+            o.held_by.contains(lister) || gen.is_some_and(by_ids)
+        };
+        if !self.orphan_gens.iter().all(holds) {
             return;
         }
         let Some(orphan) = self.fresh_orphan.as_mut() else {
@@ -386,9 +412,9 @@ impl Resync {
         if self.writer_ids.is_some_and(|g| g.current == gi) {
             self.writer_ids = None;
         }
-        for ids in &mut self.orphan_gens {
-            if ids.0 == gi {
-                *ids = (ids.1, 0);
+        for o in &mut self.orphan_gens {
+            if o.ids.0 == gi {
+                o.ids = (o.ids.1, 0);
             }
         }
     }

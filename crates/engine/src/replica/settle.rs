@@ -284,6 +284,10 @@ impl Replicas {
         };
         let l = &mut self.lost[k];
         l.open.remove(peer);
+        if l.last <= seq && seq != WITHDRAWN {
+            self.run_held_by(run, peer);
+        }
+        let l = &mut self.lost[k];
         if l.last > seq {
             let writes = l.writes.clone();
             if !writes.is_empty() {
@@ -297,6 +301,31 @@ impl Replicas {
             self.lost.swap_remove(k).release(out);
         }
         true
+    }
+
+    /// Peer `peer` received every write of `run` we did (it told us a last write no
+    /// earlier than ours): its lists void the protection of our fresh sectors that run
+    /// wrote, whatever its ids (failover seed 497002182: a sync
+    /// target kept a dead Primary's zeroes, written during its resync, against the list
+    /// of the Secondary that had received that Primary's later write there too; the
+    /// lister, syncing as well, had not adopted the Primary's newest id, and the replicas
+    /// stayed different).
+    fn run_held_by(&mut self, run: (NodeId, u64), peer: NodeId) {
+        for rs in self.vols.iter_mut().filter_map(|vol| vol.resync.as_mut()) {
+            for o in rs.orphan_gens.iter_mut().filter(|o| o.run == Some(run)) {
+                o.held_by.insert(peer);
+            }
+        }
+    }
+
+    /// Our connection to `peer` ended: what it held of a run it told us on that
+    /// connection, a crash of it may have lost since.
+    pub(super) fn run_holder_gone(&mut self, peer: NodeId) {
+        for rs in self.vols.iter_mut().filter_map(|vol| vol.resync.as_mut()) {
+            for o in &mut rs.orphan_gens {
+                o.held_by.remove(peer);
+            }
+        }
     }
 
     /// A peer asked about `a.run`, of which we keep nothing unsettled. Still connected to

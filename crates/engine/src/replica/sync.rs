@@ -828,6 +828,7 @@ impl Replicas {
     /// behind stay (soak seed 101022420: they may be all anyone knows of what it missed).
     fn claims_become_suspect(&mut self, i: usize, v: usize) {
         let vol = &mut self.vols[v];
+        let lister = self.peers[i].id;
         let pv = &mut self.peers[i].vols[v];
         let Some(suspect) = vol.suspect.as_mut().filter(|_| vol.unproven) else {
             return;
@@ -845,7 +846,7 @@ impl Replicas {
             // 183: a write of a dead diskless Primary that reached us only, which we
             // claimed on the peer when it told us its last write of that run).
             for (offset, len) in pv.oos.runs(vol.size, u64::MAX) {
-                rs.orphan_listed(offset, len, None, &pv.gen);
+                rs.orphan_listed(lister, offset, len, None, Some(&pv.gen));
             }
         }
         pv.oos.clear_range(0, vol.size);

@@ -76,6 +76,7 @@ impl Resource {
             self.rep.fresh_writer_gone(Some(i));
         }
         self.rep.primary_lost(i, out);
+        self.rep.run_holder_gone(peer);
         self.rep.peers[i].primary_at_loss = self.rep.role == Role::Primary;
         self.rep.split_brain_unsettled(i, out);
         let in_sync = self.rep.in_sync_at_disconnect(i);
