@@ -304,12 +304,12 @@ impl Replicas {
     }
 
     /// Peer `peer` received every write of `run` we did (it told us a last write no
-    /// earlier than ours): its lists void the protection of our fresh sectors that run
-    /// wrote, whatever its ids (failover seed 497002182: a sync
-    /// target kept a dead Primary's zeroes, written during its resync, against the list
-    /// of the Secondary that had received that Primary's later write there too; the
-    /// lister, syncing as well, had not adopted the Primary's newest id, and the replicas
-    /// stayed different).
+    /// earlier than ours): it holds that writer of our orphaned fresh sectors, whatever
+    /// its ids (`Resync::orphan_listed`; failover seed 497002182: a sync target kept a
+    /// dead Primary's zeroes, written during its resync, against the list of the
+    /// Secondary that had received that Primary's later write there too; the lister,
+    /// syncing as well, had not adopted the Primary's newest id, and the replicas stayed
+    /// different).
     fn run_held_by(&mut self, run: (NodeId, u64), peer: NodeId) {
         for rs in self.vols.iter_mut().filter_map(|vol| vol.resync.as_mut()) {
             for o in rs.orphan_gens.iter_mut().filter(|o| o.run == Some(run)) {
