@@ -518,7 +518,7 @@ impl Rotations {
     /// the ones it had rotated to), and are not taken up again. The id set aside is
     /// abandoned as a crash's is (`LocalVol::set_back_from`), told to every peer that
     /// connects while we hold the ids set back to: a replica away at the set-back keeps
-    /// it among the ids of its orphans' writers (`Resync::orphan_gens`), and no lister
+    /// it among the ids of its orphans' writers (`Resync::orphan_writers`), and no lister
     /// ever holds it (failover soak seed 422002317).
     pub(super) fn demoted(&mut self, rep: &mut Replicas) {
         for (vr, vol) in self.vols.iter_mut().zip(&mut rep.vols) {

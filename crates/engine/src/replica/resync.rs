@@ -33,7 +33,7 @@ pub(super) struct Resync {
     pub(super) fresh_orphan: Option<Bitmap>,
     /// Each writer of `fresh_orphan`: a list voids the orphans' protection only from a
     /// lister that holds what they all wrote (see `OrphanWriter`).
-    pub(super) orphan_gens: Vec<OrphanWriter>,
+    pub(super) orphan_writers: Vec<OrphanWriter>,
     /// Peers that started listing what we lack and have not ended their list: until they
     /// do, we do not know all we lack.
     pub(super) lists_open: Vec<NodeId>,
@@ -78,7 +78,7 @@ pub(super) struct Resync {
 }
 
 /// A writer of orphaned fresh sectors (see `Resync::writer_gone`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub(super) struct OrphanWriter {
     /// Its current id when it went, with the id before it (0 if none): a lister whose
     /// lineage holds the first holds what it wrote.
@@ -123,7 +123,7 @@ impl Resync {
             writes_pending: 0,
             fresh: Bitmap::with_block(size, SECTOR),
             fresh_orphan: None,
-            orphan_gens: Vec::new(),
+            orphan_writers: Vec::new(),
             lists_open: Vec::new(),
             finishing: false,
             refused: Vec::new(),
@@ -324,8 +324,8 @@ impl Resync {
         let wrote_some = (self.fresh_orphan.as_ref()).is_none_or(|o| !self.fresh.within(o));
         let ids = (gen.current, gen.history[0]);
         let known = |o: &OrphanWriter| o.ids == ids && o.run == run;
-        if wrote_some && !self.orphan_gens.iter().any(known) {
-            self.orphan_gens.push(OrphanWriter {
+        if wrote_some && !self.orphan_writers.iter().any(known) {
+            self.orphan_writers.push(OrphanWriter {
                 ids,
                 run,
                 held_by: NodeSet::EMPTY,
@@ -367,7 +367,7 @@ impl Resync {
             let by_ids = |g: &GenIds| gi == 0 || gi == g.current || g.history.contains(&gi);
             o.held_by.contains(lister) || gen.is_some_and(by_ids)
         };
-        if !self.orphan_gens.iter().all(holds) {
+        if !self.orphan_writers.iter().all(holds) {
             return;
         }
         let Some(orphan) = self.fresh_orphan.as_mut() else {
@@ -383,6 +383,24 @@ impl Resync {
             }
             self.fresh.clear_range(at, SECTOR);
             orphan.clear_range(at, SECTOR);
+        }
+    }
+
+    /// `peer` received every write of `run` we did (see `OrphanWriter::held_by`).
+    pub(super) fn run_held_by(&mut self, run: (NodeId, u64), peer: NodeId) {
+        for o in self
+            .orphan_writers
+            .iter_mut()
+            .filter(|o| o.run == Some(run))
+        {
+            o.held_by.insert(peer);
+        }
+    }
+
+    /// Our connection to `peer` ended: what it held, a crash of it may have lost since.
+    pub(super) fn holder_gone(&mut self, peer: NodeId) {
+        for o in &mut self.orphan_writers {
+            o.held_by.remove(peer);
         }
     }
 
@@ -412,7 +430,7 @@ impl Resync {
         if self.writer_ids.is_some_and(|g| g.current == gi) {
             self.writer_ids = None;
         }
-        for o in &mut self.orphan_gens {
+        for o in &mut self.orphan_writers {
             if o.ids.0 == gi {
                 o.ids = (o.ids.1, 0);
             }

@@ -284,10 +284,6 @@ impl Replicas {
         };
         let l = &mut self.lost[k];
         l.open.remove(peer);
-        if l.last <= seq && seq != WITHDRAWN {
-            self.run_held_by(run, peer);
-        }
-        let l = &mut self.lost[k];
         if l.last > seq {
             let writes = l.writes.clone();
             if !writes.is_empty() {
@@ -296,6 +292,8 @@ impl Replicas {
             for w in &writes {
                 self.mark_lacking(peer, w, out);
             }
+        } else if seq != WITHDRAWN {
+            self.run_held_by(run, peer);
         }
         if self.lost[k].open.is_empty() {
             self.lost.swap_remove(k).release(out);
@@ -312,9 +310,7 @@ impl Replicas {
     /// different).
     fn run_held_by(&mut self, run: (NodeId, u64), peer: NodeId) {
         for rs in self.vols.iter_mut().filter_map(|vol| vol.resync.as_mut()) {
-            for o in rs.orphan_gens.iter_mut().filter(|o| o.run == Some(run)) {
-                o.held_by.insert(peer);
-            }
+            rs.run_held_by(run, peer);
         }
     }
 
@@ -322,9 +318,7 @@ impl Replicas {
     /// connection, a crash of it may have lost since.
     pub(super) fn run_holder_gone(&mut self, peer: NodeId) {
         for rs in self.vols.iter_mut().filter_map(|vol| vol.resync.as_mut()) {
-            for o in &mut rs.orphan_gens {
-                o.held_by.remove(peer);
-            }
+            rs.holder_gone(peer);
         }
     }
 
