@@ -104,10 +104,11 @@ pub fn verb(control: &Path, req: Request) -> Result<()> {
     request(control, &req).map(|_| ())
 }
 
-/// `tandem primary`: refused for a moment only (a peer that just connected has not yet
-/// said which Primary it follows, or listed what this node lacks), it asks again, for up
-/// to 5 s; then the refusal stands, with its reason.
-pub fn primary(control: &Path, req: Request) -> Result<()> {
+/// `tandem primary` and `secondary`: refused for a moment only (a peer that just
+/// connected has not yet said which Primary it follows, or listed what this node lacks;
+/// a peer has not yet answered a change of the ids), it asks again, for up to 5 s; then
+/// the refusal stands, with its reason.
+pub fn role(control: &Path, req: Request) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let answer = ask(control, &req)?;

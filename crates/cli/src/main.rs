@@ -388,12 +388,12 @@ fn main() {
             resource,
             force,
             control,
-        } => admin::primary(&control.control, Request::Primary { resource, force }),
+        } => admin::role(&control.control, Request::Primary { resource, force }),
         Cmd::Secondary {
             resource,
             force,
             control,
-        } => admin::verb(&control.control, Request::Secondary { resource, force }),
+        } => admin::role(&control.control, Request::Secondary { resource, force }),
         Cmd::Connect {
             resource,
             peer,

@@ -217,6 +217,9 @@ pub struct Coverage {
     pub spurious: u64,
     pub spurious_promoted: u64,
     pub auto_promotions: u64,
+    /// Of those, probes that left at once, and clients after them that promoted again.
+    pub probes: u64,
+    pub probes_followed: u64,
     /// Its faults: one link cut (two nodes apart, both reaching the third), a node cut
     /// off (the Primary), every link cut, kills of the Primary, restarts of a Secondary.
     pub asymmetric: u64,
@@ -311,6 +314,8 @@ impl Coverage {
         self.spurious += f.spurious as u64;
         self.spurious_promoted += f.spurious_promoted as u64;
         self.auto_promotions += f.auto_promotions as u64;
+        self.probes += f.probes as u64;
+        self.probes_followed += f.probes_followed as u64;
         self.asymmetric += f.asymmetric as u64;
         self.isolated += f.isolated as u64;
         self.isolated_primary += f.isolated_primary as u64;
@@ -399,10 +404,12 @@ impl std::fmt::Display for Coverage {
         if self.failovers + self.refusals() > 0 {
             writeln!(
                 f,
-                "  failover           {:>7} runs, {} failovers ({} by a client attaching); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer, {} a peer not heard (or not listed) yet; {} attempts by a node not seeing a fit Primary ({} promoted)",
+                "  failover           {:>7} runs, {} failovers ({} by a client attaching, {} of them a probe that left, followed by a client that promoted again {} times); refused: {} another Primary, {} no up-to-date replica, {} no quorum, {} a Primary beyond a peer, {} a peer not heard (or not listed) yet; {} attempts by a node not seeing a fit Primary ({} promoted)",
                 self.failover_runs,
                 self.failovers,
                 self.auto_promotions,
+                self.probes,
+                self.probes_followed,
                 self.refused_peer_primary,
                 self.refused_no_up_to_date,
                 self.refused_no_quorum,

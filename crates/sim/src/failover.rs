@@ -46,6 +46,10 @@ pub(crate) struct FailoverStats {
     pub(crate) spurious_promoted: usize,
     /// Promotions by a client attaching (auto-promote).
     pub(crate) auto_promotions: usize,
+    /// Of those, a probe that left at once (the node stepped down), and the client after
+    /// it that promoted the node again.
+    pub(crate) probes: usize,
+    pub(crate) probes_followed: usize,
     /// Faults: partitions with one link cut (asymmetric), with a node cut off (the
     /// Primary), with every link cut; kills of a Primary; restarts of a Secondary.
     pub(crate) asymmetric: usize,
@@ -72,6 +76,11 @@ pub(crate) struct FailoverStats {
 pub(crate) struct FailoverState {
     /// The failover family's draws, apart from every other stream.
     rng: Rng,
+    /// Whether a client that promotes a node is a probe, and how long until the next
+    /// one: a stream of its own, so the schedules before the first probe stay as they were.
+    probe_rng: Rng,
+    /// A probe left node `.0`, promoted in place of node `.1`: the next client attaches.
+    reattach: Option<(NodeId, NodeId)>,
     /// The workload's clients are attached to the Primary (`Sim::primary`): always, but
     /// while a failover is under way.
     pub(crate) attached: bool,
@@ -101,6 +110,8 @@ impl FailoverState {
     pub(crate) fn new(seed: u64, nodes: usize) -> FailoverState {
         FailoverState {
             rng: Rng::new(seed ^ 0xfa11_0fe2),
+            probe_rng: Rng::new(seed ^ 0x0096_0be5),
+            reattach: None,
             attached: true,
             dead_until: vec![0; nodes],
             yielding: vec![false; nodes],
@@ -292,6 +303,10 @@ impl Sim {
                     if spurious {
                         self.fo.stats.spurious_promoted += 1;
                     }
+                    if auto && !already && !spurious && self.fo.probe_rng.chance(0.5) {
+                        self.probe_leaves(c, old);
+                        return;
+                    }
                     self.took_over(c, old, already);
                     return;
                 }
@@ -358,6 +373,57 @@ impl Sim {
             let d = 5_000 + self.fo.rng.below(15_000);
             self.at(d, Ev::Failover);
         }
+    }
+
+    /// The client that promoted node `c` was a probe (`nbdinfo`, `qemu-img info`, fio's
+    /// first connection): it leaves at once, the node steps down, and the application's
+    /// own client attaches 0 to 500 µs later (real-daemon test `cut_link_and_heal`: a
+    /// diskless node promoted again this soon took ids older than its last tenure's,
+    /// whose adoption was still on its way, and stepped down for them).
+    fn probe_leaves(&mut self, c: NodeId, old: NodeId) {
+        self.note(format!(
+            "manager: node {c}'s first client was a probe; it leaves"
+        ));
+        self.fo.stats.probes += 1;
+        self.fo.clients[c as usize] -= 1;
+        let mut out = Vec::new();
+        self.nodes[c as usize].engine.client_detached(&mut out);
+        self.run_actions(c, out, &Inputs::default());
+        // No other failover meanwhile: this one is not over.
+        self.fo.scheduled = true;
+        self.fo.reattach = Some((c, old));
+        let d = self.fo.probe_rng.below(500);
+        self.at(d, Ev::Reattach);
+    }
+
+    /// The application's client attaches after a probe left (see `probe_leaves`).
+    pub(crate) fn reattach(&mut self) {
+        let (c, old) = self.fo.reattach.take().expect("a probe left");
+        self.fo.scheduled = false;
+        if self.alive(c) {
+            let mut out = Vec::new();
+            let r = self.nodes[c as usize].engine.client_attached(&mut out);
+            self.run_actions(c, out, &Inputs::default());
+            match r {
+                AutoPromote::Promoted | AutoPromote::Unchanged if self.role(c) == Role::Primary => {
+                    self.fo.clients[c as usize] += 1;
+                    self.fo.stats.probes_followed += 1;
+                    self.took_over(c, old, false);
+                    return;
+                }
+                r => {
+                    self.note(format!(
+                        "manager: node {c} not promoted again after the probe: {r:?}"
+                    ));
+                    let mut out = Vec::new();
+                    self.nodes[c as usize].engine.client_detached(&mut out);
+                    self.run_actions(c, out, &Inputs::default());
+                }
+            }
+        }
+        self.fo.scheduled = true;
+        let d = 1_000 + self.fo.rng.below(10_000);
+        self.at(d, Ev::Failover);
     }
 
     /// Node `c` was promoted in place of `old` (or `already` Primary, an old Primary

@@ -298,6 +298,8 @@ enum Ev {
     /// The cluster manager looks at the Primary, and fails over (see `failover.rs`).
     Manage,
     Failover,
+    /// The client after a probe attaches (see `failover.rs`).
+    Reattach,
 }
 
 struct DiskOpState {
@@ -1314,6 +1316,7 @@ impl Sim {
             Ev::NoticeDown { node, peer, conn } => self.notice_down(node, peer, conn),
             Ev::Manage => self.manage(),
             Ev::Failover => self.failover(),
+            Ev::Reattach => self.reattach(),
             Ev::Promote => {
                 let mut out = Vec::new();
                 match self.nodes[0].engine.promote(false, &mut out) {

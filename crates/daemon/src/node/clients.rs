@@ -415,12 +415,15 @@ impl NodeReactor {
     /// `tandem secondary`: like DRBD, a volume in use is not taken from its clients (their
     /// next write would fail) unless the administrator insists; then their requests, in
     /// flight and later, fail with EIO, and the demotion completes once the engine has
-    /// answered the ones in flight (a replicated write cannot be recalled half-way).
+    /// answered the ones in flight (a replicated write cannot be recalled half-way), and
+    /// every peer has answered a change of the ids under way. `momentary`: refused only
+    /// for a moment (the ids are changing), the same request soon succeeds.
     pub(super) fn secondary(
         &mut self,
         r: usize,
         force: bool,
         out: &mut Vec<RAction>,
+        momentary: &mut bool,
     ) -> Result<(), String> {
         let clients: Vec<String> = self
             .attached_clients(r)
@@ -429,8 +432,10 @@ impl NodeReactor {
             .collect();
         let res = &mut self.res[r];
         if res.engine.role() != Role::Primary || clients.is_empty() {
-            res.engine.demote(out).map_err(|e| e.to_string())?;
-            return Ok(());
+            return res.engine.demote(out).map_err(|e| {
+                *momentary = e.is_momentary();
+                e.to_string()
+            });
         }
         let n = clients.len();
         let list = clients.join(", ");
@@ -459,7 +464,13 @@ impl NodeReactor {
             res.demote_pending = true;
             return Ok(());
         }
-        res.engine.demote(out).map_err(|e| e.to_string())
+        match res.engine.demote(out) {
+            Err(e) if e.is_momentary() => {
+                res.demote_pending = true;
+                Ok(())
+            }
+            done => done.map_err(|e| e.to_string()),
+        }
     }
 
     /// The forced demotion waiting for the engine's requests in flight, once they are done.
@@ -470,8 +481,11 @@ impl NodeReactor {
         }
         res.demote_pending = false;
         let mut actions = Vec::new();
-        if let Err(e) = res.engine.demote(&mut actions) {
-            error!(resource = %res.cfg.name, "forced demotion failed: {e}");
+        match res.engine.demote(&mut actions) {
+            // The ids are changing: tried again after the next event.
+            Err(e) if e.is_momentary() => res.demote_pending = true,
+            Err(e) => error!(resource = %res.cfg.name, "forced demotion failed: {e}"),
+            Ok(()) => {}
         }
         self.run_actions(r, actions, Ctx::default());
     }

@@ -87,7 +87,9 @@ impl NodeReactor {
                     res.explain(e)
                 })
             }
-            Request::Secondary { force, .. } => self.secondary(r, force, &mut actions),
+            Request::Secondary { force, .. } => {
+                self.secondary(r, force, &mut actions, &mut momentary)
+            }
             Request::Invalidate { volume, .. } => {
                 let res = &mut self.res[r];
                 match res.cfg.volumes.iter().position(|v| v.number == volume) {

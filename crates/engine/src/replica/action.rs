@@ -97,12 +97,26 @@ pub enum AutoPromote {
 pub enum DemoteError {
     /// Application requests are in flight (this many).
     RequestsInFlight(usize),
+    /// Our ids of `volume` are changing and `peer` has not yet said whether it adopted
+    /// the new ones (a moment; see `Rotations::unanswered`).
+    IdsChanging { volume: u16, peer: NodeId },
+}
+
+impl DemoteError {
+    /// Refused for a moment only: the same request soon succeeds.
+    pub fn is_momentary(&self) -> bool {
+        matches!(self, DemoteError::IdsChanging { .. })
+    }
 }
 
 impl std::fmt::Display for DemoteError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DemoteError::RequestsInFlight(n) => write!(f, "{n} application requests in flight"),
+            DemoteError::IdsChanging { volume, peer } => write!(
+                f,
+                "the generation ids of volume {volume} are changing and node {peer} has not yet answered; try again"
+            ),
         }
     }
 }

@@ -293,6 +293,14 @@ impl Rotations {
         })
     }
 
+    /// A volume whose rotation waits for a peer's answer, and that peer.
+    pub(super) fn unanswered(&self) -> Option<(u16, NodeId)> {
+        self.vols.iter().enumerate().find_map(|(v, vr)| {
+            let r = vr.running.as_ref()?;
+            Some((v as u16, r.waiting.iter().next()?))
+        })
+    }
+
     /// A rotation waits for `peer`'s answer (its `GenAck`).
     pub(super) fn awaits(&self, peer: NodeId) -> bool {
         (self.vols.iter()).any(|vr| {

@@ -228,6 +228,15 @@ impl Resource {
         if self.app_in_flight() > 0 {
             return Err(DemoteError::RequestsInFlight(self.app_in_flight()));
         }
+        // Stepping down now, we would forget the answers on their way: promoted again
+        // before they came, we took a peer's ids from before its adoption, rotated apart
+        // from them, and took its report of the adopted ones for another Primary's
+        // (real-daemon test `cut_link_and_heal`: a diskless Primary auto-promoted for a
+        // client's probe, demoted as it left, and promoted again 100 ms later stepped down
+        // and failed the client's writes with EIO).
+        if let Some((volume, peer)) = self.app.rotations.unanswered() {
+            return Err(DemoteError::IdsChanging { volume, peer });
+        }
         self.set_role(Role::Secondary, why, out);
         Ok(())
     }
