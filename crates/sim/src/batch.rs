@@ -69,6 +69,9 @@ pub struct Extra {
     /// Stalls of Secondaries among the faults (see
     /// [`Scenario::stalls`](crate::Scenario::stalls)).
     pub stalls: bool,
+    /// Probing clients in the failover family (see
+    /// [`Scenario::probes`](crate::Scenario::probes)).
+    pub probes: bool,
 }
 
 /// [`run_family`], with what `extra` adds.
@@ -130,6 +133,7 @@ fn run_one(seed: u64, family: Family, extra: Extra) -> Result<Outcome, String> {
     if extra.stalls {
         sc = sc.with_stalls();
     }
+    sc.probes = extra.probes;
     std::panic::catch_unwind(|| Sim::new(sc).run()).map_err(|e| {
         e.downcast_ref::<String>()
             .cloned()

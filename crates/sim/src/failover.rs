@@ -303,7 +303,8 @@ impl Sim {
                     if spurious {
                         self.fo.stats.spurious_promoted += 1;
                     }
-                    if auto && !already && !spurious && self.fo.probe_rng.chance(0.5) {
+                    let probe = self.sc.probes && auto && !already && !spurious;
+                    if probe && self.fo.probe_rng.chance(0.5) {
                         self.probe_leaves(c, old);
                         return;
                     }

@@ -125,6 +125,10 @@ pub struct Scenario {
     /// a cluster manager that fails over to another node (see [`Family::Failover`] and
     /// `failover.rs`). Off in every other family: node 0 stays the only Primary there.
     pub failover: bool,
+    /// With `failover`: half the clients that auto-promote a node are probes that leave at
+    /// once (see `failover.rs`). Off unless asked (`tandem-sim --failover --probes`), which
+    /// keeps the failover family's schedules.
+    pub probes: bool,
 }
 
 impl Scenario {
@@ -162,6 +166,7 @@ impl Scenario {
             crash: None,
             stalls: false,
             failover: false,
+            probes: false,
         };
         // Drawn after everything else, so single-volume seeds keep their old schedules.
         let volumes = match r.below(10) {

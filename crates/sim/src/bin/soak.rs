@@ -1,5 +1,5 @@
 //! `tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss |
-//! --quorum | --failover] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
+//! --quorum | --failover [--probes]] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]`: runs simulation seeds
 //! of one fault family until one fails (exit 1, with the seed and its history) or all
 //! pass, then prints what the runs covered. A failing seed reruns identically: `tandem-sim
 //! <seed> 1 [family flags]`. Without a flag, single faults (links cut, secondaries
@@ -7,7 +7,8 @@
 //! `--disk-errors` fails one node's disk (for good, or one write or fdatasync);
 //! `--power-loss` makes restarts lose what was not fdatasync'ed; `--quorum` runs overlapping faults
 //! with quorum on; `--failover` runs partitions of every shape and kills of the Primary
-//! on three nodes with quorum on, a cluster manager promoting another node; `--cluster-crash` (alone,
+//! on three nodes with quorum on, a cluster manager promoting another node (`--probes`: half
+//! the clients that auto-promote a node leave at once, the next one attaching within 0.5 ms); `--cluster-crash` (alone,
 //! or with `--power-loss`) crashes every node at once in the middle of the workload (in
 //! some runs the Primary alone): with no Primary left the replicas settle among
 //! themselves, then node 0 is promoted again. `--pending-checks` adds the checks of engine
@@ -19,7 +20,7 @@
 
 use tandem_sim::Family;
 
-const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss | --quorum | --failover] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]";
+const USAGE: &str = "usage: tandem-sim [FIRST_SEED] [COUNT] [--overlapping | --disk-errors | --power-loss | --quorum | --failover [--probes]] [--cluster-crash] [--stalls] [--pending-checks] [--keep-going] [--digest]";
 
 fn main() {
     let mut family = Family::Single;
@@ -38,6 +39,7 @@ fn main() {
             "--cluster-crash" => cluster_crash = true,
             "--pending-checks" => extra.pending_checks = true,
             "--stalls" => extra.stalls = true,
+            "--probes" => extra.probes = true,
             "--keep-going" => keep_going = true,
             "--digest" => digest = true,
             _ => match a.parse::<u64>() {
@@ -45,6 +47,9 @@ fn main() {
                 Err(_) => fail(&format!("{a:?} is not a seed number or a flag")),
             },
         }
+    }
+    if extra.probes && family != Family::Failover {
+        fail("--probes goes with --failover");
     }
     if cluster_crash && extra.stalls {
         fail("--stalls does not combine with --cluster-crash");
