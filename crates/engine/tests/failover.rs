@@ -55,10 +55,7 @@ fn a_node_whose_peer_follows_another_primary_is_not_promoted() {
             promote(&mut net, 1),
             Err(PromoteError::PrimaryBeyond { primary: 0, via: 2 })
         );
-        let mut out = Vec::new();
-        let auto = net.nodes[1].client_attached(&mut out);
-        net.push(1, out);
-        net.run();
+        let auto = net.attach_on(1);
         assert_eq!(net.nodes[1].role(), Role::Secondary, "{auto:?}");
         // The Primary goes on with node 2.
         write_on(&mut net, 0, 1, 3);
@@ -500,10 +497,7 @@ fn a_client_attaching_as_a_peer_connects_is_promoted_once_the_peer_has_spoken() 
     net.link_down(1, 2);
     net.hold(2, 1);
     net.link_up(1, 2);
-    let mut out = Vec::new();
-    let auto = net.nodes[1].client_attached(&mut out);
-    net.push(1, out);
-    net.run();
+    let auto = net.attach_on(1);
     assert_eq!(
         auto,
         tandem_engine::replica::AutoPromote::Refused(PromoteError::PeerUnheard(2))

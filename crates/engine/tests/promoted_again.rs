@@ -7,21 +7,6 @@ mod common;
 use common::*;
 use tandem_engine::replica::{AutoPromote, DemoteError, Msg, OnNoQuorum, Role};
 
-fn attach(net: &mut Net, n: u8) -> AutoPromote {
-    let mut out = Vec::new();
-    let r = net.nodes[n as usize].client_attached(&mut out);
-    net.push(n, out);
-    net.run();
-    r
-}
-
-fn detach(net: &mut Net, n: u8) {
-    let mut out = Vec::new();
-    net.nodes[n as usize].client_detached(&mut out);
-    net.push(n, out);
-    net.run();
-}
-
 /// Node 0, a diskless Secondary, node 2 away; node 1's answers to node 0 are slow.
 /// A client attaches to node 0 (auto-promote): its ids change at once, node 2 being
 /// away, and node 1 adopts the new ones.
@@ -32,7 +17,7 @@ fn promoted_for_a_client_while_node_1s_answer_is_on_its_way() -> Net {
     net.hold_at(1, 0, |m| {
         matches!(m, Msg::GenAck { .. } | Msg::Volume { .. })
     });
-    assert_eq!(attach(&mut net, 0), AutoPromote::Promoted);
+    assert_eq!(net.attach_on(0), AutoPromote::Promoted);
     net
 }
 
@@ -49,13 +34,13 @@ fn a_primary_whose_ids_are_changing_steps_down_once_they_are_answered() {
     // Node 0 is diskless: its ids show on node 1, which adopted them.
     let first = *net.nodes[1].generation(0).unwrap();
     assert_ne!(first.current, 0, "node 0's ids changed at its promotion");
-    detach(&mut net, 0);
+    net.detach_on(0);
     assert_eq!(
         net.nodes[0].role(),
         Role::Primary,
         "stepped down unanswered"
     );
-    assert_eq!(attach(&mut net, 0), AutoPromote::Unchanged);
+    assert_eq!(net.attach_on(0), AutoPromote::Unchanged);
     net.release(1, 0);
     assert_eq!(net.nodes[0].role(), Role::Primary, "node 0 stepped down");
     net.write_block_on(0, 1, 3);
@@ -67,7 +52,7 @@ fn a_primary_whose_ids_are_changing_steps_down_once_they_are_answered() {
         "{now:?} descends from {first:?}"
     );
     // The client leaves for good: node 0 steps down at once, nothing unanswered.
-    detach(&mut net, 0);
+    net.detach_on(0);
     assert_eq!(net.nodes[0].role(), Role::Secondary);
 }
 
@@ -89,7 +74,7 @@ fn a_demotion_waits_for_the_answers_to_the_ids_changing() {
     assert_eq!(net.nodes[0].role(), Role::Secondary);
 
     let mut net = promoted_for_a_client_while_node_1s_answer_is_on_its_way();
-    detach(&mut net, 0);
+    net.detach_on(0);
     assert_eq!(net.nodes[0].role(), Role::Primary);
     net.release(1, 0);
     assert_eq!(

@@ -377,8 +377,9 @@ impl Sim {
     }
 
     /// The client that promoted node `c` was a probe (`nbdinfo`, `qemu-img info`, fio's
-    /// first connection): it leaves at once, the node steps down, and the application's
-    /// own client attaches 0 to 500 µs later (real-daemon test `cut_link_and_heal`: a
+    /// first connection): it leaves at once, the node steps down (once its peers have
+    /// answered a change of its ids), and the application's own client attaches 0 to
+    /// 500 µs later (real-daemon test `cut_link_and_heal`: a
     /// diskless node promoted again this soon took ids older than its last tenure's,
     /// whose adoption was still on its way, and stepped down for them).
     fn probe_leaves(&mut self, c: NodeId, old: NodeId) {

@@ -14,9 +14,9 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use tandem_engine::replica::{
-    AfterSplitBrain, DataRef, DiskChange, DiskState, Event, GenIds, IdsAtCrash, Msg, NodeId,
-    OnNoQuorum, PrimaryRun, PromoteError, Protocol, QuorumSpec, RAction, ReplicaAtStart, Resource,
-    ResourceSpec, Token, Unresolved, Votes, GI_HISTORY,
+    AfterSplitBrain, AutoPromote, DataRef, DiskChange, DiskState, Event, GenIds, IdsAtCrash, Msg,
+    NodeId, OnNoQuorum, PrimaryRun, PromoteError, Protocol, QuorumSpec, RAction, ReplicaAtStart,
+    Resource, ResourceSpec, Token, Unresolved, Votes, GI_HISTORY,
 };
 use tandem_engine::{DiskKind, Io, IoError, ReqId};
 use tandem_wire::packet::{AllocExtent, MAX_ALLOC_EXTENTS};
@@ -251,6 +251,23 @@ impl Net {
     pub fn demote_on(&mut self, n: NodeId) {
         let mut out = Vec::new();
         self.nodes[n as usize].demote(&mut out).unwrap();
+        self.push(n, out);
+        self.run();
+    }
+
+    /// An application client attaches to node `n` (auto-promote); the network runs after.
+    pub fn attach_on(&mut self, n: NodeId) -> AutoPromote {
+        let mut out = Vec::new();
+        let r = self.nodes[n as usize].client_attached(&mut out);
+        self.push(n, out);
+        self.run();
+        r
+    }
+
+    /// An application client leaves node `n` (auto-demote); the network runs after.
+    pub fn detach_on(&mut self, n: NodeId) {
+        let mut out = Vec::new();
+        self.nodes[n as usize].client_detached(&mut out);
         self.push(n, out);
         self.run();
     }
