@@ -50,7 +50,11 @@ pub enum Event {
     /// No up-to-date replica is within reach and no peer has the blocks we lack: the
     /// resync waits (said once until data arrives again).
     ResyncStalled { volume: u16 },
-    /// Data arrived again after [`Event::ResyncStalled`].
+    /// The up-to-date replica `older` is within reach, but our ids descend from its own,
+    /// so it never held what we lack (`Replicas::lacks_what_we_lack`): the resync waits
+    /// for a replica that does (said once until data arrives again).
+    ResyncWaitsForNewer { volume: u16, older: NodeId },
+    /// Data arrived again after [`Event::ResyncStalled`] or [`Event::ResyncWaitsForNewer`].
     ResyncResumed { volume: u16, peer: NodeId },
     /// The sync source could not read a range we asked for.
     ResyncReadFailed {
@@ -378,6 +382,11 @@ impl fmt::Display for Event {
                 f,
                 "volume {volume}: no up-to-date replica within reach, and no peer has the \
                  blocks we lack; the resync waits for one to return (I/O that needs one fails)"
+            ),
+            Event::ResyncWaitsForNewer { volume, older } => write!(
+                f,
+                "volume {volume}: node {older} is up to date, but older by generation ids than \
+                 the writes we lack; the resync waits for a replica that holds them"
             ),
             Event::ResyncResumed { volume, peer } => write!(
                 f,

@@ -41,7 +41,9 @@ impl Replicas {
         // replica lacks (overlapping seed 39262: each of two replicas held what the other
         // lacked, and neither pulled from the other).
         let contender = self.vols[v].standing.is_some() && !self.settled_by_primary(v);
-        let refused = |id: &NodeId| rs.is_some_and(|r| r.refused.contains(id));
+        let refused = |id: &NodeId| {
+            rs.is_some_and(|r| r.refused.contains(id)) || self.lacks_what_we_lack(*id, v)
+        };
         let has = |p: &&Peer, want: DiskState| p.vols[v].diskful && p.vols[v].disk == Some(want);
         if let Some(p) = self
             .peers
@@ -87,6 +89,26 @@ impl Replicas {
                     .flatten()
                     .filter(|&id| self.peers.get(id).is_none_or(settled))
             })
+    }
+
+    /// Whether peer `id` cannot hold what we lack of `v`: no Primary is connected (its
+    /// lists would say), and our ids descend from its own. We took our ids up to date
+    /// (from a Primary, or from a source that held them), so what we lack since was
+    /// written under them or later ids, which a replica with older ids never held.
+    /// Pulled from it, a block we lacked took its older data, and we called ourselves
+    /// up to date (engine test `a_primary_back_from_a_crash_keeps_the_writes_of_its_tenure`:
+    /// a replica being synced by a Primary that crashed pulled the Primary's last write
+    /// from a replica cut off before its tenure, and the Primary, back, pulled its
+    /// activity log's extents from them in turn; found tracing failover seed 497000244).
+    /// Not after `tandem invalidate`: the operator names the data to take.
+    fn lacks_what_we_lack(&self, id: NodeId, v: usize) -> bool {
+        let invalidated = self.vols[v].resync.as_ref().is_some_and(|r| r.invalidated);
+        !invalidated
+            && self.peers.primary().is_none()
+            && self
+                .peers
+                .get(id)
+                .is_some_and(|p| lineage(&self.vols[v].gen, &p.vols[v].gen) == Lineage::Newer)
     }
 
     /// Being synced only since the connected Primary's live notice (`current_but_for`: up
@@ -193,15 +215,20 @@ impl Replicas {
         }
         let all_listed = self.peers.all_listed(v);
         let reach = self.up_to_date_within_reach(v);
+        let older = (self.peers.up())
+            .find(|p| {
+                p.vols[v].disk == Some(DiskState::UpToDate) && self.lacks_what_we_lack(p.id, v)
+            })
+            .map(|p| p.id);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
-        if rs.source.is_none()
-            && rs.outstanding.is_empty()
-            && rs.to_pull.count() > 0
-            && !reach
-            && !rs.stalled
-        {
+        let waiting = rs.source.is_none() && rs.outstanding.is_empty() && rs.to_pull.count() > 0;
+        if let Some(older) = older.filter(|_| waiting && !rs.waits_for_newer) {
+            rs.waits_for_newer = true;
+            out.push(RAction::Event(Event::ResyncWaitsForNewer { volume, older }));
+        }
+        if waiting && !reach && !rs.stalled {
             rs.stalled = true;
             out.push(RAction::Event(Event::ResyncStalled { volume }));
         }
@@ -494,6 +521,7 @@ impl Replicas {
         vol.standing = None;
         let mut rs = Resync::new(vol.size, false);
         rs.to_pull.set_all();
+        rs.invalidated = true;
         vol.resync = Some(rs);
         self.set_disk(v, DiskState::Inconsistent, DiskChange::Invalidated, out);
     }

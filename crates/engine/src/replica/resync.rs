@@ -49,6 +49,9 @@ pub(super) struct Resync {
     /// No up-to-date replica is within reach and every peer asked lacked the data: said
     /// once in the log, until data arrives again.
     pub(super) stalled: bool,
+    /// The wait for a replica newer than the up-to-date ones within reach was logged
+    /// (`Event::ResyncWaitsForNewer`), once until data arrives again.
+    pub(super) waits_for_newer: bool,
     /// Only live notices (not a list after a connect) made this resync: a routine
     /// catch-up, logged as detail.
     pub(super) live: bool,
@@ -75,6 +78,9 @@ pub(super) struct Resync {
     /// could not adopt (not up to date) though we take every write it makes under them:
     /// taken at our end if no Primary lists us by then (`Replicas::take_writer_ids`).
     pub(super) writer_ids: Option<GenIds>,
+    /// The administrator invalidated our replica (`tandem invalidate`): everything is
+    /// pulled from a source the operator trusts, whatever its ids.
+    pub(super) invalidated: bool,
 }
 
 /// A writer of orphaned fresh sectors (see `Resync::writer_gone`).
@@ -130,6 +136,7 @@ impl Resync {
             retry_at_ms: 0,
             retry_ms: RESYNC_RETRY_MS,
             stalled: false,
+            waits_for_newer: false,
             live,
             pulled: 0,
             named: Bitmap::new(size),
@@ -138,6 +145,7 @@ impl Resync {
             after_split_brain: None,
             listed_by_demoted: None,
             writer_ids: None,
+            invalidated: false,
         }
     }
 
@@ -223,7 +231,8 @@ impl Resync {
     /// Data arrived: the full pace again. True if it ends a wait that was logged.
     pub(super) fn data_arrived(&mut self) -> bool {
         self.retry_ms = RESYNC_RETRY_MS;
-        std::mem::take(&mut self.stalled)
+        let waited = std::mem::take(&mut self.waits_for_newer);
+        std::mem::take(&mut self.stalled) || waited
     }
 
     /// Requests in flight at once: the window, or a single probe while no peer within
