@@ -16,10 +16,12 @@ use std::time::Duration;
 
 const RESOURCES: usize = 1000;
 
-/// Hard open-file limits: one the node needs (five descriptors a resource at the peak,
-/// when every resource dials its peer at once, four once settled), and one that leaves
-/// the settled node near it (about 4,000 of 4,400).
-const ROOMY: u64 = 5 * RESOURCES as u64 + 400;
+/// Hard open-file limits: one with room (five descriptors a resource at the peak, when
+/// every resource dials its peer at once, four once settled: the peak stays under the 80 %
+/// at which `status` warns), and one that leaves the settled node near it (about 4,000 of
+/// 4,400). A limit of five a resource was no room: a fresh-clone run under load caught the
+/// peak, 5,016 of 5,400, and `status` rightly warned.
+const ROOMY: u64 = 7 * RESOURCES as u64 + 400;
 const TIGHT: u64 = 4 * RESOURCES as u64 + 400;
 
 /// Sets this process's open-file limits (the node inherits them): a soft limit of 1024, as
