@@ -215,20 +215,24 @@ impl Replicas {
         }
         let all_listed = self.peers.all_listed(v);
         let reach = self.up_to_date_within_reach(v);
-        let older = (self.peers.up())
-            .find(|p| {
-                p.vols[v].disk == Some(DiskState::UpToDate) && self.lacks_what_we_lack(p.id, v)
+        let unlogged =
+            (self.vols[v].resync.as_ref()).is_some_and(|r| r.waiting() && !r.waits_for_newer);
+        let older = unlogged
+            .then(|| {
+                self.peers
+                    .up_to_date_peers(v)
+                    .find(|p| self.lacks_what_we_lack(p.id, v))
             })
+            .flatten()
             .map(|p| p.id);
         let Some(rs) = self.vols[v].resync.as_mut() else {
             return;
         };
-        let waiting = rs.source.is_none() && rs.outstanding.is_empty() && rs.to_pull.count() > 0;
-        if let Some(older) = older.filter(|_| waiting && !rs.waits_for_newer) {
+        if let Some(older) = older {
             rs.waits_for_newer = true;
             out.push(RAction::Event(Event::ResyncWaitsForNewer { volume, older }));
         }
-        if waiting && !reach && !rs.stalled {
+        if rs.waiting() && !reach && !rs.stalled {
             rs.stalled = true;
             out.push(RAction::Event(Event::ResyncStalled { volume }));
         }

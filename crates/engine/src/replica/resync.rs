@@ -228,6 +228,11 @@ impl Resync {
         self.retry_ms = RESYNC_RETRY_MS;
     }
 
+    /// Nothing is asked of a source and something is left to pull: the resync waits.
+    pub(super) fn waiting(&self) -> bool {
+        self.source.is_none() && self.outstanding.is_empty() && self.to_pull.count() > 0
+    }
+
     /// Data arrived: the full pace again. True if it ends a wait that was logged.
     pub(super) fn data_arrived(&mut self) -> bool {
         self.retry_ms = RESYNC_RETRY_MS;
